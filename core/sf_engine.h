@@ -1,0 +1,89 @@
+/*
+ * sf_engine.h - assembling tensor bytes from shards.
+ *
+ * A payload source reads raw shard payload bytes (from a local file, or
+ * from a peer daemon). The engine plans which shards cover a requested
+ * byte range of a tensor, or of a box (slice) of it, reads their payload
+ * through a bounded cache of whole checksum blocks, verifies each block's
+ * XXH3 once when it enters the cache, and copies the bytes out. Thread-safe:
+ * many FUSE workers read concurrently; two readers of one block wait for a
+ * single fetch.
+ */
+#ifndef SF_ENGINE_H
+#define SF_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sf_box.h"
+#include "sf_manifest.h"
+
+/* Where a checkpoint lives. Borrowed by the engine for the duration of a
+ * call; cached blocks are keyed by its address until sf_engine_forget(). */
+struct sf_ckpt_ref {
+	const char *dir;   /* local directory of the checkpoint (absolute) */
+	const char *name;  /* checkpoint name (as peers know it) */
+};
+
+struct sf_source_ops {
+	/*
+	 * Read exactly len bytes at byte off of payload `file` (relative to the
+	 * checkpoint) written by `rank`. Returns 0, -SF_ESHORT (missing or too
+	 * short), -SF_EPEER (peer unreachable) or another negative errno. Must be
+	 * thread-safe.
+	 */
+	int (*read)(void *ctx, const struct sf_ckpt_ref *ck, uint32_t rank,
+		    const char *file, uint64_t off, void *buf, size_t len);
+	/* Drop any state (open fds) held for checkpoint ck. May be NULL. */
+	void (*forget)(void *ctx, const struct sf_ckpt_ref *ck);
+	/* Free ctx. May be NULL. */
+	void (*destroy)(void *ctx);
+};
+
+struct sf_source {
+	const struct sf_source_ops *ops;
+	void *ctx;
+};
+
+/* A source reading payloads from ck->dir/file with pread, keeping a bounded
+ * set of open descriptors. Caller frees with sf_source_destroy(). */
+int sf_local_source_create(struct sf_source **out);
+void sf_source_destroy(struct sf_source *src); /* accepts NULL */
+
+struct sf_engine_opts {
+	uint64_t cache_bytes;  /* bound on cached block bytes (default 256 MiB) */
+	bool verify;           /* check XXH3 of every block (default true) */
+};
+
+struct sf_engine;
+
+/* src is borrowed and must outlive the engine. */
+int sf_engine_create(const struct sf_engine_opts *opts, struct sf_source *src,
+		     struct sf_engine **out);
+void sf_engine_destroy(struct sf_engine *e); /* accepts NULL */
+
+/*
+ * Fill buf with bytes [off, off+len) of the row-major bytes of `view` (a box
+ * of t; NULL for the whole tensor). The range must lie inside the view.
+ * Returns 0, or a negative error after logging one line that names the
+ * checkpoint, tensor, shard, rank and block: -SF_ECHECKSUM, -SF_ESHORT,
+ * -SF_EPEER, -SF_EGAP (no shard covers a byte), -EIO, -ENOMEM.
+ */
+int sf_engine_read(struct sf_engine *e, const struct sf_ckpt_ref *ck,
+		   const struct sf_manifest *m, const struct sf_tensor *t,
+		   const struct sf_box *view, uint64_t off, void *buf,
+		   size_t len);
+
+/* Drop every cached block of checkpoint ck (before it is closed). */
+void sf_engine_forget(struct sf_engine *e, const struct sf_ckpt_ref *ck);
+
+struct sf_engine_stats {
+	uint64_t hits, misses;   /* block lookups */
+	uint64_t bytes_fetched;  /* payload bytes read from the source */
+	uint64_t bad_blocks;     /* checksum failures */
+	uint64_t cached_bytes;   /* current */
+};
+void sf_engine_stats(struct sf_engine *e, struct sf_engine_stats *out);
+
+#endif

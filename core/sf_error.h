@@ -1,0 +1,50 @@
+/*
+ * sf_error.h - the one error convention of shardfs.
+ *
+ * Every function that can fail returns 0 (or a non-negative count) on
+ * success and a negative number on failure: either a negated errno value
+ * (-ENOMEM, -EIO, ...) or a negated shardfs domain error from the reserved
+ * range [SF_ERR_BASE, SF_ERR_LAST). sf_strerror() names both. Only fs/
+ * turns errors into FUSE replies (see fs/ for the errno mapping).
+ */
+#ifndef SF_ERROR_H
+#define SF_ERROR_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum sf_err {
+	SF_ERR_BASE = 4096,
+	SF_EMANIFEST = SF_ERR_BASE, /* manifest malformed or violates the format */
+	SF_ECHECKSUM,  /* payload bytes do not match their XXH3 block checksum */
+	SF_ESHORT,     /* payload file missing or shorter than its shard */
+	SF_EGAP,       /* a tensor is not fully covered by its shards */
+	SF_ECONFLICT,  /* declarations disagree, or overlapping shards differ */
+	SF_ESLICE,     /* malformed slice syntax NAME@START:STOP,... */
+	SF_ERANGE,     /* a box or range lies outside its tensor */
+	SF_EPEER,      /* a peer daemon is unreachable or answered badly */
+	SF_ENOMPI,     /* shardfs was built without MPI */
+	SF_ENOCUDA,    /* shardfs was built without CUDA */
+	SF_ECUDA,      /* a CUDA runtime call failed */
+	SF_ECOMMITTED, /* the checkpoint is committed and immutable */
+	SF_ETOOBIG,    /* a size or count exceeds a shardfs limit */
+	SF_ERR_LAST
+};
+
+/*
+ * Name an error. Accepts either sign (-EIO and EIO give the same text).
+ * Returns a static string; never NULL.
+ */
+const char *sf_strerror(int err);
+
+/*
+ * The errno a domain error stands for when it must reach a POSIX caller
+ * (used by fs/ and the tools). Plain errnos pass through. Always positive.
+ */
+int sf_errno(int err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,49 @@
+/*
+ * sf_store.h - finding and opening the checkpoints of a store.
+ *
+ * A store is a directory of checkpoints (each a subdirectory) or one
+ * checkpoint directory itself (it has manifest.json). A checkpoint is
+ * committed iff its manifest.json exists; opening one reads the manifest
+ * (bounded by SF_MAX_MANIFEST_BYTES), validates it and precomputes the
+ * safetensors layout.
+ */
+#ifndef SF_STORE_H
+#define SF_STORE_H
+
+#include <stddef.h>
+
+#include "sf_engine.h"
+#include "sf_manifest.h"
+#include "sf_views.h"
+
+struct sf_ckpt {
+	struct sf_ckpt_ref ref;    /* ref.dir, ref.name point into this struct */
+	char *dir;                 /* absolute path */
+	char *name;
+	struct sf_manifest *m;     /* owned */
+	char *manifest_json;       /* the bytes as stored (owned) */
+	size_t manifest_len;
+	struct sf_st_layout *st;   /* owned */
+};
+
+/* Open the committed checkpoint in dir, named name (if NULL, the basename
+ * of dir). On failure returns a negative error and a one-line reason. */
+int sf_ckpt_open(const char *dir, const char *name, struct sf_ckpt **out,
+		 char *err, size_t errlen);
+void sf_ckpt_close(struct sf_ckpt *ck); /* accepts NULL */
+
+/* Called by sf_store_scan for each checkpoint found. ck is NULL for a
+ * directory without manifest.json (an uncommitted checkpoint: name and dir
+ * given). For a committed one that failed to open, ck is NULL and err is
+ * set. Ownership of ck passes to the callback. */
+typedef void (*sf_store_fn)(void *arg, const char *name, const char *dir,
+			    struct sf_ckpt *ck, int err, const char *why);
+
+/* Scan a store. If store itself holds manifest.json it is the only
+ * checkpoint; otherwise each subdirectory is one (hidden names skipped).
+ * Rejected checkpoints are also logged. Returns 0, or a negative error if
+ * the store itself cannot be read. *single is set to 1 when the store is
+ * one checkpoint. */
+int sf_store_scan(const char *store, sf_store_fn fn, void *arg, int *single);
+
+#endif
