@@ -1,0 +1,2 @@
+/* placeholder until its owner lands it */
+int main(void) { return 1; }
