@@ -1,0 +1,55 @@
+/*
+ * sf_error.c - names for errno values and shardfs domain errors, and the
+ * errno each domain error stands for at the POSIX boundary.
+ *
+ * Invariant: every value in [SF_ERR_BASE, SF_ERR_LAST) has a row in
+ * sf_err_table, in enum order.
+ */
+#include "sf_error.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct sf_err_row {
+	const char *text;
+	int posix;      /* errno shown to POSIX callers */
+};
+
+static const struct sf_err_row sf_err_table[SF_ERR_LAST - SF_ERR_BASE] = {
+	[SF_EMANIFEST - SF_ERR_BASE] = { "invalid manifest", EINVAL },
+	[SF_ECHECKSUM - SF_ERR_BASE] = { "checksum mismatch", EIO },
+	[SF_ESHORT - SF_ERR_BASE] = { "payload file missing or short", EIO },
+	[SF_EGAP - SF_ERR_BASE] = { "tensor not fully covered by its shards", EIO },
+	[SF_ECONFLICT - SF_ERR_BASE] = { "conflicting declarations or shard bytes", EINVAL },
+	[SF_ESLICE - SF_ERR_BASE] = { "malformed slice", EINVAL },
+	[SF_ERANGE - SF_ERR_BASE] = { "box or range outside the tensor", ERANGE },
+	[SF_EPEER - SF_ERR_BASE] = { "peer daemon unreachable", EIO },
+	[SF_ENOMPI - SF_ERR_BASE] = { "shardfs was built without MPI", ENOTSUP },
+	[SF_ENOCUDA - SF_ERR_BASE] = { "shardfs was built without CUDA", ENOTSUP },
+	[SF_ECUDA - SF_ERR_BASE] = { "CUDA runtime error", EIO },
+	[SF_ECOMMITTED - SF_ERR_BASE] = { "checkpoint is committed (read-only)", EROFS },
+	[SF_ETOOBIG - SF_ERR_BASE] = { "size or count exceeds a shardfs limit", EFBIG },
+};
+
+const char *sf_strerror(int err)
+{
+	if (err < 0)
+		err = -err;
+	if (err >= SF_ERR_BASE && err < SF_ERR_LAST)
+		return sf_err_table[err - SF_ERR_BASE].text;
+	if (err == 0)
+		return "success";
+	/* strerror() may use a shared buffer only for unknown values; the
+	 * known errno strings are static in glibc. */
+	return strerror(err);
+}
+
+int sf_errno(int err)
+{
+	if (err < 0)
+		err = -err;
+	if (err >= SF_ERR_BASE && err < SF_ERR_LAST)
+		return sf_err_table[err - SF_ERR_BASE].posix;
+	return err ? err : EIO;
+}
