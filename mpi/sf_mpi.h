@@ -1,12 +1,108 @@
 /*
- * sf_mpi.h - the MPI peer layer: one daemon per rank, payloads fetched from
- * peers, collective commit. (Filled in by the MPI work; with MPI off the
- * stub returns -SF_ENOMPI from every entry point.)
+ * sf_mpi.h - the MPI peer layer: one shardfs daemon per rank.
+ *
+ * MPI is used as a library: a private duplicate of MPI_COMM_WORLD, log
+ * lines prefixed "[rank R] ", and every collective function is named and
+ * documented as collective. One service thread answers peers (payload reads,
+ * commit coordination, leave notices); FUSE worker threads never issue a
+ * blocking collective: they only do point-to-point requests with bounded
+ * waits. Every message size is bounded and checked before use.
+ *
+ * With MPI off (SHARDFS_WITH_MPI=OFF) sf_mpi_stub.c stands behind this
+ * header and every entry point returns -SF_ENOMPI.
+ *
+ * Ownership: struct sf_mpi is created by sf_mpi_init and freed by
+ * sf_mpi_finalize (which accepts NULL). The source returned by
+ * sf_mpi_source() is owned by the sf_mpi handle and valid until finalize.
  */
 #ifndef SF_MPI_H
 #define SF_MPI_H
 
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sf_engine.h"
+
+#define SF_MPI_MAX_MSG (64u << 20)       /* largest message accepted (bytes) */
+#define SF_MPI_MAX_PART (256u << 20)     /* largest commit part (bytes) */
+
+struct sf_mpi;
+
 /* 1 if this build has MPI support. */
 int sf_mpi_built(void);
+
+/*
+ * COLLECTIVE (all ranks of MPI_COMM_WORLD). MPI_Init_thread with
+ * MPI_THREAD_MULTIPLE, duplicate the communicator, set the log prefix.
+ * Must run before any thread is started and the process never forks after.
+ */
+int sf_mpi_init(int *argc, char ***argv, struct sf_mpi **out);
+
+int sf_mpi_rank(const struct sf_mpi *mp);
+int sf_mpi_size(const struct sf_mpi *mp);
+
+/*
+ * COLLECTIVE. Index the payload files of every checkpoint in this rank's
+ * store (STORE/CKPT/rank-NNNNN/... or, when single, STORE/rank-NNNNN/...)
+ * and exchange the inventories, so that any (checkpoint name, file) can be
+ * located on the ranks that hold it. Then start the service thread.
+ */
+int sf_mpi_start(struct sf_mpi *mp, const char *store, int single);
+
+/*
+ * The payload source of this daemon: a file present in the local store is
+ * read with pread; otherwise it is fetched from a peer that holds it (from
+ * the inventory, else the shard's writer rank). Reads are split into
+ * messages of at most SF_MPI_MAX_MSG and a sequential reader gets the next
+ * chunk prefetched. Errors: -SF_ESHORT if no rank has the file or it is
+ * short, -SF_EPEER if the peer is gone or timed out.
+ */
+struct sf_source *sf_mpi_source(struct sf_mpi *mp);
+
+/*
+ * Merge the parts of all ranks into one manifest (text, malloc'd into
+ * *out), or fail with a reason in err. Called on the coordinating rank only,
+ * from the service thread. The parts array is in rank order.
+ */
+typedef int (*sf_merge_fn)(void *arg, const char *ckpt,
+			   const char *const *parts, const size_t *lens,
+			   int nparts, char **out, size_t *outlen,
+			   char *err, size_t errlen);
+
+/*
+ * Commit checkpoint `ckpt` across all ranks (each rank calls this once, from
+ * a non-FUSE thread or a FUSE thread: it only does point-to-point messages
+ * with the coordinator, rank 0, and waits at most timeout_ms). Rank 0
+ * collects one part from every rank, calls merge, and sends the merged
+ * manifest to all ranks; each rank returns it in *manifest (malloc'd) for
+ * the caller to publish, then calls sf_mpi_commit_done() with the publish
+ * result; sf_mpi_commit_done returns once all ranks reported (0), or an
+ * error if any rank failed or the timeout passed. A rank that never commits
+ * makes every other rank's commit fail with -ETIMEDOUT after timeout_ms,
+ * with the reason in err.
+ */
+int sf_mpi_commit(struct sf_mpi *mp, const char *ckpt, const char *part,
+		  size_t partlen, sf_merge_fn merge, void *merge_arg,
+		  int timeout_ms, char **manifest, size_t *manifest_len,
+		  char *err, size_t errlen);
+int sf_mpi_commit_done(struct sf_mpi *mp, const char *ckpt, int publish_result,
+		       int timeout_ms, char *err, size_t errlen);
+
+/*
+ * Tell peers that checkpoint `ckpt` was deleted or (re)committed, so that
+ * they drop or reload it. Point-to-point, non-blocking for the caller.
+ * The callback given here runs on the service thread for each notice.
+ */
+typedef void (*sf_notice_fn)(void *arg, int from_rank, const char *what,
+			     const char *ckpt);
+void sf_mpi_set_notice(struct sf_mpi *mp, sf_notice_fn fn, void *arg);
+int sf_mpi_notify(struct sf_mpi *mp, const char *what, const char *ckpt);
+
+/*
+ * COLLECTIVE in effect: called once by each daemon after its mount is gone.
+ * Keeps serving peers until every daemon has called it, then stops the
+ * service thread and finalizes MPI. Frees mp. Accepts NULL.
+ */
+int sf_mpi_finalize(struct sf_mpi *mp);
 
 #endif
