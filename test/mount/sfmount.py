@@ -1,0 +1,495 @@
+"""sfmount - harness for the mount-level tests of shardfs.
+
+Role: start a real shardfs daemon in the foreground on a temporary
+mountpoint, wait (bounded) until the kernel shows the mount, and in teardown
+always unmount (fusermount3 -u, then umount -l as a last resort), stop the
+daemon (SIGTERM, then SIGKILL) and fail the test if the daemon crashed (died
+by a signal we did not send, exited non-zero, or left sanitizer reports in
+its log). Also: generating checkpoints with `shardctl gen --ref`, loading
+the unsharded reference, and a soft-assertion checker so one run reports
+every mismatch instead of stopping at the first.
+
+Invariants: every mount started through Mount is unmounted and its daemon
+reaped before the test process exits (context manager + atexit); every
+temporary directory lives under /tmp/sfmount-* and is removed at exit unless
+--keep is given. Standard library + numpy only (run with /usr/bin/python3).
+"""
+
+import argparse
+import atexit
+import errno
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+import numpy as np
+
+SKIP = 77
+MOUNT_WAIT_S = 20.0     # bound on daemon start-up until the mount appears
+EXIT_WAIT_S = 10.0      # bound on daemon exit after unmount
+CMD_TIMEOUT_S = 120.0   # bound on one shardctl invocation
+
+# safetensors dtype name -> (itemsize, numpy dtype or None when not native)
+DTYPES = {
+    "F64": (8, "<f8"), "F32": (4, "<f4"), "F16": (2, "<f2"), "BF16": (2, None),
+    "F8_E4M3": (1, None), "F8_E5M2": (1, None),
+    "I64": (8, "<i8"), "I32": (4, "<i4"), "I16": (2, "<i2"), "I8": (1, "|i1"),
+    "U64": (8, "<u8"), "U32": (4, "<u4"), "U16": (2, "<u2"), "U8": (1, "|u1"),
+    "BOOL": (1, "|b1"),
+}
+# a plain unsigned type of each itemsize: lets numpy slice any dtype's bytes
+UINT_OF_SIZE = {1: "<u1", 2: "<u2", 4: "<u4", 8: "<u8"}
+
+_cleanups = []          # callables run at exit, last registered first
+
+
+def _run_cleanups():
+    while _cleanups:
+        fn = _cleanups.pop()
+        try:
+            fn()
+        except Exception:  # teardown must go on whatever happens
+            traceback.print_exc()
+
+
+atexit.register(_run_cleanups)
+
+
+def _on_signal(signum, frame):
+    # ctest kills on timeout with SIGTERM/SIGKILL; make SIGTERM unmount.
+    _run_cleanups()
+    sys.exit(128 + signum)
+
+
+signal.signal(signal.SIGTERM, _on_signal)
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", required=True,
+                    help="directory holding the shardfs and shardctl binaries")
+    ap.add_argument("--keep", action="store_true",
+                    help="keep temporary directories for inspection")
+    ap.add_argument("--seed", type=int, default=None,
+                    help="seed of the random choices (default: time)")
+    return ap.parse_args(argv)
+
+
+class Env:
+    """Per-test-process context: binaries, temp dirs, random source."""
+
+    def __init__(self, args):
+        self.bin = os.path.abspath(args.bin)
+        self.shardfs = os.path.join(self.bin, "shardfs")
+        self.shardctl = os.path.join(self.bin, "shardctl")
+        self.keep = args.keep
+        seed = args.seed if args.seed is not None else int(time.time()) % 100000
+        print("random seed: %d (rerun with --seed %d)" % (seed, seed))
+        self.rng = random.Random(seed)
+        self.tmp = tempfile.mkdtemp(prefix="sfmount-", dir="/tmp")
+        if self.keep:
+            print("keeping temp dir", self.tmp)
+        else:
+            _cleanups.append(lambda: shutil.rmtree(self.tmp, ignore_errors=True))
+
+    def path(self, *parts):
+        p = os.path.join(self.tmp, *parts)
+        return p
+
+    def shardctl_run(self, *argv, check=True):
+        cmd = [self.shardctl] + [str(a) for a in argv]
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           timeout=CMD_TIMEOUT_S)
+        if check and r.returncode != 0:
+            raise RuntimeError("%s failed (rc %d): %s" % (
+                " ".join(cmd), r.returncode, r.stderr.decode(errors="replace")))
+        return r
+
+    def gen(self, ckpt_dir, layout="mixed", ranks=2, size="2M", dtype=None,
+            seed=1, block_size="64K", ref=True, extra=()):
+        """Generate a committed checkpoint; return its Ref (or None)."""
+        argv = ["gen", "--layout", layout, "--ranks", ranks, "--size", size,
+                "--seed", seed, "--block-size", block_size]
+        if dtype:
+            argv += ["--dtype", dtype]
+        refdir = None
+        if ref:
+            # references live outside any store so they are never scanned
+            self._nref = getattr(self, "_nref", 0) + 1
+            refdir = self.path("ref%d-%s" % (self._nref, os.path.basename(
+                ckpt_dir.rstrip("/"))))
+            argv += ["--ref", refdir]
+        argv += list(extra)
+        argv.append(ckpt_dir)
+        t0 = time.monotonic()
+        self.shardctl_run(*argv)
+        print("generated %s (%s, ranks %s, %s, dtype %s, block %s) in %.1fs" % (
+            ckpt_dir, layout, ranks, size, dtype or "default", block_size,
+            time.monotonic() - t0))
+        return Ref(refdir) if ref else None
+
+
+def preflight():
+    """Exit 77 (skipped) when this machine cannot mount FUSE at all."""
+    if not os.path.exists("/dev/fuse"):
+        print("SKIP: /dev/fuse is absent")
+        sys.exit(SKIP)
+    if shutil.which("fusermount3") is None:
+        print("SKIP: fusermount3 is not installed")
+        sys.exit(SKIP)
+
+
+def is_mounted(mnt):
+    mnt = os.path.abspath(mnt)
+    with open("/proc/mounts") as f:
+        for line in f:
+            fields = line.split()
+            if len(fields) >= 2 and fields[1] == mnt:
+                return True
+    return False
+
+
+class DaemonCrash(Exception):
+    pass
+
+
+class Mount:
+    """A running shardfs daemon: `with Mount(env, store, opts) as m:`.
+
+    m.mnt is the mountpoint, m.log_text() the daemon's stderr so far.
+    Leaving the block unmounts and raises DaemonCrash when the daemon died
+    or reported sanitizer errors.
+    """
+
+    _count = 0
+
+    def __init__(self, env, store, opts=(), name=None):
+        Mount._count += 1
+        tag = name or "m%d" % Mount._count
+        self.env = env
+        self.store = store
+        self.opts = list(opts)
+        self.mnt = env.path("mnt-" + tag)
+        self.logpath = env.path("daemon-%s.log" % tag)
+        self.proc = None
+        self.mount_s = None
+        self.stopped = False
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, et, ev, tb):
+        self.stop(raise_on_crash=(et is None))
+        return False
+
+    def start(self):
+        os.makedirs(self.mnt, exist_ok=True)
+        cmd = [self.env.shardfs, "-f"] + self.opts + [self.store, self.mnt]
+        self.log = open(self.logpath, "wb")
+        t0 = time.monotonic()
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=self.log,
+                                     stdin=subprocess.DEVNULL)
+        _cleanups.append(self._emergency_stop)
+        deadline = t0 + MOUNT_WAIT_S
+        while time.monotonic() < deadline:
+            if is_mounted(self.mnt):
+                self.mount_s = time.monotonic() - t0
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.02)
+        self.stop(raise_on_crash=False)
+        raise RuntimeError("daemon did not mount %s within %.0fs (rc %s): %s" % (
+            self.mnt, MOUNT_WAIT_S, self.proc.returncode, self.log_text()[-2000:]))
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None and is_mounted(self.mnt)
+
+    def log_text(self):
+        try:
+            with open(self.logpath, "rb") as f:
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def log_lines(self):
+        return self.log_text().splitlines()
+
+    def _emergency_stop(self):
+        if not self.stopped:
+            self.stop(raise_on_crash=False)
+
+    def stop(self, raise_on_crash=True):
+        if self.stopped:
+            return
+        self.stopped = True
+        problems = []
+        was_alive = self.proc.poll() is None
+        if not was_alive:
+            problems.append("daemon was already dead before unmount (rc %s)"
+                            % self.proc.returncode)
+        if is_mounted(self.mnt):
+            subprocess.run(["fusermount3", "-u", self.mnt], timeout=30,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        killed = False
+        try:
+            self.proc.wait(timeout=EXIT_WAIT_S)
+        except subprocess.TimeoutExpired:
+            problems.append("daemon did not exit within %.0fs of unmount"
+                            % EXIT_WAIT_S)
+            self.proc.send_signal(signal.SIGTERM)
+            killed = True
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        if is_mounted(self.mnt):
+            problems.append("mount still present after daemon exit")
+            subprocess.run(["umount", "-l", self.mnt], timeout=30,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.log.close()
+        rc = self.proc.returncode
+        if not killed and rc != 0:
+            if rc < 0:
+                problems.append("daemon died by signal %d" % -rc)
+            else:
+                problems.append("daemon exited with status %d" % rc)
+        log = self.log_text()
+        for marker in ("AddressSanitizer", "LeakSanitizer", "runtime error:",
+                       "ThreadSanitizer"):
+            if marker in log:
+                problems.append("sanitizer report (%s) in daemon log" % marker)
+        try:
+            os.rmdir(self.mnt)
+        except OSError:
+            pass
+        if problems:
+            msg = "%s: %s\n--- daemon log tail (%s) ---\n%s" % (
+                self.mnt, "; ".join(problems), self.logpath, log[-4000:])
+            if raise_on_crash:
+                raise DaemonCrash(msg)
+            print("WARNING:", msg)
+
+    def rss_peak_kb(self):
+        try:
+            with open("/proc/%d/status" % self.proc.pid) as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        return int(line.split()[1])
+        except OSError:
+            pass
+        return None
+
+
+class Ref:
+    """The unsharded reference written by `shardctl gen --ref DIR`."""
+
+    def __init__(self, refdir):
+        self.dir = refdir
+        with open(os.path.join(refdir, "index.json")) as f:
+            self.index = json.load(f)
+        self.name = self.index.get("name")
+        self.tensors = self.index["tensors"]          # NAME -> {dtype, shape}
+        self.files = self.index.get("files", {})      # NAME -> {size}
+        self._cache = {}
+
+    def tensor_bytes(self, name):
+        b = self._cache.get(name)
+        if b is None:
+            with open(os.path.join(self.dir, "tensors", name), "rb") as f:
+                b = f.read()
+            self._cache[name] = b
+        return b
+
+    def file_bytes(self, name):
+        with open(os.path.join(self.dir, "files", name), "rb") as f:
+            return f.read()
+
+    def itemsize(self, name):
+        return DTYPES[self.tensors[name]["dtype"]][0]
+
+    def nbytes(self, name):
+        t = self.tensors[name]
+        n = DTYPES[t["dtype"]][0]
+        for d in t["shape"]:
+            n *= d
+        return n
+
+    def array(self, name):
+        """The tensor as a numpy array of an unsigned type of its itemsize
+        (bit-exact for every dtype, BF16 and F8 included)."""
+        t = self.tensors[name]
+        a = np.frombuffer(self.tensor_bytes(name),
+                          dtype=UINT_OF_SIZE[self.itemsize(name)])
+        return a.reshape(tuple(t["shape"]))
+
+
+class Checker:
+    """Soft assertions: record every failure, report them all at the end."""
+
+    def __init__(self):
+        self.failures = []
+        self.passed = 0
+
+    def ok(self, cond, msg):
+        if cond:
+            self.passed += 1
+        else:
+            self.failures.append(msg)
+            print("FAIL:", msg)
+        return bool(cond)
+
+    def eq(self, got, want, msg):
+        if got == want:
+            self.passed += 1
+            return True
+        g, w = repr(got), repr(want)
+        self.failures.append("%s: got %s, want %s" % (msg, g[:300], w[:300]))
+        print("FAIL:", self.failures[-1])
+        return False
+
+    def bytes_eq(self, got, want, msg):
+        if got == want:
+            self.passed += 1
+            return True
+        if len(got) != len(want):
+            detail = "length %d, want %d" % (len(got), len(want))
+        else:
+            first = next(i for i in range(len(got)) if got[i] != want[i])
+            ndiff = sum(1 for i in range(len(got)) if got[i] != want[i]) \
+                if len(got) < (1 << 20) else -1
+            detail = "first difference at byte %d (%d bytes differ)" % (first, ndiff)
+        self.failures.append("%s: %s" % (msg, detail))
+        print("FAIL:", self.failures[-1])
+        return False
+
+    def raises(self, errnos, fn, msg):
+        """fn() must fail with OSError whose errno is in errnos."""
+        if isinstance(errnos, int):
+            errnos = (errnos,)
+        try:
+            r = fn()
+        except OSError as e:
+            if e.errno in errnos:
+                self.passed += 1
+                return True
+            self.failures.append("%s: failed with %s, want %s" % (
+                msg, errno.errorcode.get(e.errno, e.errno),
+                "/".join(errno.errorcode[x] for x in errnos)))
+        else:
+            self.failures.append("%s: succeeded (returned %r), want %s" % (
+                msg, r if not isinstance(r, bytes) else "%d bytes" % len(r),
+                "/".join(errno.errorcode[x] for x in errnos)))
+        print("FAIL:", self.failures[-1])
+        return False
+
+
+def read_file(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def pread_all(path, off, length):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        out = bytearray()
+        while length > 0:
+            b = os.pread(fd, length, off)
+            if not b:
+                break
+            out += b
+            off += len(b)
+            length -= len(b)
+        return bytes(out)
+    finally:
+        os.close(fd)
+
+
+def errname(e):
+    return errno.errorcode.get(e, str(e))
+
+
+def main(test_fn, argv=None):
+    """Run test_fn(env, checker) with the shared set-up and reporting.
+
+    Exit 0 when every check passed, 1 on any failure or crash, 77 when the
+    machine has no FUSE."""
+    preflight()
+    args = parse_args(argv)
+    env = Env(args)
+    for tool in (env.shardfs, env.shardctl):
+        if not os.access(tool, os.X_OK):
+            print("FAIL: %s is not built" % tool)
+            return 1
+    ck = Checker()
+    t0 = time.monotonic()
+    status = 0
+    try:
+        test_fn(env, ck)
+    except Exception:
+        traceback.print_exc()
+        ck.failures.append("exception: %s" % sys.exc_info()[1])
+    _run_cleanups()
+    # no mount of ours may survive the test
+    with open("/proc/mounts") as f:
+        leftover = [l for l in f if env.tmp in l]
+    if leftover:
+        ck.failures.append("mounts left behind: %s" % leftover)
+    dt = time.monotonic() - t0
+    if ck.failures:
+        print("\n%d check(s) FAILED, %d passed (%.1fs):" % (
+            len(ck.failures), ck.passed, dt))
+        for f in ck.failures[:200]:
+            print("  -", f)
+        status = 1
+    else:
+        if ck.passed == 0:
+            print("FAIL: no checks ran")
+            return 1
+        print("\nall %d checks passed (%.1fs)" % (ck.passed, dt))
+    return status
+
+
+# --- paths inside a mounted checkpoint (SPEC section 3) ---
+
+def tensor_path(root, name, spec=None):
+    """root/tensors/NAME or its slice root/tensors/NAME@SPEC."""
+    p = os.path.join(root, "tensors", name)
+    return p if spec is None else p + "@" + spec
+
+
+def npy_path(root, name):
+    return os.path.join(root, "npy", name + ".npy")
+
+
+def manifest_of(ckpt_dir):
+    with open(os.path.join(ckpt_dir, "manifest.json")) as f:
+        return json.load(f)
+
+
+def shard_positions(shape, itemsize, shard):
+    """Tensor byte offsets of each payload byte of one shard, in payload
+    order (numpy int64 array). Small tensors only: it materialises them."""
+    nbytes = itemsize
+    for d in shape:
+        nbytes *= d
+    if "flat" in shard:
+        off, ln = shard["flat"]
+        return np.arange(off, off + ln, dtype=np.int64)
+    idx = np.arange(nbytes, dtype=np.int64).reshape(tuple(shape) + (itemsize,))
+    sl = tuple(slice(o, o + l) for o, l in zip(shard["offsets"], shard["lengths"]))
+    return idx[sl].reshape(-1)
+
+
+def format_slice(box):
+    """[(start, stop) or None, ...] -> "S:E,:,..." (None is ':')."""
+    return ",".join(":" if b is None else "%s:%s" % b for b in box)
