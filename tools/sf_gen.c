@@ -1,3 +1,1157 @@
-/* placeholder until its owner lands it */
-/* (linked into shardctl) */
-int sf_gen_placeholder;
+/*
+ * sf_gen.c - `shardctl gen`: deterministic, realistically sharded test
+ * checkpoints, and their unsharded reference.
+ *
+ * Three stages:
+ *   1. plan: a list of tensors (name, dtype, shape) and, for each, the
+ *      shards that hold it (rank plus box or flat range). The model is
+ *      Llama-shaped and its hidden size is picked so the total is close to
+ *      --size. Only geometry lives here: no tensor bytes.
+ *   2. write: rank by rank, every shard's bytes are generated in 1 MiB
+ *      chunks and streamed into core's payload writer (sf_payload_*),
+ *      which checksums them block by block; sf_box_runs maps each chunk
+ *      of a box's own bytes to the tensor byte ranges it covers. The
+ *      manifest is then built with sf_manifest_* and published last.
+ *   3. reference (--ref): each tensor is walked element by element in
+ *      flat order and fwrite()n, with no box math and no core writer, so
+ *      a bug in either cannot hide in the comparison.
+ *
+ * Invariants: byte b of tensor T is always byte (b % itemsize) of
+ * sf_gen_value(T, b / itemsize), whichever shard or path produces it;
+ * replicated and overlapping shards therefore hold equal bytes. Memory is
+ * O(plan + 1 MiB), independent of --size.
+ */
+#include "sf_gen.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "sf_box.h"
+#include "sf_checksum.h"
+#include "sf_error.h"
+#include "sf_log.h"
+#include "sf_manifest.h"
+#include "sf_writer.h"
+
+#define GEN_CHUNK (1u << 20)                     /* bytes generated at a time */
+#define GEN_FILE_ROLL (UINT64_C(1) << 30)       /* start data-K+1 past this */
+#define GEN_MAX_LAYERS 64u
+
+/* ------------------------------------------------------------------ */
+/* values                                                              */
+/* ------------------------------------------------------------------ */
+
+static uint64_t mix64(uint64_t x)
+{
+	x ^= x >> 30;
+	x *= UINT64_C(0xbf58476d1ce4e5b9);
+	x ^= x >> 27;
+	x *= UINT64_C(0x94d049bb133111eb);
+	x ^= x >> 31;
+	return x;
+}
+
+/* Per-tensor key: every element value derives from (key, index). */
+static uint64_t tensor_key(uint64_t seed, const char *name)
+{
+	uint64_t h = UINT64_C(0xcbf29ce484222325); /* FNV-1a */
+
+	for (const unsigned char *p = (const unsigned char *)name; *p; p++) {
+		h ^= *p;
+		h *= UINT64_C(0x100000001b3);
+	}
+	return mix64(h ^ mix64(seed + UINT64_C(0x9e3779b97f4a7c15)));
+}
+
+/* float32 -> float16 bits, round to nearest even, with subnormals. */
+static uint16_t f32_to_f16(float f)
+{
+	uint32_t x, ax, sign, e, m, q, rem, half;
+
+	memcpy(&x, &f, sizeof(x));
+	sign = (x >> 16) & 0x8000u;
+	ax = x & 0x7fffffffu;
+	if (ax >= 0x7f800000u) /* inf, nan */
+		return (uint16_t)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0));
+	if (ax >= 0x477ff000u) /* rounds past 65504 */
+		return (uint16_t)(sign | 0x7c00u);
+	e = ax >> 23;
+	m = (ax & 0x7fffffu) | 0x800000u;
+	if (e < 113) {
+		/* subnormal half: units of 2^-24, value = m * 2^(e-126) */
+		uint32_t s = 126 - e;
+
+		if (e == 0 || s > 24)
+			return (uint16_t)sign;
+		q = m >> s;
+		rem = m & ((1u << s) - 1);
+		half = 1u << (s - 1);
+		if (rem > half || (rem == half && (q & 1)))
+			q++;
+		return (uint16_t)(sign | q);
+	}
+	q = ((e - 112) << 10) | ((ax & 0x7fffffu) >> 13);
+	rem = ax & 0x1fffu;
+	if (rem > 0x1000u || (rem == 0x1000u && (q & 1)))
+		q++; /* a carry into the exponent is the right answer */
+	return (uint16_t)(sign | q);
+}
+
+/* float32 -> bfloat16 bits, round to nearest even (input finite). */
+static uint16_t f32_to_bf16(float f)
+{
+	uint32_t x;
+
+	memcpy(&x, &f, sizeof(x));
+	x += 0x7fffu + ((x >> 16) & 1u);
+	return (uint16_t)(x >> 16);
+}
+
+static void store_le(uint8_t *out, uint64_t v, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		out[i] = (uint8_t)(v >> (8 * i));
+}
+
+/*
+ * Element idx of the tensor with key `key`. The float value is the same
+ * 24-bit grid for F32/F16/BF16 (so a BF16 tensor is exactly the BF16
+ * rounding of the F32 tensor of the same seed and name); F64 uses 53 bits.
+ */
+static void gen_elem(enum sf_dtype dt, uint64_t key, uint64_t idx,
+		     uint8_t *out)
+{
+	uint64_t h = mix64(key + idx * UINT64_C(0x9e3779b97f4a7c15));
+	float f = (float)((double)(h >> 40) * 0x1p-23 - 1.0); /* exact, [-1,1) */
+	uint16_t b16;
+	uint32_t b32;
+	uint64_t b64;
+	double d;
+
+	switch (dt) {
+	case SF_DT_F64:
+		d = (double)(h >> 11) * 0x1p-52 - 1.0;
+		memcpy(&b64, &d, sizeof(b64));
+		store_le(out, b64, 8);
+		return;
+	case SF_DT_F32:
+		memcpy(&b32, &f, sizeof(b32));
+		store_le(out, b32, 4);
+		return;
+	case SF_DT_F16:
+		b16 = f32_to_f16(f);
+		if (b16 == 0x3c00u) /* rounded up to 1.0: keep [-1, 1) */
+			b16 = 0x3bffu;
+		store_le(out, b16, 2);
+		return;
+	case SF_DT_BF16:
+		b16 = f32_to_bf16(f);
+		if (b16 == 0x3f80u)
+			b16 = 0x3f7fu;
+		store_le(out, b16, 2);
+		return;
+	case SF_DT_F8_E4M3: /* e4m3fn: only S.1111.111 is NaN */
+		out[0] = (uint8_t)h;
+		if ((out[0] & 0x7fu) == 0x7fu)
+			out[0] ^= 1u;
+		return;
+	case SF_DT_F8_E5M2: /* exponent 11111 is inf/nan */
+		out[0] = (uint8_t)h;
+		if ((out[0] & 0x7cu) == 0x7cu)
+			out[0] &= (uint8_t)~0x40u;
+		return;
+	case SF_DT_I64: case SF_DT_I32: case SF_DT_I16: case SF_DT_I8:
+		store_le(out, (uint64_t)((int64_t)(h % 201) - 100),
+			 sf_dtype_size(dt));
+		return;
+	case SF_DT_U64: case SF_DT_U32: case SF_DT_U16: case SF_DT_U8:
+		store_le(out, h % 200, sf_dtype_size(dt));
+		return;
+	case SF_DT_BOOL:
+		out[0] = (uint8_t)(h & 1);
+		return;
+	default:
+		memset(out, 0, sf_dtype_size(dt));
+		return;
+	}
+}
+
+void sf_gen_value(enum sf_dtype dt, uint64_t seed, const char *name,
+		  uint64_t idx, uint8_t *out)
+{
+	gen_elem(dt, tensor_key(seed, name), idx, out);
+}
+
+/* ------------------------------------------------------------------ */
+/* plan                                                                */
+/* ------------------------------------------------------------------ */
+
+struct gen_tensor {
+	char *name;               /* owned */
+	bool is_file;             /* a root file (U8, 1-d), bytes in blob */
+	enum sf_dtype dt;
+	unsigned ndim;
+	uint64_t shape[SF_MAX_NDIM];
+	uint64_t nbytes;
+	uint64_t key;             /* tensor_key(seed, name) */
+	char *blob;               /* is_file: the file's bytes (owned) */
+	struct sf_shard *shards;  /* geometry from the plan; file, offsets and
+				   * checksums filled by the writer (owned) */
+	size_t nshards, cap;
+};
+
+struct gen_plan {
+	struct gen_tensor *t;     /* owned */
+	size_t n, cap;
+	uint64_t tensor_bytes;    /* sum of nbytes of non-file tensors */
+	/* model hyper-parameters, for config.json */
+	uint64_t hidden, inter, vocab, layers, heads, kv_heads, max_pos;
+};
+
+static void plan_clear(struct gen_plan *p)
+{
+	for (size_t i = 0; i < p->n; i++) {
+		struct gen_tensor *t = &p->t[i];
+
+		for (size_t k = 0; k < t->nshards; k++)
+			if (t->shards[k].file || t->shards[k].xxh3)
+				sf_shard_clear(&t->shards[k]);
+		free(t->shards);
+		free(t->name);
+		free(t->blob);
+	}
+	free(p->t);
+	memset(p, 0, sizeof(*p));
+}
+
+/* Append a tensor; returns its index or a negative error. */
+static int plan_add(struct gen_plan *p, uint64_t seed, const char *name,
+		    enum sf_dtype dt, unsigned ndim, const uint64_t *shape)
+{
+	struct gen_tensor *t;
+	int rc;
+
+	if (p->n == p->cap) {
+		size_t cap = p->cap ? 2 * p->cap : 64;
+		struct gen_tensor *nt = realloc(p->t, cap * sizeof(*nt));
+
+		if (!nt)
+			return -ENOMEM;
+		p->t = nt;
+		p->cap = cap;
+	}
+	t = &p->t[p->n];
+	memset(t, 0, sizeof(*t));
+	t->name = strdup(name);
+	if (!t->name)
+		return -ENOMEM;
+	t->dt = dt;
+	t->ndim = ndim;
+	memcpy(t->shape, shape, ndim * sizeof(*shape));
+	rc = sf_shape_nbytes(ndim, shape, sf_dtype_size(dt), &t->nbytes);
+	if (rc < 0) {
+		free(t->name);
+		return rc;
+	}
+	t->key = tensor_key(seed, name);
+	p->tensor_bytes += t->nbytes;
+	return (int)p->n++;
+}
+
+static int tensor_push_shard(struct gen_tensor *t, const struct sf_shard *s)
+{
+	if (t->nshards == t->cap) {
+		size_t cap = t->cap ? 2 * t->cap : 4;
+		struct sf_shard *ns = realloc(t->shards, cap * sizeof(*ns));
+
+		if (!ns)
+			return -ENOMEM;
+		t->shards = ns;
+		t->cap = cap;
+	}
+	t->shards[t->nshards++] = *s;
+	return 0;
+}
+
+static int shard_box(struct gen_tensor *t, uint32_t rank,
+		     const struct sf_box *b)
+{
+	struct sf_shard s = { .rank = rank, .flat = false, .box = *b };
+
+	s.nbytes = sf_box_numel(b) * sf_dtype_size(t->dt);
+	return s.nbytes || t->ndim == 0 ? tensor_push_shard(t, &s) : 0;
+}
+
+static int shard_flat(struct gen_tensor *t, uint32_t rank, uint64_t off,
+		      uint64_t len)
+{
+	struct sf_shard s = { .rank = rank, .flat = true, .flat_off = off,
+			      .flat_len = len, .nbytes = len };
+
+	return len ? tensor_push_shard(t, &s) : 0;
+}
+
+/* Cut dimension `dim` into n near-equal boxes (uneven when it does not
+ * divide), box r on rank (first + r) % world. */
+static int split_box(struct gen_tensor *t, unsigned dim, uint32_t n,
+		     uint32_t world, uint32_t first)
+{
+	for (uint32_t r = 0; r < n; r++) {
+		struct sf_box b;
+		int rc;
+
+		sf_box_full(&b, t->ndim, t->shape);
+		b.off[dim] = t->shape[dim] * r / n;
+		b.len[dim] = t->shape[dim] * (r + 1) / n - b.off[dim];
+		rc = shard_box(t, (first + r) % world, &b);
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+/* Cut the flattened tensor into n element-aligned byte ranges, jittered so
+ * they are uneven and (in general) not row-aligned. */
+static int split_flat(struct gen_tensor *t, uint32_t n)
+{
+	size_t isz = sf_dtype_size(t->dt);
+	uint64_t numel = t->nbytes / isz, prev = 0;
+
+	for (uint32_t r = 0; r < n; r++) {
+		uint64_t end = numel * (r + 1) / n;
+		int rc;
+
+		if (r + 1 < n) {
+			int64_t jit = (int64_t)((r * 7 + 3) % 13) - 6;
+
+			if (jit < 0 && (uint64_t)-jit > end)
+				end = 0;
+			else
+				end = (uint64_t)((int64_t)end + jit);
+			if (end < prev)
+				end = prev;
+			if (end > numel)
+				end = numel;
+		}
+		rc = shard_flat(t, r, prev * isz, (end - prev) * isz);
+		if (rc < 0)
+			return rc;
+		prev = end;
+	}
+	return 0;
+}
+
+static int split_repl(struct gen_tensor *t, uint32_t n)
+{
+	struct sf_box b;
+
+	sf_box_full(&b, t->ndim, t->shape);
+	for (uint32_t r = 0; r < n; r++) {
+		int rc = shard_box(t, r, &b);
+
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+enum split { SPLIT_DIM0, SPLIT_DIM1, SPLIT_REPL, SPLIT_FLAT };
+
+/* Add a model tensor sharded as `how` says, adjusted for the layout. */
+static int add_model(struct gen_plan *p, const struct sf_gen_opts *o,
+		     const char *name, enum sf_dtype dt, unsigned ndim,
+		     const uint64_t *shape, enum split how)
+{
+	int i = plan_add(p, o->seed, name, dt, ndim, shape);
+	struct gen_tensor *t;
+
+	if (i < 0)
+		return i;
+	t = &p->t[i];
+	if (o->layout == SF_GEN_REPLICATED)
+		how = SPLIT_REPL;
+	else if (o->layout == SF_GEN_FSDP)
+		how = SPLIT_FLAT;
+	switch (how) {
+	case SPLIT_DIM0: return split_box(t, 0, o->ranks, o->ranks, 0);
+	case SPLIT_DIM1: return split_box(t, 1, o->ranks, o->ranks, 0);
+	case SPLIT_REPL: return split_repl(t, o->ranks);
+	case SPLIT_FLAT: return split_flat(t, o->ranks);
+	}
+	return -EINVAL;
+}
+
+static uint64_t round_up(uint64_t v, uint64_t m)
+{
+	return (v + m - 1) / m * m;
+}
+
+/* Hyper-parameters of a Llama-shaped model of hidden size h (a multiple
+ * of 32) with l layers: GQA with 4 query heads per kv head, Llama's MLP
+ * ratio, a vocabulary of 125/16 h plus one added token (32001 at 4096). */
+static void llama_dims(struct gen_plan *p, uint64_t h, uint64_t l)
+{
+	uint64_t hd = h >= 512 ? 64 : h >= 64 ? 16 : 8;
+
+	p->hidden = h;
+	p->layers = l;
+	p->heads = h / hd;
+	p->kv_heads = p->heads >= 4 ? p->heads / 4 : 1;
+	p->inter = round_up(h * 43 / 16, 32);
+	p->vocab = h * 125 / 16 + 1;
+	p->max_pos = 2048;
+}
+
+static int build_llama(struct gen_plan *p, const struct sf_gen_opts *o)
+{
+	static const char *const proj[] = { "q_proj", "k_proj", "v_proj", "o_proj" };
+	static const char *const mlp[] = { "gate_proj", "up_proj", "down_proj" };
+	uint64_t h = p->hidden, kv = h / p->heads * p->kv_heads, in = p->inter;
+	char name[SF_MAX_NAME];
+	uint64_t sh[2];
+	int rc;
+
+	sh[0] = p->vocab; sh[1] = h;
+	rc = add_model(p, o, "model.embed_tokens.weight", o->dtype, 2, sh, SPLIT_DIM0);
+	for (uint64_t l = 0; rc == 0 && l < p->layers; l++) {
+		for (unsigned k = 0; rc == 0 && k < 4; k++) {
+			snprintf(name, sizeof(name),
+				 "model.layers.%llu.self_attn.%s.weight",
+				 (unsigned long long)l, proj[k]);
+			sh[0] = (k == 1 || k == 2) ? kv : h;
+			sh[1] = h;
+			rc = add_model(p, o, name, o->dtype, 2, sh,
+				       k == 3 ? SPLIT_DIM1 : SPLIT_DIM0);
+		}
+		for (unsigned k = 0; rc == 0 && k < 3; k++) {
+			snprintf(name, sizeof(name), "model.layers.%llu.mlp.%s.weight",
+				 (unsigned long long)l, mlp[k]);
+			sh[0] = k == 2 ? h : in;
+			sh[1] = k == 2 ? in : h;
+			rc = add_model(p, o, name, o->dtype, 2, sh,
+				       k == 2 ? SPLIT_DIM1 : SPLIT_DIM0);
+		}
+		sh[0] = h;
+		if (rc == 0) {
+			snprintf(name, sizeof(name),
+				 "model.layers.%llu.input_layernorm.weight",
+				 (unsigned long long)l);
+			rc = add_model(p, o, name, o->dtype, 1, sh, SPLIT_REPL);
+		}
+		if (rc == 0) {
+			snprintf(name, sizeof(name),
+				 "model.layers.%llu.post_attention_layernorm.weight",
+				 (unsigned long long)l);
+			rc = add_model(p, o, name, o->dtype, 1, sh, SPLIT_REPL);
+		}
+	}
+	sh[0] = h;
+	if (rc == 0)
+		rc = add_model(p, o, "model.norm.weight", o->dtype, 1, sh, SPLIT_REPL);
+	sh[0] = p->vocab; sh[1] = h;
+	if (rc == 0)
+		rc = add_model(p, o, "lm_head.weight", o->dtype, 2, sh, SPLIT_DIM0);
+	return rc;
+}
+
+/* Layers that get optimizer state in the mixed layout. */
+static uint64_t mixed_optim_layers(const struct gen_plan *p)
+{
+	return p->layers < 2 ? p->layers : 2;
+}
+
+/* The extras of the mixed layout: Adam state for the first layers as
+ * FSDP-style flat F32 shards, a step counter, a 0-d scalar, an empty
+ * tensor, odd dtypes, and a tensor sharded as one box plus one flat range. */
+static int build_mixed_extras(struct gen_plan *p, const struct sf_gen_opts *o)
+{
+	static const char *const state[] = { "exp_avg", "exp_avg_sq" };
+	size_t nmodel = p->n;
+	char name[SF_MAX_NAME];
+	uint64_t sh[2];
+	int i, rc = 0;
+
+	for (size_t k = 0; rc == 0 && k < nmodel; k++) {
+		const char *w = p->t[k].name;
+		unsigned long long l;
+		int used = 0;
+
+		if (sscanf(w, "model.layers.%llu.%n", &l, &used) != 1 || !used ||
+		    l >= mixed_optim_layers(p))
+			continue;
+		for (unsigned s = 0; rc == 0 && s < 2; s++) {
+			/* copies: plan_add may move p->t */
+			unsigned ndim = p->t[k].ndim;
+			uint64_t shape[SF_MAX_NDIM];
+
+			memcpy(shape, p->t[k].shape, sizeof(shape));
+			snprintf(name, sizeof(name), "optim/%s/%s", state[s], w);
+			i = plan_add(p, o->seed, name, SF_DT_F32, ndim, shape);
+			rc = i < 0 ? i : split_flat(&p->t[i], o->ranks);
+		}
+	}
+	if (rc < 0)
+		return rc;
+
+	sh[0] = 1;
+	i = plan_add(p, o->seed, "optim/step", SF_DT_I64, 1, sh);
+	if (i < 0 || (rc = split_repl(&p->t[i], o->ranks)) < 0)
+		return i < 0 ? i : rc;
+
+	i = plan_add(p, o->seed, "scalars/loss_scale", SF_DT_F32, 0, sh);
+	if (i < 0)
+		return i;
+	{
+		struct sf_box b;
+
+		sf_box_full(&b, 0, sh); /* a 0-d box: the one element */
+		rc = shard_box(&p->t[i], 0, &b);
+		if (rc < 0)
+			return rc;
+	}
+
+	sh[0] = 0;
+	i = plan_add(p, o->seed, "scalars/empty", SF_DT_F32, 1, sh);
+	if (i < 0)
+		return i;
+
+	sh[0] = 61; sh[1] = 67; /* column-parallel causal mask, uneven */
+	i = plan_add(p, o->seed, "buffers/attn_mask", SF_DT_BOOL, 2, sh);
+	if (i < 0 || (rc = split_box(&p->t[i], 0, o->ranks, o->ranks, 0)) < 0)
+		return i < 0 ? i : rc;
+
+	sh[0] = 256; sh[1] = p->hidden / p->heads; /* rope cache, row-parallel */
+	i = plan_add(p, o->seed, "buffers/rope_cos", SF_DT_F16, 2, sh);
+	if (i < 0 || (rc = split_box(&p->t[i], 1, o->ranks, o->ranks, 0)) < 0)
+		return i < 0 ? i : rc;
+
+	sh[0] = 1000; sh[1] = 37; /* quantization codes, FSDP flat */
+	i = plan_add(p, o->seed, "buffers/quant_codes", SF_DT_U8, 2, sh);
+	if (i < 0 || (rc = split_flat(&p->t[i], o->ranks)) < 0)
+		return i < 0 ? i : rc;
+
+	/* SPEC's example: rows [0, R/2) as a box on rank 0, the rest as one
+	 * flat byte range on rank 1 (rank 0 again when world is 1). */
+	sh[0] = p->hidden / 2 + 3; sh[1] = p->hidden;
+	i = plan_add(p, o->seed, "model.embed_positions.weight", o->dtype, 2, sh);
+	if (i < 0)
+		return i;
+	{
+		struct gen_tensor *t = &p->t[i];
+		struct sf_box b;
+		uint64_t split;
+
+		sf_box_full(&b, 2, t->shape);
+		b.len[0] = t->shape[0] / 2;
+		split = b.len[0] * t->shape[1] * sf_dtype_size(t->dt);
+		rc = shard_box(t, 0, &b);
+		if (rc == 0)
+			rc = shard_flat(t, 1 % o->ranks, split, t->nbytes - split);
+	}
+	return rc;
+}
+
+/* The model for hidden size h and the layout's layer count. */
+static int build_plan(struct gen_plan *p, const struct sf_gen_opts *o,
+		      uint64_t h, uint64_t layers)
+{
+	int rc;
+
+	memset(p, 0, sizeof(*p));
+	llama_dims(p, h, layers);
+	rc = build_llama(p, o);
+	if (rc == 0 && o->layout == SF_GEN_MIXED)
+		rc = build_mixed_extras(p, o);
+	if (rc < 0)
+		plan_clear(p);
+	return rc;
+}
+
+static uint64_t next_hidden(uint64_t h)
+{
+	return h < 512 ? h + 32 : h + 256;
+}
+
+/* Pick the largest hidden size whose plan stays within o->size (the
+ * smallest model if none does) and build that plan. */
+static int plan_for_size(struct gen_plan *p, const struct sf_gen_opts *o)
+{
+	uint64_t layers, best = 32;
+	int rc;
+
+	layers = o->size < (8u << 20) ? 2 : o->size < (128u << 20) ? 4 :
+		 o->size < (UINT64_C(2) << 30) ? 8 :
+		 o->size < (UINT64_C(32) << 30) ? 16 : 32;
+	for (uint64_t h = 32; h <= 65536; h = next_hidden(h)) {
+		struct gen_plan trial;
+
+		rc = build_plan(&trial, o, h, layers);
+		if (rc < 0)
+			return rc;
+		if (trial.tensor_bytes > o->size) {
+			plan_clear(&trial);
+			break;
+		}
+		best = h;
+		plan_clear(&trial);
+	}
+	return build_plan(p, o, best, layers);
+}
+
+/* ------------------------------------------------------------------ */
+/* root files                                                          */
+/* ------------------------------------------------------------------ */
+
+static const char *torch_dtype(enum sf_dtype dt)
+{
+	switch (dt) {
+	case SF_DT_F64: return "float64";
+	case SF_DT_F32: return "float32";
+	case SF_DT_F16: return "float16";
+	case SF_DT_BF16: return "bfloat16";
+	case SF_DT_F8_E4M3: return "float8_e4m3fn";
+	case SF_DT_F8_E5M2: return "float8_e5m2";
+	default: return sf_dtype_name(dt);
+	}
+}
+
+/* Add root file `name` with the JSON text of obj (stolen) on rank 0. */
+static int add_json_file(struct gen_plan *p, const struct sf_gen_opts *o,
+			 const char *name, json_t *obj)
+{
+	char *text;
+	size_t len;
+	uint64_t sh[1];
+	int i, rc;
+
+	if (!obj)
+		return -ENOMEM;
+	text = json_dumps(obj, JSON_INDENT(2));
+	json_decref(obj);
+	if (!text)
+		return -ENOMEM;
+	len = strlen(text);
+	/* json_dumps leaves no trailing newline; text files want one */
+	{
+		char *nl = realloc(text, len + 2);
+
+		if (!nl) {
+			free(text);
+			return -ENOMEM;
+		}
+		text = nl;
+		text[len++] = '\n';
+		text[len] = '\0';
+	}
+	sh[0] = len;
+	i = plan_add(p, o->seed, name, SF_DT_U8, 1, sh);
+	if (i < 0) {
+		free(text);
+		return i;
+	}
+	p->tensor_bytes -= len; /* files are not tensors */
+	p->t[i].is_file = true;
+	p->t[i].blob = text;
+	rc = shard_flat(&p->t[i], 0, 0, len);
+	return rc;
+}
+
+static int add_blobs(struct gen_plan *p, const struct sf_gen_opts *o)
+{
+	json_t *cfg, *tok;
+	int rc;
+
+	cfg = json_pack("{s:[s], s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I,"
+			" s:s, s:f, s:f, s:b, s:b, s:I, s:I, s:s, s:s,"
+			" s:{s:s, s:I, s:I}}",
+			"architectures", "LlamaForCausalLM",
+			"model_type", "llama",
+			"hidden_size", (json_int_t)p->hidden,
+			"intermediate_size", (json_int_t)p->inter,
+			"num_hidden_layers", (json_int_t)p->layers,
+			"num_attention_heads", (json_int_t)p->heads,
+			"num_key_value_heads", (json_int_t)p->kv_heads,
+			"vocab_size", (json_int_t)p->vocab,
+			"max_position_embeddings", (json_int_t)p->max_pos,
+			"hidden_act", "silu",
+			"rms_norm_eps", 1e-5,
+			"rope_theta", 10000.0,
+			"tie_word_embeddings", 0,
+			"use_cache", 1,
+			"bos_token_id", (json_int_t)1,
+			"eos_token_id", (json_int_t)2,
+			"torch_dtype", torch_dtype(o->dtype),
+			"transformers_version", "4.40.0",
+			"shardfs_gen",
+			"layout", sf_gen_layout_name(o->layout),
+			"ranks", (json_int_t)o->ranks,
+			"seed", (json_int_t)o->seed);
+	rc = add_json_file(p, o, "config.json", cfg);
+	if (rc < 0)
+		return rc;
+	tok = json_pack("{s:s, s:s, s:s, s:s, s:n, s:b, s:b, s:I, s:s, s:b}",
+			"tokenizer_class", "LlamaTokenizer",
+			"bos_token", "<s>",
+			"eos_token", "</s>",
+			"unk_token", "<unk>",
+			"pad_token",
+			"add_bos_token", 1,
+			"add_eos_token", 0,
+			"model_max_length", (json_int_t)p->max_pos,
+			"padding_side", "left",
+			"clean_up_tokenization_spaces", 0);
+	return add_json_file(p, o, "tokenizer_config.json", tok);
+}
+
+/* ------------------------------------------------------------------ */
+/* writing shards                                                      */
+/* ------------------------------------------------------------------ */
+
+/* Bytes [off, off+len) of the flattened tensor into out. Ranges need not
+ * be element-aligned. */
+static void tensor_bytes(const struct gen_tensor *t, uint64_t off,
+			 uint64_t len, uint8_t *out)
+{
+	size_t isz = sf_dtype_size(t->dt);
+	uint64_t idx = off / isz, skip = off % isz;
+	uint8_t el[8];
+
+	if (t->is_file) {
+		memcpy(out, t->blob + off, len);
+		return;
+	}
+	if (skip) { /* head: the tail of a partial element */
+		uint64_t n = isz - skip < len ? isz - skip : len;
+
+		gen_elem(t->dt, t->key, idx++, el);
+		memcpy(out, el + skip, n);
+		out += n;
+		len -= n;
+	}
+	for (; len >= isz; len -= isz, out += isz)
+		gen_elem(t->dt, t->key, idx++, out);
+	if (len) { /* tail: the head of a partial element */
+		gen_elem(t->dt, t->key, idx, el);
+		memcpy(out, el, len);
+	}
+}
+
+struct fill_ctx {
+	const struct gen_tensor *t;
+	uint8_t *buf;      /* chunk buffer */
+	uint64_t base;     /* box byte offset of buf[0] */
+};
+
+static int fill_run(void *arg, uint64_t tensor_off, uint64_t box_off,
+		    uint64_t len)
+{
+	struct fill_ctx *c = arg;
+
+	tensor_bytes(c->t, tensor_off, len, c->buf + (box_off - c->base));
+	return 0;
+}
+
+/* One rank's payload files: data-0.bin, data-1.bin, ... rolled at 1 GiB. */
+struct rank_writer {
+	const char *dir;
+	uint32_t rank;
+	uint64_t block_size;
+	struct sf_payload *p;   /* open file, or NULL */
+	unsigned k;             /* index of the next file to open */
+	uint64_t file_bytes;    /* bytes in the open file */
+};
+
+static int rank_writer_next(struct rank_writer *w)
+{
+	char fname[32];
+	int rc;
+
+	if (w->p && w->file_bytes < GEN_FILE_ROLL)
+		return 0;
+	if (w->p) {
+		rc = sf_payload_close(w->p, true);
+		w->p = NULL;
+		if (rc < 0)
+			return rc;
+	}
+	snprintf(fname, sizeof(fname), "data-%u.bin", w->k++);
+	w->file_bytes = 0;
+	return sf_payload_open(w->dir, w->rank, fname, w->block_size, &w->p);
+}
+
+/* Stream one shard's bytes into the rank's payload and record where they
+ * went in *s. */
+static int write_shard(struct rank_writer *w, const struct gen_tensor *t,
+		       struct sf_shard *s, uint8_t *buf)
+{
+	size_t isz = sf_dtype_size(t->dt);
+	struct sf_shard done = { 0 };
+	int rc;
+
+	rc = rank_writer_next(w);
+	if (rc < 0)
+		return rc;
+	rc = sf_payload_begin(w->p);
+	if (rc < 0)
+		return rc;
+	for (uint64_t off = 0; off < s->nbytes; off += GEN_CHUNK) {
+		uint64_t n = s->nbytes - off < GEN_CHUNK ? s->nbytes - off : GEN_CHUNK;
+
+		if (s->flat) {
+			tensor_bytes(t, s->flat_off + off, n, buf);
+		} else {
+			struct fill_ctx c = { .t = t, .buf = buf, .base = off };
+
+			rc = sf_box_runs(t->ndim, t->shape, isz, &s->box, off, n,
+					 fill_run, &c);
+			if (rc < 0)
+				return rc;
+		}
+		rc = sf_payload_write(w->p, buf, n);
+		if (rc < 0)
+			return rc;
+	}
+	rc = sf_payload_end(w->p, &done);
+	if (rc < 0)
+		return rc;
+	if (done.nbytes != s->nbytes) {
+		sf_err("gen: %s: payload writer recorded %llu bytes, expected %llu",
+		       t->name, (unsigned long long)done.nbytes,
+		       (unsigned long long)s->nbytes);
+		sf_shard_clear(&done);
+		return -EIO;
+	}
+	s->file = done.file;
+	s->file_offset = done.file_offset;
+	s->xxh3 = done.xxh3;
+	s->nblocks = done.nblocks;
+	w->file_bytes += s->nbytes;
+	return 0;
+}
+
+static int write_rank(const char *dir, const struct sf_gen_opts *o,
+		      struct gen_plan *p, uint32_t rank, uint8_t *buf)
+{
+	struct rank_writer w = { .dir = dir, .rank = rank,
+				 .block_size = o->block_size };
+	int rc = 0, crc;
+
+	for (size_t i = 0; rc == 0 && i < p->n; i++) {
+		struct gen_tensor *t = &p->t[i];
+
+		for (size_t k = 0; rc == 0 && k < t->nshards; k++) {
+			if (t->shards[k].rank != rank)
+				continue;
+			rc = write_shard(&w, t, &t->shards[k], buf);
+			if (rc < 0)
+				sf_err("gen: rank %u: tensor %s shard %zu: %s",
+				       rank, t->name, k, sf_strerror(rc));
+		}
+	}
+	crc = sf_payload_close(w.p, true);
+	return rc < 0 ? rc : crc;
+}
+
+static int publish(const char *dir, const char *name,
+		   const struct sf_gen_opts *o, struct gen_plan *p)
+{
+	struct sf_manifest *m;
+	char err[512] = "";
+	int rc = 0;
+
+	m = sf_manifest_new(name, o->ranks, o->block_size);
+	if (!m)
+		return -ENOMEM;
+	for (size_t i = 0; rc == 0 && i < p->n; i++) {
+		const struct gen_tensor *g = &p->t[i];
+		struct sf_tensor *t;
+
+		rc = sf_manifest_add_tensor(m, g->is_file, g->name, g->dt,
+					    g->ndim, g->shape, &t);
+		for (size_t k = 0; rc == 0 && k < g->nshards; k++)
+			rc = sf_tensor_add_shard(m, t, &g->shards[k]);
+		if (rc < 0)
+			sf_err("gen: manifest: %s: %s", g->name, sf_strerror(rc));
+	}
+	if (rc == 0) {
+		rc = sf_manifest_finish(m, err, sizeof(err));
+		if (rc < 0)
+			sf_err("gen: manifest: %s", err);
+	}
+	if (rc == 0) {
+		rc = sf_manifest_publish(dir, m);
+		if (rc < 0)
+			sf_err("gen: publishing %s/manifest.json: %s", dir,
+			       sf_strerror(rc));
+	}
+	sf_manifest_destroy(m);
+	return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* the reference: the simple path                                      */
+/* ------------------------------------------------------------------ */
+
+/* Write the bytes of t, element by element in flat order, to path. */
+static int ref_write_tensor(const char *path, const struct gen_tensor *t,
+			    uint8_t *buf)
+{
+	size_t isz = t->is_file ? 1 : sf_dtype_size(t->dt), fill = 0;
+	uint64_t numel = t->nbytes / isz;
+	int rc = 0;
+	FILE *f;
+
+	f = fopen(path, "wb");
+	if (!f) {
+		rc = -errno;
+		sf_err("gen: ref: %s: %s", path, strerror(errno));
+		return rc;
+	}
+	for (uint64_t idx = 0; idx < numel; idx++) {
+		if (t->is_file)
+			buf[fill] = (uint8_t)t->blob[idx];
+		else
+			gen_elem(t->dt, t->key, idx, buf + fill);
+		fill += isz;
+		if (fill + 8 > GEN_CHUNK) {
+			if (fwrite(buf, 1, fill, f) != fill)
+				goto out_write_error;
+			fill = 0;
+		}
+	}
+	if (fill && fwrite(buf, 1, fill, f) != fill)
+		goto out_write_error;
+	if (fclose(f) != 0) {
+		rc = -errno;
+		sf_err("gen: ref: %s: %s", path, strerror(errno));
+		return rc;
+	}
+	return 0;
+
+out_write_error:
+	rc = errno ? -errno : -EIO;
+	sf_err("gen: ref: writing %s: %s", path, sf_strerror(rc));
+	fclose(f);
+	return rc;
+}
+
+/* dir/sub/name, making its parent directories. *out is malloc'd. */
+static int ref_path(const char *dir, const char *sub, const char *name,
+		    char **out)
+{
+	char *path, *slash;
+	int rc;
+
+	if (asprintf(&path, "%s/%s/%s", dir, sub, name) < 0)
+		return -ENOMEM;
+	slash = strrchr(path, '/');
+	*slash = '\0';
+	rc = sf_mkdir_p(path);
+	*slash = '/';
+	if (rc < 0) {
+		sf_err("gen: ref: mkdir %s/%s: %s", dir, sub, sf_strerror(rc));
+		free(path);
+		return rc;
+	}
+	*out = path;
+	return 0;
+}
+
+/* DIR/tensors/NAME, DIR/files/NAME and DIR/index.json. */
+static int write_reference(const char *dir, const char *ckpt_name,
+			   const struct gen_plan *p, uint8_t *buf)
+{
+	json_t *idx, *tensors, *files;
+	char *path = NULL;
+	int rc = 0;
+
+	idx = json_object();
+	tensors = json_object();
+	files = json_object();
+	if (!idx || !tensors || !files ||
+	    json_object_set_new(idx, "name", json_string(ckpt_name)) ||
+	    json_object_set(idx, "tensors", tensors) ||
+	    json_object_set(idx, "files", files)) {
+		rc = -ENOMEM;
+		goto out_free_json;
+	}
+	for (size_t i = 0; rc == 0 && i < p->n; i++) {
+		const struct gen_tensor *t = &p->t[i];
+		json_t *e, *shape;
+
+		rc = ref_path(dir, t->is_file ? "files" : "tensors", t->name, &path);
+		if (rc < 0)
+			break;
+		rc = ref_write_tensor(path, t, buf);
+		free(path);
+		if (rc < 0)
+			break;
+		if (t->is_file) {
+			e = json_pack("{s:I}", "size", (json_int_t)t->nbytes);
+		} else {
+			shape = json_array();
+			for (unsigned d = 0; shape && d < t->ndim; d++)
+				if (json_array_append_new(shape,
+					json_integer((json_int_t)t->shape[d])))
+					break;
+			e = shape ? json_pack("{s:s, s:o}", "dtype",
+					      sf_dtype_name(t->dt), "shape", shape)
+				  : NULL;
+		}
+		if (!e || json_object_set_new(t->is_file ? files : tensors,
+					      t->name, e))
+			rc = -ENOMEM;
+	}
+	if (rc == 0) {
+		if (asprintf(&path, "%s/index.json", dir) < 0) {
+			rc = -ENOMEM;
+			goto out_free_json;
+		}
+		if (json_dump_file(idx, path, JSON_INDENT(1) | JSON_SORT_KEYS)) {
+			sf_err("gen: ref: cannot write %s", path);
+			rc = -EIO;
+		}
+		free(path);
+	}
+
+out_free_json:
+	json_decref(files);
+	json_decref(tensors);
+	json_decref(idx);
+	return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* entry points                                                        */
+/* ------------------------------------------------------------------ */
+
+static const char *const layout_names[] = {
+	[SF_GEN_MIXED] = "mixed",
+	[SF_GEN_LLAMA] = "llama",
+	[SF_GEN_FSDP] = "fsdp",
+	[SF_GEN_REPLICATED] = "replicated",
+};
+
+int sf_gen_layout_parse(const char *s, enum sf_gen_layout *out)
+{
+	for (size_t i = 0; i < sizeof(layout_names) / sizeof(layout_names[0]); i++) {
+		if (strcmp(s, layout_names[i]) == 0) {
+			*out = (enum sf_gen_layout)i;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
+const char *sf_gen_layout_name(enum sf_gen_layout l)
+{
+	return (unsigned)l < sizeof(layout_names) / sizeof(layout_names[0]) ?
+	       layout_names[l] : "?";
+}
+
+/* The checkpoint name: the last component of dir (trailing '/' ignored).
+ * malloc'd. */
+static char *ckpt_name_of(const char *dir)
+{
+	size_t end = strlen(dir), start;
+
+	while (end > 1 && dir[end - 1] == '/')
+		end--;
+	start = end;
+	while (start > 0 && dir[start - 1] != '/')
+		start--;
+	return strndup(dir + start, end - start);
+}
+
+int sf_gen_checkpoint(const char *ckpt_dir, const struct sf_gen_opts *o,
+		      struct sf_gen_stats *st)
+{
+	struct gen_plan plan;
+	char *name, *mpath = NULL;
+	uint8_t *buf;
+	int rc;
+
+	if (o->ranks < 1 || o->ranks > SF_GEN_MAX_RANKS ||
+	    o->size < SF_GEN_MIN_SIZE || o->size > SF_GEN_MAX_SIZE ||
+	    sf_dtype_size(o->dtype) == 0 ||
+	    o->block_size < SF_MIN_BLOCK_SIZE || o->block_size > SF_MAX_BLOCK_SIZE)
+		return -EINVAL;
+	name = ckpt_name_of(ckpt_dir);
+	if (!name)
+		return -ENOMEM;
+	if (!sf_name_valid(name) || strchr(name, '/')) {
+		sf_err("gen: '%s' is not a valid checkpoint name", name);
+		rc = -EINVAL;
+		goto out_free_name;
+	}
+	buf = malloc(GEN_CHUNK);
+	if (!buf) {
+		rc = -ENOMEM;
+		goto out_free_name;
+	}
+	rc = plan_for_size(&plan, o);
+	if (rc < 0)
+		goto out_free_buf;
+	if (o->blobs) {
+		rc = add_blobs(&plan, o);
+		if (rc < 0)
+			goto out_clear_plan;
+	}
+
+	rc = sf_mkdir_p(ckpt_dir);
+	if (rc < 0) {
+		sf_err("gen: mkdir %s: %s", ckpt_dir, sf_strerror(rc));
+		goto out_clear_plan;
+	}
+	if (asprintf(&mpath, "%s/manifest.json", ckpt_dir) < 0) {
+		rc = -ENOMEM;
+		goto out_clear_plan;
+	}
+	if (unlink(mpath) < 0 && errno != ENOENT) {
+		rc = -errno;
+		sf_err("gen: cannot remove old %s: %s", mpath, strerror(errno));
+		goto out_free_mpath;
+	}
+	for (uint32_t r = 0; r < o->ranks; r++) {
+		rc = write_rank(ckpt_dir, o, &plan, r, buf);
+		if (rc < 0)
+			goto out_free_mpath;
+	}
+	rc = publish(ckpt_dir, name, o, &plan);
+	if (rc < 0)
+		goto out_free_mpath;
+	if (o->ref_dir) {
+		rc = write_reference(o->ref_dir, name, &plan, buf);
+		if (rc < 0)
+			goto out_free_mpath;
+	}
+	if (st) {
+		memset(st, 0, sizeof(*st));
+		for (size_t i = 0; i < plan.n; i++) {
+			const struct gen_tensor *t = &plan.t[i];
+
+			if (t->is_file)
+				st->nfiles++;
+			else
+				st->ntensors++;
+			st->nshards += t->nshards;
+			for (size_t k = 0; k < t->nshards; k++)
+				st->payload_bytes += t->shards[k].nbytes;
+		}
+		st->tensor_bytes = plan.tensor_bytes;
+	}
+
+out_free_mpath:
+	free(mpath);
+out_clear_plan:
+	plan_clear(&plan);
+out_free_buf:
+	free(buf);
+out_free_name:
+	free(name);
+	return rc;
+}

@@ -1,2 +1,1110 @@
-/* placeholder until its owner lands it */
-int main(void) { return 1; }
+/*
+ * shardctl.c - the companion command-line tool of shardfs.
+ *
+ *   shardctl gen     write a deterministic test checkpoint (sf_gen.c)
+ *   shardctl info    tabulate a checkpoint's tensors, or a store's checkpoints
+ *   shardctl verify  re-read every payload block and check its XXH3
+ *   shardctl export  write a checkpoint's model.safetensors atomically
+ *   shardctl commit  ask the daemon to commit a checkpoint (xattr)
+ *   shardctl rm      ask the daemon to delete a checkpoint (xattr)
+ *
+ * Exit status: 0 success, 1 failure (the reason is printed), 2 usage error.
+ * Everything read from disk is bounded before use: manifest.json by
+ * SF_MAX_MANIFEST_BYTES, blocks by the manifest's validated block_size.
+ * Only core's public API is used, so what shardctl accepts is exactly what
+ * the daemon accepts.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/xattr.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "sf_checksum.h"
+#include "sf_dtype.h"
+#include "sf_engine.h"
+#include "sf_error.h"
+#include "sf_gen.h"
+#include "sf_log.h"
+#include "sf_manifest.h"
+#include "sf_store.h"
+#include "sf_views.h"
+#include "sf_writer.h"
+
+#define EXIT_USAGE 2
+#define FUSE_SUPER_MAGIC 0x65735546
+#define COPY_CHUNK (8u << 20)        /* export buffer */
+#define STATE_MAX 4096               /* user.shardfs.state we print */
+
+/* ------------------------------------------------------------------ */
+/* usage                                                               */
+/* ------------------------------------------------------------------ */
+
+static const char usage_main[] =
+	"usage: shardctl COMMAND [OPTIONS] ARGS\n"
+	"\n"
+	"commands:\n"
+	"  gen     write a deterministic sharded test checkpoint\n"
+	"  info    show a checkpoint's tensors, or a store's checkpoints\n"
+	"  verify  check every payload block of a checkpoint against its XXH3\n"
+	"  export  write a checkpoint's model.safetensors to a file\n"
+	"  commit  commit a checkpoint being written through a mount\n"
+	"  rm      delete a committed checkpoint through a mount\n"
+	"\n"
+	"shardctl COMMAND --help describes a command.\n";
+
+static const char usage_gen[] =
+	"usage: shardctl gen [--layout mixed|llama|fsdp|replicated] [--ranks N]\n"
+	"                    [--size SIZE] [--dtype DT] [--seed N]\n"
+	"                    [--block-size SIZE] [--ref DIR] [--no-blobs] CKPT_DIR\n"
+	"\n"
+	"Write a committed checkpoint into CKPT_DIR (its basename is the name).\n"
+	"  --layout L      tensor set and sharding (default mixed)\n"
+	"  --ranks N       world size (default 4)\n"
+	"  --size SIZE     approximate total tensor bytes, K/M/G/T suffixes (default 64M)\n"
+	"  --dtype DT      weight dtype, a safetensors name (default BF16)\n"
+	"  --seed N        value seed (default 1)\n"
+	"  --block-size S  checksum block size (default 4M)\n"
+	"  --ref DIR       also write the unsharded reference into DIR\n"
+	"  --no-blobs      no config.json / tokenizer_config.json\n";
+
+static const char usage_info[] =
+	"usage: shardctl info PATH\n"
+	"\n"
+	"PATH is a checkpoint directory (on disk or in a mount) or a store.\n";
+
+static const char usage_verify[] =
+	"usage: shardctl verify CKPT_DIR\n"
+	"\n"
+	"Read every block of every shard's payload and check its XXH3.\n";
+
+static const char usage_export[] =
+	"usage: shardctl export --safetensors OUT CKPT_DIR\n"
+	"\n"
+	"Write the checkpoint's model.safetensors to OUT (atomically), reading\n"
+	"a committed checkpoint directory on disk or in a shardfs mount.\n";
+
+static const char usage_commit[] =
+	"usage: shardctl commit MOUNT/CKPT\n"
+	"\n"
+	"Commit a checkpoint written through a shardfs mount.\n";
+
+static const char usage_rm[] =
+	"usage: shardctl rm MOUNT/CKPT\n"
+	"\n"
+	"Delete a committed checkpoint through a shardfs mount.\n";
+
+/* Print "shardctl: " fmt(arg) and the usage to stderr; returns 2. */
+__attribute__((format(printf, 2, 0)))
+static int usage_error(const char *usage, const char *fmt, const char *arg)
+{
+	fputs("shardctl: ", stderr);
+	fprintf(stderr, fmt, arg);
+	fputs("\n", stderr);
+	fputs(usage, stderr);
+	return EXIT_USAGE;
+}
+
+static bool is_help(const char *s)
+{
+	return strcmp(s, "--help") == 0 || strcmp(s, "-h") == 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* small helpers                                                       */
+/* ------------------------------------------------------------------ */
+
+/* "64M", "4096", "2G": binary suffixes K M G T, optional "B"/"iB". */
+static int parse_size(const char *s, uint64_t *out)
+{
+	unsigned long long v;
+	unsigned shift = 0;
+	char *end;
+
+	if (*s < '0' || *s > '9')
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno)
+		return -EINVAL;
+	switch (*end) {
+	case 'k': case 'K': shift = 10; end++; break;
+	case 'm': case 'M': shift = 20; end++; break;
+	case 'g': case 'G': shift = 30; end++; break;
+	case 't': case 'T': shift = 40; end++; break;
+	default: break;
+	}
+	if (shift && *end == 'i')
+		end++;
+	if (*end == 'B')
+		end++;
+	if (*end || (shift && v > (UINT64_MAX >> shift)))
+		return -EINVAL;
+	*out = (uint64_t)v << shift;
+	return 0;
+}
+
+static int parse_u64(const char *s, uint64_t *out)
+{
+	unsigned long long v;
+	char *end;
+
+	if (*s < '0' || *s > '9')
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || *end)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+/* "1.2 GiB" into buf. */
+static const char *fmt_bytes(uint64_t n, char buf[32])
+{
+	static const char *const unit[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB" };
+	double v = (double)n;
+	unsigned u = 0;
+
+	while (v >= 1024 && u < 5) {
+		v /= 1024;
+		u++;
+	}
+	if (u == 0)
+		snprintf(buf, 32, "%llu B", (unsigned long long)n);
+	else
+		snprintf(buf, 32, "%.1f %s", v, unit[u]);
+	return buf;
+}
+
+/* "[4096,4096]" into buf (always terminated; "[...]" when it is cut). */
+static const char *fmt_shape(const struct sf_tensor *t, char *buf, size_t size)
+{
+	size_t n = 0;
+
+	n += (size_t)snprintf(buf + n, size - n, "[");
+	for (unsigned d = 0; d < t->ndim && n < size; d++)
+		n += (size_t)snprintf(buf + n, size - n, "%s%llu", d ? "," : "",
+				      (unsigned long long)t->shape[d]);
+	if (n < size)
+		n += (size_t)snprintf(buf + n, size - n, "]");
+	if (n >= size)
+		snprintf(buf, size, "[...]");
+	return buf;
+}
+
+/*
+ * Read dir/manifest.json, at most SF_MAX_MANIFEST_BYTES (the size is not
+ * trusted: a file in a mount or one being replaced may differ from stat).
+ * *out is malloc'd and NUL-terminated; caller frees.
+ */
+static int read_manifest(const char *dir, char **out, size_t *len)
+{
+	size_t cap = 1 << 16, n = 0;
+	char *path, *buf;
+	int fd, rc = 0;
+
+	if (asprintf(&path, "%s/manifest.json", dir) < 0)
+		return -ENOMEM;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	free(path);
+	if (fd < 0)
+		return -errno;
+	buf = malloc(cap + 1);
+	if (!buf) {
+		rc = -ENOMEM;
+		goto out_close_fd;
+	}
+	for (;;) {
+		ssize_t r;
+
+		if (n == cap) {
+			char *nb;
+
+			if (cap > SF_MAX_MANIFEST_BYTES) {
+				rc = -SF_ETOOBIG;
+				goto out_free_buf;
+			}
+			cap *= 2;
+			nb = realloc(buf, cap + 1);
+			if (!nb) {
+				rc = -ENOMEM;
+				goto out_free_buf;
+			}
+			buf = nb;
+		}
+		r = read(fd, buf + n, cap - n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			rc = -errno;
+			goto out_free_buf;
+		}
+		if (r == 0)
+			break;
+		n += (size_t)r;
+	}
+	if (n > SF_MAX_MANIFEST_BYTES) {
+		rc = -SF_ETOOBIG;
+		goto out_free_buf;
+	}
+	buf[n] = '\0';
+	*out = buf;
+	*len = n;
+	close(fd);
+	return 0;
+
+out_free_buf:
+	free(buf);
+out_close_fd:
+	close(fd);
+	return rc;
+}
+
+/* Read and validate dir/manifest.json; prints the reason on failure. */
+static int load_manifest(const char *cmd, const char *dir,
+			 struct sf_manifest **m)
+{
+	char err[512] = "";
+	size_t len;
+	char *json;
+	int rc;
+
+	rc = read_manifest(dir, &json, &len);
+	if (rc < 0) {
+		fprintf(stderr, "shardctl %s: %s/manifest.json: %s\n", cmd, dir,
+			sf_strerror(rc));
+		return rc;
+	}
+	rc = sf_manifest_parse(json, len, m, err, sizeof(err));
+	free(json);
+	if (rc < 0)
+		fprintf(stderr, "shardctl %s: %s/manifest.json: invalid manifest: %s\n",
+			cmd, dir, err[0] ? err : sf_strerror(rc));
+	return rc;
+}
+
+static bool has_manifest(const char *dir)
+{
+	char *path;
+	bool yes;
+
+	if (asprintf(&path, "%s/manifest.json", dir) < 0)
+		return false;
+	yes = access(path, F_OK) == 0;
+	free(path);
+	return yes;
+}
+
+/* ------------------------------------------------------------------ */
+/* gen                                                                 */
+/* ------------------------------------------------------------------ */
+
+static int cmd_gen(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "layout", required_argument, NULL, 'l' },
+		{ "ranks", required_argument, NULL, 'r' },
+		{ "size", required_argument, NULL, 's' },
+		{ "dtype", required_argument, NULL, 'd' },
+		{ "seed", required_argument, NULL, 'S' },
+		{ "block-size", required_argument, NULL, 'b' },
+		{ "ref", required_argument, NULL, 'R' },
+		{ "no-blobs", no_argument, NULL, 'n' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	struct sf_gen_opts o = {
+		.layout = SF_GEN_MIXED, .ranks = 4, .size = 64u << 20,
+		.dtype = SF_DT_BF16, .seed = 1,
+		.block_size = SF_DEFAULT_BLOCK_SIZE, .blobs = true,
+	};
+	struct sf_gen_stats st;
+	uint64_t v;
+	int c, rc;
+
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'l':
+			if (sf_gen_layout_parse(optarg, &o.layout) < 0)
+				return usage_error(usage_gen, "unknown layout '%s'", optarg);
+			break;
+		case 'r':
+			if (parse_u64(optarg, &v) < 0 || v < 1 || v > SF_GEN_MAX_RANKS)
+				return usage_error(usage_gen,
+					"--ranks '%s': want 1..4096", optarg);
+			o.ranks = (uint32_t)v;
+			break;
+		case 's':
+			if (parse_size(optarg, &o.size) < 0 ||
+			    o.size < SF_GEN_MIN_SIZE || o.size > SF_GEN_MAX_SIZE)
+				return usage_error(usage_gen,
+					"--size '%s': want 64K..4T", optarg);
+			break;
+		case 'd':
+			o.dtype = sf_dtype_from_name(optarg, strlen(optarg));
+			if (o.dtype == SF_DT_INVALID)
+				return usage_error(usage_gen,
+					"unknown dtype '%s' (safetensors names: F64 F32 F16 BF16 "
+					"F8_E4M3 F8_E5M2 I64 I32 I16 I8 U64 U32 U16 U8 BOOL)",
+					optarg);
+			break;
+		case 'S':
+			if (parse_u64(optarg, &o.seed) < 0)
+				return usage_error(usage_gen, "--seed '%s': want an integer",
+						   optarg);
+			break;
+		case 'b':
+			if (parse_size(optarg, &o.block_size) < 0 ||
+			    o.block_size < SF_MIN_BLOCK_SIZE ||
+			    o.block_size > SF_MAX_BLOCK_SIZE)
+				return usage_error(usage_gen,
+					"--block-size '%s': want 4K..64M", optarg);
+			break;
+		case 'R':
+			o.ref_dir = optarg;
+			break;
+		case 'n':
+			o.blobs = false;
+			break;
+		case 'h':
+			fputs(usage_gen, stdout);
+			return 0;
+		default:
+			fputs(usage_gen, stderr);
+			return EXIT_USAGE;
+		}
+	}
+	if (optind != argc - 1)
+		return usage_error(usage_gen, "%s", "want exactly one CKPT_DIR");
+
+	rc = sf_gen_checkpoint(argv[optind], &o, &st);
+	if (rc < 0) {
+		fprintf(stderr, "shardctl gen: %s: %s\n", argv[optind], sf_strerror(rc));
+		return 1;
+	}
+	printf("gen: wrote %s: %zu tensors, %zu shards, %llu bytes, %u ranks, layout %s\n",
+	       argv[optind], st.ntensors, st.nshards,
+	       (unsigned long long)st.payload_bytes, o.ranks,
+	       sf_gen_layout_name(o.layout));
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* info                                                                */
+/* ------------------------------------------------------------------ */
+
+static void print_tensor_table(const struct sf_manifest *m)
+{
+	int wn = 4, wd = 5, ws = 5, wk = 6;
+	uint64_t tbytes = 0, fbytes = 0;
+	size_t nshards = 0;
+	char shape[256], num[32], hb[32];
+
+	for (size_t i = 0; i < m->ntensors; i++) {
+		const struct sf_tensor *t = &m->tensors[i];
+		int l;
+
+		l = (int)strlen(t->name);
+		wn = l > wn ? l : wn;
+		l = (int)strlen(sf_dtype_name(t->dtype));
+		wd = l > wd ? l : wd;
+		l = (int)strlen(fmt_shape(t, shape, sizeof(shape)));
+		ws = l > ws ? l : ws;
+		l = snprintf(num, sizeof(num), "%zu", t->nshards);
+		wk = l > wk ? l : wk;
+	}
+	printf("%-*s  %-*s  %-*s  %*s  %s\n", wn, "NAME", wd, "DTYPE", ws, "SHAPE",
+	       wk, "SHARDS", "BYTES");
+	for (size_t i = 0; i < m->ntensors; i++) {
+		const struct sf_tensor *t = &m->tensors[i];
+
+		printf("%-*s  %-*s  %-*s  %*zu  %llu\n", wn, t->name, wd,
+		       sf_dtype_name(t->dtype), ws, fmt_shape(t, shape, sizeof(shape)),
+		       wk, t->nshards, (unsigned long long)t->nbytes);
+		tbytes += t->nbytes;
+		nshards += t->nshards;
+	}
+	if (m->nfiles) {
+		int wf = 4;
+
+		for (size_t i = 0; i < m->nfiles; i++) {
+			int l = (int)strlen(m->files[i].name);
+
+			wf = l > wf ? l : wf;
+		}
+		printf("\n%-*s  %6s  %s\n", wf, "FILE", "SHARDS", "BYTES");
+		for (size_t i = 0; i < m->nfiles; i++) {
+			const struct sf_tensor *f = &m->files[i];
+
+			printf("%-*s  %6zu  %llu\n", wf, f->name, f->nshards,
+			       (unsigned long long)f->nbytes);
+			fbytes += f->nbytes;
+			nshards += f->nshards;
+		}
+	}
+	printf("\ntotal: %zu tensors, %zu files, %zu shards, %llu tensor bytes (%s), "
+	       "%llu file bytes; world_size %u, block_size %llu\n",
+	       m->ntensors, m->nfiles, nshards, (unsigned long long)tbytes,
+	       fmt_bytes(tbytes, hb), (unsigned long long)fbytes, m->world_size,
+	       (unsigned long long)m->block_size);
+}
+
+/* One line per checkpoint of a store, collected then printed aligned. */
+struct store_row {
+	char *name;        /* owned */
+	char *state;       /* owned: "committed", "uncommitted", "invalid: ..." */
+	size_t ntensors, nfiles;
+	uint64_t bytes;
+	uint32_t world;
+	bool committed;
+};
+
+struct store_list {
+	struct store_row *rows;  /* owned */
+	size_t n, cap;
+	bool oom;
+	int invalid;             /* checkpoints that failed to open */
+};
+
+static void store_cb(void *arg, const char *name, const char *dir,
+		     struct sf_ckpt *ck, int err, const char *why)
+{
+	struct store_list *l = arg;
+	struct store_row *r;
+
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? 2 * l->cap : 16;
+		struct store_row *nr = realloc(l->rows, cap * sizeof(*nr));
+
+		if (!nr) {
+			l->oom = true;
+			sf_ckpt_close(ck);
+			return;
+		}
+		l->rows = nr;
+		l->cap = cap;
+	}
+	r = &l->rows[l->n];
+	memset(r, 0, sizeof(*r));
+	r->name = strdup(name);
+	if (ck) {
+		r->state = strdup("committed");
+		r->committed = true;
+		r->ntensors = ck->m->ntensors;
+		r->nfiles = ck->m->nfiles;
+		r->world = ck->m->world_size;
+		for (size_t i = 0; i < ck->m->ntensors; i++)
+			r->bytes += ck->m->tensors[i].nbytes;
+		sf_ckpt_close(ck);
+	} else if (err) {
+		if (asprintf(&r->state, "invalid: %s", why && *why ? why :
+			     sf_strerror(err)) < 0)
+			r->state = NULL;
+		l->invalid++;
+	} else {
+		r->state = strdup("uncommitted");
+	}
+	if (!r->name || !r->state) {
+		free(r->name);
+		free(r->state);
+		l->oom = true;
+		return;
+	}
+	l->n++;
+}
+
+static int info_store(const char *path)
+{
+	struct store_list l = { 0 };
+	int single = 0, wn = 10, rc;
+	char hb[32];
+
+	rc = sf_store_scan(path, store_cb, &l, &single);
+	if (rc < 0) {
+		fprintf(stderr, "shardctl info: %s: %s\n", path, sf_strerror(rc));
+		goto out_free_rows;
+	}
+	if (l.oom) {
+		fprintf(stderr, "shardctl info: %s: out of memory\n", path);
+		rc = -ENOMEM;
+		goto out_free_rows;
+	}
+	for (size_t i = 0; i < l.n; i++) {
+		int n = (int)strlen(l.rows[i].name);
+
+		wn = n > wn ? n : wn;
+	}
+	printf("%-*s  %7s  %5s  %5s  %12s  %s\n", wn, "CHECKPOINT", "TENSORS",
+	       "FILES", "RANKS", "BYTES", "STATE");
+	for (size_t i = 0; i < l.n; i++) {
+		const struct store_row *r = &l.rows[i];
+
+		if (r->committed)
+			printf("%-*s  %7zu  %5zu  %5u  %12s  %s\n", wn, r->name,
+			       r->ntensors, r->nfiles, r->world,
+			       fmt_bytes(r->bytes, hb), r->state);
+		else
+			printf("%-*s  %7s  %5s  %5s  %12s  %s\n", wn, r->name, "-",
+			       "-", "-", "-", r->state);
+	}
+	printf("\ntotal: %zu checkpoints (%d invalid)\n", l.n, l.invalid);
+	rc = l.invalid ? -SF_EMANIFEST : 0;
+
+out_free_rows:
+	for (size_t i = 0; i < l.n; i++) {
+		free(l.rows[i].name);
+		free(l.rows[i].state);
+	}
+	free(l.rows);
+	return rc;
+}
+
+static int cmd_info(int argc, char **argv)
+{
+	struct sf_manifest *m;
+	struct stat sb;
+	const char *path;
+
+	if (argc == 2 && is_help(argv[1])) {
+		fputs(usage_info, stdout);
+		return 0;
+	}
+	if (argc != 2 || argv[1][0] == '-')
+		return usage_error(usage_info, "%s", "want exactly one PATH");
+	path = argv[1];
+	if (stat(path, &sb) < 0) {
+		fprintf(stderr, "shardctl info: %s: %s\n", path, strerror(errno));
+		return 1;
+	}
+	if (!S_ISDIR(sb.st_mode)) {
+		fprintf(stderr, "shardctl info: %s: not a directory\n", path);
+		return 1;
+	}
+	if (!has_manifest(path))
+		return info_store(path) < 0 ? 1 : 0;
+	if (load_manifest("info", path, &m) < 0)
+		return 1;
+	printf("checkpoint %s (%s)\n\n", m->name, path);
+	print_tensor_table(m);
+	sf_manifest_destroy(m);
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* verify                                                              */
+/* ------------------------------------------------------------------ */
+
+struct verify {
+	const struct sf_ckpt_ref *ref;
+	struct sf_source *src;
+	const char *dir;       /* absolute checkpoint directory */
+	uint8_t *buf;          /* block_size bytes */
+	uint64_t block_size;
+	uint64_t total, done;  /* payload bytes */
+	uint64_t blocks, bad;
+	bool tty;              /* progress on stderr */
+	int last_pct;
+	struct timespec last;  /* last progress update */
+};
+
+static void verify_progress(struct verify *v, bool force)
+{
+	struct timespec now;
+	char a[32], b[32];
+	int pct;
+
+	if (!v->tty)
+		return;
+	pct = v->total ? (int)(v->done * 100 / v->total) : 100;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	if (!force && pct == v->last_pct &&
+	    (now.tv_sec - v->last.tv_sec) * 1000000000L +
+	    (now.tv_nsec - v->last.tv_nsec) < 250000000L)
+		return;
+	v->last_pct = pct;
+	v->last = now;
+	fprintf(stderr, "\rverify: %d%% %s/%s\033[K", pct, fmt_bytes(v->done, a),
+		fmt_bytes(v->total, b));
+}
+
+static void verify_clear_progress(const struct verify *v)
+{
+	if (v->tty)
+		fputs("\r\033[K", stderr);
+}
+
+/* Why reading a block failed: "missing file", "short file" or the error. */
+static const char *why_unreadable(const struct verify *v, const char *file,
+				  int rc)
+{
+	struct stat sb;
+	char *path;
+	int serr = 0;
+
+	if (rc != -SF_ESHORT)
+		return sf_strerror(rc);
+	if (asprintf(&path, "%s/%s", v->dir, file) < 0)
+		return sf_strerror(rc);
+	if (stat(path, &sb) < 0)
+		serr = errno;
+	free(path);
+	return serr == ENOENT ? "missing file" : "short file";
+}
+
+static void verify_shard(struct verify *v, const struct sf_tensor *t,
+			 size_t k)
+{
+	const struct sf_shard *s = &t->shards[k];
+
+	for (uint64_t b = 0; b < s->nblocks; b++) {
+		uint64_t off = b * v->block_size;
+		size_t len = (size_t)(s->nbytes - off < v->block_size ?
+				      s->nbytes - off : v->block_size);
+		const char *why = NULL;
+		int rc;
+
+		rc = v->src->ops->read(v->src->ctx, v->ref, s->rank, s->file,
+				       s->file_offset + off, v->buf, len);
+		if (rc < 0)
+			why = why_unreadable(v, s->file, rc);
+		else if (sf_xxh3(v->buf, len) != s->xxh3[b])
+			why = "checksum mismatch";
+		v->blocks++;
+		v->done += len;
+		if (why) {
+			v->bad++;
+			verify_clear_progress(v);
+			printf("verify: BAD tensor %s shard %zu rank %u file %s block %llu: %s\n",
+			       t->name, k, s->rank, s->file, (unsigned long long)b, why);
+			fflush(stdout);
+			verify_progress(v, true);
+		} else {
+			verify_progress(v, false);
+		}
+	}
+}
+
+static int cmd_verify(int argc, char **argv)
+{
+	struct verify v = { .last_pct = -1 };
+	struct sf_ckpt_ref ref;
+	struct sf_manifest *m;
+	char *dir;
+	char hb[32];
+	int rc, status = 1;
+
+	if (argc == 2 && is_help(argv[1])) {
+		fputs(usage_verify, stdout);
+		return 0;
+	}
+	if (argc != 2 || argv[1][0] == '-')
+		return usage_error(usage_verify, "%s", "want exactly one CKPT_DIR");
+	dir = realpath(argv[1], NULL);
+	if (!dir) {
+		fprintf(stderr, "shardctl verify: %s: %s\n", argv[1], strerror(errno));
+		return 1;
+	}
+	if (load_manifest("verify", dir, &m) < 0)
+		goto out_free_dir;
+	rc = sf_local_source_create(&v.src);
+	if (rc < 0) {
+		fprintf(stderr, "shardctl verify: %s\n", sf_strerror(rc));
+		goto out_destroy_manifest;
+	}
+	v.buf = malloc(m->block_size); /* bounded by the parser */
+	if (!v.buf) {
+		fprintf(stderr, "shardctl verify: out of memory\n");
+		goto out_destroy_source;
+	}
+	ref.dir = dir;
+	ref.name = m->name;
+	v.ref = &ref;
+	v.dir = dir;
+	v.block_size = m->block_size;
+	v.tty = isatty(STDERR_FILENO);
+	for (size_t i = 0; i < m->ntensors; i++)
+		for (size_t k = 0; k < m->tensors[i].nshards; k++)
+			v.total += m->tensors[i].shards[k].nbytes;
+	for (size_t i = 0; i < m->nfiles; i++)
+		for (size_t k = 0; k < m->files[i].nshards; k++)
+			v.total += m->files[i].shards[k].nbytes;
+
+	for (size_t i = 0; i < m->ntensors; i++)
+		for (size_t k = 0; k < m->tensors[i].nshards; k++)
+			verify_shard(&v, &m->tensors[i], k);
+	for (size_t i = 0; i < m->nfiles; i++)
+		for (size_t k = 0; k < m->files[i].nshards; k++)
+			verify_shard(&v, &m->files[i], k);
+	verify_clear_progress(&v);
+	if (v.bad) {
+		printf("verify: FAILED: %llu of %llu blocks bad\n",
+		       (unsigned long long)v.bad, (unsigned long long)v.blocks);
+	} else {
+		printf("verify: OK: %llu blocks, %llu bytes (%s)\n",
+		       (unsigned long long)v.blocks, (unsigned long long)v.done,
+		       fmt_bytes(v.done, hb));
+		status = 0;
+	}
+
+	free(v.buf);
+out_destroy_source:
+	sf_source_destroy(v.src);
+out_destroy_manifest:
+	sf_manifest_destroy(m);
+out_free_dir:
+	free(dir);
+	return status;
+}
+
+/* ------------------------------------------------------------------ */
+/* export                                                              */
+/* ------------------------------------------------------------------ */
+
+/* Write all of buf to fd. */
+static int write_full(int fd, const void *buf, size_t len)
+{
+	const char *p = buf;
+
+	while (len) {
+		ssize_t w = write(fd, p, len);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0)
+			return -errno;
+		p += w;
+		len -= (size_t)w;
+	}
+	return 0;
+}
+
+/* Read up to len bytes; fewer only at end of file. Returns the count. */
+static ssize_t read_full(int fd, void *buf, size_t len)
+{
+	char *p = buf;
+	size_t n = 0;
+
+	while (n < len) {
+		ssize_t r = read(fd, p + n, len - n);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -errno;
+		if (r == 0)
+			break;
+		n += (size_t)r;
+	}
+	return (ssize_t)n;
+}
+
+/* Stream model.safetensors assembled by the engine from local payloads. */
+static int export_from_disk(const char *dir, int out_fd, uint8_t *buf,
+			    uint64_t *written)
+{
+	struct sf_engine_opts eo = { .cache_bytes = 64u << 20, .verify = true };
+	struct sf_engine *e;
+	struct sf_source *src;
+	struct sf_ckpt *ck;
+	char err[512] = "";
+	int rc;
+
+	rc = sf_ckpt_open(dir, NULL, &ck, err, sizeof(err));
+	if (rc < 0) {
+		fprintf(stderr, "shardctl export: %s: %s\n", dir,
+			err[0] ? err : sf_strerror(rc));
+		return rc;
+	}
+	rc = sf_local_source_create(&src);
+	if (rc < 0)
+		goto out_close_ckpt;
+	rc = sf_engine_create(&eo, src, &e);
+	if (rc < 0)
+		goto out_destroy_source;
+	for (uint64_t off = 0; off < ck->st->total; ) {
+		size_t n = ck->st->total - off < COPY_CHUNK ?
+			   (size_t)(ck->st->total - off) : COPY_CHUNK;
+
+		rc = sf_st_read(e, &ck->ref, ck->m, ck->st, off, buf, n);
+		if (rc < 0) {
+			fprintf(stderr, "shardctl export: %s: reading model.safetensors "
+				"at byte %llu: %s\n", dir, (unsigned long long)off,
+				sf_strerror(rc));
+			break;
+		}
+		rc = write_full(out_fd, buf, n);
+		if (rc < 0) {
+			fprintf(stderr, "shardctl export: write: %s\n", sf_strerror(rc));
+			break;
+		}
+		off += n;
+		*written = off;
+	}
+	sf_engine_forget(e, &ck->ref);
+	sf_engine_destroy(e);
+out_destroy_source:
+	sf_source_destroy(src);
+out_close_ckpt:
+	sf_ckpt_close(ck);
+	return rc;
+}
+
+/*
+ * In a mount the daemon assembles and verifies model.safetensors itself:
+ * copy it, and check its size against the layout of the mount's manifest.
+ */
+static int export_from_mount(const char *dir, int out_fd, uint8_t *buf,
+			     uint64_t *written)
+{
+	struct sf_st_layout *st;
+	struct sf_manifest *m;
+	char *path;
+	int fd, rc;
+
+	rc = load_manifest("export", dir, &m);
+	if (rc < 0)
+		return rc;
+	rc = sf_st_layout_build(m, &st);
+	if (rc < 0) {
+		fprintf(stderr, "shardctl export: %s: %s\n", dir, sf_strerror(rc));
+		goto out_destroy_manifest;
+	}
+	if (asprintf(&path, "%s/model.safetensors", dir) < 0) {
+		rc = -ENOMEM;
+		goto out_destroy_layout;
+	}
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		rc = -errno;
+		fprintf(stderr, "shardctl export: %s: %s\n", path, strerror(errno));
+		goto out_free_path;
+	}
+	for (;;) {
+		ssize_t n = read_full(fd, buf, COPY_CHUNK);
+
+		if (n < 0) {
+			rc = (int)n;
+			fprintf(stderr, "shardctl export: %s at byte %llu: %s\n", path,
+				(unsigned long long)*written, sf_strerror(rc));
+			break;
+		}
+		if (n == 0)
+			break;
+		rc = write_full(out_fd, buf, (size_t)n);
+		if (rc < 0) {
+			fprintf(stderr, "shardctl export: write: %s\n", sf_strerror(rc));
+			break;
+		}
+		*written += (uint64_t)n;
+	}
+	if (rc == 0 && *written != st->total) {
+		fprintf(stderr, "shardctl export: %s: got %llu bytes, the manifest "
+			"says %llu\n", path, (unsigned long long)*written,
+			(unsigned long long)st->total);
+		rc = -EIO;
+	}
+	close(fd);
+out_free_path:
+	free(path);
+out_destroy_layout:
+	sf_st_layout_destroy(st);
+out_destroy_manifest:
+	sf_manifest_destroy(m);
+	return rc;
+}
+
+/* fsync the directory holding path. */
+static int fsync_parent(const char *path)
+{
+	char *copy = strdup(path), *slash;
+	int fd, rc = 0;
+
+	if (!copy)
+		return -ENOMEM;
+	slash = strrchr(copy, '/');
+	if (!slash)
+		strcpy(copy, ".");
+	else if (slash == copy)
+		slash[1] = '\0';
+	else
+		*slash = '\0';
+	fd = open(copy, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0 || fsync(fd) < 0)
+		rc = -errno;
+	if (fd >= 0)
+		close(fd);
+	free(copy);
+	return rc;
+}
+
+static int cmd_export(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "safetensors", required_argument, NULL, 's' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	const char *out = NULL, *dir;
+	struct statfs fs;
+	uint64_t written = 0;
+	char *tmp;
+	uint8_t *buf;
+	char hb[32];
+	int c, fd, rc, status = 1;
+
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (c) {
+		case 's':
+			out = optarg;
+			break;
+		case 'h':
+			fputs(usage_export, stdout);
+			return 0;
+		default:
+			fputs(usage_export, stderr);
+			return EXIT_USAGE;
+		}
+	}
+	if (!out)
+		return usage_error(usage_export, "%s", "--safetensors OUT is required");
+	if (optind != argc - 1)
+		return usage_error(usage_export, "%s", "want exactly one CKPT_DIR");
+	dir = argv[optind];
+	if (statfs(dir, &fs) < 0) {
+		fprintf(stderr, "shardctl export: %s: %s\n", dir, strerror(errno));
+		return 1;
+	}
+	buf = malloc(COPY_CHUNK);
+	if (!buf || asprintf(&tmp, "%s.tmp.XXXXXX", out) < 0) {
+		fprintf(stderr, "shardctl export: out of memory\n");
+		free(buf);
+		return 1;
+	}
+	fd = mkstemp(tmp);
+	if (fd < 0) {
+		fprintf(stderr, "shardctl export: %s: %s\n", tmp, strerror(errno));
+		goto out_free_tmp;
+	}
+	if (fs.f_type == FUSE_SUPER_MAGIC)
+		rc = export_from_mount(dir, fd, buf, &written);
+	else
+		rc = export_from_disk(dir, fd, buf, &written);
+	if (rc < 0)
+		goto out_unlink_tmp;
+	if (fchmod(fd, 0644) < 0 || fsync(fd) < 0) {
+		fprintf(stderr, "shardctl export: %s: %s\n", tmp, strerror(errno));
+		goto out_unlink_tmp;
+	}
+	if (close(fd) < 0) {
+		fd = -1;
+		fprintf(stderr, "shardctl export: %s: %s\n", tmp, strerror(errno));
+		goto out_unlink_tmp;
+	}
+	fd = -1;
+	if (rename(tmp, out) < 0) {
+		fprintf(stderr, "shardctl export: rename to %s: %s\n", out,
+			strerror(errno));
+		goto out_unlink_tmp;
+	}
+	rc = fsync_parent(out);
+	if (rc < 0) {
+		fprintf(stderr, "shardctl export: fsync of %s's directory: %s\n",
+			out, sf_strerror(rc));
+		goto out_free_tmp;
+	}
+	printf("export: wrote %s: %llu bytes (%s)\n", out,
+	       (unsigned long long)written, fmt_bytes(written, hb));
+	status = 0;
+	goto out_free_tmp;
+
+out_unlink_tmp:
+	if (fd >= 0)
+		close(fd);
+	unlink(tmp);
+out_free_tmp:
+	free(tmp);
+	free(buf);
+	return status;
+}
+
+/* ------------------------------------------------------------------ */
+/* commit, rm                                                          */
+/* ------------------------------------------------------------------ */
+
+/* Set attr to "1" on a checkpoint of a mount; on failure print the errno
+ * and the daemon's user.shardfs.state. */
+static int xattr_cmd(const char *cmd, const char *usage, const char *attr,
+		     int argc, char **argv)
+{
+	char state[STATE_MAX];
+	const char *path;
+	ssize_t n;
+	int err;
+
+	if (argc == 2 && is_help(argv[1])) {
+		fputs(usage, stdout);
+		return 0;
+	}
+	if (argc != 2 || argv[1][0] == '-')
+		return usage_error(usage, "%s", "want exactly one MOUNT/CKPT");
+	path = argv[1];
+	if (setxattr(path, attr, "1", 1, 0) == 0) {
+		printf("%s: %s: done\n", cmd, path);
+		return 0;
+	}
+	err = errno;
+	n = getxattr(path, "user.shardfs.state", state, sizeof(state) - 1);
+	if (n > 0) {
+		state[n] = '\0';
+		/* one line: the daemon's text is not ours to trust */
+		for (ssize_t i = 0; i < n; i++)
+			if ((unsigned char)state[i] < 0x20)
+				state[i] = ' ';
+		fprintf(stderr, "shardctl %s: %s: %s: %s\n", cmd, path,
+			strerror(err), state);
+	} else {
+		fprintf(stderr, "shardctl %s: %s: %s\n", cmd, path, strerror(err));
+	}
+	return 1;
+}
+
+/* ------------------------------------------------------------------ */
+
+int main(int argc, char **argv)
+{
+	const char *cmd;
+
+	sf_log_setup("shardctl: ", SF_LOG_WARN);
+	if (argc < 2)
+		return usage_error(usage_main, "%s", "missing COMMAND");
+	cmd = argv[1];
+	if (is_help(cmd) || strcmp(cmd, "help") == 0) {
+		fputs(usage_main, stdout);
+		return 0;
+	}
+	argc--;
+	argv++;
+	if (strcmp(cmd, "gen") == 0)
+		return cmd_gen(argc, argv);
+	if (strcmp(cmd, "info") == 0)
+		return cmd_info(argc, argv);
+	if (strcmp(cmd, "verify") == 0)
+		return cmd_verify(argc, argv);
+	if (strcmp(cmd, "export") == 0)
+		return cmd_export(argc, argv);
+	if (strcmp(cmd, "commit") == 0)
+		return xattr_cmd("commit", usage_commit, "user.shardfs.commit",
+				 argc, argv);
+	if (strcmp(cmd, "rm") == 0)
+		return xattr_cmd("rm", usage_rm, "user.shardfs.delete", argc, argv);
+	return usage_error(usage_main, "unknown command '%s'", cmd);
+}
