@@ -1,0 +1,179 @@
+#!/bin/bash
+# bench.sh - read throughput of shardfs against raw reads of the payloads.
+#
+# Usage: test/bench/bench.sh [--bin DIR] [--keep] [SIZE]
+#   SIZE      checkpoint size for `shardctl gen --layout llama` (default 2G)
+#   --bin DIR directory with the shardfs and shardctl binaries
+#             (default: $SHARDFS_BIN, else build/tools next to this tree)
+#   --keep    keep the temporary checkpoint and logs (printed at the end)
+#   BENCH_QUICK=1 in the environment: a 256M smoke run
+#
+# Generates one checkpoint, reads every payload file once so the page cache
+# is warm for both sides, then times (one run each, on this machine):
+#   raw      the payload files with dd bs=1M, summed across files
+#   tensors/ every tensor file, model.safetensors, and one slice path per
+#            shard box of each dim-1-sharded weight, each first through a
+#            fresh mount (the daemon assembles) and then again (kernel page
+#            cache, keep_cache); and tensors/ again on a --no-verify mount
+# and prints a markdown table (what, bytes, seconds, GB/s, ratio vs raw),
+# then each mount's start-up time (start to mountpoint ready) and the
+# daemon's peak RSS (VmHWM). Not a ctest test. Always unmounts, stops the
+# daemon and (unless --keep) removes its temporary data, also on ^C.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "$0")" && pwd)
+BIN=${SHARDFS_BIN:-$HERE/../../build/tools}
+KEEP=0
+SIZE=2G
+[[ ${BENCH_QUICK:-0} == 1 ]] && SIZE=256M
+while [[ $# -gt 0 ]]; do
+	case $1 in
+	--bin) BIN=$2; shift 2 ;;
+	--keep) KEEP=1; shift ;;
+	-h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+	-*) echo "bench.sh: unknown option $1" >&2; exit 2 ;;
+	*) SIZE=$1; shift ;;
+	esac
+done
+PY=/usr/bin/python3
+SHARDFS=$BIN/shardfs
+SHARDCTL=$BIN/shardctl
+for t in "$SHARDFS" "$SHARDCTL"; do
+	[[ -x $t ]] || { echo "bench.sh: $t not built (use --bin)" >&2; exit 1; }
+done
+[[ -e /dev/fuse ]] && command -v fusermount3 >/dev/null ||
+	{ echo "bench.sh: needs /dev/fuse and fusermount3" >&2; exit 1; }
+
+WORK=$(mktemp -d /tmp/sfbench-XXXXXX)
+CKPT=$WORK/ckpt
+MNT=$WORK/mnt
+DPID=""          # the running daemon, if any
+ROWS=()          # "what|bytes|seconds" table rows
+MOUNTS=()        # "what|ms|rss_kb" rows
+
+mounted() { grep -q " $MNT fuse" /proc/mounts; }
+
+stop_daemon() {
+	if mounted; then
+		fusermount3 -u "$MNT" 2>/dev/null || true
+	fi
+	if [[ -n $DPID ]]; then
+		for _ in $(seq 100); do kill -0 "$DPID" 2>/dev/null || break; sleep 0.1; done
+		if kill -0 "$DPID" 2>/dev/null; then
+			echo "bench.sh: daemon $DPID did not exit after unmount; killing" >&2
+			kill -TERM "$DPID" 2>/dev/null || true; sleep 1
+			kill -KILL "$DPID" 2>/dev/null || true
+		fi
+		wait "$DPID" 2>/dev/null || true
+		DPID=""
+	fi
+	if mounted; then umount -l "$MNT" || true; fi
+}
+
+cleanup() {
+	stop_daemon
+	if [[ $KEEP == 1 ]]; then
+		echo "kept: $WORK"
+	else
+		rm -rf "$WORK"
+	fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+now() { date +%s.%N; }
+
+# start_daemon LABEL [OPTS...]: fresh mount of $CKPT at $MNT, records its
+# start-up time
+start_daemon() {
+	local label=$1; shift
+	mkdir -p "$MNT"
+	local t0; t0=$(now)
+	"$SHARDFS" -f "$@" "$CKPT" "$MNT" 2>>"$WORK/daemon.log" &
+	DPID=$!
+	for _ in $(seq 600); do
+		mounted && break
+		kill -0 "$DPID" 2>/dev/null || { echo "bench.sh: daemon died; log:" >&2; tail "$WORK/daemon.log" >&2; exit 1; }
+		sleep 0.01
+	done
+	mounted || { echo "bench.sh: no mount after 6s" >&2; exit 1; }
+	MOUNT_MS=$(echo "($(now) - $t0) * 1000" | bc)
+	MOUNT_LABEL=$label
+}
+
+# end_daemon: record the daemon's peak RSS, unmount
+end_daemon() {
+	local rss
+	rss=$(awk '/^VmHWM:/ {print $2}' "/proc/$DPID/status" 2>/dev/null || echo 0)
+	MOUNTS+=("$MOUNT_LABEL|$MOUNT_MS|$rss")
+	stop_daemon
+}
+
+# timed_read WHAT LISTFILE: read the listed files, add a table row
+timed_read() {
+	local what=$1 list=$2 res
+	res=$($PY "$HERE/readfiles.py" <"$list") ||
+		{ echo "bench.sh: reading $what failed" >&2; exit 1; }
+	ROWS+=("$what|${res% *}|${res#* }")
+}
+
+echo "generating a $SIZE llama checkpoint in $CKPT ..." >&2
+t0=$(now)
+"$SHARDCTL" gen --layout llama --ranks 4 --size "$SIZE" --seed 1 "$CKPT" >/dev/null
+echo "generated in $(echo "$(now) - $t0" | bc) s" >&2
+
+find "$CKPT" -path '*/rank-*' -type f | sort >"$WORK/payloads"
+cat $(cat "$WORK/payloads") >/dev/null          # warm the page cache
+
+# raw: dd bs=1M over every payload file
+rawbytes=0
+t0=$(now)
+while read -r f; do dd if="$f" of=/dev/null bs=1M status=none; done <"$WORK/payloads"
+t1=$(now)
+while read -r f; do rawbytes=$((rawbytes + $(stat -c %s "$f"))); done <"$WORK/payloads"
+ROWS+=("raw payload files (dd bs=1M)|$rawbytes|$(echo "$t1 - $t0" | bc)")
+timed_read "raw payload files (readfiles.py)" "$WORK/payloads"
+
+$PY "$HERE/bench_plan.py" "$CKPT" "$MNT" tensors >"$WORK/tensors"
+$PY "$HERE/bench_plan.py" "$CKPT" "$MNT" slices >"$WORK/slices"
+echo "$MNT/model.safetensors" >"$WORK/st"
+[[ -s $WORK/slices ]] || echo "bench.sh: no dim-1-sharded weights found" >&2
+
+for kind in tensors st slices; do
+	case $kind in
+	tensors) what="tensors/ (all tensors)" ;;
+	st) what="model.safetensors" ;;
+	slices) what="dim-1 slices ($(wc -l <"$WORK/slices") paths)" ;;
+	esac
+	start_daemon "$what"
+	timed_read "$what, fresh mount" "$WORK/$kind"
+	timed_read "$what, again (page cache)" "$WORK/$kind"
+	end_daemon
+done
+start_daemon "tensors/ --no-verify" --no-verify
+timed_read "tensors/ --no-verify, fresh mount" "$WORK/tensors"
+timed_read "tensors/ --no-verify, again (page cache)" "$WORK/tensors"
+end_daemon
+
+raw=${ROWS[0]}
+rawgbs=$(echo "${raw#*|}" | awk -F'|' '{printf "%.6f", $1 / $2 / 1e9}')
+echo
+echo "shardfs read benchmark: llama $SIZE, 4 ranks, $(nproc) cores, $(uname -r)"
+echo
+echo "| what | bytes | seconds | GB/s | ratio vs raw |"
+echo "|---|---:|---:|---:|---:|"
+for r in "${ROWS[@]}"; do
+	IFS='|' read -r what bytes secs <<<"$r"
+	awk -v w="$what" -v b="$bytes" -v s="$secs" -v raw="$rawgbs" \
+		'BEGIN { g = b / s / 1e9; printf "| %s | %d | %.3f | %.2f | %.2f |\n", w, b, s, g, g / raw }'
+done
+echo
+echo "| mount | start-up ms | daemon peak RSS MiB |"
+echo "|---|---:|---:|"
+for r in "${MOUNTS[@]}"; do
+	IFS='|' read -r what ms rss <<<"$r"
+	awk -v w="$what" -v ms="$ms" -v rss="$rss" 'BEGIN { printf "| %s | %.0f | %.1f |\n", w, ms, rss / 1024 }'
+done
+if grep -qiE 'error|AddressSanitizer' "$WORK/daemon.log"; then
+	echo; echo "daemon log has errors:"; grep -iE 'error|AddressSanitizer' "$WORK/daemon.log" | head
+fi
