@@ -1,0 +1,171 @@
+/*
+ * sf_fs_internal.h - the daemon's inode tree and shared state (fs/ only).
+ *
+ * Locking: one mutex, sf_fs.tree_lock, guards the shape of the tree (every
+ * node's children, slices, parent, linked flag and ref count), the list of
+ * all nodes and the list of checkpoints. Fields marked "immutable" are set
+ * before a node is published (linked or handed to the kernel) and never
+ * change, so the read path uses them without the lock: an open handle or a
+ * kernel lookup holds a reference that keeps the node, its checkpoint and
+ * the checkpoint's manifest alive.
+ *
+ * Lifetime: a node's `ref` counts 1 while it is linked in its parent's
+ * children, plus the kernel's lookup count, plus 1 per open handle, plus 1
+ * per child (linked or not) whose `parent` points at it. A node is freed when
+ * ref reaches 0; it then drops its reference on its parent and checkpoint.
+ * Slice nodes are never linked (readdir does not list them): they hang off
+ * their directory's `slices` list while alive so that repeated lookups of
+ * one name give one inode. A deleted checkpoint's nodes are unlinked and
+ * linger until the kernel forgets them.
+ */
+#ifndef SF_FS_INTERNAL_H
+#define SF_FS_INTERNAL_H
+
+#define FUSE_USE_VERSION 312
+
+#include <fuse_lowlevel.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <time.h>
+
+#include "sf_box.h"
+#include "sf_engine.h"
+#include "sf_fs.h"
+#include "sf_store.h"
+
+#define SF_FS_TIMEOUT 86400.0          /* entry/attr cache, s: immutable data */
+#define SF_FS_MAX_XATTR (64u << 10)    /* longest xattr value we hand out */
+#define SF_FS_MAX_READ (1u << 20)      /* bytes per read request */
+
+enum sf_node_kind {
+	SF_NODE_ROOT,      /* store root holding checkpoint dirs */
+	SF_NODE_CKPT,      /* a checkpoint directory (may also be the root) */
+	SF_NODE_DIR,       /* tensors/, npy/ or a subdirectory of them */
+	SF_NODE_TENSOR,    /* tensors/NAME: raw bytes of a tensor */
+	SF_NODE_SLICE,     /* tensors/NAME@SPEC: a box of a tensor (dynamic) */
+	SF_NODE_NPY,       /* npy/NAME.npy */
+	SF_NODE_ST,        /* model.safetensors */
+	SF_NODE_MANIFEST,  /* manifest.json */
+	SF_NODE_FILE,      /* a root file of the manifest */
+};
+
+/* Which subtree a DIR node belongs to (decides slice lookups). */
+enum sf_dir_area { SF_AREA_NONE, SF_AREA_TENSORS, SF_AREA_NPY };
+
+enum sf_ckpt_state { SF_CK_COMMITTED, SF_CK_WRITING, SF_CK_FAILED };
+
+struct sf_fs_ckpt {
+	char *name;                   /* immutable; owned */
+	char *dir;                    /* immutable; owned; absolute store path */
+	struct sf_ckpt *ck;           /* immutable once committed; owned; NULL while writing */
+	enum sf_ckpt_state state;     /* tree_lock; writes come with the write path */
+	struct timespec mtime;        /* immutable: manifest.json mtime */
+	uint64_t ref;                 /* tree_lock: 1 per node of it + 1 while listed */
+	struct sf_fs_ckpt *next;      /* tree_lock: sf_fs.ckpts list */
+};
+
+struct sf_node {
+	enum sf_node_kind kind;       /* immutable */
+	enum sf_dir_area area;        /* immutable (DIR nodes) */
+	char *name;                   /* immutable; owned; one path component */
+	struct sf_fs_ckpt *ck;        /* immutable; holds a ref; NULL for ROOT */
+	const struct sf_tensor *t;    /* immutable; borrowed from ck->ck->m */
+	struct sf_box box;            /* immutable; SLICE only */
+	char *npy_head;               /* immutable; owned; NPY only */
+	size_t npy_head_len;
+	uint64_t size;                /* immutable for committed; bytes */
+
+	struct sf_node *parent;       /* tree_lock; holds a ref; NULL for root */
+	bool linked;                  /* tree_lock: in parent->children */
+	uint64_t ref;                 /* tree_lock: see the header comment */
+
+	struct sf_node **children;    /* tree_lock: sorted by strcmp(name) */
+	size_t nchildren, cap_children;
+	size_t nsubdirs;              /* tree_lock: directories among children */
+	struct sf_node *slices;       /* tree_lock: live slice nodes (unlinked) */
+	struct sf_node *slice_prev, *slice_next; /* tree_lock: in parent->slices */
+
+	struct sf_node *all_prev, *all_next; /* tree_lock: sf_fs.all list */
+};
+
+struct sf_fs {
+	const struct sf_fs_config *cfg; /* borrowed */
+	pthread_mutex_t tree_lock;
+	struct sf_node *root;           /* tree_lock; linked forever (ref 1) */
+	struct sf_node *all;            /* tree_lock: every allocated node */
+	struct sf_fs_ckpt *ckpts;       /* tree_lock: every checkpoint */
+	bool single;                    /* immutable: the store is one checkpoint */
+	uid_t uid;                      /* immutable: owner shown for every inode */
+	gid_t gid;
+	struct timespec root_mtime;     /* immutable: store dir mtime */
+
+	struct sf_source *local_src;    /* owned; NULL when the cluster gives one */
+	struct sf_source *src;          /* borrowed or local_src */
+	struct sf_engine *engine;       /* owned */
+
+	char *mnt_abs;                  /* owned: realpath of the mountpoint */
+	atomic_bool bdi_done;           /* read_ahead_kb raised (once, after INIT) */
+};
+
+/* --- sf_fs_errno.c --- */
+
+/* The one map from shardfs errors to the errno a FUSE reply carries. */
+int sf_fs_errno(int err);
+
+/* --- sf_fs_tree.c --- */
+
+/* Set up an empty tree (root only). single: the root is the checkpoint. */
+int sf_fs_tree_init(struct sf_fs *fs);
+/* Free every node and checkpoint regardless of references (teardown). */
+void sf_fs_tree_destroy(struct sf_fs *fs);
+
+/* Add an opened committed checkpoint (takes ownership of ck). In single
+ * mode the root becomes that checkpoint. */
+int sf_fs_add_committed(struct sf_fs *fs, struct sf_ckpt *ck);
+
+/* The node behind a FUSE inode number (the kernel holds a lookup). */
+struct sf_node *sf_fs_node(struct sf_fs *fs, fuse_ino_t ino);
+fuse_ino_t sf_fs_ino(struct sf_fs *fs, const struct sf_node *n);
+
+/* Look up name in dir and take one kernel reference on the result. Creates
+ * slice nodes for NAME@SPEC in the tensors area. 0 or a negative error. */
+int sf_fs_lookup(struct sf_fs *fs, struct sf_node *dir, const char *name,
+		 struct sf_node **out);
+/* Drop n references (kernel forget, handle close). */
+void sf_fs_unref(struct sf_fs *fs, struct sf_node *n, uint64_t count);
+/* Take one reference (open handle). */
+void sf_fs_ref(struct sf_fs *fs, struct sf_node *n);
+
+/* A directory listing snapshot, taken under the lock at opendir. Offsets
+ * are indices into it: stable for the life of the handle. */
+struct sf_dir_entry {
+	struct sf_node *node;  /* holds a ref (so readdirplus can hand it out) */
+	const char *name;      /* borrowed from node */
+};
+struct sf_dir_snap {
+	struct sf_node *self;   /* holds a ref */
+	struct sf_node *parent; /* holds a ref; == self at the root */
+	struct sf_dir_entry *ents;
+	size_t n;
+};
+int sf_fs_dir_snap(struct sf_fs *fs, struct sf_node *dir,
+		   struct sf_dir_snap **out);
+void sf_fs_dir_snap_free(struct sf_fs *fs, struct sf_dir_snap *s); /* NULL ok */
+
+bool sf_node_is_dir(const struct sf_node *n);
+/* Fill st for n (no lock needed: reads immutable fields and nsubdirs). */
+void sf_fs_stat(struct sf_fs *fs, struct sf_node *n, struct stat *st);
+
+/* --- sf_fs_run.c --- */
+
+/* Raise the mount's bdi read_ahead_kb (warns and goes on when it cannot).
+ * Call from a request handler after INIT; never stats the mountpoint. */
+void sf_fs_tune_bdi(struct sf_fs *fs);
+
+/* --- sf_fs_ops.c --- */
+extern const struct fuse_lowlevel_ops sf_fs_ops;
+
+#endif

@@ -1,0 +1,646 @@
+/*
+ * sf_fs_ops.c - the FUSE low-level operations of the daemon.
+ *
+ * Invariants:
+ *  - every request gets exactly one reply (each handler ends in one
+ *    fuse_reply_* on every path, errors through reply_err());
+ *  - every inode handed to the kernel (lookup, readdirplus) carries one
+ *    reference per lookup, dropped by forget/forget_multi; every open
+ *    handle (file or directory) carries one more, dropped by release;
+ *  - committed checkpoints are immutable: files open with keep_cache (the
+ *    page cache survives across opens, mmap works), entries and attributes
+ *    are cached for SF_FS_TIMEOUT, and anything that would change them
+ *    fails with EROFS;
+ *  - a read is built in one per-thread buffer and replied with
+ *    fuse_reply_buf (one copy into the kernel).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/statvfs.h>
+
+#include "sf_error.h"
+#include "sf_log.h"
+#include "sf_views.h"
+#include "sf_fs_internal.h"
+
+static struct sf_fs *fs_of(fuse_req_t req)
+{
+	return fuse_req_userdata(req);
+}
+
+static void reply_err(fuse_req_t req, int err)
+{
+	fuse_reply_err(req, sf_fs_errno(err));
+}
+
+/* First request after INIT: the kernel has set the bdi's readahead by now,
+ * so raising it sticks. */
+static void after_init(struct sf_fs *fs)
+{
+	if (!atomic_load_explicit(&fs->bdi_done, memory_order_acquire) &&
+	    !atomic_exchange(&fs->bdi_done, true))
+		sf_fs_tune_bdi(fs);
+}
+
+static void fill_entry(struct sf_fs *fs, struct sf_node *n,
+		       struct fuse_entry_param *e)
+{
+	memset(e, 0, sizeof(*e));
+	e->ino = sf_fs_ino(fs, n);
+	e->attr_timeout = SF_FS_TIMEOUT;
+	e->entry_timeout = SF_FS_TIMEOUT;
+	sf_fs_stat(fs, n, &e->attr);
+}
+
+/* --- session --- */
+
+static void op_init(void *userdata, struct fuse_conn_info *conn)
+{
+	/* Requests of up to 1 MiB each way; the kernel's readahead maximum
+	 * (conn->max_readahead arrives as the most the kernel allows). */
+	conn->max_write = SF_FS_MAX_READ;
+	conn->max_read = SF_FS_MAX_READ;
+	conn->max_background = 64;
+	conn->congestion_threshold = 48;
+	if (conn->capable & FUSE_CAP_ASYNC_READ)
+		conn->want |= FUSE_CAP_ASYNC_READ;
+	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
+		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+	/* Immutable data: never drop the page cache because of a getattr. */
+	conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
+	sf_debug("fs: init: max_readahead %u max_write %u", conn->max_readahead,
+		 conn->max_write);
+}
+
+/* --- inodes --- */
+
+static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct sf_fs *fs = fs_of(req);
+	struct fuse_entry_param e;
+	struct sf_node *n;
+	int rc;
+
+	after_init(fs);
+	rc = sf_fs_lookup(fs, sf_fs_node(fs, parent), name, &n);
+	if (rc) {
+		reply_err(req, rc);
+		return;
+	}
+	fill_entry(fs, n, &e);
+	if (fuse_reply_entry(req, &e) != 0)
+		sf_fs_unref(fs, n, 1); /* the kernel never saw it */
+}
+
+static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+	struct sf_fs *fs = fs_of(req);
+
+	if (ino != FUSE_ROOT_ID)
+		sf_fs_unref(fs, sf_fs_node(fs, ino), nlookup);
+	fuse_reply_none(req);
+}
+
+static void op_forget_multi(fuse_req_t req, size_t count,
+			    struct fuse_forget_data *forgets)
+{
+	struct sf_fs *fs = fs_of(req);
+	size_t i;
+
+	for (i = 0; i < count; i++)
+		if (forgets[i].ino != FUSE_ROOT_ID)
+			sf_fs_unref(fs, sf_fs_node(fs, forgets[i].ino),
+				    forgets[i].nlookup);
+	fuse_reply_none(req);
+}
+
+static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct sf_fs *fs = fs_of(req);
+	struct stat st;
+
+	after_init(fs);
+	sf_fs_stat(fs, sf_fs_node(fs, ino), &st);
+	fuse_reply_attr(req, &st, SF_FS_TIMEOUT);
+}
+
+static void op_access(fuse_req_t req, fuse_ino_t ino, int mask)
+{
+	reply_err(req, (mask & W_OK) ? -EROFS : 0);
+}
+
+static void op_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+	struct statvfs sv;
+
+	memset(&sv, 0, sizeof(sv));
+	sv.f_bsize = 4096;
+	sv.f_frsize = 4096;
+	sv.f_namemax = SF_MAX_COMPONENT;
+	sv.f_flag = ST_RDONLY;
+	fuse_reply_statfs(req, &sv);
+}
+
+/* --- directories --- */
+
+static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct sf_fs *fs = fs_of(req);
+	struct sf_dir_snap *s;
+	int rc;
+
+	rc = sf_fs_dir_snap(fs, sf_fs_node(fs, ino), &s);
+	if (rc) {
+		reply_err(req, rc);
+		return;
+	}
+	fi->fh = (uint64_t)(uintptr_t)s;
+	fi->cache_readdir = 1;
+	fi->keep_cache = 1;
+	if (fuse_reply_open(req, fi) != 0)
+		sf_fs_dir_snap_free(fs, s);
+}
+
+/*
+ * Offsets: 0 is the start; the entry at position p (0 ".", 1 "..", 2+i the
+ * i-th child of the snapshot) carries offset p+1, so a later call resumes
+ * after it. The snapshot never changes, so offsets are stable.
+ */
+static void do_readdir(fuse_req_t req, size_t size, off_t off,
+		       struct fuse_file_info *fi, bool plus)
+{
+	struct sf_fs *fs = fs_of(req);
+	struct sf_dir_snap *s = (struct sf_dir_snap *)(uintptr_t)fi->fh;
+	struct sf_node **given = NULL;
+	size_t ngiven = 0, maxgiven = 0, used = 0, i;
+	char *buf;
+	uint64_t p;
+
+	if (size > SF_FS_MAX_READ)
+		size = SF_FS_MAX_READ;
+	buf = malloc(size ? size : 1);
+	if (!buf) {
+		reply_err(req, -ENOMEM);
+		return;
+	}
+	if (plus && s->n) {
+		/* An entry takes more than 64 bytes of the reply. */
+		maxgiven = size / 64 + 1 < s->n ? size / 64 + 1 : s->n;
+		given = calloc(maxgiven, sizeof(*given));
+		if (!given) {
+			free(buf);
+			reply_err(req, -ENOMEM);
+			return;
+		}
+	}
+	for (p = off < 0 ? 0 : (uint64_t)off; p < 2 + (uint64_t)s->n; p++) {
+		struct sf_node *n = p == 0 ? s->self : p == 1 ? s->parent :
+				    s->ents[p - 2].node;
+		const char *name = p == 0 ? "." : p == 1 ? ".." : s->ents[p - 2].name;
+		size_t need;
+
+		if (plus) {
+			struct fuse_entry_param e;
+
+			if (p >= 2 && ngiven == maxgiven)
+				break;
+			if (p < 2) {
+				memset(&e, 0, sizeof(e));
+				e.attr.st_ino = sf_fs_ino(fs, n);
+				e.attr.st_mode = S_IFDIR;
+			} else {
+				fill_entry(fs, n, &e);
+			}
+			need = fuse_add_direntry_plus(req, buf + used, size - used,
+						      name, &e, (off_t)(p + 1));
+			if (need > size - used)
+				break;
+			if (p >= 2)
+				given[ngiven++] = n;
+		} else {
+			struct stat st;
+
+			memset(&st, 0, sizeof(st));
+			st.st_ino = sf_fs_ino(fs, n);
+			st.st_mode = sf_node_is_dir(n) ? S_IFDIR : S_IFREG;
+			need = fuse_add_direntry(req, buf + used, size - used,
+						 name, &st, (off_t)(p + 1));
+			if (need > size - used)
+				break;
+		}
+		used += need;
+	}
+	/* Lookups handed out by readdirplus count before the kernel sees them. */
+	for (i = 0; i < ngiven; i++)
+		sf_fs_ref(fs, given[i]);
+	if (fuse_reply_buf(req, buf, used) != 0 && ngiven) {
+		for (i = 0; i < ngiven; i++)
+			sf_fs_unref(fs, given[i], 1);
+	}
+	free(given);
+	free(buf);
+}
+
+static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		       struct fuse_file_info *fi)
+{
+	do_readdir(req, size, off, fi, false);
+}
+
+static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
+			   off_t off, struct fuse_file_info *fi)
+{
+	do_readdir(req, size, off, fi, true);
+}
+
+static void op_releasedir(fuse_req_t req, fuse_ino_t ino,
+			  struct fuse_file_info *fi)
+{
+	sf_fs_dir_snap_free(fs_of(req), (struct sf_dir_snap *)(uintptr_t)fi->fh);
+	fuse_reply_err(req, 0);
+}
+
+/* --- files --- */
+
+static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct sf_fs *fs = fs_of(req);
+	struct sf_node *n = sf_fs_node(fs, ino);
+
+	after_init(fs);
+	if (sf_node_is_dir(n)) {
+		reply_err(req, -EISDIR);
+		return;
+	}
+	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
+		reply_err(req, -EROFS);
+		return;
+	}
+	sf_fs_ref(fs, n);
+	fi->fh = (uint64_t)(uintptr_t)n;
+	fi->keep_cache = 1;
+	fi->direct_io = 0;
+	if (fuse_reply_open(req, fi) != 0)
+		sf_fs_unref(fs, n, 1);
+}
+
+static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	sf_fs_unref(fs_of(req), (struct sf_node *)(uintptr_t)fi->fh, 1);
+	fuse_reply_err(req, 0);
+}
+
+/* One read buffer per worker thread, grown to the largest request and
+ * freed by the key's destructor when the thread ends. */
+static pthread_key_t read_buf_key;
+static pthread_once_t read_buf_once = PTHREAD_ONCE_INIT;
+
+struct read_buf {
+	size_t cap;
+	char data[];
+};
+
+static void read_buf_key_init(void)
+{
+	if (pthread_key_create(&read_buf_key, free) != 0)
+		sf_err("fs: cannot create the read buffer key");
+}
+
+static char *read_buf_get(size_t len)
+{
+	struct read_buf *rb;
+
+	pthread_once(&read_buf_once, read_buf_key_init);
+	rb = pthread_getspecific(read_buf_key);
+	if (rb && rb->cap >= len)
+		return rb->data;
+	free(rb);
+	pthread_setspecific(read_buf_key, NULL);
+	rb = malloc(sizeof(*rb) + (len < SF_FS_MAX_READ ? SF_FS_MAX_READ : len));
+	if (!rb)
+		return NULL;
+	rb->cap = len < SF_FS_MAX_READ ? SF_FS_MAX_READ : len;
+	if (pthread_setspecific(read_buf_key, rb) != 0) {
+		free(rb);
+		return NULL;
+	}
+	return rb->data;
+}
+
+/* Bytes [off, off+len) of file n (already clamped to its size). */
+static int node_read(struct sf_fs *fs, struct sf_node *n, uint64_t off,
+		     char *buf, size_t len)
+{
+	const struct sf_ckpt *ck = n->ck->ck;
+
+	switch (n->kind) {
+	case SF_NODE_TENSOR:
+	case SF_NODE_FILE:
+		return sf_engine_read(fs->engine, &ck->ref, ck->m, n->t, NULL,
+				      off, buf, len);
+	case SF_NODE_SLICE:
+		return sf_engine_read(fs->engine, &ck->ref, ck->m, n->t, &n->box,
+				      off, buf, len);
+	case SF_NODE_NPY:
+		if (off < n->npy_head_len) {
+			size_t h = n->npy_head_len - off;
+
+			if (h > len)
+				h = len;
+			memcpy(buf, n->npy_head + off, h);
+			buf += h;
+			len -= h;
+			off += h;
+		}
+		if (len == 0)
+			return 0;
+		return sf_engine_read(fs->engine, &ck->ref, ck->m, n->t, NULL,
+				      off - n->npy_head_len, buf, len);
+	case SF_NODE_ST:
+		return sf_st_read(fs->engine, &ck->ref, ck->m, ck->st, off, buf,
+				  len);
+	case SF_NODE_MANIFEST:
+		memcpy(buf, ck->manifest_json + off, len);
+		return 0;
+	default:
+		return -EISDIR;
+	}
+}
+
+static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		    struct fuse_file_info *fi)
+{
+	struct sf_fs *fs = fs_of(req);
+	struct sf_node *n = (struct sf_node *)(uintptr_t)fi->fh;
+	char *buf;
+	size_t len;
+	int rc;
+
+	if (off < 0) {
+		reply_err(req, -EINVAL);
+		return;
+	}
+	if ((uint64_t)off >= n->size) {
+		fuse_reply_buf(req, NULL, 0);
+		return;
+	}
+	len = size;
+	if (len > n->size - (uint64_t)off)
+		len = (size_t)(n->size - (uint64_t)off);
+	if (len > SF_FS_MAX_READ)
+		len = SF_FS_MAX_READ;
+	buf = read_buf_get(len);
+	if (!buf) {
+		reply_err(req, -ENOMEM);
+		return;
+	}
+	rc = node_read(fs, n, (uint64_t)off, buf, len);
+	if (rc < 0) {
+		reply_err(req, rc);
+		return;
+	}
+	fuse_reply_buf(req, buf, len);
+}
+
+/* --- extended attributes --- */
+
+#define XA_DTYPE "user.shardfs.dtype"
+#define XA_SHAPE "user.shardfs.shape"
+#define XA_SHARDS "user.shardfs.shards"
+#define XA_STATE "user.shardfs.state"
+
+static bool has_tensor_xattrs(const struct sf_node *n)
+{
+	return n->kind == SF_NODE_TENSOR || n->kind == SF_NODE_SLICE ||
+	       n->kind == SF_NODE_NPY || n->kind == SF_NODE_FILE;
+}
+
+/* JSON array of n dims into buf (room for SF_MAX_NDIM 20-digit numbers). */
+static size_t shape_json(unsigned ndim, const uint64_t *dims, char *buf,
+			 size_t size)
+{
+	size_t used = 0;
+	unsigned i;
+
+	used += (size_t)snprintf(buf + used, size - used, "[");
+	for (i = 0; i < ndim && used < size; i++)
+		used += (size_t)snprintf(buf + used, size - used, "%s%" PRIu64,
+					 i ? "," : "", dims[i]);
+	if (used < size)
+		used += (size_t)snprintf(buf + used, size - used, "]");
+	return used < size ? used : size - 1;
+}
+
+static const char *state_name(enum sf_ckpt_state s)
+{
+	switch (s) {
+	case SF_CK_COMMITTED:
+		return "committed";
+	case SF_CK_WRITING:
+		return "writing";
+	case SF_CK_FAILED:
+		return "failed";
+	}
+	return "unknown";
+}
+
+/*
+ * The value of xattr `name` of n: *val points at static or owned storage
+ * (*owned: the caller frees it). 0, -ENODATA for names n lacks, -E2BIG for
+ * values over SF_FS_MAX_XATTR.
+ */
+static int xattr_value(struct sf_fs *fs, struct sf_node *n, const char *name,
+		       char *small, size_t smallsize, char **val, size_t *len,
+		       bool *owned)
+{
+	*owned = false;
+	if (has_tensor_xattrs(n)) {
+		if (strcmp(name, XA_DTYPE) == 0) {
+			*val = (char *)sf_dtype_name(n->t->dtype);
+			*len = strlen(*val);
+			return 0;
+		}
+		if (strcmp(name, XA_SHAPE) == 0) {
+			if (n->kind == SF_NODE_SLICE)
+				*len = shape_json(n->box.ndim, n->box.len, small,
+						  smallsize);
+			else
+				*len = shape_json(n->t->ndim, n->t->shape, small,
+						  smallsize);
+			*val = small;
+			return 0;
+		}
+		if (strcmp(name, XA_SHARDS) == 0) {
+			int rc = sf_tensor_shards_json(n->t, val, len);
+
+			if (rc)
+				return rc;
+			*owned = true;
+			if (*len > SF_FS_MAX_XATTR) {
+				free(*val);
+				*owned = false;
+				return -E2BIG;
+			}
+			return 0;
+		}
+	}
+	if (n->kind == SF_NODE_CKPT && strcmp(name, XA_STATE) == 0) {
+		pthread_mutex_lock(&fs->tree_lock);
+		*val = (char *)state_name(n->ck->state);
+		pthread_mutex_unlock(&fs->tree_lock);
+		*len = strlen(*val);
+		return 0;
+	}
+	return -ENODATA;
+}
+
+static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+			size_t size)
+{
+	struct sf_fs *fs = fs_of(req);
+	char small[SF_MAX_NDIM * 21 + 3];
+	char *val;
+	size_t len;
+	bool owned;
+	int rc;
+
+	rc = xattr_value(fs, sf_fs_node(fs, ino), name, small, sizeof(small),
+			 &val, &len, &owned);
+	if (rc)
+		reply_err(req, rc);
+	else if (size == 0)
+		fuse_reply_xattr(req, len);
+	else if (size < len)
+		reply_err(req, -ERANGE);
+	else
+		fuse_reply_buf(req, val, len);
+	if (owned)
+		free(val);
+}
+
+static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+	static const char tensor_names[] = XA_DTYPE "\0" XA_SHAPE "\0" XA_SHARDS;
+	static const char ckpt_names[] = XA_STATE;
+	struct sf_fs *fs = fs_of(req);
+	struct sf_node *n = sf_fs_node(fs, ino);
+	const char *list = "";
+	size_t len = 0;
+
+	if (has_tensor_xattrs(n)) {
+		list = tensor_names;
+		len = sizeof(tensor_names); /* includes the final NUL */
+	} else if (n->kind == SF_NODE_CKPT) {
+		list = ckpt_names;
+		len = sizeof(ckpt_names);
+	}
+	if (size == 0)
+		fuse_reply_xattr(req, len);
+	else if (size < len)
+		reply_err(req, -ERANGE);
+	else
+		fuse_reply_buf(req, list, len);
+}
+
+/* --- everything that would modify a committed checkpoint --- */
+
+static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+			const char *value, size_t size, int flags)
+{
+	reply_err(req, -SF_ECOMMITTED);
+}
+
+static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
+{
+	reply_err(req, -SF_ECOMMITTED);
+}
+
+static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
+		       int to_set, struct fuse_file_info *fi)
+{
+	reply_err(req, -SF_ECOMMITTED);
+}
+
+static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
+		     mode_t mode, dev_t rdev)
+{
+	reply_err(req, -SF_ECOMMITTED);
+}
+
+static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
+		     mode_t mode)
+{
+	reply_err(req, -SF_ECOMMITTED);
+}
+
+static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	reply_err(req, -SF_ECOMMITTED);
+}
+
+static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
+		      fuse_ino_t newparent, const char *newname,
+		      unsigned int flags)
+{
+	reply_err(req, -SF_ECOMMITTED);
+}
+
+static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent,
+		       const char *name)
+{
+	reply_err(req, -SF_ECOMMITTED);
+}
+
+static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
+		    const char *newname)
+{
+	reply_err(req, -SF_ECOMMITTED);
+}
+
+static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
+		      mode_t mode, struct fuse_file_info *fi)
+{
+	reply_err(req, -SF_ECOMMITTED);
+}
+
+static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
+		     size_t size, off_t off, struct fuse_file_info *fi)
+{
+	reply_err(req, -SF_ECOMMITTED);
+}
+
+const struct fuse_lowlevel_ops sf_fs_ops = {
+	.init = op_init,
+	.lookup = op_lookup,
+	.forget = op_forget,
+	.forget_multi = op_forget_multi,
+	.getattr = op_getattr,
+	.setattr = op_setattr,
+	.access = op_access,
+	.statfs = op_statfs,
+	.opendir = op_opendir,
+	.readdir = op_readdir,
+	.readdirplus = op_readdirplus,
+	.releasedir = op_releasedir,
+	.open = op_open,
+	.read = op_read,
+	.release = op_release,
+	.getxattr = op_getxattr,
+	.listxattr = op_listxattr,
+	.setxattr = op_setxattr,
+	.removexattr = op_removexattr,
+	.mknod = op_mknod,
+	.mkdir = op_mkdir,
+	.unlink = op_unlink,
+	.rmdir = op_unlink,
+	.rename = op_rename,
+	.symlink = op_symlink,
+	.link = op_link,
+	.create = op_create,
+	.write = op_write,
+};

@@ -1,0 +1,311 @@
+/*
+ * sf_fs_run.c - the daemon's life: scan the store, build the tree, mount,
+ * (daemonize,) serve, and on unmount or signal tear everything down.
+ *
+ * Order matters: the store is scanned and the tree built before mounting,
+ * so a bad store fails on the terminal; threads (the engine's users, the
+ * FUSE workers) exist only after fuse_daemonize() has forked. Every
+ * resource made here is released on every path before sf_fs_run returns.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "sf_error.h"
+#include "sf_log.h"
+#include "sf_fs_internal.h"
+
+#define SF_FS_READ_AHEAD_KB "4096"
+
+/* Checkpoints found by the scan, added once we know the store's shape. */
+struct scan_list {
+	struct sf_ckpt **cks;   /* owned until handed to the tree */
+	size_t n, cap;
+	int err;                /* first allocation failure */
+};
+
+static void scan_cb(void *arg, const char *name, const char *dir,
+		    struct sf_ckpt *ck, int err, const char *why)
+{
+	struct scan_list *l = arg;
+
+	if (!ck) {
+		/* Uncommitted (err == 0) or rejected (already logged). The
+		 * write path will pick uncommitted ones up. */
+		if (err == 0)
+			sf_debug("store: %s is not committed; not shown", name);
+		return;
+	}
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 16;
+		struct sf_ckpt **nc = realloc(l->cks, cap * sizeof(*nc));
+
+		if (!nc) {
+			l->err = -ENOMEM;
+			sf_ckpt_close(ck);
+			return;
+		}
+		l->cks = nc;
+		l->cap = cap;
+	}
+	l->cks[l->n++] = ck;
+}
+
+static int load_store(struct sf_fs *fs, const char *store)
+{
+	struct scan_list l = { 0 };
+	int single = 0;
+	size_t i;
+	int rc;
+
+	rc = sf_store_scan(store, scan_cb, &l, &single);
+	if (rc) {
+		sf_err("store %s: %s", store, sf_strerror(rc));
+		goto out_close;
+	}
+	if (l.err) {
+		rc = l.err;
+		sf_err("store %s: %s", store, sf_strerror(rc));
+		goto out_close;
+	}
+	fs->single = single != 0;
+	for (i = 0; i < l.n; i++) {
+		struct sf_ckpt *ck = l.cks[i];
+
+		l.cks[i] = NULL;
+		/* Failures are logged and leave that checkpoint out. */
+		(void)sf_fs_add_committed(fs, ck);
+	}
+	sf_info("store %s: %zu checkpoint%s shown", store, l.n,
+		l.n == 1 ? "" : "s");
+out_close:
+	for (i = 0; i < l.n; i++)
+		sf_ckpt_close(l.cks[i]);
+	free(l.cks);
+	return rc;
+}
+
+/* Undo the octal escapes (\040 etc.) of a /proc/self/mountinfo field. */
+static void unescape_mountinfo(char *s)
+{
+	char *out = s;
+
+	while (*s) {
+		if (s[0] == '\\' && s[1] >= '0' && s[1] <= '3' &&
+		    s[2] >= '0' && s[2] <= '7' && s[3] >= '0' && s[3] <= '7') {
+			*out++ = (char)((s[1] - '0') * 64 + (s[2] - '0') * 8 +
+					(s[3] - '0'));
+			s += 4;
+		} else {
+			*out++ = *s++;
+		}
+	}
+	*out = '\0';
+}
+
+/*
+ * Find our mount's device in /proc/self/mountinfo (the last fuse mount on
+ * our mountpoint: stat()ing the mountpoint from the daemon could deadlock)
+ * and raise /sys/class/bdi/MAJ:MIN/read_ahead_kb. The kernel caps the bdi's
+ * readahead at INIT, so this must run after INIT has been answered.
+ */
+void sf_fs_tune_bdi(struct sf_fs *fs)
+{
+	char devid[32] = "";
+	char path[96];
+	char *line = NULL;
+	size_t cap = 0;
+	FILE *f;
+	int fd;
+
+	f = fopen("/proc/self/mountinfo", "re");
+	if (!f) {
+		sf_warn("fs: cannot read /proc/self/mountinfo: %s", strerror(errno));
+		return;
+	}
+	while (getline(&line, &cap, f) > 0) {
+		char dev[32], mnt[PATH_MAX], *sep;
+		char fstype[64];
+
+		/* id parent MAJ:MIN root MOUNTPOINT ... - FSTYPE SOURCE ... */
+		if (sscanf(line, "%*u %*u %31s %*s %4095s", dev, mnt) != 2)
+			continue;
+		sep = strstr(line, " - ");
+		if (!sep || sscanf(sep + 3, "%63s", fstype) != 1)
+			continue;
+		if (strncmp(fstype, "fuse", 4) != 0)
+			continue;
+		unescape_mountinfo(mnt);
+		if (strcmp(mnt, fs->mnt_abs) == 0)
+			snprintf(devid, sizeof(devid), "%s", dev);
+	}
+	free(line);
+	fclose(f);
+	if (!devid[0]) {
+		sf_warn("fs: mount %s not found in /proc/self/mountinfo; readahead left as is",
+			fs->mnt_abs);
+		return;
+	}
+	snprintf(path, sizeof(path), "/sys/class/bdi/%s/read_ahead_kb", devid);
+	fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0 || write(fd, SF_FS_READ_AHEAD_KB, strlen(SF_FS_READ_AHEAD_KB)) < 0)
+		sf_warn("fs: cannot raise readahead in %s: %s", path, strerror(errno));
+	else
+		sf_debug("fs: %s = %s", path, SF_FS_READ_AHEAD_KB);
+	if (fd >= 0)
+		close(fd);
+}
+
+/* argv for fuse_session_new: program name, -d, and every -o option. */
+static int build_args(const struct sf_fs_config *cfg, struct fuse_args *args)
+{
+	size_t i;
+
+	if (fuse_opt_add_arg(args, "shardfs") ||
+	    (cfg->debug && fuse_opt_add_arg(args, "-d")) ||
+	    fuse_opt_add_arg(args, "-osubtype=shardfs,fsname=shardfs") ||
+	    fuse_opt_add_arg(args, "-omax_read=1048576"))
+		return -ENOMEM;
+	for (i = 0; i < cfg->nfuse_opts; i++) {
+		if (fuse_opt_add_arg(args, "-o") ||
+		    fuse_opt_add_arg(args, cfg->fuse_opts[i]))
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+static int serve(struct sf_fs *fs, struct fuse_session *se)
+{
+	const struct sf_fs_config *cfg = fs->cfg;
+	struct fuse_loop_config *lc;
+	int rc;
+
+	if (cfg->single_thread)
+		return fuse_session_loop(se);
+	lc = fuse_loop_cfg_create();
+	if (!lc)
+		return -ENOMEM;
+	fuse_loop_cfg_set_clone_fd(lc, 0);
+	fuse_loop_cfg_set_max_threads(lc, cfg->max_threads ? cfg->max_threads : 16);
+	fuse_loop_cfg_set_idle_threads(lc, 8);
+	rc = fuse_session_loop_mt(se, lc);
+	fuse_loop_cfg_destroy(lc);
+	return rc;
+}
+
+int sf_fs_run(const struct sf_fs_config *cfg)
+{
+	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
+	struct fuse_session *se;
+	struct sf_fs *fs;
+	struct stat st;
+	char *store_abs;
+	int rc;
+
+	fs = calloc(1, sizeof(*fs));
+	if (!fs)
+		return -ENOMEM;
+	fs->cfg = cfg;
+	pthread_mutex_init(&fs->tree_lock, NULL);
+	atomic_init(&fs->bdi_done, false);
+	fs->uid = getuid();
+	fs->gid = getgid();
+
+	store_abs = realpath(cfg->store, NULL);
+	if (!store_abs) {
+		rc = -errno;
+		sf_err("store %s: %s", cfg->store, strerror(errno));
+		goto out_free_fs;
+	}
+	if (stat(store_abs, &st) == 0) {
+		fs->uid = st.st_uid;
+		fs->gid = st.st_gid;
+	}
+	fs->mnt_abs = realpath(cfg->mountpoint, NULL);
+	if (!fs->mnt_abs) {
+		rc = -errno;
+		sf_err("mountpoint %s: %s", cfg->mountpoint, strerror(errno));
+		goto out_free_store;
+	}
+	rc = sf_fs_tree_init(fs);
+	if (rc)
+		goto out_free_tree;
+	rc = load_store(fs, store_abs);
+	if (rc)
+		goto out_free_tree;
+
+	rc = build_args(cfg, &args);
+	if (rc)
+		goto out_free_args;
+	se = fuse_session_new(&args, &sf_fs_ops, sizeof(sf_fs_ops), fs);
+	if (!se) {
+		rc = -EINVAL;
+		sf_err("fs: cannot create the FUSE session (bad -o option?)");
+		goto out_free_args;
+	}
+	if (fuse_set_signal_handlers(se) != 0) {
+		rc = -EIO;
+		goto out_destroy_session;
+	}
+	if (fuse_session_mount(se, fs->mnt_abs) != 0) {
+		rc = -EIO;
+		sf_err("fs: cannot mount %s", fs->mnt_abs);
+		goto out_remove_handlers;
+	}
+	if (fuse_daemonize(cfg->foreground || cfg->debug) != 0) {
+		rc = -EIO;
+		goto out_unmount;
+	}
+
+	/* After the fork: the payload source and engine may use threads. */
+	if (cfg->cluster && cfg->cluster->source) {
+		fs->src = cfg->cluster->source;
+	} else {
+		rc = sf_local_source_create(&fs->local_src);
+		if (rc) {
+			sf_err("fs: payload source: %s", sf_strerror(rc));
+			goto out_unmount;
+		}
+		fs->src = fs->local_src;
+	}
+	rc = sf_engine_create(&cfg->engine, fs->src, &fs->engine);
+	if (rc) {
+		sf_err("fs: engine: %s", sf_strerror(rc));
+		goto out_unmount;
+	}
+	sf_info("fs: serving %s at %s", store_abs, fs->mnt_abs);
+	rc = serve(fs, se);
+	if (rc < 0)
+		sf_err("fs: session loop: %s", sf_strerror(rc));
+	else if (rc > 0)
+		sf_info("fs: signal %d: unmounting", rc);
+	rc = rc < 0 ? rc : 0;
+
+out_unmount:
+	fuse_session_unmount(se);
+	if (cfg->cluster && cfg->cluster->shutdown)
+		cfg->cluster->shutdown(cfg->cluster->ctx);
+out_remove_handlers:
+	fuse_remove_signal_handlers(se);
+out_destroy_session:
+	fuse_session_destroy(se);
+out_free_args:
+	fuse_opt_free_args(&args);
+out_free_tree:
+	/* The tree first: closing a checkpoint drops its blocks from the engine. */
+	sf_fs_tree_destroy(fs);
+	sf_engine_destroy(fs->engine);
+	sf_source_destroy(fs->local_src);
+	free(fs->mnt_abs);
+out_free_store:
+	free(store_abs);
+out_free_fs:
+	pthread_mutex_destroy(&fs->tree_lock);
+	free(fs);
+	return rc;
+}

@@ -1,0 +1,715 @@
+/*
+ * sf_fs_tree.c - the inode tree of the mount: checkpoints, their tensors/,
+ * npy/, model.safetensors, manifest.json and root files, plus dynamic slice
+ * inodes. See sf_fs_internal.h for the lock and the reference rules; in
+ * short, every change of shape or of a ref count happens under
+ * fs->tree_lock, and a node is freed exactly when its ref count reaches 0.
+ *
+ * Inode numbers are node addresses (the root is FUSE_ROOT_ID): a node lives
+ * at least as long as the kernel holds a lookup on it, so the number stays
+ * valid for exactly as long as the kernel may use it.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "sf_error.h"
+#include "sf_log.h"
+#include "sf_views.h"
+#include "sf_fs_internal.h"
+
+bool sf_node_is_dir(const struct sf_node *n)
+{
+	return n->kind == SF_NODE_ROOT || n->kind == SF_NODE_CKPT ||
+	       n->kind == SF_NODE_DIR;
+}
+
+/* --- allocation and release (all under tree_lock, or before serving) --- */
+
+static struct sf_node *node_new(struct sf_fs *fs, enum sf_node_kind kind,
+				const char *name, size_t namelen,
+				struct sf_fs_ckpt *ck, struct sf_node *parent)
+{
+	struct sf_node *n = calloc(1, sizeof(*n));
+
+	if (!n)
+		return NULL;
+	n->name = strndup(name, namelen);
+	if (!n->name) {
+		free(n);
+		return NULL;
+	}
+	n->kind = kind;
+	n->ck = ck;
+	if (ck)
+		ck->ref++;
+	n->parent = parent;
+	if (parent)
+		parent->ref++;
+	n->all_next = fs->all;
+	if (fs->all)
+		fs->all->all_prev = n;
+	fs->all = n;
+	return n;
+}
+
+static void ckpt_unref(struct sf_fs *fs, struct sf_fs_ckpt *c)
+{
+	struct sf_fs_ckpt **pp;
+
+	if (!c || --c->ref > 0)
+		return;
+	for (pp = &fs->ckpts; *pp; pp = &(*pp)->next) {
+		if (*pp == c) {
+			*pp = c->next;
+			break;
+		}
+	}
+	if (c->ck) {
+		if (fs->engine)
+			sf_engine_forget(fs->engine, &c->ck->ref);
+		sf_ckpt_close(c->ck);
+	}
+	free(c->name);
+	free(c->dir);
+	free(c);
+}
+
+/* Free one node whose ref is 0; returns its parent (whose ref the caller
+ * must drop). */
+static struct sf_node *node_free(struct sf_fs *fs, struct sf_node *n)
+{
+	struct sf_node *parent = n->parent;
+
+	if (n->all_prev)
+		n->all_prev->all_next = n->all_next;
+	else
+		fs->all = n->all_next;
+	if (n->all_next)
+		n->all_next->all_prev = n->all_prev;
+	if (n->kind == SF_NODE_SLICE && parent) {
+		if (n->slice_prev)
+			n->slice_prev->slice_next = n->slice_next;
+		else
+			parent->slices = n->slice_next;
+		if (n->slice_next)
+			n->slice_next->slice_prev = n->slice_prev;
+	}
+	ckpt_unref(fs, n->ck);
+	free(n->children);
+	free(n->npy_head);
+	free(n->name);
+	free(n);
+	return parent;
+}
+
+/* Free a node that never got a reference (build failure). */
+static void node_discard(struct sf_fs *fs, struct sf_node *n);
+
+/* Drop count references; frees n and, in turn, ancestors left at 0. */
+static void node_unref_locked(struct sf_fs *fs, struct sf_node *n,
+			      uint64_t count)
+{
+	while (n) {
+		if (n->ref < count) {
+			sf_err("fs: reference underflow on inode %s", n->name);
+			n->ref = count;
+		}
+		n->ref -= count;
+		if (n->ref > 0)
+			return;
+		n = node_free(fs, n);
+		count = 1; /* the freed child's hold on its parent */
+	}
+}
+
+static void node_discard(struct sf_fs *fs, struct sf_node *n)
+{
+	struct sf_node *parent = node_free(fs, n);
+
+	if (parent)
+		node_unref_locked(fs, parent, 1);
+}
+
+void sf_fs_unref(struct sf_fs *fs, struct sf_node *n, uint64_t count)
+{
+	pthread_mutex_lock(&fs->tree_lock);
+	node_unref_locked(fs, n, count);
+	pthread_mutex_unlock(&fs->tree_lock);
+}
+
+void sf_fs_ref(struct sf_fs *fs, struct sf_node *n)
+{
+	pthread_mutex_lock(&fs->tree_lock);
+	n->ref++;
+	pthread_mutex_unlock(&fs->tree_lock);
+}
+
+/* --- children --- */
+
+static int child_cmp(const void *a, const void *b)
+{
+	const struct sf_node *x = *(struct sf_node *const *)a;
+	const struct sf_node *y = *(struct sf_node *const *)b;
+
+	return strcmp(x->name, y->name);
+}
+
+/* Binary search dir's sorted children for name[0..len). Index or -1. */
+static ptrdiff_t child_find(const struct sf_node *dir, const char *name,
+			    size_t len)
+{
+	size_t lo = 0, hi = dir->nchildren;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		const char *cn = dir->children[mid]->name;
+		int c = strncmp(cn, name, len);
+
+		if (c == 0)
+			c = cn[len] ? 1 : 0;
+		if (c == 0)
+			return (ptrdiff_t)mid;
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return -1;
+}
+
+static int children_reserve(struct sf_node *dir)
+{
+	size_t cap;
+	struct sf_node **nc;
+
+	if (dir->nchildren < dir->cap_children)
+		return 0;
+	cap = dir->cap_children ? dir->cap_children * 2 : 8;
+	nc = realloc(dir->children, cap * sizeof(*nc));
+	if (!nc)
+		return -ENOMEM;
+	dir->children = nc;
+	dir->cap_children = cap;
+	return 0;
+}
+
+/* Append (build time: the caller sorts afterwards) or insert in order. */
+static int child_link(struct sf_node *dir, struct sf_node *c, bool sorted)
+{
+	size_t at = dir->nchildren;
+	int rc = children_reserve(dir);
+
+	if (rc)
+		return rc;
+	if (sorted) {
+		size_t lo = 0, hi = dir->nchildren;
+
+		while (lo < hi) {
+			size_t mid = lo + (hi - lo) / 2;
+
+			if (strcmp(dir->children[mid]->name, c->name) < 0)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+		at = lo;
+		memmove(dir->children + at + 1, dir->children + at,
+			(dir->nchildren - at) * sizeof(*dir->children));
+	}
+	dir->children[at] = c;
+	dir->nchildren++;
+	if (sf_node_is_dir(c))
+		dir->nsubdirs++;
+	c->linked = true;
+	c->ref++;
+	return 0;
+}
+
+static void subtree_unlink(struct sf_fs *fs, struct sf_node *n);
+
+/* Unlink everything below n. */
+static void children_unlink(struct sf_fs *fs, struct sf_node *n)
+{
+	while (n->nchildren > 0) {
+		struct sf_node *c = n->children[--n->nchildren];
+
+		if (sf_node_is_dir(c))
+			n->nsubdirs--;
+		subtree_unlink(fs, c);
+	}
+}
+
+/* Unlink n and everything below it from the tree (n's link reference is
+ * dropped; n is no longer in its parent's children). Nodes the kernel still
+ * holds linger, detached, until forgotten. Recursion depth is bounded by
+ * SF_MAX_NAME / 2 components. */
+static void subtree_unlink(struct sf_fs *fs, struct sf_node *n)
+{
+	children_unlink(fs, n);
+	n->linked = false;
+	node_unref_locked(fs, n, 1);
+}
+
+/* Sort every directory below n and drop duplicate names (a tensor "a" and
+ * a directory "a/" from "a/b", or a root file shadowing a view). */
+static void subtree_sort(struct sf_fs *fs, struct sf_node *n)
+{
+	size_t i, out = 0;
+
+	qsort(n->children, n->nchildren, sizeof(*n->children), child_cmp);
+	for (i = 0; i < n->nchildren; i++) {
+		struct sf_node *c = n->children[i];
+
+		if (out > 0 && strcmp(n->children[out - 1]->name, c->name) == 0) {
+			sf_warn("checkpoint %s: '%s' names two entries; showing only the first",
+				c->ck ? c->ck->name : "?", c->name);
+			if (sf_node_is_dir(c))
+				n->nsubdirs--;
+			subtree_unlink(fs, c);
+			continue;
+		}
+		n->children[out++] = c;
+	}
+	n->nchildren = out;
+	for (i = 0; i < n->nchildren; i++)
+		if (sf_node_is_dir(n->children[i]))
+			subtree_sort(fs, n->children[i]);
+}
+
+/*
+ * Add a leaf for '/'-separated path under dir, creating directories on the
+ * way (area inherited). Build time: entries arrive sorted by full name, so
+ * an existing directory for a component is always the last child added.
+ */
+static int add_path(struct sf_fs *fs, struct sf_node *dir, const char *path,
+		    const char *suffix, enum sf_node_kind kind,
+		    struct sf_node **out)
+{
+	const char *p = path;
+	const char *slash;
+	struct sf_node *n;
+	int rc;
+
+	while ((slash = strchr(p, '/')) != NULL) {
+		size_t len = (size_t)(slash - p);
+		struct sf_node *last = dir->nchildren ?
+			dir->children[dir->nchildren - 1] : NULL;
+
+		if (last && last->kind == SF_NODE_DIR &&
+		    strncmp(last->name, p, len) == 0 && last->name[len] == '\0') {
+			dir = last;
+		} else {
+			n = node_new(fs, SF_NODE_DIR, p, len, dir->ck, dir);
+			if (!n)
+				return -ENOMEM;
+			n->area = dir->area;
+			rc = child_link(dir, n, false);
+			if (rc) {
+				node_discard(fs, n);
+				return rc;
+			}
+			dir = n;
+		}
+		p = slash + 1;
+	}
+	{
+		size_t plen = strlen(p), slen = suffix ? strlen(suffix) : 0;
+		char *leaf = malloc(plen + slen + 1);
+
+		if (!leaf)
+			return -ENOMEM;
+		memcpy(leaf, p, plen);
+		memcpy(leaf + plen, suffix ? suffix : "", slen + 1);
+		n = node_new(fs, kind, leaf, plen + slen, dir->ck, dir);
+		free(leaf);
+	}
+	if (!n)
+		return -ENOMEM;
+	rc = child_link(dir, n, false);
+	if (rc) {
+		node_discard(fs, n);
+		return rc;
+	}
+	*out = n;
+	return 0;
+}
+
+/* Make a child of dir and link it (build time, unsorted). */
+static int add_child(struct sf_fs *fs, struct sf_node *dir,
+		     enum sf_node_kind kind, const char *name,
+		     struct sf_node **out)
+{
+	struct sf_node *n = node_new(fs, kind, name, strlen(name), dir->ck, dir);
+	int rc;
+
+	if (!n)
+		return -ENOMEM;
+	rc = child_link(dir, n, false);
+	if (rc) {
+		node_discard(fs, n);
+		return rc;
+	}
+	*out = n;
+	return 0;
+}
+
+/* Build the contents of checkpoint directory node cd from its manifest. */
+static int build_ckpt(struct sf_fs *fs, struct sf_node *cd)
+{
+	struct sf_ckpt *ck = cd->ck->ck;
+	const struct sf_manifest *m = ck->m;
+	struct sf_node *tdir, *ndir, *n;
+	size_t i;
+	int rc;
+
+	rc = add_child(fs, cd, SF_NODE_DIR, "tensors", &tdir);
+	if (rc)
+		return rc;
+	tdir->area = SF_AREA_TENSORS;
+	rc = add_child(fs, cd, SF_NODE_DIR, "npy", &ndir);
+	if (rc)
+		return rc;
+	ndir->area = SF_AREA_NPY;
+	rc = add_child(fs, cd, SF_NODE_ST, "model.safetensors", &n);
+	if (rc)
+		return rc;
+	n->size = ck->st->total;
+	rc = add_child(fs, cd, SF_NODE_MANIFEST, "manifest.json", &n);
+	if (rc)
+		return rc;
+	n->size = ck->manifest_len;
+
+	for (i = 0; i < m->ntensors; i++) {
+		const struct sf_tensor *t = &m->tensors[i];
+		char *head;
+		size_t hlen;
+
+		rc = add_path(fs, tdir, t->name, NULL, SF_NODE_TENSOR, &n);
+		if (rc)
+			return rc;
+		n->t = t;
+		n->size = t->nbytes;
+
+		rc = sf_npy_header(t, &head, &hlen);
+		if (rc == -ENOTSUP)
+			continue;
+		if (rc)
+			return rc;
+		rc = add_path(fs, ndir, t->name, ".npy", SF_NODE_NPY, &n);
+		if (rc) {
+			free(head);
+			return rc;
+		}
+		n->t = t;
+		n->npy_head = head;
+		n->npy_head_len = hlen;
+		n->size = hlen + t->nbytes;
+	}
+	for (i = 0; i < m->nfiles; i++) {
+		const struct sf_tensor *t = &m->files[i];
+
+		rc = add_path(fs, cd, t->name, NULL, SF_NODE_FILE, &n);
+		if (rc)
+			return rc;
+		n->t = t;
+		n->size = t->nbytes;
+	}
+	subtree_sort(fs, cd);
+	return 0;
+}
+
+int sf_fs_tree_init(struct sf_fs *fs)
+{
+	struct stat st;
+
+	fs->root = node_new(fs, SF_NODE_ROOT, "", 0, NULL, NULL);
+	if (!fs->root)
+		return -ENOMEM;
+	fs->root->linked = true;
+	fs->root->ref = 1;
+	if (stat(fs->cfg->store, &st) == 0)
+		fs->root_mtime = st.st_mtim;
+	return 0;
+}
+
+void sf_fs_tree_destroy(struct sf_fs *fs)
+{
+	while (fs->all) {
+		struct sf_node *n = fs->all;
+
+		fs->all = n->all_next;
+		free(n->children);
+		free(n->npy_head);
+		free(n->name);
+		free(n);
+	}
+	fs->root = NULL;
+	while (fs->ckpts) {
+		struct sf_fs_ckpt *c = fs->ckpts;
+
+		fs->ckpts = c->next;
+		if (c->ck) {
+			if (fs->engine)
+				sf_engine_forget(fs->engine, &c->ck->ref);
+			sf_ckpt_close(c->ck);
+		}
+		free(c->name);
+		free(c->dir);
+		free(c);
+	}
+}
+
+int sf_fs_add_committed(struct sf_fs *fs, struct sf_ckpt *ck)
+{
+	struct sf_fs_ckpt *c;
+	struct sf_node *cd;
+	struct stat st;
+	char *mpath = NULL;
+	int rc;
+
+	c = calloc(1, sizeof(*c));
+	if (!c) {
+		sf_ckpt_close(ck);
+		return -ENOMEM;
+	}
+	c->ck = ck;
+	c->state = SF_CK_COMMITTED;
+	c->name = strdup(ck->name);
+	c->dir = strdup(ck->dir);
+	if (!c->name || !c->dir || asprintf(&mpath, "%s/manifest.json", ck->dir) < 0) {
+		rc = -ENOMEM;
+		goto out_free_ckpt;
+	}
+	if (stat(mpath, &st) == 0)
+		c->mtime = st.st_mtim;
+	else
+		c->mtime = fs->root_mtime;
+	free(mpath);
+
+	pthread_mutex_lock(&fs->tree_lock);
+	c->ref = 1; /* listed */
+	c->next = fs->ckpts;
+	fs->ckpts = c;
+	if (fs->single) {
+		cd = fs->root;
+		cd->kind = SF_NODE_CKPT;
+		cd->ck = c;
+		c->ref++;
+	} else {
+		if (child_find(fs->root, c->name, strlen(c->name)) >= 0) {
+			rc = -EEXIST;
+			goto out_unlist;
+		}
+		cd = node_new(fs, SF_NODE_CKPT, c->name, strlen(c->name), c,
+			      fs->root);
+		if (!cd) {
+			rc = -ENOMEM;
+			goto out_unlist;
+		}
+		/* Build detached, then publish: lookups never see half a tree. */
+		cd->ref++;
+	}
+	rc = build_ckpt(fs, cd);
+	if (rc) {
+		if (fs->single) {
+			children_unlink(fs, cd);
+			cd->kind = SF_NODE_ROOT;
+			cd->ck = NULL;
+			ckpt_unref(fs, c);
+		} else
+			subtree_unlink(fs, cd); /* drops the build hold */
+		goto out_unlist;
+	}
+	if (!fs->single) {
+		rc = child_link(fs->root, cd, true);
+		if (rc) {
+			subtree_unlink(fs, cd); /* drops the build hold */
+			goto out_unlist;
+		}
+		node_unref_locked(fs, cd, 1); /* the build hold */
+	}
+	pthread_mutex_unlock(&fs->tree_lock);
+	return 0;
+
+out_unlist:
+	sf_err("checkpoint %s: cannot show it: %s", c->name, sf_strerror(rc));
+	ckpt_unref(fs, c); /* the listing; nodes released theirs */
+	pthread_mutex_unlock(&fs->tree_lock);
+	return rc;
+
+out_free_ckpt:
+	free(mpath);
+	free(c->name);
+	free(c->dir);
+	free(c);
+	sf_ckpt_close(ck);
+	return rc;
+}
+
+/* --- lookups --- */
+
+struct sf_node *sf_fs_node(struct sf_fs *fs, fuse_ino_t ino)
+{
+	if (ino == FUSE_ROOT_ID)
+		return fs->root;
+	return (struct sf_node *)(uintptr_t)ino;
+}
+
+fuse_ino_t sf_fs_ino(struct sf_fs *fs, const struct sf_node *n)
+{
+	return n == fs->root ? FUSE_ROOT_ID : (fuse_ino_t)(uintptr_t)n;
+}
+
+/* tensors/NAME@SPEC: find or make the slice node. Under tree_lock. */
+static int lookup_slice(struct sf_fs *fs, struct sf_node *dir,
+			const char *name, struct sf_node **out)
+{
+	const char *at = strrchr(name, '@');
+	const char *spec;
+	struct sf_node *base, *s;
+	struct sf_box box;
+	uint64_t nbytes;
+	ptrdiff_t i;
+	int rc;
+
+	if (!at)
+		return -ENOENT;
+	i = child_find(dir, name, (size_t)(at - name));
+	if (i < 0)
+		return -ENOENT;
+	base = dir->children[i];
+	if (base->kind != SF_NODE_TENSOR)
+		return -ENOENT;
+	for (s = dir->slices; s; s = s->slice_next) {
+		if (strcmp(s->name, name) == 0) {
+			s->ref++;
+			*out = s;
+			return 0;
+		}
+	}
+	spec = at + 1;
+	rc = sf_slice_parse(spec, strlen(spec), base->t->ndim, base->t->shape,
+			    &box);
+	if (rc)
+		return rc;
+	rc = sf_shape_nbytes(box.ndim, box.len, sf_dtype_size(base->t->dtype),
+			     &nbytes);
+	if (rc)
+		return rc;
+	s = node_new(fs, SF_NODE_SLICE, name, strlen(name), dir->ck, dir);
+	if (!s)
+		return -ENOMEM;
+	s->t = base->t;
+	s->box = box;
+	s->size = nbytes;
+	s->slice_next = dir->slices;
+	if (dir->slices)
+		dir->slices->slice_prev = s;
+	dir->slices = s;
+	s->ref = 1; /* the kernel's lookup */
+	*out = s;
+	return 0;
+}
+
+int sf_fs_lookup(struct sf_fs *fs, struct sf_node *dir, const char *name,
+		 struct sf_node **out)
+{
+	ptrdiff_t i;
+	int rc = -ENOENT;
+
+	if (!sf_node_is_dir(dir))
+		return -ENOTDIR;
+	pthread_mutex_lock(&fs->tree_lock);
+	i = child_find(dir, name, strlen(name));
+	if (i >= 0) {
+		*out = dir->children[i];
+		(*out)->ref++;
+		rc = 0;
+	} else if (dir->area == SF_AREA_TENSORS) {
+		rc = lookup_slice(fs, dir, name, out);
+	}
+	pthread_mutex_unlock(&fs->tree_lock);
+	return rc;
+}
+
+/* --- directory snapshots --- */
+
+int sf_fs_dir_snap(struct sf_fs *fs, struct sf_node *dir,
+		   struct sf_dir_snap **out)
+{
+	struct sf_dir_snap *s;
+	size_t i;
+
+	if (!sf_node_is_dir(dir))
+		return -ENOTDIR;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	pthread_mutex_lock(&fs->tree_lock);
+	if (dir->nchildren) {
+		s->ents = calloc(dir->nchildren, sizeof(*s->ents));
+		if (!s->ents) {
+			pthread_mutex_unlock(&fs->tree_lock);
+			free(s);
+			return -ENOMEM;
+		}
+	}
+	s->n = dir->nchildren;
+	for (i = 0; i < s->n; i++) {
+		s->ents[i].node = dir->children[i];
+		s->ents[i].name = dir->children[i]->name;
+		dir->children[i]->ref++;
+	}
+	s->self = dir;
+	dir->ref++;
+	s->parent = dir->parent ? dir->parent : dir;
+	s->parent->ref++;
+	pthread_mutex_unlock(&fs->tree_lock);
+	*out = s;
+	return 0;
+}
+
+void sf_fs_dir_snap_free(struct sf_fs *fs, struct sf_dir_snap *s)
+{
+	size_t i;
+
+	if (!s)
+		return;
+	pthread_mutex_lock(&fs->tree_lock);
+	for (i = 0; i < s->n; i++)
+		node_unref_locked(fs, s->ents[i].node, 1);
+	node_unref_locked(fs, s->parent, 1);
+	node_unref_locked(fs, s->self, 1);
+	pthread_mutex_unlock(&fs->tree_lock);
+	free(s->ents);
+	free(s);
+}
+
+/* --- attributes --- */
+
+void sf_fs_stat(struct sf_fs *fs, struct sf_node *n, struct stat *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->st_ino = sf_fs_ino(fs, n);
+	st->st_uid = fs->uid;
+	st->st_gid = fs->gid;
+	if (sf_node_is_dir(n)) {
+		st->st_mode = S_IFDIR | 0555;
+		pthread_mutex_lock(&fs->tree_lock);
+		st->st_nlink = 2 + n->nsubdirs;
+		pthread_mutex_unlock(&fs->tree_lock);
+		st->st_size = 4096;
+	} else {
+		st->st_mode = S_IFREG | 0444;
+		st->st_nlink = 1;
+		st->st_size = (off_t)n->size;
+	}
+	st->st_blksize = SF_FS_MAX_READ;
+	st->st_blocks = (blkcnt_t)((st->st_size + 511) / 512);
+	st->st_mtim = n->ck ? n->ck->mtime : fs->root_mtime;
+	st->st_atim = st->st_mtim;
+	st->st_ctim = st->st_mtim;
+}
