@@ -1,0 +1,526 @@
+/*
+ * test_engine.c - sf_engine_read against the naive model of sf_testkit.
+ *
+ * Every read is compared byte for byte with the model: the expected bytes
+ * of (view, off, len) are model[map[off + i]] where map is the naive byte
+ * map of the view. Engines run with tiny caches (constant eviction) and
+ * large ones, verify on and off. Faults are injected in the in-memory
+ * source between engines (a flipped payload byte, a hidden payload file)
+ * and the expected outcome of each read is derived from which tensor bytes
+ * the damaged checksum block (or file) holds.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "sf_dtype.h"
+#include "sf_engine.h"
+#include "sf_error.h"
+#include "sf_log.h"
+#include "sf_manifest.h"
+#include "sf_test.h"
+#include "sf_testkit.h"
+
+#define PROG "test_engine"
+#define MAX_READ (48u << 10) /* bytes per read, at most */
+#define LOG_PREFIX "sfunit-engine "
+
+/* Reads that check_read expected to fail (they touched damaged bytes). */
+static _Atomic unsigned long expected_failures;
+
+/*
+ * Capture stderr (where core logs) into a temporary file while faults are
+ * injected, so the expected error lines can be counted instead of flooding
+ * the test log. CHECK failures go to stderr too: log_capture_end() copies
+ * every captured line that is not core's to the real stderr.
+ */
+struct log_capture {
+	int saved_fd;   /* the real stderr, -1 when not capturing */
+	FILE *tmp;
+};
+
+static void log_capture_begin(struct log_capture *c)
+{
+	fflush(stderr);
+	c->saved_fd = -1;
+	c->tmp = tmpfile();
+	if (!c->tmp)
+		return;
+	c->saved_fd = dup(STDERR_FILENO);
+	if (c->saved_fd < 0 || dup2(fileno(c->tmp), STDERR_FILENO) < 0) {
+		if (c->saved_fd >= 0)
+			close(c->saved_fd);
+		c->saved_fd = -1;
+		fclose(c->tmp);
+		c->tmp = NULL;
+	}
+}
+
+/* Restore stderr; returns the number of lines core logged (they carry the
+ * LOG_PREFIX set in main), or -1 when nothing was captured. */
+static long log_capture_end(struct log_capture *c)
+{
+	char line[4096];
+	long n = 0;
+
+	if (c->saved_fd < 0)
+		return -1;
+	fflush(stderr);
+	dup2(c->saved_fd, STDERR_FILENO);
+	close(c->saved_fd);
+	rewind(c->tmp);
+	while (fgets(line, sizeof(line), c->tmp)) {
+		if (strncmp(line, LOG_PREFIX, strlen(LOG_PREFIX)) == 0)
+			n++;
+		else
+			fputs(line, stderr);
+	}
+	fclose(c->tmp);
+	return n;
+}
+
+/* A random (view, off, len) of tensor t; *map is the view's byte map
+ * (malloc'd, caller frees). view_out is NULL for a whole-tensor read. */
+struct req {
+	struct sf_box view;
+	const struct sf_box *viewp;
+	uint64_t *map, nmap;
+	uint64_t off;
+	size_t len;
+};
+
+static int rand_req(const struct sf_tensor *t, uint64_t *rng, struct req *r)
+{
+	int rc;
+
+	r->viewp = NULL;
+	if (sf_rand_r(rng) % 3 == 0) {
+		kit_rand_view(t, &r->view, rng);
+		r->viewp = &r->view;
+	}
+	rc = kit_view_map(t, r->viewp, &r->map, &r->nmap);
+	if (rc)
+		return rc;
+	r->off = sf_rand_r(rng) % (r->nmap + 1);
+	uint64_t max = r->nmap - r->off;
+	if (max > MAX_READ)
+		max = MAX_READ;
+	/* Mostly short reads, sometimes whole ones. */
+	if (sf_rand_r(rng) % 4 == 0)
+		r->len = max;
+	else
+		r->len = sf_rand_r(rng) % (max < 300 ? max + 1 : 300);
+	return 0;
+}
+
+/* Compare a read with the model; `taint` (tensor bytes that must make the
+ * read fail with want_err) may be NULL. Returns false on a mismatch. */
+static bool check_read(struct sf_engine *e, struct kit *k, size_t ti,
+		       const struct req *r, const unsigned char *model,
+		       const unsigned char *taint, int want_err)
+{
+	const struct sf_tensor *t = k->tensors[ti].t;
+	unsigned char *buf = malloc(r->len + 1);
+	bool tainted = false, ok;
+
+	if (!buf)
+		return CHECK(!"out of memory");
+	for (size_t i = 0; taint && i < r->len; i++)
+		if (taint[r->map[r->off + i]])
+			tainted = true;
+	memset(buf, 0xee, r->len + 1);
+	int rc = sf_engine_read(e, &k->ref, k->m, t, r->viewp, r->off, buf,
+				r->len);
+	if (tainted) {
+		expected_failures++;
+		ok = CHECK_EQ(rc, want_err);
+	} else {
+		ok = CHECK_EQ(rc, 0);
+		if (ok) {
+			size_t bad = r->len;
+
+			for (size_t i = 0; i < r->len && bad == r->len; i++)
+				if (buf[i] != model[r->map[r->off + i]])
+					bad = i;
+			ok = CHECK(bad == r->len);
+			if (!ok)
+				fprintf(stderr, "  tensor %s %s off %llu len %zu: "
+					"first bad byte %zu\n", t->name,
+					r->viewp ? "view" : "whole",
+					(unsigned long long)r->off, r->len, bad);
+		}
+		ok = CHECK_EQ(buf[r->len], 0xee) && ok; /* no overrun */
+	}
+	free(buf);
+	return ok;
+}
+
+static int new_engine(struct kit *k, uint64_t cache, bool verify,
+		      struct sf_engine **e)
+{
+	struct sf_engine_opts o = { .cache_bytes = cache, .verify = verify };
+	int rc = sf_engine_create(&o, &k->src, e);
+
+	CHECK_EQ(rc, 0);
+	return rc;
+}
+
+/* Random reads on every configuration of cache and verify. */
+static void test_reads(void)
+{
+	for (int round = 0; round < 24; round++) {
+		struct kit *k;
+		uint64_t rng = sf_rand();
+
+		if (!CHECK_EQ(kit_create(sf_rand(), 1 + sf_rand_below(6),
+					 round % 3 == 0, &k), 0))
+			continue;
+		uint64_t bs = k->m->block_size;
+		const uint64_t caches[] = { 1, bs, 3 * bs, 256u << 20 };
+
+		for (int c = 0; c < 8; c++) {
+			struct sf_engine *e;
+			bool verify = c & 1;
+
+			if (new_engine(k, caches[c / 2], verify, &e))
+				continue;
+			for (int i = 0; i < 120; i++) {
+				size_t ti = sf_rand_r(&rng) % k->ntensors;
+				struct req r;
+
+				if (rand_req(k->tensors[ti].t, &rng, &r))
+					break;
+				check_read(e, k, ti, &r, k->tensors[ti].bytes,
+					   NULL, 0);
+				free(r.map);
+			}
+			struct sf_engine_stats st;
+			sf_engine_stats(e, &st);
+			CHECK(st.misses > 0);
+			CHECK(st.bytes_fetched > 0);
+			CHECK_EQ(st.bad_blocks, 0);
+			if (caches[c / 2] >= 2 * bs)
+				CHECK(st.cached_bytes <= caches[c / 2]);
+			sf_engine_destroy(e);
+		}
+		kit_destroy(k);
+	}
+}
+
+/* Whole-tensor reads twice on a large cache: the second pass only hits. */
+static void test_stats(void)
+{
+	struct kit *k;
+	struct sf_engine *e;
+	struct sf_engine_stats a, b;
+
+	if (!CHECK_EQ(kit_create(sf_rand(), 4, false, &k), 0))
+		return;
+	if (new_engine(k, 256u << 20, true, &e))
+		goto out_destroy_kit;
+	sf_engine_stats(e, &a);
+	CHECK_EQ(a.hits + a.misses + a.bytes_fetched + a.cached_bytes, 0);
+	for (int pass = 0; pass < 2; pass++) {
+		for (size_t ti = 0; ti < k->ntensors; ti++) {
+			struct req r = { .viewp = NULL, .off = 0 };
+
+			if (kit_view_map(k->tensors[ti].t, NULL, &r.map, &r.nmap))
+				continue;
+			r.len = r.nmap;
+			check_read(e, k, ti, &r, k->tensors[ti].bytes, NULL, 0);
+			free(r.map);
+		}
+		if (pass == 0)
+			sf_engine_stats(e, &a);
+	}
+	sf_engine_stats(e, &b);
+	CHECK(a.misses > 0);
+	CHECK(a.bytes_fetched > 0);
+	CHECK(a.bytes_fetched <= k->source_bytes);
+	CHECK(a.cached_bytes > 0);
+	CHECK(b.hits > a.hits);
+	CHECK_EQ(b.misses, a.misses);
+	CHECK_EQ(b.bytes_fetched, a.bytes_fetched);
+
+	/* Forgetting the checkpoint empties the cache; reads still work. */
+	sf_engine_forget(e, &k->ref);
+	sf_engine_stats(e, &b);
+	CHECK_EQ(b.cached_bytes, 0);
+	{
+		struct req r = { .viewp = NULL, .off = 0 };
+
+		if (!kit_view_map(k->tensors[0].t, NULL, &r.map, &r.nmap)) {
+			r.len = r.nmap;
+			check_read(e, k, 0, &r, k->tensors[0].bytes, NULL, 0);
+			free(r.map);
+		}
+	}
+	sf_engine_stats(e, &a);
+	CHECK(a.misses > b.misses);
+	sf_engine_destroy(e);
+out_destroy_kit:
+	kit_destroy(k);
+}
+
+/*
+ * Flip one payload byte of one shard of an exclusively sharded tensor:
+ * with verify on, reads that touch any tensor byte of that checksum block
+ * fail with -SF_ECHECKSUM, others are right; with verify off they return
+ * the flipped byte.
+ */
+static void test_corruption(void)
+{
+	struct log_capture cap;
+	unsigned long before = expected_failures;
+
+	log_capture_begin(&cap);
+	for (int round = 0; round < 12; round++) {
+		struct kit *k;
+		uint64_t rng = sf_rand();
+
+		if (!CHECK_EQ(kit_create(sf_rand(), 2, true, &k), 0))
+			continue;
+		size_t ti = sf_rand_r(&rng) % k->ntensors;
+		const struct sf_tensor *t = k->tensors[ti].t;
+		const struct sf_shard *s = &t->shards[sf_rand_r(&rng) % t->nshards];
+		struct kit_file *f = kit_file_of(k, s);
+		uint64_t bs = k->m->block_size;
+		uint64_t p = sf_rand_r(&rng) % s->nbytes;
+		uint64_t b0 = p / bs * bs;
+		uint64_t b1 = b0 + bs < s->nbytes ? b0 + bs : s->nbytes;
+		unsigned char *taint = calloc(t->nbytes, 1);
+		unsigned char *bad = malloc(t->nbytes);
+
+		if (!CHECK(f != NULL) || !taint || !bad) {
+			free(taint);
+			free(bad);
+			kit_destroy(k);
+			continue;
+		}
+		for (uint64_t j = b0; j < b1; j++)
+			taint[kit_shard_byte(t, s, j)] = 1;
+		unsigned char flip = (unsigned char)(1 + sf_rand_r(&rng) % 255);
+		memcpy(bad, k->tensors[ti].bytes, t->nbytes);
+		bad[kit_shard_byte(t, s, p)] ^= flip;
+		f->data[s->file_offset + p] ^= flip;
+
+		for (int verify = 1; verify >= 0; verify--) {
+			struct sf_engine *e;
+			unsigned long failed = 0;
+
+			if (new_engine(k, sf_rand_r(&rng) % 2 ? bs : 64u << 20,
+				       verify, &e))
+				continue;
+			for (int i = 0; i < 150; i++) {
+				/* Half the reads aim at the damaged block. */
+				size_t tj = i % 2 ? ti : sf_rand_r(&rng) % k->ntensors;
+				struct req r;
+
+				if (rand_req(k->tensors[tj].t, &rng, &r))
+					break;
+				if (tj == ti && i % 4 == 1) {
+					/* a read that contains the flipped byte */
+					r.viewp = NULL;
+					free(r.map);
+					if (kit_view_map(t, NULL, &r.map, &r.nmap))
+						break;
+					uint64_t tb = kit_shard_byte(t, s, p);
+					r.off = tb - sf_rand_r(&rng) % (tb + 1) % 64;
+					r.len = (size_t)(tb - r.off + 1 +
+							 sf_rand_r(&rng) % (t->nbytes - tb));
+				}
+				if (tj != ti)
+					check_read(e, k, tj, &r, k->tensors[tj].bytes,
+						   NULL, 0);
+				else if (verify)
+					failed += !check_read(e, k, tj, &r,
+							      k->tensors[ti].bytes,
+							      taint, -SF_ECHECKSUM);
+				else
+					check_read(e, k, tj, &r, bad, NULL, 0);
+				free(r.map);
+			}
+			struct sf_engine_stats st;
+			sf_engine_stats(e, &st);
+			if (verify)
+				CHECK(st.bad_blocks > 0);
+			else
+				CHECK_EQ(st.bad_blocks, 0);
+			if (failed)
+				fprintf(stderr, "  corruption round %d: tensor %s "
+					"shard block [%llu, %llu) of %llu\n", round,
+					t->name, (unsigned long long)b0,
+					(unsigned long long)b1,
+					(unsigned long long)s->nbytes);
+			sf_engine_destroy(e);
+		}
+		free(taint);
+		free(bad);
+		kit_destroy(k);
+	}
+	long lines = log_capture_end(&cap);
+	/* Reads did hit the damaged blocks, and each failure was logged. */
+	CHECK(expected_failures - before > 10);
+	if (lines >= 0)
+		CHECK_EQ(lines, expected_failures - before);
+}
+
+/* A payload file that is gone: reads of its shards' bytes fail with
+ * -SF_ESHORT, every other read is right. */
+static void test_missing(void)
+{
+	struct log_capture cap;
+	unsigned long before = expected_failures;
+
+	log_capture_begin(&cap);
+	for (int round = 0; round < 8; round++) {
+		struct kit *k;
+		uint64_t rng = sf_rand();
+
+		if (!CHECK_EQ(kit_create(sf_rand(), 3, true, &k), 0))
+			continue;
+		struct kit_file *gone = &k->files[sf_rand_r(&rng) % k->nfiles];
+		unsigned char **taint = calloc(k->ntensors, sizeof(*taint));
+		struct sf_engine *e = NULL;
+
+		if (!taint)
+			goto out_destroy_kit;
+		gone->missing = true;
+		for (size_t ti = 0; ti < k->ntensors; ti++) {
+			const struct sf_tensor *t = k->tensors[ti].t;
+
+			taint[ti] = calloc(t->nbytes, 1);
+			if (!taint[ti])
+				goto out_free_taint;
+			for (size_t si = 0; si < t->nshards; si++) {
+				const struct sf_shard *s = &t->shards[si];
+
+				if (kit_file_of(k, s) != gone)
+					continue;
+				for (uint64_t j = 0; j < s->nbytes; j++)
+					taint[ti][kit_shard_byte(t, s, j)] = 1;
+			}
+		}
+		if (new_engine(k, 1u << 20, sf_rand_r(&rng) % 2, &e))
+			goto out_free_taint;
+		for (int i = 0; i < 200; i++) {
+			size_t ti = sf_rand_r(&rng) % k->ntensors;
+			struct req r;
+
+			if (rand_req(k->tensors[ti].t, &rng, &r))
+				break;
+			check_read(e, k, ti, &r, k->tensors[ti].bytes, taint[ti],
+				   -SF_ESHORT);
+			free(r.map);
+		}
+		sf_engine_destroy(e);
+out_free_taint:
+		for (size_t ti = 0; ti < k->ntensors; ti++)
+			free(taint[ti]);
+		free(taint);
+out_destroy_kit:
+		kit_destroy(k);
+	}
+	long lines = log_capture_end(&cap);
+	/* One log line per failed read (the header's contract). */
+	CHECK(expected_failures - before > 10);
+	if (lines >= 0)
+		CHECK_EQ(lines, expected_failures - before);
+}
+
+/* ---- many readers on one engine ---- */
+
+struct worker {
+	pthread_t tid;
+	struct sf_engine *e;
+	struct kit *k;
+	uint64_t rng;
+	unsigned long reads;
+};
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+
+	for (int i = 0; i < 400; i++) {
+		size_t ti = sf_rand_r(&w->rng) % w->k->ntensors;
+		struct req r;
+
+		if (rand_req(w->k->tensors[ti].t, &w->rng, &r))
+			break;
+		check_read(w->e, w->k, ti, &r, w->k->tensors[ti].bytes, NULL, 0);
+		free(r.map);
+		w->reads++;
+	}
+	return NULL;
+}
+
+static void test_threads(void)
+{
+	for (int round = 0; round < 3; round++) {
+		struct worker w[4];
+		struct sf_engine *e;
+		struct kit *k;
+		int started = 0;
+
+		if (!CHECK_EQ(kit_create(sf_rand(), 5, false, &k), 0))
+			continue;
+		/* Tiny, small and roomy caches: eviction races and shared
+		 * fetches of one block. */
+		uint64_t cache = round == 0 ? 1 : round == 1 ? 4 * k->m->block_size
+							   : 64u << 20;
+		if (new_engine(k, cache, true, &e)) {
+			kit_destroy(k);
+			continue;
+		}
+		for (int i = 0; i < 4; i++) {
+			w[i] = (struct worker){ .e = e, .k = k, .rng = sf_rand() | 1 };
+			if (!CHECK_EQ(pthread_create(&w[i].tid, NULL, worker_main,
+						     &w[i]), 0))
+				break;
+			started++;
+		}
+		unsigned long reads = 0;
+		for (int i = 0; i < started; i++) {
+			pthread_join(w[i].tid, NULL);
+			reads += w[i].reads;
+		}
+		CHECK_EQ(reads, 4 * 400);
+		sf_engine_destroy(e);
+		kit_destroy(k);
+	}
+}
+
+/* Zero-byte tensors need no shards and read as nothing. */
+static void test_empty_tensor(void)
+{
+	struct sf_manifest *m = sf_manifest_new("empty", 1, 4096);
+	uint64_t shape[2] = { 3, 0 };
+	struct sf_tensor *t;
+	char err[256];
+
+	if (!CHECK(m != NULL))
+		return;
+	CHECK_EQ(sf_manifest_add_tensor(m, false, "z", SF_DT_F32, 2, shape, &t), 0);
+	CHECK_EQ(sf_manifest_finish(m, err, sizeof(err)), 0);
+	const struct sf_tensor *z = sf_manifest_find(m, "z");
+	if (CHECK(z != NULL))
+		CHECK_EQ(z->nbytes, 0);
+	sf_manifest_destroy(m);
+}
+
+int main(void)
+{
+	sf_test_seed(PROG, 4242);
+	sf_log_setup(LOG_PREFIX, SF_LOG_INFO);
+	test_empty_tensor();
+	test_reads();
+	test_stats();
+	test_corruption();
+	test_missing();
+	test_threads();
+	return sf_test_done(PROG);
+}
