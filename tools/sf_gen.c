@@ -391,7 +391,7 @@ static uint64_t round_up(uint64_t v, uint64_t m)
 }
 
 /* Hyper-parameters of a Llama-shaped model of hidden size h (a multiple
- * of 32) with l layers: GQA with 4 query heads per kv head, Llama's MLP
+ * of 32, of 64 from 512 on) with l layers: GQA with 4 query heads per kv head, Llama's MLP
  * ratio, a vocabulary of 125/16 h plus one added token (32001 at 4096). */
 static void llama_dims(struct gen_plan *p, uint64_t h, uint64_t l)
 {
@@ -573,7 +573,7 @@ static int build_plan(struct gen_plan *p, const struct sf_gen_opts *o,
 
 static uint64_t next_hidden(uint64_t h)
 {
-	return h < 512 ? h + 32 : h + 256;
+	return h < 512 ? h + 32 : h < 4096 ? h + 64 : h + 256;
 }
 
 /* Pick the largest hidden size whose plan stays within o->size (the

@@ -274,8 +274,8 @@ static int load_manifest(const char *cmd, const char *dir,
 			 struct sf_manifest **m)
 {
 	char err[512] = "";
-	size_t len;
-	char *json;
+	size_t len = 0;
+	char *json = NULL;
 	int rc;
 
 	rc = read_manifest(dir, &json, &len);
@@ -1046,6 +1046,7 @@ static int xattr_cmd(const char *cmd, const char *usage, const char *attr,
 		     int argc, char **argv)
 {
 	char state[STATE_MAX];
+	struct statfs fs;
 	const char *path;
 	ssize_t n;
 	int err;
@@ -1057,6 +1058,16 @@ static int xattr_cmd(const char *cmd, const char *usage, const char *attr,
 	if (argc != 2 || argv[1][0] == '-')
 		return usage_error(usage, "%s", "want exactly one MOUNT/CKPT");
 	path = argv[1];
+	/* plain filesystems accept user.* xattrs too: only a mount acts on it */
+	if (statfs(path, &fs) < 0) {
+		fprintf(stderr, "shardctl %s: %s: %s\n", cmd, path, strerror(errno));
+		return 1;
+	}
+	if (fs.f_type != FUSE_SUPER_MAGIC) {
+		fprintf(stderr, "shardctl %s: %s: not inside a shardfs mount\n", cmd,
+			path);
+		return 1;
+	}
 	if (setxattr(path, attr, "1", 1, 0) == 0) {
 		printf("%s: %s: done\n", cmd, path);
 		return 0;
@@ -1093,6 +1104,11 @@ int main(int argc, char **argv)
 	}
 	argc--;
 	argv++;
+	/* getopt names the program by argv[0] in its messages */
+	if (strcmp(cmd, "gen") == 0)
+		argv[0] = "shardctl gen";
+	else if (strcmp(cmd, "export") == 0)
+		argv[0] = "shardctl export";
 	if (strcmp(cmd, "gen") == 0)
 		return cmd_gen(argc, argv);
 	if (strcmp(cmd, "info") == 0)
