@@ -318,9 +318,8 @@ static int copy_payload(struct read_ctx *c, const struct sf_shard *s,
 	return 0;
 }
 
-/* Does shard s cover tensor byte p? Sets its payload position and run. */
-static bool covers(const struct sf_tensor *t, const struct sf_shard *s,
-		   uint64_t p, uint64_t *pos, uint64_t *run)
+bool sf_shard_locate(const struct sf_tensor *t, const struct sf_shard *s,
+		     uint64_t p, uint64_t *pos, uint64_t *run)
 {
 	if (s->flat) {
 		if (p < s->flat_off || p - s->flat_off >= s->flat_len)
@@ -347,7 +346,7 @@ static int on_segment(void *arg, uint64_t toff, uint64_t voff, uint64_t len)
 
 		for (k = 0; k < t->nshards; k++) {
 			i = (c->last + k) % t->nshards;
-			if (covers(t, &t->shards[i], p, &pos, &run))
+			if (sf_shard_locate(t, &t->shards[i], p, &pos, &run))
 				break;
 		}
 		if (k == t->nshards) {

@@ -51,6 +51,12 @@ struct sf_source {
 int sf_local_source_create(struct sf_source **out);
 void sf_source_destroy(struct sf_source *src); /* accepts NULL */
 
+/* Does shard s of t hold tensor byte p? If so set *pos to its position in
+ * the shard's payload and *run to the bytes from there that stay
+ * contiguous in both the tensor and the payload. */
+bool sf_shard_locate(const struct sf_tensor *t, const struct sf_shard *s,
+		     uint64_t p, uint64_t *pos, uint64_t *run);
+
 struct sf_engine_opts {
 	uint64_t cache_bytes;  /* bound on cached block bytes (default 256 MiB) */
 	bool verify;           /* check XXH3 of every block (default true) */

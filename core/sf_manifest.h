@@ -75,6 +75,13 @@ struct sf_manifest {
 int sf_manifest_parse(const char *json, size_t len, struct sf_manifest **out,
 		      char *err, size_t errlen);
 
+/*
+ * As sf_manifest_parse, but for one rank's part of an uncommitted
+ * checkpoint (sf_wckpt_export_part): every check except coverage.
+ */
+int sf_manifest_parse_part(const char *json, size_t len,
+			   struct sf_manifest **out, char *err, size_t errlen);
+
 void sf_manifest_destroy(struct sf_manifest *m); /* accepts NULL */
 
 /* Binary search a finished manifest. NULL if absent. Borrowed pointer. */

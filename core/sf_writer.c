@@ -194,27 +194,21 @@ static int fsync_dir(const char *dir)
 	return ret;
 }
 
-int sf_manifest_publish(const char *ckpt_dir, const struct sf_manifest *m)
+int sf_write_atomic(const char *dir, const char *fname, const void *buf,
+		    size_t len)
 {
 	char tmp[4096], path[4096];
-	char *text = NULL;
-	size_t len;
 	int fd, ret;
 
-	if ((size_t)snprintf(tmp, sizeof(tmp), "%s/.manifest.json.tmp.%d",
-			     ckpt_dir, (int)getpid()) >= sizeof(tmp) ||
-	    (size_t)snprintf(path, sizeof(path), "%s/manifest.json", ckpt_dir) >=
+	if ((size_t)snprintf(tmp, sizeof(tmp), "%s/.%s.tmp.%d", dir, fname,
+			     (int)getpid()) >= sizeof(tmp) ||
+	    (size_t)snprintf(path, sizeof(path), "%s/%s", dir, fname) >=
 	    sizeof(path))
 		return -ENAMETOOLONG;
-	ret = sf_manifest_dump(m, &text, &len);
-	if (ret)
-		return ret;
 	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (fd < 0) {
-		ret = -errno;
-		goto out_free_text;
-	}
-	ret = write_full(fd, text, len);
+	if (fd < 0)
+		return -errno;
+	ret = write_full(fd, buf, len);
 	if (!ret && fsync(fd) < 0)
 		ret = -errno;
 	if (close(fd) < 0 && !ret)
@@ -225,12 +219,23 @@ int sf_manifest_publish(const char *ckpt_dir, const struct sf_manifest *m)
 		ret = -errno;
 		goto out_unlink_tmp;
 	}
-	ret = fsync_dir(ckpt_dir);
-	goto out_free_text;
+	return fsync_dir(dir);
 
 out_unlink_tmp:
 	unlink(tmp);
-out_free_text:
+	return ret;
+}
+
+int sf_manifest_publish(const char *ckpt_dir, const struct sf_manifest *m)
+{
+	char *text = NULL;
+	size_t len;
+	int ret;
+
+	ret = sf_manifest_dump(m, &text, &len);
+	if (ret)
+		return ret;
+	ret = sf_write_atomic(ckpt_dir, "manifest.json", text, len);
 	free(text);
 	return ret;
 }

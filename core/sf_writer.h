@@ -40,6 +40,11 @@ void sf_shard_clear(struct sf_shard *s);
 /* Write m as ckpt_dir/manifest.json atomically and durably. */
 int sf_manifest_publish(const char *ckpt_dir, const struct sf_manifest *m);
 
+/* Write len bytes as dir/fname by write-to-temp, fsync, rename, fsync of
+ * the directory. */
+int sf_write_atomic(const char *dir, const char *fname, const void *buf,
+		    size_t len);
+
 /* mkdir -p with mode 0755. */
 int sf_mkdir_p(const char *path);
 

@@ -1,0 +1,111 @@
+/*
+ * sf_wckpt.h - a checkpoint being written by this daemon (one rank), its
+ * journal, and the commit merge.
+ *
+ * A writable checkpoint lives in CKPT/ (no manifest.json yet). This rank's
+ * payloads and journal live in CKPT/rank-NNNNN/. The journal
+ * (rank-NNNNN/journal.jsonl) records declarations and every finished shard,
+ * one JSON object per line; reopening a checkpoint replays it and keeps
+ * only shards whose payload is present, long enough and matches its
+ * checksums, so a daemon killed mid-write resumes with exactly the shards
+ * that are intact. Nothing is visible as committed until manifest.json is
+ * published (sf_wckpt_publish), which also removes the journal.
+ *
+ * Thread-safety: every function on a struct sf_wckpt takes its lock; a
+ * struct sf_wfile is used by one thread at a time (FUSE serializes nothing,
+ * so fs/ holds a per-handle lock).
+ */
+#ifndef SF_WCKPT_H
+#define SF_WCKPT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sf_box.h"
+#include "sf_dtype.h"
+#include "sf_engine.h"
+#include "sf_manifest.h"
+
+struct sf_wckpt;
+struct sf_wfile;
+
+/* Open (creating CKPT/rank-NNNNN/ as needed) the writable checkpoint in
+ * dir, replaying its journal if one exists (*resumed set to the number of
+ * shards kept). */
+int sf_wckpt_open(const char *dir, const char *name, uint32_t rank,
+		  uint32_t world_size, uint64_t block_size,
+		  struct sf_wckpt **out, size_t *resumed);
+/* Free the in-memory state; files stay. Accepts NULL. */
+void sf_wckpt_close(struct sf_wckpt *w);
+
+const char *sf_wckpt_dir(const struct sf_wckpt *w);  /* borrowed */
+const char *sf_wckpt_name(const struct sf_wckpt *w); /* borrowed */
+
+/* Declare a tensor (is_file false) or register a root file (is_file true,
+ * dtype U8, shape set at close from its size). Idempotent; a different
+ * dtype or shape for a declared tensor gives -SF_ECONFLICT. */
+int sf_wckpt_declare(struct sf_wckpt *w, const char *name, enum sf_dtype dt,
+		     unsigned ndim, const uint64_t *shape);
+int sf_wckpt_add_file(struct sf_wckpt *w, const char *name);
+
+/* What is known of an entry. */
+struct sf_wentry_info {
+	bool is_file;
+	bool declared;          /* tensors: dtype and shape set */
+	enum sf_dtype dtype;
+	unsigned ndim;
+	uint64_t shape[SF_MAX_NDIM];
+	uint64_t nbytes;        /* tensors: declared size; files: bytes written */
+	size_t nshards;
+};
+int sf_wckpt_info(struct sf_wckpt *w, const char *name,
+		  struct sf_wentry_info *out);
+
+/* Call fn for every entry (tensors and files) under the lock. */
+void sf_wckpt_foreach(struct sf_wckpt *w,
+		      void (*fn)(void *arg, const char *name,
+				 const struct sf_wentry_info *info),
+		      void *arg);
+
+/* Drop every shard of root file `name` (open with O_TRUNC). */
+int sf_wckpt_truncate_file(struct sf_wckpt *w, const char *name);
+
+/*
+ * Open a write handle. A flat handle (box NULL) takes pwrite()s at byte
+ * offsets of the flattened tensor (or file); each contiguous run becomes a
+ * flat shard. A box handle takes the box's own row-major bytes, written
+ * sequentially from offset 0; it becomes a box shard when all its bytes
+ * are written (a partial box fails at close).
+ */
+int sf_wfile_open(struct sf_wckpt *w, const char *name,
+		  const struct sf_box *box, struct sf_wfile **out);
+/* Write len bytes at off. -ERANGE/-SF_ERANGE beyond the tensor or box,
+ * -EINVAL for a non-sequential box write. */
+int sf_wfile_write(struct sf_wfile *f, const void *buf, size_t len,
+		   uint64_t off);
+/* Finish the handle's shards, journal them, free f. Returns the first
+ * error the handle saw (the shards that were complete are kept). */
+int sf_wfile_close(struct sf_wfile *f);
+
+/* This rank's part: a manifest-shaped JSON document (malloc'd) holding its
+ * declarations and shards; coverage is not required. */
+int sf_wckpt_export_part(struct sf_wckpt *w, char **out, size_t *len);
+
+/*
+ * Merge the parts of all ranks into the checkpoint's manifest text: checks
+ * that declarations agree (-SF_ECONFLICT), that every tensor is covered
+ * (-SF_EGAP), and that overlapping shards hold the same bytes (identical
+ * shards by checksum lists, others by reading both through src and ck;
+ * -SF_ECONFLICT). One-line reason in err.
+ */
+int sf_commit_merge(const char *name, const char *const *parts,
+		    const size_t *lens, int nparts, struct sf_source *src,
+		    const struct sf_ckpt_ref *ck, char **out, size_t *outlen,
+		    char *err, size_t errlen);
+
+/* fsync this rank's payloads, write manifest.json (text as merged) by
+ * temp-fsync-rename-fsync, then remove the journal. */
+int sf_wckpt_publish(struct sf_wckpt *w, const char *manifest, size_t len);
+
+#endif
