@@ -425,8 +425,13 @@ static int pipeline(struct sf_gpu_loader *l, const struct piece *p, size_t np,
 		st->bytes += s->len;
 		st->chunks++;
 	}
+	/* drain every stream, not only recorded events: after a failed
+	 * cudaEventRecord a queued copy has no event, and the caller may free
+	 * its destination as soon as we return */
 	for (i = 0; i < l->depth; i++) {
-		r = slot_wait_copy(l, &l->slots[i]);
+		l->slots[i].copy_pending = false;
+		r = ck(l, cudaStreamSynchronize(l->slots[i].stream),
+		       "cudaStreamSynchronize");
 		if (!rc)
 			rc = r;
 	}

@@ -210,6 +210,14 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event)
 	return fail ? cudaErrorInvalidValue : cudaSuccess;
 }
 
+cudaError_t cudaStreamSynchronize(cudaStream_t stream)
+{
+	if (!stream || injected("cudaStreamSynchronize"))
+		return cudaErrorInvalidValue;
+	stream_run(stream, stream->enqueued);
+	return cudaSuccess;
+}
+
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count,
 			    enum cudaMemcpyKind kind, cudaStream_t stream)
 {
