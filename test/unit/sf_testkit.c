@@ -292,6 +292,8 @@ static void plan_shards(uint64_t *rng, const struct sf_tensor *t,
 
 static int file_append(struct kit_file *f, const void *data, size_t len)
 {
+	if (len == 0)
+		return 0;
 	if (f->len + len > f->cap) {
 		size_t cap = f->cap ? f->cap : 4096;
 		unsigned char *p;
