@@ -697,6 +697,7 @@ static int cmd_verify(int argc, char **argv)
 {
 	struct verify v = { .last_pct = -1 };
 	struct sf_ckpt_ref ref;
+	struct statfs fs;
 	struct sf_manifest *m;
 	char *dir;
 	char hb[32];
@@ -712,6 +713,12 @@ static int cmd_verify(int argc, char **argv)
 	if (!dir) {
 		fprintf(stderr, "shardctl verify: %s: %s\n", argv[1], strerror(errno));
 		return 1;
+	}
+	if (statfs(dir, &fs) == 0 && fs.f_type == FUSE_SUPER_MAGIC) {
+		/* a mount shows tensors, not rank-NNNNN/ payloads */
+		fprintf(stderr, "shardctl verify: %s is inside a shardfs mount: "
+			"verify the checkpoint in its store instead\n", argv[1]);
+		goto out_free_dir;
 	}
 	if (load_manifest("verify", dir, &m) < 0)
 		goto out_free_dir;
