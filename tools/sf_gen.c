@@ -19,7 +19,7 @@
  * Invariants: byte b of tensor T is always byte (b % itemsize) of
  * sf_gen_value(T, b / itemsize), whichever shard or path produces it;
  * replicated and overlapping shards therefore hold equal bytes. Memory is
- * O(plan + 1 MiB), independent of --size.
+ * O(plan + 1 MiB), independent of --size. Single-threaded: no locks.
  */
 #include "sf_gen.h"
 
@@ -713,7 +713,7 @@ static int add_blobs(struct gen_plan *p, const struct sf_gen_opts *o)
 
 /* Bytes [off, off+len) of the flattened tensor into out. Ranges need not
  * be element-aligned. */
-static void tensor_bytes(const struct gen_tensor *t, uint64_t off,
+static void gen_bytes(const struct gen_tensor *t, uint64_t off,
 			 uint64_t len, uint8_t *out)
 {
 	size_t isz = sf_dtype_size(t->dt);
@@ -751,7 +751,7 @@ static int fill_run(void *arg, uint64_t tensor_off, uint64_t box_off,
 {
 	struct fill_ctx *c = arg;
 
-	tensor_bytes(c->t, tensor_off, len, c->buf + (box_off - c->base));
+	gen_bytes(c->t, tensor_off, len, c->buf + (box_off - c->base));
 	return 0;
 }
 
@@ -802,7 +802,7 @@ static int write_shard(struct rank_writer *w, const struct gen_tensor *t,
 		uint64_t n = s->nbytes - off < GEN_CHUNK ? s->nbytes - off : GEN_CHUNK;
 
 		if (s->flat) {
-			tensor_bytes(t, s->flat_off + off, n, buf);
+			gen_bytes(t, s->flat_off + off, n, buf);
 		} else {
 			struct fill_ctx c = { .t = t, .buf = buf, .base = off };
 
