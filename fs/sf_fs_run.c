@@ -9,6 +9,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -285,6 +286,14 @@ int sf_fs_run(const struct sf_fs_config *cfg)
 	else if (rc > 0)
 		sf_info("fs: signal %d: unmounting", rc);
 	rc = rc < 0 ? rc : 0;
+	{
+		struct sf_engine_stats es;
+
+		sf_engine_stats(fs->engine, &es);
+		sf_info("fs: engine: %" PRIu64 " block hits, %" PRIu64 " misses, %" PRIu64
+			" payload bytes fetched, %" PRIu64 " bad blocks",
+			es.hits, es.misses, es.bytes_fetched, es.bad_blocks);
+	}
 
 out_unmount:
 	fuse_session_unmount(se);
