@@ -16,9 +16,9 @@ import sfmount as sm  # noqa: E402
 
 CONFIGS = [
     # (checkpoint name, layout, ranks, size, dtype, block size, seed)
-    ("mixed-r3", "mixed", 3, "4M", None, "64K", 11),
-    ("llama-r4-bf16", "llama", 4, "6M", "BF16", "64K", 12),
-    ("fsdp-r8-f32", "fsdp", 8, "4M", "F32", "64K", 13),
+    ("mixed-r3", "mixed", 3, "12M", None, "64K", 11),
+    ("llama-r4-bf16", "llama", 4, "24M", "BF16", "64K", 12),
+    ("fsdp-r8-f32", "fsdp", 8, "8M", "F32", "64K", 13),
     ("repl-r2-f16", "replicated", 2, "2M", "F16", "64K", 14),
     ("llama-r1-f32", "llama", 1, "2M", "F32", "4K", 15),
     ("fsdp-r5-bf16", "fsdp", 5, "3M", "BF16", "128K", 16),

@@ -84,9 +84,9 @@ def run(env, ck):
     os.makedirs(store)
     refs = {
         "mixed": env.gen(os.path.join(store, "mixed"), layout="mixed", ranks=4,
-                         size="8M", seed=81, block_size="64K"),
+                         size="16M", seed=81, block_size="64K"),
         "llama": env.gen(os.path.join(store, "llama"), layout="llama", ranks=4,
-                         size="8M", dtype="BF16", seed=82, block_size="128K"),
+                         size="24M", dtype="BF16", seed=82, block_size="128K"),
     }
     with sm.Mount(env, store, name="concurrent") as m:
         for cname, ref in sorted(refs.items()):
