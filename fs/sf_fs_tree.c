@@ -90,6 +90,7 @@ static struct sf_node *node_free(struct sf_fs *fs, struct sf_node *n)
 	if (n->all_next)
 		n->all_next->all_prev = n->all_prev;
 	if (n->kind == SF_NODE_SLICE && parent) {
+		sf_debug("fs: slice %s forgotten", n->name);
 		if (n->slice_prev)
 			n->slice_prev->slice_next = n->slice_next;
 		else
