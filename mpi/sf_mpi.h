@@ -60,6 +60,13 @@ int sf_mpi_start(struct sf_mpi *mp, const char *store, int single);
 struct sf_source *sf_mpi_source(struct sf_mpi *mp);
 
 /*
+ * Added by the MPI layer: the bound on one peer read (all its chunks), in
+ * milliseconds (default 30000). A read that passes it fails with -SF_EPEER.
+ * Thread-safe; takes effect for reads that start afterwards.
+ */
+void sf_mpi_set_read_timeout(struct sf_mpi *mp, int timeout_ms);
+
+/*
  * Merge the parts of all ranks into one manifest (text, malloc'd into
  * *out), or fail with a reason in err. Called on the coordinating rank only,
  * from the service thread. The parts array is in rank order.

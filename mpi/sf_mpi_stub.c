@@ -1,3 +1,84 @@
-/* sf_mpi_stub.c - stands behind sf_mpi.h when MPI is off. */
+/*
+ * sf_mpi_stub.c - stands behind sf_mpi.h when shardfs is built without MPI
+ * (SHARDFS_WITH_MPI=OFF or no MPI found).
+ *
+ * Every entry point fails with -SF_ENOMPI (sf_mpi_source returns NULL,
+ * sf_mpi_built returns 0) and touches nothing: no state, no allocation, so
+ * callers can test for MPI at run time and report a clear error.
+ */
 #include "sf_mpi.h"
-int sf_mpi_built(void) { return 0; }
+#include "sf_error.h"
+
+#include <stdio.h>
+
+int sf_mpi_built(void)
+{
+	return 0;
+}
+
+int sf_mpi_init(int *argc, char ***argv, struct sf_mpi **out)
+{
+	if (out)
+		*out = NULL;
+	return -SF_ENOMPI;
+}
+
+int sf_mpi_rank(const struct sf_mpi *mp)
+{
+	return -SF_ENOMPI;
+}
+
+int sf_mpi_size(const struct sf_mpi *mp)
+{
+	return -SF_ENOMPI;
+}
+
+int sf_mpi_start(struct sf_mpi *mp, const char *store, int single)
+{
+	return -SF_ENOMPI;
+}
+
+struct sf_source *sf_mpi_source(struct sf_mpi *mp)
+{
+	return NULL;
+}
+
+void sf_mpi_set_read_timeout(struct sf_mpi *mp, int timeout_ms)
+{
+}
+
+int sf_mpi_commit(struct sf_mpi *mp, const char *ckpt, const char *part,
+		  size_t partlen, sf_merge_fn merge, void *merge_arg,
+		  int timeout_ms, char **manifest, size_t *manifest_len,
+		  char *err, size_t errlen)
+{
+	if (manifest)
+		*manifest = NULL;
+	if (manifest_len)
+		*manifest_len = 0;
+	if (err && errlen)
+		snprintf(err, errlen, "shardfs was built without MPI");
+	return -SF_ENOMPI;
+}
+
+int sf_mpi_commit_done(struct sf_mpi *mp, const char *ckpt, int publish_result,
+		       int timeout_ms, char *err, size_t errlen)
+{
+	if (err && errlen)
+		snprintf(err, errlen, "shardfs was built without MPI");
+	return -SF_ENOMPI;
+}
+
+void sf_mpi_set_notice(struct sf_mpi *mp, sf_notice_fn fn, void *arg)
+{
+}
+
+int sf_mpi_notify(struct sf_mpi *mp, const char *what, const char *ckpt)
+{
+	return -SF_ENOMPI;
+}
+
+int sf_mpi_finalize(struct sf_mpi *mp)
+{
+	return mp ? -SF_ENOMPI : 0;
+}
