@@ -932,7 +932,7 @@ static void rounds_expire(struct sf_mpi *mp)
 			continue;
 		rank_list(r->have, mp->size, false, ranks, sizeof(ranks));
 		snprintf(err, sizeof(err),
-			 "rank(s) %s did not %s %s within %.1f s", ranks,
+			 "rank(s) %s did not %s \"%s\" within %.1f s", ranks,
 			 r->kind == MSG_COMMIT_PART ? "commit" : "report publishing",
 			 r->name, r->timeout_ms / 1000.0);
 		sf_err("mpi: %s", err);
