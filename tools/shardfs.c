@@ -144,8 +144,11 @@ int main(int argc, char **argv)
 	 * The engine allocates and frees checksum blocks (up to
 	 * SF_MAX_BLOCK_SIZE) all the time. Keep them on the heap and keep freed
 	 * memory mapped: fresh pages fault on first touch, and on some VMs a
-	 * fault costs tens of microseconds, which halves read throughput.
+	 * fault costs tens of microseconds, which halves read throughput. One
+	 * arena, so a block freed by one worker is reused by the next (per
+	 * thread arenas kept asking the kernel for fresh pages; measured 1.6x).
 	 */
+	mallopt(M_ARENA_MAX, 1);
 	mallopt(M_MMAP_THRESHOLD, 2 * SF_MAX_BLOCK_SIZE);
 	mallopt(M_TRIM_THRESHOLD, 1 << 30);
 	sf_log_setup("shardfs: ", level);
