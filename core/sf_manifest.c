@@ -105,7 +105,8 @@ static void advance(size_t *n, int r, size_t cap)
 		*n = cap - 1;
 }
 
-/* Write "kind NAME: shard I: <message>" into w->err and return code. */
+/* Write "kind NAME: shard I: <message>" into w->err (one line, control
+ * bytes replaced by '?') and return code. */
 __attribute__((format(printf, 3, 4)))
 static int fail(const struct where *w, int code, const char *fmt, ...)
 {
@@ -123,6 +124,11 @@ static int fail(const struct where *w, int code, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(w->err + n, w->errlen - n, fmt, ap);
 	va_end(ap);
+	/* Text quoted from the input (jansson's "near '...'") may hold
+	 * control bytes: keep the message one printable line. */
+	for (char *p = w->err; *p; p++)
+		if ((unsigned char)*p < 0x20 || *p == 0x7f)
+			*p = '?';
 	return code;
 }
 
