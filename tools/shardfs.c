@@ -12,13 +12,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sf_checksum.h"
 #include "sf_error.h"
 #include "sf_fs.h"
 #include "sf_log.h"
 
 #define MAX_FUSE_OPTS 64
 #define MAX_CACHE_MB (1ull << 20) /* 1 TiB of cached blocks */
+/* glibc's largest mmap threshold (HEAP_MAX_SIZE / 2 on 64-bit): blocks up
+ * to 32 MiB (the default block size is 4 MiB) come from the heap. */
+#define MMAP_THRESHOLD (32 << 20)
 
 static void usage(FILE *f)
 {
@@ -149,7 +151,7 @@ int main(int argc, char **argv)
 	 * thread arenas kept asking the kernel for fresh pages; measured 1.6x).
 	 */
 	mallopt(M_ARENA_MAX, 1);
-	mallopt(M_MMAP_THRESHOLD, 2 * SF_MAX_BLOCK_SIZE);
+	mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD);
 	mallopt(M_TRIM_THRESHOLD, 1 << 30);
 	sf_log_setup("shardfs: ", level);
 	rc = sf_fs_run(&cfg);
