@@ -493,3 +493,42 @@ def shard_positions(shape, itemsize, shard):
 def format_slice(box):
     """[(start, stop) or None, ...] -> "S:E,:,..." (None is ':')."""
     return ",".join(":" if b is None else "%s:%s" % b for b in box)
+
+
+_CHILD_READ = r"""
+import hashlib, sys
+try:
+    with open(sys.argv[1], "rb") as f:
+        print("ok", hashlib.sha256(f.read()).hexdigest())
+except OSError as e:
+    print("errno", e.errno)
+"""
+
+
+def read_in_child(path, timeout_s=10):
+    """Read a whole file in a child process that is killed after timeout_s,
+    so a hung FUSE request cannot hang the test. Returns ("ok", sha256 hex),
+    ("errno", N) or ("timeout", None)."""
+    try:
+        r = subprocess.run([sys.executable, "-c", _CHILD_READ, path],
+                           stdout=subprocess.PIPE, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return ("timeout", None)
+    kind, _, val = r.stdout.decode().strip().partition(" ")
+    return (kind, int(val) if kind == "errno" else val)
+
+
+def classify(man, ref, name, bad_shard):
+    """How a tensor depends on damaged shards (bad_shard(shard) -> bool):
+    "clean" (no damaged shard), "broken" (the undamaged shards cannot
+    cover it, so reading it all must fail), or "either" (an undamaged
+    replica covers it: the daemon may serve it or fail)."""
+    shards = man["tensors"][name]["shards"]
+    if not any(bad_shard(s) for s in shards):
+        return "clean"
+    t = ref.tensors[name]
+    cover = np.zeros(ref.nbytes(name), dtype=bool)
+    for s in shards:
+        if not bad_shard(s):
+            cover[shard_positions(t["shape"], ref.itemsize(name), s)] = True
+    return "either" if cover.all() else "broken"

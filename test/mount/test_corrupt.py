@@ -133,18 +133,7 @@ def run(env, ck):
     print("missing: %s; truncated: %s at %d" % (miss_file, trunc_file, cut))
 
     def needs(name, bad_shard):
-        """Classify a tensor against a predicate on its shards: 'clean' (no
-        bad shard), 'broken' (the good shards cannot cover it), or
-        'either' (a good replica could serve it)."""
-        shards, shape, isz = tensor_info(man, ref, name)
-        bad = [s for s in shards if bad_shard(s)]
-        if not bad:
-            return "clean"
-        cover = np.zeros(ref.nbytes(name), dtype=bool)
-        for s in shards:
-            if not bad_shard(s):
-                cover[sm.shard_positions(shape, isz, s)] = True
-        return "either" if cover.all() else "broken"
+        return sm.classify(man, ref, name, bad_shard)
 
     with sm.Mount(env, store, name="corrupt") as m:
         # intact copy: everything correct
