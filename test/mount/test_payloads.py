@@ -1,0 +1,61 @@
+#!/usr/bin/python3
+"""Mount test (j, payload side): hostile payload files behind a valid
+manifest. A payload path that is a directory, or a FIFO (open(2) of a FIFO
+without a writer blocks forever unless opened O_NONBLOCK, and a blocked
+daemon thread also keeps the daemon from exiting on unmount). Reads that
+need it fail with EIO within 10 s (each read runs in a child process that is
+killed at the bound), every tensor that does not need it reads correctly,
+and the daemon exits on unmount."""
+
+import errno
+import hashlib
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sfmount as sm  # noqa: E402
+
+
+def run(env, ck):
+    store = env.path("pstore")
+    os.makedirs(store)
+    refs = {}
+    for cname in ("dirpayload", "fifopayload"):
+        refs[cname] = env.gen(os.path.join(store, cname), layout="mixed", ranks=2,
+                              size="1M", seed=73, block_size="64K")
+    man = sm.manifest_of(os.path.join(store, "dirpayload"))
+    bad_file = "rank-00001/data-0.bin"
+    for cname in refs:
+        p = os.path.join(store, cname, bad_file)
+        os.unlink(p)
+        if cname == "dirpayload":
+            os.mkdir(p)
+        else:
+            os.mkfifo(p)
+    with sm.Mount(env, store, name="payloads") as m:
+        for cname, ref in sorted(refs.items()):
+            nbad, hung = 0, False
+            for name in sorted(ref.tensors):
+                kind_dep = sm.classify(man, ref, name, lambda s: s["file"] == bad_file)
+                kind, val = sm.read_in_child(sm.tensor_path(os.path.join(m.mnt, cname), name))
+                if kind == "timeout":
+                    ck.ok(False, "%s: read of tensors/%s hung (> 10 s)" % (cname, name))
+                    hung = True
+                    break      # one hang is enough; the next would hang too
+                if kind_dep == "broken":
+                    nbad += 1
+                    ck.eq((kind, val), ("errno", errno.EIO), "%s: read of tensors/%s" % (cname, name))
+                elif kind_dep == "either":
+                    # another shard may or may not cover it: EIO or correct
+                    ck.ok((kind, val) in (("errno", errno.EIO),
+                                          ("ok", hashlib.sha256(ref.tensor_bytes(name)).hexdigest())),
+                          "%s: read of tensors/%s (partly on the bad file): %s %s" % (cname, name, kind, val))
+                else:
+                    ck.eq((kind, val), ("ok", hashlib.sha256(ref.tensor_bytes(name)).hexdigest()),
+                          "%s: read of tensors/%s (not on the bad file)" % (cname, name))
+            ck.ok(hung or nbad > 0, "%s: some tensor cannot be read without %s" % (cname, bad_file))
+        ck.ok(m.alive(), "daemon alive after hostile payload files")
+
+
+if __name__ == "__main__":
+    sys.exit(sm.main(run))
