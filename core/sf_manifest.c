@@ -944,7 +944,9 @@ static int check_prefixes(const struct where *w, const struct sf_manifest *m)
 	return 0;
 }
 
-int sf_manifest_finish(struct sf_manifest *m, char *err, size_t errlen)
+/* Sort, check names and (unless partial) coverage. */
+static int finish_impl(struct sf_manifest *m, bool partial, char *err,
+		       size_t errlen)
 {
 	struct where w = { .shard = -1, .err = err, .errlen = errlen };
 	int rc;
@@ -962,7 +964,7 @@ int sf_manifest_finish(struct sf_manifest *m, char *err, size_t errlen)
 	rc = check_prefixes(&w, m);
 	if (rc < 0)
 		return rc;
-	for (size_t i = 0; i < m->ntensors + m->nfiles; i++) {
+	for (size_t i = 0; !partial && i < m->ntensors + m->nfiles; i++) {
 		bool is_file = i >= m->ntensors;
 		const struct sf_tensor *t = is_file ? &m->files[i - m->ntensors]
 						    : &m->tensors[i];
@@ -972,6 +974,11 @@ int sf_manifest_finish(struct sf_manifest *m, char *err, size_t errlen)
 			return rc;
 	}
 	return 0;
+}
+
+int sf_manifest_finish(struct sf_manifest *m, char *err, size_t errlen)
+{
+	return finish_impl(m, false, err, errlen);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1213,8 +1220,8 @@ static int parse_section(struct where *w, struct sf_manifest *m, bool is_file,
 	return 0;
 }
 
-int sf_manifest_parse(const char *json, size_t len, struct sf_manifest **out,
-		      char *err, size_t errlen)
+static int parse_impl(const char *json, size_t len, bool partial,
+		      struct sf_manifest **out, char *err, size_t errlen)
 {
 	struct where w = { .shard = -1, .err = err, .errlen = errlen };
 	struct sf_manifest *m = NULL;
@@ -1316,7 +1323,7 @@ int sf_manifest_parse(const char *json, size_t len, struct sf_manifest **out,
 		if (rc < 0)
 			goto out_destroy;
 	}
-	rc = sf_manifest_finish(m, err, errlen);
+	rc = finish_impl(m, partial, err, errlen);
 	if (rc < 0)
 		goto out_destroy;
 	json_decref(root);
@@ -1328,6 +1335,18 @@ out_destroy:
 out_decref:
 	json_decref(root);
 	return rc;
+}
+
+int sf_manifest_parse(const char *json, size_t len, struct sf_manifest **out,
+		      char *err, size_t errlen)
+{
+	return parse_impl(json, len, false, out, err, errlen);
+}
+
+int sf_manifest_parse_part(const char *json, size_t len,
+			   struct sf_manifest **out, char *err, size_t errlen)
+{
+	return parse_impl(json, len, true, out, err, errlen);
 }
 
 /* ------------------------------------------------------------------ */
