@@ -14,8 +14,8 @@
  * per child (linked or not) whose `parent` points at it. A node is freed when
  * ref reaches 0; it then drops its reference on its parent and checkpoint.
  * Slice nodes are never linked (readdir does not list them): they hang off
- * their directory's `slices` list while alive so that repeated lookups of
- * one name give one inode. A deleted checkpoint's nodes are unlinked and
+ * their tensor's `slices` list while alive (holding a reference on the
+ * tensor node) so that repeated lookups of one name give one inode. A deleted checkpoint's nodes are unlinked and
  * linger until the kernel forgets them.
  */
 #ifndef SF_FS_INTERNAL_H
@@ -73,7 +73,8 @@ struct sf_node {
 	char *name;                   /* immutable; owned; one path component */
 	struct sf_fs_ckpt *ck;        /* immutable; holds a ref; NULL for ROOT */
 	const struct sf_tensor *t;    /* immutable; borrowed from ck->ck->m */
-	struct sf_box box;            /* immutable; SLICE only */
+	struct sf_box *box;           /* immutable; owned; SLICE only */
+	struct sf_node *base;         /* immutable; holds a ref; SLICE: its tensor */
 	char *npy_head;               /* immutable; owned; NPY only */
 	size_t npy_head_len;
 	uint64_t size;                /* immutable for committed; bytes */
@@ -85,8 +86,8 @@ struct sf_node {
 	struct sf_node **children;    /* tree_lock: sorted by strcmp(name) */
 	size_t nchildren, cap_children;
 	size_t nsubdirs;              /* tree_lock: directories among children */
-	struct sf_node *slices;       /* tree_lock: live slice nodes (unlinked) */
-	struct sf_node *slice_prev, *slice_next; /* tree_lock: in parent->slices */
+	struct sf_node *slices;       /* tree_lock: TENSOR: its live slice nodes */
+	struct sf_node *slice_prev, *slice_next; /* tree_lock: in base->slices */
 
 	struct sf_node *all_prev, *all_next; /* tree_lock: sf_fs.all list */
 };

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 #include "sf_error.h"
 #include "sf_log.h"
@@ -131,7 +132,14 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 
 static void op_access(fuse_req_t req, fuse_ino_t ino, int mask)
 {
-	reply_err(req, (mask & W_OK) ? -EROFS : 0);
+	struct sf_fs *fs = fs_of(req);
+
+	if (mask & W_OK)
+		reply_err(req, -EROFS);
+	else if ((mask & X_OK) && !sf_node_is_dir(sf_fs_node(fs, ino)))
+		reply_err(req, -EACCES);
+	else
+		reply_err(req, 0);
 }
 
 static void op_statfs(fuse_req_t req, fuse_ino_t ino)
@@ -344,7 +352,7 @@ static int node_read(struct sf_fs *fs, struct sf_node *n, uint64_t off,
 		return sf_engine_read(fs->engine, &ck->ref, ck->m, n->t, NULL,
 				      off, buf, len);
 	case SF_NODE_SLICE:
-		return sf_engine_read(fs->engine, &ck->ref, ck->m, n->t, &n->box,
+		return sf_engine_read(fs->engine, &ck->ref, ck->m, n->t, n->box,
 				      off, buf, len);
 	case SF_NODE_NPY:
 		if (off < n->npy_head_len) {
@@ -467,7 +475,7 @@ static int xattr_value(struct sf_fs *fs, struct sf_node *n, const char *name,
 		}
 		if (strcmp(name, XA_SHAPE) == 0) {
 			if (n->kind == SF_NODE_SLICE)
-				*len = shape_json(n->box.ndim, n->box.len, small,
+				*len = shape_json(n->box->ndim, n->box->len, small,
 						  smallsize);
 			else
 				*len = shape_json(n->t->ndim, n->t->shape, small,

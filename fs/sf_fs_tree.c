@@ -77,6 +77,9 @@ static void ckpt_unref(struct sf_fs *fs, struct sf_fs_ckpt *c)
 	free(c);
 }
 
+static void node_unref_locked(struct sf_fs *fs, struct sf_node *n,
+			      uint64_t count);
+
 /* Free one node whose ref is 0; returns its parent (whose ref the caller
  * must drop). */
 static struct sf_node *node_free(struct sf_fs *fs, struct sf_node *n)
@@ -89,16 +92,20 @@ static struct sf_node *node_free(struct sf_fs *fs, struct sf_node *n)
 		fs->all = n->all_next;
 	if (n->all_next)
 		n->all_next->all_prev = n->all_prev;
-	if (n->kind == SF_NODE_SLICE && parent) {
+	if (n->kind == SF_NODE_SLICE && n->base) {
 		sf_debug("fs: slice %s forgotten", n->name);
 		if (n->slice_prev)
 			n->slice_prev->slice_next = n->slice_next;
 		else
-			parent->slices = n->slice_next;
+			n->base->slices = n->slice_next;
 		if (n->slice_next)
 			n->slice_next->slice_prev = n->slice_prev;
+		/* A tensor node never holds a slice: depth of this recursion is 1
+		 * plus its own ancestors' release. */
+		node_unref_locked(fs, n->base, 1);
 	}
 	ckpt_unref(fs, n->ck);
+	free(n->box);
 	free(n->children);
 	free(n->npy_head);
 	free(n->name);
@@ -444,6 +451,7 @@ void sf_fs_tree_destroy(struct sf_fs *fs)
 		fs->all = n->all_next;
 		free(n->children);
 		free(n->npy_head);
+		free(n->box);
 		free(n->name);
 		free(n);
 	}
@@ -584,7 +592,7 @@ static int lookup_slice(struct sf_fs *fs, struct sf_node *dir,
 	base = dir->children[i];
 	if (base->kind != SF_NODE_TENSOR)
 		return -ENOENT;
-	for (s = dir->slices; s; s = s->slice_next) {
+	for (s = base->slices; s; s = s->slice_next) {
 		if (strcmp(s->name, name) == 0) {
 			s->ref++;
 			*out = s;
@@ -603,13 +611,20 @@ static int lookup_slice(struct sf_fs *fs, struct sf_node *dir,
 	s = node_new(fs, SF_NODE_SLICE, name, strlen(name), dir->ck, dir);
 	if (!s)
 		return -ENOMEM;
+	s->box = malloc(sizeof(*s->box));
+	if (!s->box) {
+		node_discard(fs, s);
+		return -ENOMEM;
+	}
+	*s->box = box;
 	s->t = base->t;
-	s->box = box;
 	s->size = nbytes;
-	s->slice_next = dir->slices;
-	if (dir->slices)
-		dir->slices->slice_prev = s;
-	dir->slices = s;
+	s->base = base;
+	base->ref++;
+	s->slice_next = base->slices;
+	if (base->slices)
+		base->slices->slice_prev = s;
+	base->slices = s;
 	s->ref = 1; /* the kernel's lookup */
 	*out = s;
 	return 0;
