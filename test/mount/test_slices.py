@@ -29,7 +29,7 @@ def random_dim(rng, n):
     return "%d:%d" % (s, e), slice(s, e)
 
 
-def check_slice(ck, root, ref, name, spec, sl, label):
+def check_slice(ck, root, ref, name, spec, sl, label, rng=None):
     p = sm.tensor_path(root, name, spec)
     want = ref.array(name)[sl].tobytes() if sl != () else ref.array(name).tobytes()
     try:
@@ -40,6 +40,17 @@ def check_slice(ck, root, ref, name, spec, sl, label):
         return
     ck.bytes_eq(got, want, "%s: slice %s@%s" % (label, name, spec))
     ck.eq(st.st_size, len(want), "%s: st_size of %s@%s" % (label, name, spec))
+    if rng is not None and want:
+        # one pread inside and one across the end of the slice file
+        for off in (rng.randrange(len(want)), max(0, len(want) - rng.randrange(1, 5000))):
+            ln = rng.choice([1, 4096, 10000, 70000])
+            try:
+                got = sm.pread_all(p, off, ln)
+            except OSError as e:
+                ck.ok(False, "%s: pread %s@%s (%d, %d): %s" % (label, name, spec, off, ln, e))
+                continue
+            ck.bytes_eq(got, want[off:off + ln], "%s: pread %s@%s off %d len %d" % (
+                label, name, spec, off, ln))
 
 
 def check_errors(ck, root, ref, label):
@@ -108,7 +119,7 @@ def run(env, ck):
                 for _ in range(nrand):
                     dims = [random_dim(rng, n) for n in shape]
                     check_slice(ck, root, ref, name, ",".join(d[0] for d in dims),
-                                tuple(d[1] for d in dims), cname)
+                                tuple(d[1] for d in dims), cname, rng)
             check_errors(ck, root, ref, cname)
         # still serving after the error paths (l)
         ref = refs["mixed"]
