@@ -168,8 +168,12 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		return;
 	}
 	fi->fh = (uint64_t)(uintptr_t)s;
-	fi->cache_readdir = 1;
-	fi->keep_cache = 1;
+	/* Inside a checkpoint the listing never changes; the store root gains
+	 * checkpoints at runtime (the write path), so it is never cached. */
+	if (s->self->ck) {
+		fi->cache_readdir = 1;
+		fi->keep_cache = 1;
+	}
 	if (fuse_reply_open(req, fi) != 0)
 		sf_fs_dir_snap_free(fs, s);
 }
