@@ -267,7 +267,8 @@ static void subtree_sort(struct sf_fs *fs, struct sf_node *n)
 {
 	size_t i, out = 0;
 
-	qsort(n->children, n->nchildren, sizeof(*n->children), child_cmp);
+	if (n->nchildren > 1)
+		qsort(n->children, n->nchildren, sizeof(*n->children), child_cmp);
 	for (i = 0; i < n->nchildren; i++) {
 		struct sf_node *c = n->children[i];
 
