@@ -71,6 +71,13 @@ def check_errors(ck, root, ref, label):
              else n + "@:,:", errno.EINVAL),                         # wrong count
             (n + "@" + ",".join("0:%d" % (d + 1) for d in shape), errno.ERANGE),
             (n + "@" + ",".join("%d:" % (d + 1) for d in shape), errno.ERANGE),
+            (n + "@", errno.EINVAL),                                # no dims at all
+            (n + "@" + ",".join("-1:1" for _ in shape), errno.EINVAL),
+            (n + "@" + ",".join(" 0:1" for _ in shape), errno.EINVAL),
+            # a number past uint64: either answer is honest, success is not
+            (n + "@" + ",".join("0:99999999999999999999999" for _ in shape),
+             (errno.EINVAL, errno.ERANGE)),
+            (n + "@" + "0:1," * 17 + "0:1", errno.EINVAL),          # > SF_MAX_NDIM dims
         ]
     # start > stop
     for n in two_d[:1] + one_d[:1]:
