@@ -16,9 +16,10 @@
 #            fresh mount (the daemon assembles) and then again (kernel page
 #            cache, keep_cache); and tensors/ again on a --no-verify mount
 # and prints a markdown table (what, bytes, seconds, GB/s, ratio vs raw),
-# then each mount's start-up time (start to mountpoint ready) and the
-# daemon's peak RSS (VmHWM). Not a ctest test. Always unmounts, stops the
-# daemon and (unless --keep) removes its temporary data, also on ^C.
+# then each mount's start-up time (start to mountpoint ready), the daemon's
+# peak RSS (VmHWM) and its CPU time (user + system). Not a ctest test.
+# Always unmounts, stops the daemon and (unless --keep) removes its
+# temporary data, also on ^C.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -30,7 +31,7 @@ while [[ $# -gt 0 ]]; do
 	case $1 in
 	--bin) BIN=$2; shift 2 ;;
 	--keep) KEEP=1; shift ;;
-	-h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+	-h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
 	-*) echo "bench.sh: unknown option $1" >&2; exit 2 ;;
 	*) SIZE=$1; shift ;;
 	esac
@@ -101,11 +102,14 @@ start_daemon() {
 	MOUNT_LABEL=$label
 }
 
-# end_daemon: record the daemon's peak RSS, unmount
+# end_daemon: record the daemon's peak RSS and CPU time, unmount
 end_daemon() {
-	local rss
+	local rss cpu
 	rss=$(awk '/^VmHWM:/ {print $2}' "/proc/$DPID/status" 2>/dev/null || echo 0)
-	MOUNTS+=("$MOUNT_LABEL|$MOUNT_MS|$rss")
+	# utime + stime (fields 14, 15 of /proc/PID/stat; comm has no spaces here)
+	cpu=$(awk -v hz="$(getconf CLK_TCK)" '{printf "%.2f", ($14 + $15) / hz}' \
+		"/proc/$DPID/stat" 2>/dev/null || echo 0)
+	MOUNTS+=("$MOUNT_LABEL|$MOUNT_MS|$rss|$cpu")
 	stop_daemon
 }
 
@@ -168,11 +172,12 @@ for r in "${ROWS[@]}"; do
 		'BEGIN { g = b / s / 1e9; printf "| %s | %d | %.3f | %.2f | %.2f |\n", w, b, s, g, g / raw }'
 done
 echo
-echo "| mount | start-up ms | daemon peak RSS MiB |"
-echo "|---|---:|---:|"
+echo "| mount | start-up ms | daemon peak RSS MiB | daemon CPU s (both reads) |"
+echo "|---|---:|---:|---:|"
 for r in "${MOUNTS[@]}"; do
-	IFS='|' read -r what ms rss <<<"$r"
-	awk -v w="$what" -v ms="$ms" -v rss="$rss" 'BEGIN { printf "| %s | %.0f | %.1f |\n", w, ms, rss / 1024 }'
+	IFS='|' read -r what ms rss cpu <<<"$r"
+	awk -v w="$what" -v ms="$ms" -v rss="$rss" -v cpu="$cpu" \
+		'BEGIN { printf "| %s | %.0f | %.1f | %s |\n", w, ms, rss / 1024, cpu }'
 done
 if grep -qiE 'error|AddressSanitizer' "$WORK/daemon.log"; then
 	echo; echo "daemon log has errors:"; grep -iE 'error|AddressSanitizer' "$WORK/daemon.log" | head
