@@ -341,7 +341,7 @@ static int on_segment(void *arg, uint64_t toff, uint64_t voff, uint64_t len)
 
 	while (p < end) {
 		uint64_t pos = 0, run = 0, n;
-		size_t i, k;
+		size_t i = 0, k;
 		int ret;
 
 		for (k = 0; k < t->nshards; k++) {

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define SF_LOCAL_MAX_FDS 1024
@@ -43,12 +44,20 @@ static unsigned hash_path(const char *s)
 	return h % SF_LOCAL_BUCKETS;
 }
 
+/* Open a payload that must be a regular file. O_NONBLOCK keeps a FIFO
+ * planted in the store from blocking the open; it is then refused. */
 static int open_payload(const char *path)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	struct stat sb;
 
 	if (fd < 0)
-		return errno == ENOENT || errno == ENOTDIR ? -SF_ESHORT : -errno;
+		return errno == ENOENT || errno == ENOTDIR ? -SF_ESHORT : -EIO;
+	if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
+		close(fd);
+		return -EIO;
+	}
+	fcntl(fd, F_SETFL, 0);
 	return fd;
 }
 

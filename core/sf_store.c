@@ -28,7 +28,8 @@ static int read_file(const char *path, size_t max, char **out, size_t *len)
 	char *buf;
 	int fd, ret;
 
-	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	/* O_NONBLOCK: a FIFO must not block the scan; it fails S_ISREG. */
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
 	if (fd < 0)
 		return -errno;
 	if (fstat(fd, &sb) < 0) {
@@ -39,6 +40,7 @@ static int read_file(const char *path, size_t max, char **out, size_t *len)
 		ret = -EINVAL;
 		goto out_close_fd;
 	}
+	fcntl(fd, F_SETFL, 0);
 	if ((uint64_t)sb.st_size > max) {
 		ret = -SF_ETOOBIG;
 		goto out_close_fd;
@@ -100,7 +102,8 @@ int sf_ckpt_open(const char *dir, const char *name, struct sf_ckpt **out,
 	ret = read_file(path, SF_MAX_MANIFEST_BYTES, &ck->manifest_json,
 			&ck->manifest_len);
 	if (ret) {
-		snprintf(err, errlen, "manifest.json: %s", sf_strerror(ret));
+		snprintf(err, errlen, "manifest.json: %s",
+			 ret == -EINVAL ? "not a regular file" : sf_strerror(ret));
 		goto out_close;
 	}
 	ret = sf_manifest_parse(ck->manifest_json, ck->manifest_len, &ck->m,

@@ -183,7 +183,8 @@ class Mount:
         self.stopped = False
 
     def __enter__(self):
-        self.start()
+        if self.proc is None:  # a test may start() first to catch mount errors
+            self.start()
         return self
 
     def __exit__(self, et, ev, tb):
