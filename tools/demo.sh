@@ -23,7 +23,7 @@ run() { printf '\n$ %s\n' "$*"; "$@"; }
 rm -rf "$demo/store"
 mkdir -p "$demo/store" "$mnt"
 run "$bin/shardctl" gen --layout mixed --ranks 4 --size 64M "$demo/store/step-1000"
-run "$bin/shardctl" info "$demo/store/step-1000" | head -12
+run "$bin/shardctl" info "$demo/store/step-1000" | sed -n 1,12p
 
 "$bin/shardfs" -f "$demo/store" "$mnt" 2>"$demo/shardfs.log" &
 pid=$!
@@ -32,7 +32,7 @@ mountpoint -q "$mnt" || { cat "$demo/shardfs.log"; exit 1; }
 
 cd "$mnt"
 run ls -l step-1000
-run ls -l step-1000/tensors/model/layers/0/self_attn 2>/dev/null || run ls step-1000/tensors
+run ls step-1000/tensors/optim
 t=step-1000/tensors/model.embed_tokens.weight
 [ -e "$t" ] || t=$(find step-1000/tensors -type f | head -1)
 run od -A d -t x2 -N 32 "$t"
