@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -264,6 +265,11 @@ int sf_fs_run(const struct sf_fs_config *cfg)
 		sf_err("fs: cannot create the FUSE session (bad -o option?)");
 		goto out_free_args;
 	}
+	/* libfuse only takes signals still at SIG_DFL; a daemon started with
+	 * `&` from a script has SIGINT ignored, yet SIGINT and SIGTERM must
+	 * always unmount cleanly. (SIGHUP is left alone: nohup means it.) */
+	signal(SIGINT, SIG_DFL);
+	signal(SIGTERM, SIG_DFL);
 	if (fuse_set_signal_handlers(se) != 0) {
 		rc = -EIO;
 		goto out_destroy_session;
