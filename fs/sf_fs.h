@@ -24,11 +24,20 @@
  * outlive it. Every function pointer may be NULL when the layer does not
  * support that operation (the daemon then answers ENOTSUP).
  *
- * Threading: commit() and remove() are collectives. The daemon calls them
- * only from its single dedicated cluster thread, never from a FUSE worker,
- * one call at a time, in the same order on every rank (the order in which
- * users trigger them on each rank is the caller's contract, SPEC 4). The
- * FUSE request that triggered the call waits for its result.
+ * Threading: the daemon calls commit() and commit_done() from the FUSE
+ * worker that serves the user's setxattr(user.shardfs.commit); the layer
+ * must therefore only do point-to-point messaging with bounded waits there
+ * (never a blocking collective in an order the kernel decides). The daemon
+ * runs one commit at a time.
+ *
+ * Commit protocol, on every rank (SPEC 4):
+ *   1. the daemon exports this rank's part (sf_wckpt_export_part) and calls
+ *      commit(); the layer gathers all parts, merges them (sf_commit_merge
+ *      through the cluster source) and returns the merged manifest text;
+ *   2. the daemon publishes it in its own store (sf_wckpt_publish) and calls
+ *      commit_done() with the result, which returns 0 once every rank has
+ *      published, or an error when any rank failed or timed out.
+ * The checkpoint turns committed on this rank only when both return 0.
  */
 struct sf_fs_cluster {
 	uint32_t rank;          /* this daemon's rank, < world_size */
@@ -42,20 +51,23 @@ struct sf_fs_cluster {
 	struct sf_source *source;
 
 	/*
-	 * Collective commit of checkpoint `name`, whose rank-local manifest
-	 * (the shards this rank wrote, declarations of every tensor it saw) is
-	 * `local` (borrowed). On success the layer has published the merged
-	 * manifest on every rank and returns it in *merged (ownership passes to
-	 * the daemon, which destroys it with sf_manifest_destroy). Returns 0 or
-	 * a negative error; *why (at most whylen bytes) then holds a one-line
-	 * reason that the daemon shows in user.shardfs.state.
+	 * Step 1 above for checkpoint `name`, kept in this rank's `ckpt_dir`.
+	 * `part` (partlen bytes, borrowed) is this rank's part. On success
+	 * returns 0 and the merged manifest in *manifest (malloc'd, *mlen
+	 * bytes; the daemon frees it). Otherwise a negative error and a one-line
+	 * reason in why (at most whylen bytes, NUL-terminated) that the daemon
+	 * shows in user.shardfs.state; commit_done() is then not called.
 	 */
 	int (*commit)(void *ctx, const char *name, const char *ckpt_dir,
-		      const struct sf_manifest *local,
-		      struct sf_manifest **merged, char *why, size_t whylen);
+		      const char *part, size_t partlen, char **manifest,
+		      size_t *mlen, char *why, size_t whylen);
+	/* Step 2: publish_rc is 0 or the daemon's negative publish error. */
+	int (*commit_done)(void *ctx, const char *name, int publish_rc,
+			   char *why, size_t whylen);
 
-	/* Collective delete of committed checkpoint `name` (store dir given). */
-	int (*remove)(void *ctx, const char *name, const char *ckpt_dir);
+	/* This daemon deleted committed checkpoint `name` from its store
+	 * (informational: peers may drop cached state). May be NULL. */
+	void (*removed)(void *ctx, const char *name);
 
 	/*
 	 * Called once after the local mount is gone and before sf_fs_run()
