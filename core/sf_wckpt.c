@@ -1205,12 +1205,37 @@ int sf_wckpt_publish(struct sf_wckpt *w, const char *manifest, size_t len)
 		ret = fsync_path(w->rankdir, O_RDONLY | O_DIRECTORY);
 	if (!ret)
 		ret = sf_write_atomic(w->dir, "manifest.json", manifest, len);
-	if (!ret) {
-		snprintf(path, sizeof(path), "%s/journal.jsonl", w->rankdir);
-		unlink(path);
-		fsync_path(w->rankdir, O_RDONLY | O_DIRECTORY);
-	}
 out_unlock:
+	pthread_mutex_unlock(&w->lock);
+	return ret;
+}
+
+int sf_wckpt_unpublish(struct sf_wckpt *w)
+{
+	char path[4096];
+	int ret = 0;
+
+	pthread_mutex_lock(&w->lock);
+	snprintf(path, sizeof(path), "%s/manifest.json", w->dir);
+	if (unlink(path) != 0 && errno != ENOENT)
+		ret = -errno;
+	if (!ret)
+		ret = fsync_path(w->dir, O_RDONLY | O_DIRECTORY);
+	pthread_mutex_unlock(&w->lock);
+	return ret;
+}
+
+int sf_wckpt_finish(struct sf_wckpt *w)
+{
+	char path[4096];
+	int ret = 0;
+
+	pthread_mutex_lock(&w->lock);
+	snprintf(path, sizeof(path), "%s/journal.jsonl", w->rankdir);
+	if (unlink(path) != 0 && errno != ENOENT)
+		ret = -errno;
+	if (!ret)
+		ret = fsync_path(w->rankdir, O_RDONLY | O_DIRECTORY);
 	pthread_mutex_unlock(&w->lock);
 	return ret;
 }

@@ -104,8 +104,22 @@ int sf_commit_merge(const char *name, const char *const *parts,
 		    const struct sf_ckpt_ref *ck, char **out, size_t *outlen,
 		    char *err, size_t errlen);
 
-/* fsync this rank's payloads, write manifest.json (text as merged) by
- * temp-fsync-rename-fsync, then remove the journal. */
+/*
+ * Publishing is three steps so that a collective commit can still back out
+ * on a rank after it published:
+ *   sf_wckpt_publish   fsync this rank's payloads, then write manifest.json
+ *                      (text as merged) by temp-fsync-rename-fsync: from
+ *                      here the checkpoint is committed on disk;
+ *   sf_wckpt_unpublish remove manifest.json again (another rank failed);
+ *                      the journal is intact, so the checkpoint resumes as
+ *                      uncommitted;
+ *   sf_wckpt_finish    remove the journal once every rank has published.
+ * A crash between publish and finish leaves a committed checkpoint with a
+ * stale journal, which nothing reads (a committed checkpoint is never
+ * resumed).
+ */
 int sf_wckpt_publish(struct sf_wckpt *w, const char *manifest, size_t len);
+int sf_wckpt_unpublish(struct sf_wckpt *w);
+int sf_wckpt_finish(struct sf_wckpt *w);
 
 #endif

@@ -56,6 +56,8 @@ static int commit(struct sf_wckpt **ws, int n, char *err, size_t errlen)
 				      lens, n, src, &ck, &merged, &mlen, err, errlen);
 	if (!ret)
 		ret = sf_wckpt_publish(ws[0], merged, mlen);
+	if (!ret)
+		ret = sf_wckpt_finish(ws[0]);
 	sf_source_destroy(src);
 	free(merged);
 	for (int i = 0; i < n; i++)
@@ -152,6 +154,25 @@ static void test_single(const char *root)
 	CHECK_EQ(sf_wckpt_info(w, "config.json", &info), 0);
 	CHECK(info.is_file && info.nbytes == sizeof(cfg) - 1);
 
+	/* A published checkpoint can still back out (another rank failed):
+	 * unpublish removes manifest.json and the journal resumes it all. */
+	{
+		struct sf_wckpt *w2 = NULL;
+		char *part = NULL, m[600], j[600];
+		size_t plen = 0;
+
+		CHECK_EQ(sf_wckpt_export_part(w, &part, &plen), 0);
+		CHECK_EQ(sf_wckpt_publish(w, part, plen), 0);
+		snprintf(m, sizeof(m), "%s/manifest.json", dir);
+		snprintf(j, sizeof(j), "%s/rank-00000/journal.jsonl", dir);
+		CHECK(access(m, F_OK) == 0 && access(j, F_OK) == 0);
+		CHECK_EQ(sf_wckpt_unpublish(w), 0);
+		CHECK(access(m, F_OK) != 0);
+		CHECK_EQ(sf_wckpt_open(dir, "single", 0, 1, BS, &w2, &resumed), 0);
+		CHECK_EQ(resumed, 5); /* w: box + flat; b: 2 runs; config.json */
+		sf_wckpt_close(w2);
+		free(part);
+	}
 	CHECK_EQ(commit(&w, 1, err, sizeof(err)), 0);
 	sf_wckpt_close(w);
 	CHECK(read_back(dir, "layers/0/w", false, a, sizeof(a)));
