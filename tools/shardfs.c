@@ -2,30 +2,43 @@
  * shardfs.c - the daemon's command line: parse options, set up logging and
  * hand over to sf_fs_run() (fs/sf_fs.h), which owns everything after.
  *
+ * MPI mode (--mpi, one daemon per rank under mpirun): sf_mpi_init runs
+ * before anything starts a thread or could fork (option parsing only reads
+ * argv); then %r is expanded in STORE and MOUNTPOINT, the peer layer
+ * indexes the store (collective), the daemon serves in the foreground with
+ * the cluster glue of sf_cluster_mpi.c, and after the mount is gone
+ * sf_mpi_finalize keeps answering peers until every daemon has left.
+ *
  * Exit status: 0 after a clean unmount, 1 when the store cannot be served
- * or the mount fails, 2 for bad usage.
+ * or the mount fails, 2 for bad usage (also --mpi in a build without MPI).
  */
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "sf_cluster_mpi.h"
 #include "sf_error.h"
 #include "sf_fs.h"
 #include "sf_log.h"
+#include "sf_mpi.h"
 
 #define MAX_FUSE_OPTS 64
 #define MAX_CACHE_MB (1ull << 20) /* 1 TiB of cached blocks */
 /* glibc's largest mmap threshold (HEAP_MAX_SIZE / 2 on 64-bit): blocks up
  * to 32 MiB (the default block size is 4 MiB) come from the heap. */
 #define MMAP_THRESHOLD (32 << 20)
+#define MAX_TIMEOUT_S 86400       /* --commit-timeout, --peer-timeout */
+#define DEFAULT_COMMIT_TIMEOUT_S 60
 
 static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: shardfs [options] STORE MOUNTPOINT\n"
+		"       mpirun -np N shardfs --mpi [options] STORE MOUNTPOINT\n"
 		"Show the sharded checkpoints in STORE as directories of whole tensors.\n"
 		"\n"
 		"  -f                  stay in the foreground\n"
@@ -35,7 +48,10 @@ static void usage(FILE *f)
 		"  --no-verify         skip XXH3 checksum verification of payloads\n"
 		"  --cache-mb N        block cache size in MiB (default 256)\n"
 		"  --log-level LEVEL   error, warn, info or debug (default warn)\n"
-		"  --mpi               one daemon per MPI rank (see SPEC section 2)\n"
+		"  --mpi               one daemon per MPI rank, always in the foreground;\n"
+		"                      %%r in STORE and MOUNTPOINT is the rank (%%%% is %%)\n"
+		"  --commit-timeout S  MPI: bound on a collective commit (default 60)\n"
+		"  --peer-timeout S    MPI: bound on one read from a peer (default 30)\n"
 		"  -h, --help          show this help\n"
 		"  -V, --version       show the version\n");
 }
@@ -62,14 +78,104 @@ static int parse_level(const char *s, enum sf_log_level *out)
 	return -EINVAL;
 }
 
+/* A whole number of seconds, 1..MAX_TIMEOUT_S, into *ms. */
+static int parse_seconds(const char *s, int *ms)
+{
+	unsigned long v;
+	char *end;
+
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno || end == s || *end || s[0] == '-' || v == 0 ||
+	    v > MAX_TIMEOUT_S)
+		return -EINVAL;
+	*ms = (int)v * 1000;
+	return 0;
+}
+
+/*
+ * MPI mode, after option parsing. cfg holds the parsed options with
+ * store and mountpoint still as patterns. Returns the exit status.
+ */
+static int run_mpi(int *argc, char ***argv, struct sf_fs_config *cfg,
+		   enum sf_log_level level, int commit_timeout_ms,
+		   int peer_timeout_ms)
+{
+	char store[PATH_MAX], mnt[PATH_MAX], *store_abs;
+	struct sf_cluster_mpi *cl = NULL;
+	struct sf_mpi *mp = NULL;
+	int ret, single, status = 1;
+
+	if (!sf_mpi_built()) {
+		fprintf(stderr, "shardfs: --mpi: this shardfs was built without MPI (configure with Open MPI installed and SHARDFS_WITH_MPI=ON)\n");
+		return 2;
+	}
+	ret = sf_mpi_init(argc, argv, &mp);
+	if (ret) {
+		fprintf(stderr, "shardfs: --mpi: cannot initialize MPI: %s\n",
+			sf_strerror(ret));
+		return 1;
+	}
+	sf_log_setup(NULL, level); /* keep the "[rank R]" prefix */
+	/* Tried with the widest rank first, so that every rank takes the
+	 * same branch and none is left alone in the collective start. */
+	if (sf_cluster_mpi_expand(cfg->store, sf_mpi_size(mp) - 1, store,
+				  sizeof(store)) ||
+	    sf_cluster_mpi_expand(cfg->mountpoint, sf_mpi_size(mp) - 1, mnt,
+				  sizeof(mnt))) {
+		sf_err("STORE or MOUNTPOINT is too long after %%r expansion");
+		status = 2;
+		goto out_finalize;
+	}
+	(void)sf_cluster_mpi_expand(cfg->store, sf_mpi_rank(mp), store,
+				    sizeof(store));
+	(void)sf_cluster_mpi_expand(cfg->mountpoint, sf_mpi_rank(mp), mnt,
+				    sizeof(mnt));
+	/* Resolved now: the peer layer answers reads relative to it. */
+	store_abs = realpath(store, NULL);
+	single = store_abs && sf_cluster_mpi_store_is_single(store_abs);
+	ret = sf_mpi_start(mp, store_abs ? store_abs : store, single);
+	free(store_abs);
+	if (ret) {
+		sf_err("mpi: cannot start on store %s: %s", store,
+		       sf_strerror(ret));
+		goto out_finalize;
+	}
+	if (peer_timeout_ms)
+		sf_mpi_set_read_timeout(mp, peer_timeout_ms);
+	ret = sf_cluster_mpi_create(mp, single, commit_timeout_ms, &cl);
+	if (ret) {
+		sf_err("mpi: %s", sf_strerror(ret));
+		goto out_finalize;
+	}
+	cfg->store = store;
+	cfg->mountpoint = mnt;
+	cfg->foreground = true; /* never fork after MPI_Init */
+	cfg->cluster = sf_cluster_mpi_fs(cl);
+	sf_info("mpi: rank %d of %d: %s%s at %s", sf_mpi_rank(mp),
+		sf_mpi_size(mp), store, single ? " (one checkpoint)" : "", mnt);
+	ret = sf_fs_run(cfg);
+	status = ret ? 1 : 0;
+out_finalize:
+	/* Also after a failed mount: this rank's store still serves peers. */
+	ret = sf_mpi_finalize(mp);
+	if (ret && !status)
+		status = 1;
+	sf_cluster_mpi_destroy(cl); /* after the service thread stopped */
+	return status;
+}
+
 int main(int argc, char **argv)
 {
-	enum { OPT_NO_VERIFY = 256, OPT_CACHE_MB, OPT_LOG_LEVEL, OPT_MPI };
+	enum { OPT_NO_VERIFY = 256, OPT_CACHE_MB, OPT_LOG_LEVEL, OPT_MPI,
+	       OPT_COMMIT_TIMEOUT, OPT_PEER_TIMEOUT };
 	static const struct option longopts[] = {
 		{ "no-verify", no_argument, NULL, OPT_NO_VERIFY },
 		{ "cache-mb", required_argument, NULL, OPT_CACHE_MB },
 		{ "log-level", required_argument, NULL, OPT_LOG_LEVEL },
 		{ "mpi", no_argument, NULL, OPT_MPI },
+		{ "commit-timeout", required_argument, NULL, OPT_COMMIT_TIMEOUT },
+		{ "peer-timeout", required_argument, NULL, OPT_PEER_TIMEOUT },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -79,6 +185,8 @@ int main(int argc, char **argv)
 	struct sf_fs_config cfg = { 0 };
 	unsigned long long mb = 256;
 	bool mpi = false;
+	int commit_timeout_ms = DEFAULT_COMMIT_TIMEOUT_S * 1000;
+	int peer_timeout_ms = 0; /* 0: the peer layer's default */
 	char *end;
 	int c, rc;
 
@@ -120,6 +228,16 @@ int main(int argc, char **argv)
 		case OPT_MPI:
 			mpi = true;
 			break;
+		case OPT_COMMIT_TIMEOUT:
+			if (parse_seconds(optarg, &commit_timeout_ms))
+				return bad_usage("--commit-timeout wants whole seconds from 1 to 86400, not '%s'",
+						 optarg);
+			break;
+		case OPT_PEER_TIMEOUT:
+			if (parse_seconds(optarg, &peer_timeout_ms))
+				return bad_usage("--peer-timeout wants whole seconds from 1 to 86400, not '%s'",
+						 optarg);
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -129,10 +247,6 @@ int main(int argc, char **argv)
 		default:
 			return bad_usage("bad option%s", "");
 		}
-	}
-	if (mpi) {
-		fprintf(stderr, "shardfs: --mpi: this build's MPI mode is not wired yet\n");
-		return 2;
 	}
 	if (argc - optind != 2) {
 		usage(stderr);
@@ -154,6 +268,9 @@ int main(int argc, char **argv)
 	mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD);
 	mallopt(M_TRIM_THRESHOLD, 1 << 30);
 	sf_log_setup("shardfs: ", level);
+	if (mpi)
+		return run_mpi(&argc, &argv, &cfg, level, commit_timeout_ms,
+			       peer_timeout_ms);
 	rc = sf_fs_run(&cfg);
 	return rc ? 1 : 0;
 }

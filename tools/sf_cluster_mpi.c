@@ -1,0 +1,256 @@
+/*
+ * sf_cluster_mpi.c - MPI mode of the shardfs daemon: implements the
+ * struct sf_fs_cluster that fs/ calls with the peer layer of mpi/.
+ *
+ *   source       sf_mpi_source(): local pread, else the peer holding the file
+ *   commit       sf_mpi_commit(): every rank sends its part to rank 0, whose
+ *                service thread merges them (merge_parts below) and sends
+ *                the manifest back to everyone
+ *   commit_done  sf_mpi_commit_done(): returns once every rank published
+ *   removed      sf_mpi_notify("removed", ...): informational for peers
+ *
+ * Invariants:
+ *  - the merge runs on rank 0's service thread, while rank 0's own FUSE
+ *    worker waits inside sf_mpi_commit. It reads overlapping shards through
+ *    the MPI source: a local file is a pread, a remote one a point-to-point
+ *    request answered by the *peer's* service thread, and the source never
+ *    sends a request to its own rank, so the merge cannot wait on itself;
+ *  - the merge finds the checkpoint's directory under `lock` by name, never
+ *    through a pointer into the committing thread's stack: that thread may
+ *    time out and return while the merge still runs;
+ *  - the merge's temporary struct sf_ckpt_ref is forgotten by the source
+ *    before it goes out of scope (the source keys prefetch and stream state
+ *    by its address).
+ */
+#include "sf_cluster_mpi.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "sf_error.h"
+#include "sf_log.h"
+#include "sf_wckpt.h"
+
+struct sf_cluster_mpi {
+	struct sf_fs_cluster fs;   /* handed to sf_fs_run; fs.ctx == this */
+	struct sf_mpi *mp;         /* borrowed, started */
+	int single;                /* STORE is one checkpoint: nothing to commit */
+	int commit_timeout_ms;     /* bound on each commit round, > 0 */
+
+	pthread_mutex_t lock;      /* protects commit_name, commit_dir */
+	char *commit_name;         /* checkpoint being committed here, or NULL */
+	char *commit_dir;          /* its directory in this rank's store */
+};
+
+/* Fill why with a reason when the layer left it empty. */
+static void why_default(char *why, size_t whylen, int ret)
+{
+	if (whylen && !why[0])
+		snprintf(why, whylen, "%s", sf_strerror(ret));
+}
+
+/*
+ * sf_merge_fn, on rank 0's service thread: merge the parts of all ranks
+ * with sf_commit_merge, reading overlapping shards through the MPI source.
+ */
+static int merge_parts(void *arg, const char *ckpt, const char *const *parts,
+		       const size_t *lens, int nparts, char **out,
+		       size_t *outlen, char *err, size_t errlen)
+{
+	struct sf_cluster_mpi *c = arg;
+	struct sf_source *src = sf_mpi_source(c->mp);
+	struct sf_ckpt_ref ref;
+	char *dir = NULL;
+	int ret;
+
+	pthread_mutex_lock(&c->lock);
+	if (c->commit_name && strcmp(c->commit_name, ckpt) == 0)
+		dir = strdup(c->commit_dir);
+	pthread_mutex_unlock(&c->lock);
+	if (!dir) {
+		snprintf(err, errlen, "rank 0 is no longer committing %s", ckpt);
+		return -SF_EPEER;
+	}
+	ref.dir = dir;
+	ref.name = ckpt;
+	ret = sf_commit_merge(ckpt, parts, lens, nparts, src, &ref, out,
+			      outlen, err, errlen);
+	if (src->ops->forget)
+		src->ops->forget(src->ctx, &ref);
+	free(dir);
+	return ret;
+}
+
+static void commit_register(struct sf_cluster_mpi *c, char *name, char *dir)
+{
+	pthread_mutex_lock(&c->lock);
+	free(c->commit_name);
+	free(c->commit_dir);
+	c->commit_name = name;
+	c->commit_dir = dir;
+	pthread_mutex_unlock(&c->lock);
+}
+
+static int cl_commit(void *ctx, const char *name, const char *ckpt_dir,
+		     const char *part, size_t partlen, char **manifest,
+		     size_t *mlen, char *why, size_t whylen)
+{
+	struct sf_cluster_mpi *c = ctx;
+	char *n, *d;
+	int ret;
+
+	if (whylen)
+		why[0] = '\0';
+	if (c->single) {
+		snprintf(why, whylen, "STORE is one committed checkpoint");
+		return -EROFS;
+	}
+	n = strdup(name);
+	d = strdup(ckpt_dir);
+	if (!n || !d) {
+		free(n);
+		free(d);
+		snprintf(why, whylen, "out of memory");
+		return -ENOMEM;
+	}
+	commit_register(c, n, d);
+	sf_info("mpi: committing %s (%zu-byte part, timeout %d ms)", name,
+		partlen, c->commit_timeout_ms);
+	ret = sf_mpi_commit(c->mp, name, part, partlen, merge_parts, c,
+			    c->commit_timeout_ms, manifest, mlen, why, whylen);
+	commit_register(c, NULL, NULL);
+	if (ret < 0)
+		why_default(why, whylen, ret);
+	return ret;
+}
+
+static int cl_commit_done(void *ctx, const char *name, int publish_rc,
+			  char *why, size_t whylen)
+{
+	struct sf_cluster_mpi *c = ctx;
+	int ret;
+
+	if (whylen)
+		why[0] = '\0';
+	ret = sf_mpi_commit_done(c->mp, name, publish_rc, c->commit_timeout_ms,
+				 why, whylen);
+	if (ret < 0)
+		why_default(why, whylen, ret);
+	else
+		sf_info("mpi: %s committed on every rank", name);
+	return ret;
+}
+
+static void cl_removed(void *ctx, const char *name)
+{
+	struct sf_cluster_mpi *c = ctx;
+	int ret = sf_mpi_notify(c->mp, "removed", name);
+
+	if (ret < 0)
+		sf_warn("mpi: cannot tell the peers that %s was removed: %s",
+			name, sf_strerror(ret));
+}
+
+/* Service thread: a peer's notice. fs/ has no hook to act on it (every
+ * rank removes or commits its own copy), so it is only logged. */
+static void on_notice(void *arg, int from_rank, const char *what,
+		      const char *ckpt)
+{
+	(void)arg;
+	sf_info("mpi: rank %d: %s %s", from_rank, what, ckpt[0] ? ckpt : "(store)");
+}
+
+int sf_cluster_mpi_create(struct sf_mpi *mp, int single, int commit_timeout_ms,
+			  struct sf_cluster_mpi **out)
+{
+	struct sf_cluster_mpi *c;
+	struct sf_source *src;
+
+	if (!mp || commit_timeout_ms <= 0)
+		return -EINVAL;
+	src = sf_mpi_source(mp);
+	if (!src)
+		return -SF_ENOMPI;
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	pthread_mutex_init(&c->lock, NULL);
+	c->mp = mp;
+	c->single = single ? 1 : 0;
+	c->commit_timeout_ms = commit_timeout_ms;
+	c->fs.rank = (uint32_t)sf_mpi_rank(mp);
+	c->fs.world_size = (uint32_t)sf_mpi_size(mp);
+	c->fs.ctx = c;
+	c->fs.source = src;
+	c->fs.commit = cl_commit;
+	c->fs.commit_done = cl_commit_done;
+	c->fs.removed = cl_removed;
+	/* No shutdown hook: sf_mpi_finalize frees the source fs/ still holds,
+	 * so the executable calls it after sf_fs_run returned; the service
+	 * thread goes on answering peers meanwhile. */
+	c->fs.shutdown = NULL;
+	sf_mpi_set_notice(mp, on_notice, c);
+	*out = c;
+	return 0;
+}
+
+void sf_cluster_mpi_destroy(struct sf_cluster_mpi *c)
+{
+	if (!c)
+		return;
+	free(c->commit_name);
+	free(c->commit_dir);
+	pthread_mutex_destroy(&c->lock);
+	free(c);
+}
+
+struct sf_fs_cluster *sf_cluster_mpi_fs(struct sf_cluster_mpi *c)
+{
+	return &c->fs;
+}
+
+int sf_cluster_mpi_store_is_single(const char *store)
+{
+	char path[PATH_MAX];
+	struct stat sb;
+
+	if ((size_t)snprintf(path, sizeof(path), "%s/manifest.json", store) >=
+	    sizeof(path))
+		return 0;
+	return lstat(path, &sb) == 0;
+}
+
+int sf_cluster_mpi_expand(const char *pattern, int rank, char *out,
+			  size_t outlen)
+{
+	char num[16];
+	size_t pos = 0, nl;
+	const char *p;
+
+	nl = (size_t)snprintf(num, sizeof(num), "%d", rank);
+	if (!outlen)
+		return -ENAMETOOLONG;
+	for (p = pattern; *p; p++) {
+		const char *add = p;
+		size_t n = 1;
+
+		if (p[0] == '%' && p[1] == 'r') {
+			add = num;
+			n = nl;
+			p++;
+		} else if (p[0] == '%' && p[1] == '%') {
+			p++;
+		}
+		if (n >= outlen - pos)
+			return -ENAMETOOLONG;
+		memcpy(out + pos, add, n);
+		pos += n;
+	}
+	out[pos] = '\0';
+	return 0;
+}
