@@ -1,0 +1,177 @@
+#!/bin/bash
+# bench_write.sh - write throughput through a shardfs mount against dd to a
+# local file on the same filesystem as the store.
+#
+# Usage: test/bench/bench_write.sh [--bin DIR] [--keep] [SIZE]
+#   SIZE      bytes per write, a multiple of 1 MiB (default 1G; dd suffixes)
+#   --bin DIR directory with the shardfs and shardctl binaries
+#             (default: $SHARDFS_BIN, else build/tools next to this tree)
+#   --keep    keep the temporary store and logs (printed at the end)
+#   BENCH_QUICK=1 in the environment: a 128M smoke run
+#
+# One source file of SIZE random bytes is made and read once, so every run
+# reads it from the page cache. Then, one run each, on this machine:
+#   local file        dd if=SRC of=STOREFS/local.bin bs=1M
+#   mount, flat       dd bs=1M into tensors/flat (a U8 [SIZE] tensor): one
+#                     flat shard
+#   mount, box        dd bs=1M into tensors/box@:,0:C (the left half of an
+#                     F32 [R, 2C] tensor, a dim-1 box of SIZE bytes) through
+#                     the slice path
+# each twice: "cached" ends when dd has closed its output (conv=fsync on
+# neither side: the bytes may still sit in the page cache), "synced" adds
+# `sync -f` of the store's filesystem to the timed span on both sides, so the
+# bytes are on disk. Before every run the store filesystem is synced
+# (untimed) so one run's dirty pages do not slow the next. Each mount run
+# writes into its own checkpoint, discarded afterwards with `shardctl rm`.
+# Prints a markdown table (what, bytes, seconds, GB/s, ratio vs the local
+# file of the same column), the daemon's peak RSS and CPU time. Not a ctest
+# test. Always unmounts, stops the daemon and (unless --keep) removes its
+# temporary data, also on ^C.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "$0")" && pwd)
+BIN=${SHARDFS_BIN:-$HERE/../../build/tools}
+KEEP=0
+SIZE=1G
+[[ ${BENCH_QUICK:-0} == 1 ]] && SIZE=128M
+while [[ $# -gt 0 ]]; do
+	case $1 in
+	--bin) BIN=$2; shift 2 ;;
+	--keep) KEEP=1; shift ;;
+	-h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
+	-*) echo "bench_write.sh: unknown option $1" >&2; exit 2 ;;
+	*) SIZE=$1; shift ;;
+	esac
+done
+SHARDFS=$BIN/shardfs
+SHARDCTL=$BIN/shardctl
+for t in "$SHARDFS" "$SHARDCTL"; do
+	[[ -x $t ]] || { echo "bench_write.sh: $t not built (use --bin)" >&2; exit 1; }
+done
+[[ -e /dev/fuse ]] && command -v fusermount3 >/dev/null ||
+	{ echo "bench_write.sh: needs /dev/fuse and fusermount3" >&2; exit 1; }
+BYTES=$(numfmt --from=iec "$SIZE")
+MIBS=$((BYTES / 1048576))
+((MIBS > 0 && MIBS * 1048576 == BYTES)) ||
+	{ echo "bench_write.sh: SIZE must be a positive multiple of 1M" >&2; exit 2; }
+# the box: left half of an F32 [R, 2C] tensor, R*C*4 = BYTES
+BOX_C=1024
+BOX_R=$((BYTES / (BOX_C * 4)))
+
+WORK=$(mktemp -d /tmp/sfbench-write-XXXXXX)
+STORE=$WORK/store
+MNT=$WORK/mnt
+DPID=""          # the running daemon, if any
+ROWS=()          # "what|column|seconds" rows
+
+mounted() { grep -q " $MNT fuse" /proc/mounts; }
+
+stop_daemon() {
+	if mounted; then
+		fusermount3 -u "$MNT" 2>/dev/null || true
+	fi
+	if [[ -n $DPID ]]; then
+		for _ in $(seq 100); do kill -0 "$DPID" 2>/dev/null || break; sleep 0.1; done
+		if kill -0 "$DPID" 2>/dev/null; then
+			echo "bench_write.sh: daemon $DPID did not exit after unmount; killing" >&2
+			kill -TERM "$DPID" 2>/dev/null || true; sleep 1
+			kill -KILL "$DPID" 2>/dev/null || true
+		fi
+		wait "$DPID" 2>/dev/null || true
+		DPID=""
+	fi
+	if mounted; then umount -l "$MNT" || true; fi
+}
+
+cleanup() {
+	stop_daemon
+	if [[ $KEEP == 1 ]]; then
+		echo "kept: $WORK"
+	else
+		rm -rf "$WORK"
+	fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+now() { date +%s.%N; }
+
+mkdir -p "$STORE" "$MNT"
+echo "making a $SIZE random source file ..." >&2
+head -c "$BYTES" /dev/urandom >"$WORK/src.bin"
+cat "$WORK/src.bin" >/dev/null          # in the page cache for every run
+
+"$SHARDFS" -f "$STORE" "$MNT" 2>>"$WORK/daemon.log" &
+DPID=$!
+for _ in $(seq 600); do
+	mounted && break
+	kill -0 "$DPID" 2>/dev/null || { echo "bench_write.sh: daemon died; log:" >&2; tail "$WORK/daemon.log" >&2; exit 1; }
+	sleep 0.01
+done
+mounted || { echo "bench_write.sh: no mount after 6s" >&2; exit 1; }
+
+# declare CKPT NAME DTYPE SHAPE: a fresh checkpoint with one tensor
+declare_tensor() {
+	mkdir -p "$MNT/$1/tensors"
+	touch "$MNT/$1/tensors/$2"
+	setfattr -n user.shardfs.dtype -v "$3" "$MNT/$1/tensors/$2"
+	setfattr -n user.shardfs.shape -v "$4" "$MNT/$1/tensors/$2"
+}
+
+# timed_dd WHAT COLUMN DEST: dd the source into DEST, add a table row;
+# COLUMN "synced" includes sync -f of the store filesystem
+timed_dd() {
+	local what=$1 col=$2 dest=$3 t0 t1
+	sync -f "$STORE"
+	t0=$(now)
+	dd if="$WORK/src.bin" of="$dest" bs=1M status=none ||
+		{ echo "bench_write.sh: dd into $dest failed; daemon log:" >&2; tail "$WORK/daemon.log" >&2; exit 1; }
+	[[ $col == synced ]] && sync -f "$STORE"
+	t1=$(now)
+	ROWS+=("$what|$col|$(echo "$t1 - $t0" | bc)")
+}
+
+run=0
+for col in cached synced; do
+	timed_dd "local file (dd bs=1M)" "$col" "$STORE/local.bin"
+	rm -f "$STORE/local.bin"
+
+	run=$((run + 1))
+	declare_tensor "flat-$run" flat U8 "[$BYTES]"
+	timed_dd "mount, flat tensor (dd bs=1M into tensors/flat)" "$col" "$MNT/flat-$run/tensors/flat"
+	"$SHARDCTL" rm "$MNT/flat-$run" >/dev/null
+
+	declare_tensor "box-$run" box F32 "[$BOX_R,$((2 * BOX_C))]"
+	timed_dd "mount, dim-1 box (dd bs=1M into tensors/box@:,0:$BOX_C)" "$col" \
+		"$MNT/box-$run/tensors/box@:,0:$BOX_C"
+	"$SHARDCTL" rm "$MNT/box-$run" >/dev/null
+done
+RSS=$(awk '/^VmHWM:/ {print $2}' "/proc/$DPID/status" 2>/dev/null || echo 0)
+CPU=$(awk -v hz="$(getconf CLK_TCK)" '{printf "%.2f", ($14 + $15) / hz}' \
+	"/proc/$DPID/stat" 2>/dev/null || echo 0)
+stop_daemon
+
+echo
+echo "shardfs write benchmark: $SIZE per write, $(nproc) cores, $(uname -r)," \
+	"store on $(df -T "$STORE" | awk 'NR == 2 {print $2}')"
+echo "cached: until dd closes its output (conv=fsync on neither side);" \
+	"synced: plus sync -f of the store filesystem (both sides)"
+echo
+echo "| what | column | bytes | seconds | GB/s | ratio vs local file |"
+echo "|---|---|---:|---:|---:|---:|"
+for r in "${ROWS[@]}"; do
+	IFS='|' read -r what col secs <<<"$r"
+	base=""
+	for l in "${ROWS[@]}"; do
+		IFS='|' read -r lw lc ls <<<"$l"
+		[[ $lw == local* && $lc == "$col" ]] && base=$ls
+	done
+	awk -v w="$what" -v c="$col" -v b="$BYTES" -v s="$secs" -v base="$base" \
+		'BEGIN { printf "| %s | %s | %d | %.3f | %.2f | %.2f |\n", w, c, b, s, b / s / 1e9, base / s }'
+done
+echo
+awk -v rss="$RSS" -v cpu="$CPU" \
+	'BEGIN { printf "daemon: peak RSS %.1f MiB, CPU %s s (user + system, all mount runs)\n", rss / 1024, cpu }'
+if grep -qiE 'error|AddressSanitizer' "$WORK/daemon.log"; then
+	echo; echo "daemon log has errors:"; grep -iE 'error|AddressSanitizer' "$WORK/daemon.log" | head
+fi
