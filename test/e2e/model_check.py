@@ -11,9 +11,9 @@
      --via native  the on-disk format of SPEC section 5 directly: payload
                    files in rank-NNNNN/, manifest.json (xxh3 block sums,
                    seed 0) written last by temp + fsync + rename;
-     --via mount   SPEC section 4 through the daemon's write path (mkdir,
-                   declare with xattrs, write NAME@slice / pwrite, commit
-                   xattr). Not part of the ctest until that path lands.
+     --via mount   SPEC section 4 through the daemon's write path with
+                   tools/shardfs_save.py (mkdir, declare with xattrs, write
+                   NAME@slice / pwrite, commit xattr), into an empty store.
 3. Mount the store with tools/shardfs (waits are bounded; teardown always
    unmounts and kills the daemon), and in a FRESH process per mode load
    every weight from MNT/CKPT/model.safetensors - once with whole-file
@@ -43,6 +43,8 @@ BLOCK_SIZE = 65536          # manifest block_size: several xxh3 sums per shard
 MOUNT_TIMEOUT_S = 30.0
 CHILD_TIMEOUT_S = 120.0
 ST_DTYPES = {"BF16": "bfloat16", "F32": "float32"}
+# the writer example the --via mount writer uses
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
 
 
 def skip(reason):
@@ -247,38 +249,38 @@ class NativeWriter:
 
 
 class MountWriter:
-    """Writes through the daemon's write path (SPEC section 4). One daemon
-    here plays every rank. Untested until that path lands."""
+    """Writes through the daemon's write path (SPEC section 4) with the
+    user-facing example, tools/shardfs_save.py. One daemon here plays every
+    rank, so the replicated norms arrive 4 times (identical overlaps)."""
 
     def __init__(self, mnt, ckpt):
-        self.dir = os.path.join(mnt, ckpt)
-        os.makedirs(os.path.join(self.dir, "tensors"), exist_ok=True)
+        import shardfs_save
+        self.sfs = shardfs_save
+        self.mnt, self.ckpt = mnt, ckpt
+        self.decl = {}
+        os.makedirs(os.path.join(mnt, ckpt, "tensors"), exist_ok=True)
 
     def declare(self, name, dtype, shape, is_file=False):
-        path = os.path.join(self.dir, "tensors", name)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        open(path, "ab").close()
-        os.setxattr(path, "user.shardfs.dtype", dtype.encode())
-        os.setxattr(path, "user.shardfs.shape", json.dumps(list(shape)).encode())
+        self.decl[name] = (dtype, list(shape))
+        self.sfs.declare(self.mnt, self.ckpt, name, dtype, shape)
 
     def write_box(self, rank, name, offsets, lengths, data):
-        sl = ",".join("%d:%d" % (o, o + n) for o, n in zip(offsets, lengths))
-        with open(os.path.join(self.dir, "tensors", "%s@%s" % (name, sl)), "r+b") as f:
-            f.write(data)
+        import numpy as np
+        dtype, shape = self.decl[name]
+        piece = np.frombuffer(data, dtype="<u%d" % self.sfs.ITEMSIZE[dtype]).reshape(lengths)
+        self.sfs.write_shard(self.mnt, self.ckpt, self.sfs.Shard(
+            name, piece, shape=shape, offsets=offsets, dtype=dtype))
 
     def write_flat(self, rank, name, byte_off, data):
-        fd = os.open(os.path.join(self.dir, "tensors", name), os.O_WRONLY)
-        try:
-            os.pwrite(fd, data, byte_off)
-        finally:
-            os.close(fd)
+        dtype, shape = self.decl[name]
+        self.sfs.write_shard(self.mnt, self.ckpt, self.sfs.Shard(
+            name, data, shape=shape, flat=byte_off, dtype=dtype))
 
     def write_file(self, name, data):
-        with open(os.path.join(self.dir, name), "wb") as f:
-            f.write(data)
+        self.sfs.write_file(self.mnt, self.ckpt, name, data)
 
     def commit(self):
-        os.setxattr(self.dir, "user.shardfs.commit", b"1")
+        self.sfs.commit(self.mnt, self.ckpt)    # CommitError carries the reason
 
 
 def write_checkpoint(writer, state):
@@ -428,7 +430,11 @@ def main():
             write_checkpoint(NativeWriter(store, CKPT), state)
         with Mount(shardfs, store, mnt, os.path.join(work, "shardfs.log")) as m:
             if args.via == "mount":
-                write_checkpoint(MountWriter(mnt, CKPT), state)
+                try:
+                    write_checkpoint(MountWriter(mnt, CKPT), state)
+                except OSError as e:
+                    print("daemon log tail:\n" + m.log_text())
+                    raise SystemExit("FAIL: writing through the mount: %s" % e)
             st_path = os.path.join(mnt, CKPT, "model.safetensors")
             for name, t in state.items():   # the xattrs say what was declared
                 p = os.path.join(mnt, CKPT, "tensors", name)
