@@ -15,8 +15,19 @@
  * ref reaches 0; it then drops its reference on its parent and checkpoint.
  * Slice nodes are never linked (readdir does not list them): they hang off
  * their tensor's `slices` list while alive (holding a reference on the
- * tensor node) so that repeated lookups of one name give one inode. A deleted checkpoint's nodes are unlinked and
- * linger until the kernel forgets them.
+ * tensor node) so that repeated lookups of one name give one inode. A
+ * deleted checkpoint's nodes are unlinked and linger until the kernel
+ * forgets them.
+ *
+ * Writing (sf_fs_write.c): a checkpoint being written has an sf_wckpt (`w`)
+ * and its nodes carry no manifest tensor (t == NULL); their sizes and
+ * declarations live in the sf_wckpt and are asked for on every stat, with
+ * zero attribute and entry timeouts. A commit builds a new committed
+ * checkpoint and swaps it into the tree under one hold of tree_lock; the
+ * writing one stays alive, state SF_CK_REPLACED, until its last node is
+ * forgotten. Lock order: tree_lock, then the sf_wckpt's own lock (the
+ * sf_wckpt never calls back), never the reverse; commit_lock is taken
+ * before either.
  */
 #ifndef SF_FS_INTERNAL_H
 #define SF_FS_INTERNAL_H
@@ -35,6 +46,7 @@
 #include "sf_engine.h"
 #include "sf_fs.h"
 #include "sf_store.h"
+#include "sf_wckpt.h"
 
 #define SF_FS_TIMEOUT 86400.0          /* entry/attr cache, s: immutable data */
 #define SF_FS_MAX_XATTR (64u << 10)    /* longest xattr value we hand out */
@@ -55,14 +67,27 @@ enum sf_node_kind {
 /* Which subtree a DIR node belongs to (decides slice lookups). */
 enum sf_dir_area { SF_AREA_NONE, SF_AREA_TENSORS, SF_AREA_NPY };
 
-enum sf_ckpt_state { SF_CK_COMMITTED, SF_CK_WRITING, SF_CK_FAILED };
+enum sf_ckpt_state {
+	SF_CK_COMMITTED,  /* read-only, readable */
+	SF_CK_WRITING,    /* accepting declarations and shards */
+	SF_CK_FAILED,     /* as WRITING, after a failed commit (why says why) */
+	SF_CK_REPLACED,   /* committed: a new sf_fs_ckpt took its place */
+	SF_CK_GONE,       /* deleted or discarded */
+};
 
 struct sf_fs_ckpt {
 	char *name;                   /* immutable; owned */
 	char *dir;                    /* immutable; owned; absolute store path */
 	struct sf_ckpt *ck;           /* immutable once committed; owned; NULL while writing */
-	enum sf_ckpt_state state;     /* tree_lock; writes come with the write path */
-	struct timespec mtime;        /* immutable: manifest.json mtime */
+	enum sf_ckpt_state state;     /* tree_lock */
+	struct timespec mtime;        /* immutable: manifest.json mtime, or
+	                               * when a writing checkpoint was opened */
+	struct sf_wckpt *w;           /* immutable; owned; non-NULL iff opened
+	                               * for writing (kept until freed) */
+	char *why;                    /* tree_lock; owned: last failed commit */
+	unsigned nwfiles;             /* tree_lock: write handles with an open
+	                               * sf_wfile (commit waits for 0) */
+	bool busy;                    /* tree_lock: a commit or delete runs */
 	uint64_t ref;                 /* tree_lock: 1 per node of it + 1 while listed */
 	struct sf_fs_ckpt *next;      /* tree_lock: sf_fs.ckpts list */
 };
@@ -76,6 +101,8 @@ struct sf_node {
 	struct sf_box *box;           /* immutable; owned; SLICE only */
 	struct sf_node *base;         /* immutable; holds a ref; SLICE: its tensor */
 	char *npy_head;               /* immutable; owned; NPY only */
+	struct sf_wpend *pend;        /* tree_lock; owned: writing TENSOR whose
+	                               * dtype or shape xattr is set, not both */
 	size_t npy_head_len;
 	uint64_t size;                /* immutable for committed; bytes */
 
@@ -95,6 +122,10 @@ struct sf_node {
 struct sf_fs {
 	const struct sf_fs_config *cfg; /* borrowed */
 	pthread_mutex_t tree_lock;
+	pthread_cond_t wfiles_cv;       /* tree_lock: some nwfiles dropped */
+	pthread_mutex_t commit_lock;    /* one commit or delete at a time */
+	char *store_abs;                /* immutable; owned: realpath(store) */
+	uint32_t rank, world;           /* immutable: 0, 1 without a cluster */
 	struct sf_node *root;           /* tree_lock; linked forever (ref 1) */
 	struct sf_node *all;            /* tree_lock: every allocated node */
 	struct sf_fs_ckpt *ckpts;       /* tree_lock: every checkpoint */
@@ -109,6 +140,24 @@ struct sf_fs {
 
 	char *mnt_abs;                  /* owned: realpath of the mountpoint */
 	atomic_bool bdi_done;           /* read_ahead_kb raised (once, after INIT) */
+};
+
+/* A tensor's declaration in the making (dtype and shape xattrs arrive one
+ * at a time; sf_wckpt_declare wants both). */
+struct sf_wpend {
+	enum sf_dtype dtype;          /* SF_DT_INVALID until set */
+	unsigned ndim;                /* with has_shape */
+	bool has_shape;
+	uint64_t shape[SF_MAX_NDIM];
+};
+
+/* An open file (fi->fh). */
+struct sf_fs_handle {
+	struct sf_node *n;            /* immutable; holds a ref */
+	bool writable;                /* immutable: opened for writing */
+	pthread_mutex_t lock;         /* guards wf and err (writable only) */
+	struct sf_wfile *wf;          /* lock; opened at the first write, closed
+	                               * at flush; counted in n->ck->nwfiles */
 };
 
 /* --- sf_fs_errno.c --- */
@@ -159,6 +208,80 @@ void sf_fs_dir_snap_free(struct sf_fs *fs, struct sf_dir_snap *s); /* NULL ok */
 bool sf_node_is_dir(const struct sf_node *n);
 /* Fill st for n (no lock needed: reads immutable fields and nsubdirs). */
 void sf_fs_stat(struct sf_fs *fs, struct sf_node *n, struct stat *st);
+
+/* Is n part of a checkpoint opened for writing (its nodes have t NULL)? */
+static inline bool sf_node_is_w(const struct sf_node *n)
+{
+	return n->ck && n->ck->w;
+}
+
+/* The tensor (or root file) name of writing node n: its path below
+ * tensors/ (SLICE: its base's), or its name at the checkpoint root. No
+ * lock: names and parents of linked-or-referenced nodes are immutable. */
+int sf_fs_wname(const struct sf_node *n, char *buf, size_t size);
+
+/* Show writing checkpoint `name` (store dir `dir`, opened as w: ownership
+ * of w passes in, also on failure) in the root, with a node per entry of
+ * w. With out: take one kernel reference on the new checkpoint node. */
+int sf_fs_add_writing(struct sf_fs *fs, const char *name, const char *dir,
+		      struct sf_wckpt *w, struct sf_node **out);
+
+/* Make a child `name` of kind DIR, TENSOR or FILE under writing directory
+ * dir (tensors area: DIR or TENSOR; checkpoint root: FILE, or the DIR
+ * "tensors"), and take one kernel reference. -EEXIST when it exists (the
+ * existing node is then returned in *out, referenced, for create). */
+int sf_fs_wchild(struct sf_fs *fs, struct sf_node *dir, const char *name,
+		 enum sf_node_kind kind, struct sf_node **out);
+
+/* Swap writing checkpoint c for committed checkpoint ck (ownership passes
+ * in, also on failure): one hold of tree_lock, so lookups see one or the
+ * other. c becomes SF_CK_REPLACED. */
+int sf_fs_swap_committed(struct sf_fs *fs, struct sf_fs_ckpt *c,
+			 struct sf_ckpt *ck);
+
+/* Unlink checkpoint c from the tree and mark it SF_CK_GONE. */
+void sf_fs_drop_ckpt(struct sf_fs *fs, struct sf_fs_ckpt *c);
+
+/* --- sf_fs_write.c --- */
+
+/* Resume the uncommitted checkpoint found by the store scan, if this rank
+ * wrote into it (its rank-NNNNN/journal.jsonl exists). Logs and returns 0
+ * or a negative error; a checkpoint that cannot be resumed is left out. */
+int sf_fs_resume(struct sf_fs *fs, const char *name, const char *dir);
+
+/* The write side of the FUSE operations; sf_fs_ops.c hands over every
+ * request that concerns a writing checkpoint (or creates one). Each
+ * replies exactly once. */
+void sf_fs_w_mkdir(fuse_req_t req, struct sf_node *parent, const char *name);
+void sf_fs_w_create(fuse_req_t req, struct sf_node *parent, const char *name,
+		    struct fuse_file_info *fi);
+/* An open file handle on n (takes a node reference); free closes a
+ * pending shard first. free accepts NULL. */
+int sf_fs_handle_new(struct sf_fs *fs, struct sf_node *n, bool writable,
+		     struct sf_fs_handle **out);
+void sf_fs_handle_free(struct sf_fs *fs, struct sf_fs_handle *h);
+/* Check an open of writing node n with fi->flags (O_TRUNC of a root file
+ * restarts it) and set fi's cache flags. 0 or error. */
+int sf_fs_w_open(struct sf_fs *fs, struct sf_node *n,
+		 struct fuse_file_info *fi);
+void sf_fs_w_write(fuse_req_t req, struct sf_fs_handle *h, const char *buf,
+		   size_t size, off_t off);
+/* Finish h's sf_wfile (flush and release); 0 or its error. */
+int sf_fs_w_flush(struct sf_fs *fs, struct sf_fs_handle *h);
+void sf_fs_w_setattr(fuse_req_t req, struct sf_node *n, struct stat *attr,
+		     int to_set);
+/* setxattr on any node (commit and delete of committed checkpoints too). */
+void sf_fs_w_setxattr(fuse_req_t req, struct sf_node *n, const char *name,
+		      const char *value, size_t size);
+/* user.shardfs.dtype/shape of a writing tensor or slice: into buf. */
+int sf_fs_w_tensor_xattr(struct sf_fs *fs, struct sf_node *n,
+			 const char *name, char *buf, size_t size,
+			 size_t *len);
+/* user.shardfs.state of checkpoint c, malloc'd into *out. */
+int sf_fs_state(struct sf_fs *fs, struct sf_fs_ckpt *c, char **out,
+		size_t *len);
+/* Size of writing node n now (tensors: declared bytes, files: written). */
+uint64_t sf_fs_w_size(struct sf_fs *fs, const struct sf_node *n);
 
 /* --- sf_fs_run.c --- */
 

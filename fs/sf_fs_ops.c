@@ -10,7 +10,11 @@
  *  - committed checkpoints are immutable: files open with keep_cache (the
  *    page cache survives across opens, mmap works), entries and attributes
  *    are cached for SF_FS_TIMEOUT, and anything that would change them
- *    fails with EROFS;
+ *    fails with EROFS; checkpoint directories themselves are cached for
+ *    SF_FS_CKPT_TIMEOUT only (a commit or delete swaps them);
+ *  - requests on checkpoints being written go to sf_fs_write.c, with
+ *    attribute and entry timeouts of 0;
+ *  - fi->fh of an open file is a struct sf_fs_handle;
  *  - a read is built in one per-thread buffer and replied with
  *    fuse_reply_buf (one copy into the kernel).
  */
@@ -48,13 +52,25 @@ static void after_init(struct sf_fs *fs)
 		sf_fs_tune_bdi(fs);
 }
 
+#define SF_FS_CKPT_TIMEOUT 1.0  /* s: a checkpoint directory's entry */
+
+/* How long the kernel may cache n's attributes and its name. */
+static double node_timeout(struct sf_fs *fs, const struct sf_node *n)
+{
+	if (sf_node_is_w(n) || n == fs->root)
+		return 0.0;
+	if (n->kind == SF_NODE_CKPT)
+		return SF_FS_CKPT_TIMEOUT;
+	return SF_FS_TIMEOUT;
+}
+
 static void fill_entry(struct sf_fs *fs, struct sf_node *n,
 		       struct fuse_entry_param *e)
 {
 	memset(e, 0, sizeof(*e));
 	e->ino = sf_fs_ino(fs, n);
-	e->attr_timeout = SF_FS_TIMEOUT;
-	e->entry_timeout = SF_FS_TIMEOUT;
+	e->attr_timeout = node_timeout(fs, n);
+	e->entry_timeout = e->attr_timeout;
 	sf_fs_stat(fs, n, &e->attr);
 }
 
@@ -127,14 +143,15 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 
 	after_init(fs);
 	sf_fs_stat(fs, sf_fs_node(fs, ino), &st);
-	fuse_reply_attr(req, &st, SF_FS_TIMEOUT);
+	fuse_reply_attr(req, &st, node_timeout(fs, sf_fs_node(fs, ino)));
 }
 
 static void op_access(fuse_req_t req, fuse_ino_t ino, int mask)
 {
 	struct sf_fs *fs = fs_of(req);
+	struct sf_node *n = sf_fs_node(fs, ino);
 
-	if (mask & W_OK)
+	if ((mask & W_OK) && !sf_node_is_w(n) && !(n == fs->root && !fs->single))
 		reply_err(req, -EROFS);
 	else if ((mask & X_OK) && !sf_node_is_dir(sf_fs_node(fs, ino)))
 		reply_err(req, -EACCES);
@@ -142,15 +159,19 @@ static void op_access(fuse_req_t req, fuse_ino_t ino, int mask)
 		reply_err(req, 0);
 }
 
+/* The store's file system numbers (space for new checkpoints). */
 static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 {
+	struct sf_fs *fs = fs_of(req);
 	struct statvfs sv;
 
-	memset(&sv, 0, sizeof(sv));
-	sv.f_bsize = 4096;
-	sv.f_frsize = 4096;
+	if (statvfs(fs->store_abs, &sv) != 0) {
+		memset(&sv, 0, sizeof(sv));
+		sv.f_bsize = 4096;
+		sv.f_frsize = 4096;
+	}
 	sv.f_namemax = SF_MAX_COMPONENT;
-	sv.f_flag = ST_RDONLY;
+	sv.f_flag = fs->single ? ST_RDONLY : 0;
 	fuse_reply_statfs(req, &sv);
 }
 
@@ -170,7 +191,7 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	fi->fh = (uint64_t)(uintptr_t)s;
 	/* Inside a checkpoint the listing never changes; the store root gains
 	 * checkpoints at runtime (the write path), so it is never cached. */
-	if (s->self->ck) {
+	if (s->self->ck && !sf_node_is_w(s->self) && s->self->kind != SF_NODE_CKPT) {
 		fi->cache_readdir = 1;
 		fi->keep_cache = 1;
 	}
@@ -283,27 +304,45 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct sf_fs *fs = fs_of(req);
 	struct sf_node *n = sf_fs_node(fs, ino);
+	bool writable = (fi->flags & O_ACCMODE) != O_RDONLY;
+	struct sf_fs_handle *h;
+	int rc;
 
 	after_init(fs);
 	if (sf_node_is_dir(n)) {
 		reply_err(req, -EISDIR);
 		return;
 	}
-	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
-		reply_err(req, -EROFS);
+	if (sf_node_is_w(n)) {
+		rc = sf_fs_w_open(fs, n, fi);
+	} else if (writable || (fi->flags & O_TRUNC)) {
+		rc = -EROFS;
+	} else {
+		fi->keep_cache = 1;
+		fi->direct_io = 0;
+		rc = 0;
+	}
+	if (!rc)
+		rc = sf_fs_handle_new(fs, n, writable, &h);
+	if (rc) {
+		reply_err(req, rc);
 		return;
 	}
-	sf_fs_ref(fs, n);
-	fi->fh = (uint64_t)(uintptr_t)n;
-	fi->keep_cache = 1;
-	fi->direct_io = 0;
+	fi->fh = (uint64_t)(uintptr_t)h;
 	if (fuse_reply_open(req, fi) != 0)
-		sf_fs_unref(fs, n, 1);
+		sf_fs_handle_free(fs, h);
+}
+
+static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct sf_fs_handle *h = (struct sf_fs_handle *)(uintptr_t)fi->fh;
+
+	reply_err(req, h->writable ? sf_fs_w_flush(fs_of(req), h) : 0);
 }
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	sf_fs_unref(fs_of(req), (struct sf_node *)(uintptr_t)fi->fh, 1);
+	sf_fs_handle_free(fs_of(req), (struct sf_fs_handle *)(uintptr_t)fi->fh);
 	fuse_reply_err(req, 0);
 }
 
@@ -388,11 +427,16 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
 	struct sf_fs *fs = fs_of(req);
-	struct sf_node *n = (struct sf_node *)(uintptr_t)fi->fh;
+	struct sf_node *n = ((struct sf_fs_handle *)(uintptr_t)fi->fh)->n;
 	char *buf;
 	size_t len;
 	int rc;
 
+	if (sf_node_is_w(n)) {
+		/* Not committed yet: nothing is assembled or verified. */
+		reply_err(req, -EBUSY);
+		return;
+	}
 	if (off < 0) {
 		reply_err(req, -EINVAL);
 		return;
@@ -448,19 +492,6 @@ static size_t shape_json(unsigned ndim, const uint64_t *dims, char *buf,
 	return used < size ? used : size - 1;
 }
 
-static const char *state_name(enum sf_ckpt_state s)
-{
-	switch (s) {
-	case SF_CK_COMMITTED:
-		return "committed";
-	case SF_CK_WRITING:
-		return "writing";
-	case SF_CK_FAILED:
-		return "failed";
-	}
-	return "unknown";
-}
-
 /*
  * The value of xattr `name` of n: *val points at static or owned storage
  * (*owned: the caller frees it). 0, -ENODATA for names n lacks, -E2BIG for
@@ -471,6 +502,19 @@ static int xattr_value(struct sf_fs *fs, struct sf_node *n, const char *name,
 		       bool *owned)
 {
 	*owned = false;
+	if (n->kind == SF_NODE_CKPT && strcmp(name, XA_STATE) == 0) {
+		int rc = sf_fs_state(fs, n->ck, val, len);
+
+		*owned = rc == 0;
+		return rc;
+	}
+	if (sf_node_is_w(n)) {
+		if (n->kind != SF_NODE_TENSOR && n->kind != SF_NODE_SLICE &&
+		    n->kind != SF_NODE_FILE)
+			return -ENODATA;
+		*val = small;
+		return sf_fs_w_tensor_xattr(fs, n, name, small, smallsize, len);
+	}
 	if (has_tensor_xattrs(n)) {
 		if (strcmp(name, XA_DTYPE) == 0) {
 			*val = (char *)sf_dtype_name(n->t->dtype);
@@ -500,13 +544,6 @@ static int xattr_value(struct sf_fs *fs, struct sf_node *n, const char *name,
 			}
 			return 0;
 		}
-	}
-	if (n->kind == SF_NODE_CKPT && strcmp(name, XA_STATE) == 0) {
-		pthread_mutex_lock(&fs->tree_lock);
-		*val = (char *)state_name(n->ck->state);
-		pthread_mutex_unlock(&fs->tree_lock);
-		*len = strlen(*val);
-		return 0;
 	}
 	return -ENODATA;
 }
@@ -544,7 +581,10 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 	const char *list = "";
 	size_t len = 0;
 
-	if (has_tensor_xattrs(n)) {
+	if (sf_node_is_w(n) && n->kind != SF_NODE_CKPT && !sf_node_is_dir(n)) {
+		list = tensor_names;
+		len = sizeof(XA_DTYPE "\0" XA_SHAPE); /* no shards yet */
+	} else if (has_tensor_xattrs(n)) {
 		list = tensor_names;
 		len = sizeof(tensor_names); /* includes the final NUL */
 	} else if (n->kind == SF_NODE_CKPT) {
@@ -559,12 +599,15 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 		fuse_reply_buf(req, list, len);
 }
 
-/* --- everything that would modify a committed checkpoint --- */
+/* --- changes: checkpoints being written take them (sf_fs_write.c);
+ * everything that would modify a committed checkpoint fails --- */
 
 static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 			const char *value, size_t size, int flags)
 {
-	reply_err(req, -SF_ECOMMITTED);
+	struct sf_fs *fs = fs_of(req);
+
+	sf_fs_w_setxattr(req, sf_fs_node(fs, ino), name, value, size);
 }
 
 static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
@@ -575,7 +618,13 @@ static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 		       int to_set, struct fuse_file_info *fi)
 {
-	reply_err(req, -SF_ECOMMITTED);
+	struct sf_fs *fs = fs_of(req);
+	struct sf_node *n = sf_fs_node(fs, ino);
+
+	if (sf_node_is_w(n))
+		sf_fs_w_setattr(req, n, attr, to_set);
+	else
+		reply_err(req, -SF_ECOMMITTED);
 }
 
 static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
@@ -587,12 +636,20 @@ static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
 static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
 		     mode_t mode)
 {
-	reply_err(req, -SF_ECOMMITTED);
+	struct sf_fs *fs = fs_of(req);
+
+	sf_fs_w_mkdir(req, sf_fs_node(fs, parent), name);
 }
 
+/* Shards are never removed one by one: a checkpoint being written is
+ * discarded whole (shardctl rm). */
 static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	reply_err(req, -SF_ECOMMITTED);
+	struct sf_fs *fs = fs_of(req);
+	struct sf_node *p = sf_fs_node(fs, parent);
+
+	reply_err(req, sf_node_is_w(p) || (p == fs->root && !fs->single) ?
+		  -EPERM : -SF_ECOMMITTED);
 }
 
 static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
@@ -617,13 +674,16 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
 static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 		      mode_t mode, struct fuse_file_info *fi)
 {
-	reply_err(req, -SF_ECOMMITTED);
+	struct sf_fs *fs = fs_of(req);
+
+	sf_fs_w_create(req, sf_fs_node(fs, parent), name, fi);
 }
 
 static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 		     size_t size, off_t off, struct fuse_file_info *fi)
 {
-	reply_err(req, -SF_ECOMMITTED);
+	sf_fs_w_write(req, (struct sf_fs_handle *)(uintptr_t)fi->fh, buf, size,
+		      off);
 }
 
 const struct fuse_lowlevel_ops sf_fs_ops = {
@@ -641,6 +701,7 @@ const struct fuse_lowlevel_ops sf_fs_ops = {
 	.releasedir = op_releasedir,
 	.open = op_open,
 	.read = op_read,
+	.flush = op_flush,
 	.release = op_release,
 	.getxattr = op_getxattr,
 	.listxattr = op_listxattr,

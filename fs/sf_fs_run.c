@@ -28,8 +28,37 @@
 struct scan_list {
 	struct sf_ckpt **cks;   /* owned until handed to the tree */
 	size_t n, cap;
+	char **unc;             /* owned: uncommitted "name\0dir" pairs */
+	size_t nunc, capunc;
 	int err;                /* first allocation failure */
 };
+
+static void scan_uncommitted(struct scan_list *l, const char *name,
+			     const char *dir)
+{
+	size_t nl = strlen(name), dl = strlen(dir);
+	char *pair;
+
+	if (l->nunc == l->capunc) {
+		size_t cap = l->capunc ? l->capunc * 2 : 8;
+		char **nc = realloc(l->unc, cap * sizeof(*nc));
+
+		if (!nc) {
+			l->err = -ENOMEM;
+			return;
+		}
+		l->unc = nc;
+		l->capunc = cap;
+	}
+	pair = malloc(nl + dl + 2);
+	if (!pair) {
+		l->err = -ENOMEM;
+		return;
+	}
+	memcpy(pair, name, nl + 1);
+	memcpy(pair + nl + 1, dir, dl + 1);
+	l->unc[l->nunc++] = pair;
+}
 
 static void scan_cb(void *arg, const char *name, const char *dir,
 		    struct sf_ckpt *ck, int err, const char *why)
@@ -37,10 +66,10 @@ static void scan_cb(void *arg, const char *name, const char *dir,
 	struct scan_list *l = arg;
 
 	if (!ck) {
-		/* Uncommitted (err == 0) or rejected (already logged). The
-		 * write path will pick uncommitted ones up. */
+		/* Uncommitted (err == 0: resumed if this rank wrote in it) or
+		 * rejected (already logged). */
 		if (err == 0)
-			sf_debug("store: %s is not committed; not shown", name);
+			scan_uncommitted(l, name, dir);
 		return;
 	}
 	if (l->n == l->cap) {
@@ -83,12 +112,20 @@ static int load_store(struct sf_fs *fs, const char *store)
 		/* Failures are logged and leave that checkpoint out. */
 		(void)sf_fs_add_committed(fs, ck);
 	}
+	for (i = 0; i < l.nunc; i++) {
+		const char *name = l.unc[i];
+
+		(void)sf_fs_resume(fs, name, name + strlen(name) + 1);
+	}
 	sf_info("store %s: %zu checkpoint%s shown", store, l.n,
 		l.n == 1 ? "" : "s");
 out_close:
 	for (i = 0; i < l.n; i++)
 		sf_ckpt_close(l.cks[i]);
 	free(l.cks);
+	for (i = 0; i < l.nunc; i++)
+		free(l.unc[i]);
+	free(l.unc);
 	return rc;
 }
 
@@ -229,6 +266,10 @@ int sf_fs_run(const struct sf_fs_config *cfg)
 		return -ENOMEM;
 	fs->cfg = cfg;
 	pthread_mutex_init(&fs->tree_lock, NULL);
+	pthread_mutex_init(&fs->commit_lock, NULL);
+	pthread_cond_init(&fs->wfiles_cv, NULL);
+	fs->rank = cfg->cluster ? cfg->cluster->rank : 0;
+	fs->world = cfg->cluster ? cfg->cluster->world_size : 1;
 	atomic_init(&fs->bdi_done, false);
 	fs->uid = getuid();
 	fs->gid = getgid();
@@ -239,6 +280,7 @@ int sf_fs_run(const struct sf_fs_config *cfg)
 		sf_err("store %s: %s", cfg->store, strerror(errno));
 		goto out_free_fs;
 	}
+	fs->store_abs = store_abs;
 	if (stat(store_abs, &st) == 0) {
 		fs->uid = st.st_uid;
 		fs->gid = st.st_gid;
@@ -335,6 +377,8 @@ out_free_tree:
 out_free_store:
 	free(store_abs);
 out_free_fs:
+	pthread_cond_destroy(&fs->wfiles_cv);
+	pthread_mutex_destroy(&fs->commit_lock);
 	pthread_mutex_destroy(&fs->tree_lock);
 	free(fs);
 	return rc;

@@ -8,6 +8,10 @@
  * Inode numbers are node addresses (the root is FUSE_ROOT_ID): a node lives
  * at least as long as the kernel holds a lookup on it, so the number stays
  * valid for exactly as long as the kernel may use it.
+ *
+ * Checkpoints being written get their nodes one by one (mkdir, create, or
+ * from the sf_wckpt's entries when resumed), always inserted in order; a
+ * commit swaps the whole checkpoint for its committed tree at once.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -72,6 +76,8 @@ static void ckpt_unref(struct sf_fs *fs, struct sf_fs_ckpt *c)
 			sf_engine_forget(fs->engine, &c->ck->ref);
 		sf_ckpt_close(c->ck);
 	}
+	sf_wckpt_close(c->w);
+	free(c->why);
 	free(c->name);
 	free(c->dir);
 	free(c);
@@ -105,6 +111,7 @@ static struct sf_node *node_free(struct sf_fs *fs, struct sf_node *n)
 		node_unref_locked(fs, n->base, 1);
 	}
 	ckpt_unref(fs, n->ck);
+	free(n->pend);
 	free(n->box);
 	free(n->children);
 	free(n->npy_head);
@@ -450,6 +457,7 @@ void sf_fs_tree_destroy(struct sf_fs *fs)
 		struct sf_node *n = fs->all;
 
 		fs->all = n->all_next;
+		free(n->pend);
 		free(n->children);
 		free(n->npy_head);
 		free(n->box);
@@ -466,13 +474,68 @@ void sf_fs_tree_destroy(struct sf_fs *fs)
 				sf_engine_forget(fs->engine, &c->ck->ref);
 			sf_ckpt_close(c->ck);
 		}
+		sf_wckpt_close(c->w);
+		free(c->why);
 		free(c->name);
 		free(c->dir);
 		free(c);
 	}
 }
 
+/* Remove child i of dir from its children (the caller unlinks it). */
+static void child_remove_at(struct sf_node *dir, size_t i)
+{
+	if (sf_node_is_dir(dir->children[i]))
+		dir->nsubdirs--;
+	memmove(dir->children + i, dir->children + i + 1,
+		(dir->nchildren - i - 1) * sizeof(*dir->children));
+	dir->nchildren--;
+}
+
+/* Unlink the root's node of checkpoint old (if linked) and retire old:
+ * state `to`, its listing reference dropped. Under tree_lock. */
+static void ckpt_retire(struct sf_fs *fs, struct sf_fs_ckpt *old,
+			enum sf_ckpt_state to)
+{
+	ptrdiff_t i = child_find(fs->root, old->name, strlen(old->name));
+
+	if (i >= 0 && fs->root->children[i]->ck == old) {
+		struct sf_node *cd = fs->root->children[i];
+
+		child_remove_at(fs->root, (size_t)i);
+		subtree_unlink(fs, cd);
+	}
+	if (old->ck && fs->engine)
+		sf_engine_forget(fs->engine, &old->ck->ref);
+	if (old->state != SF_CK_REPLACED && old->state != SF_CK_GONE) {
+		old->state = to;
+		ckpt_unref(fs, old); /* the listing */
+	}
+}
+
+static int add_committed(struct sf_fs *fs, struct sf_ckpt *ck,
+			 struct sf_fs_ckpt *replace);
+
 int sf_fs_add_committed(struct sf_fs *fs, struct sf_ckpt *ck)
+{
+	return add_committed(fs, ck, NULL);
+}
+
+int sf_fs_swap_committed(struct sf_fs *fs, struct sf_fs_ckpt *c,
+			 struct sf_ckpt *ck)
+{
+	return add_committed(fs, ck, c);
+}
+
+void sf_fs_drop_ckpt(struct sf_fs *fs, struct sf_fs_ckpt *c)
+{
+	pthread_mutex_lock(&fs->tree_lock);
+	ckpt_retire(fs, c, SF_CK_GONE);
+	pthread_mutex_unlock(&fs->tree_lock);
+}
+
+static int add_committed(struct sf_fs *fs, struct sf_ckpt *ck,
+			 struct sf_fs_ckpt *replace)
 {
 	struct sf_fs_ckpt *c;
 	struct sf_node *cd;
@@ -509,7 +572,9 @@ int sf_fs_add_committed(struct sf_fs *fs, struct sf_ckpt *ck)
 		cd->ck = c;
 		c->ref++;
 	} else {
-		if (child_find(fs->root, c->name, strlen(c->name)) >= 0) {
+		ptrdiff_t i = child_find(fs->root, c->name, strlen(c->name));
+
+		if (i >= 0 && !(replace && fs->root->children[i]->ck == replace)) {
 			rc = -EEXIST;
 			goto out_unlist;
 		}
@@ -533,6 +598,8 @@ int sf_fs_add_committed(struct sf_fs *fs, struct sf_ckpt *ck)
 			subtree_unlink(fs, cd); /* drops the build hold */
 		goto out_unlist;
 	}
+	if (replace)
+		ckpt_retire(fs, replace, SF_CK_REPLACED);
 	if (!fs->single) {
 		rc = child_link(fs->root, cd, true);
 		if (rc) {
@@ -601,12 +668,32 @@ static int lookup_slice(struct sf_fs *fs, struct sf_node *dir,
 		}
 	}
 	spec = at + 1;
-	rc = sf_slice_parse(spec, strlen(spec), base->t->ndim, base->t->shape,
-			    &box);
-	if (rc)
-		return rc;
-	rc = sf_shape_nbytes(box.ndim, box.len, sf_dtype_size(base->t->dtype),
-			     &nbytes);
+	if (base->t) {
+		rc = sf_slice_parse(spec, strlen(spec), base->t->ndim,
+				    base->t->shape, &box);
+		if (!rc)
+			rc = sf_shape_nbytes(box.ndim, box.len,
+					     sf_dtype_size(base->t->dtype), &nbytes);
+	} else {
+		/* Being written: slices of a declared tensor are box shards. */
+		struct sf_wentry_info info;
+		char tname[SF_MAX_NAME + 1];
+
+		rc = sf_fs_wname(base, tname, sizeof(tname));
+		if (!rc)
+			rc = sf_wckpt_info(base->ck->w, tname, &info);
+		if (rc == -ENOENT || (!rc && !info.declared)) {
+			sf_warn("checkpoint %s: %s: declare dtype and shape before writing a slice",
+				base->ck->name, name);
+			rc = -EINVAL;
+		}
+		if (!rc)
+			rc = sf_slice_parse(spec, strlen(spec), info.ndim,
+					    info.shape, &box);
+		if (!rc)
+			rc = sf_shape_nbytes(box.ndim, box.len,
+					     sf_dtype_size(info.dtype), &nbytes);
+	}
 	if (rc)
 		return rc;
 	s = node_new(fs, SF_NODE_SLICE, name, strlen(name), dir->ck, dir);
@@ -709,24 +796,295 @@ void sf_fs_dir_snap_free(struct sf_fs *fs, struct sf_dir_snap *s)
 
 void sf_fs_stat(struct sf_fs *fs, struct sf_node *n, struct stat *st)
 {
+	bool w = sf_node_is_w(n) || (n == fs->root && !fs->single);
+
 	memset(st, 0, sizeof(*st));
 	st->st_ino = sf_fs_ino(fs, n);
 	st->st_uid = fs->uid;
 	st->st_gid = fs->gid;
 	if (sf_node_is_dir(n)) {
-		st->st_mode = S_IFDIR | 0555;
+		/* The store root takes new checkpoints (mkdir). */
+		st->st_mode = S_IFDIR | (w ? 0755 : 0555);
 		pthread_mutex_lock(&fs->tree_lock);
 		st->st_nlink = 2 + n->nsubdirs;
 		pthread_mutex_unlock(&fs->tree_lock);
 		st->st_size = 4096;
 	} else {
-		st->st_mode = S_IFREG | 0444;
+		st->st_mode = S_IFREG | (w ? 0644 : 0444);
 		st->st_nlink = 1;
-		st->st_size = (off_t)n->size;
+		st->st_size = (off_t)(sf_node_is_w(n) ? sf_fs_w_size(fs, n) :
+				      n->size);
 	}
 	st->st_blksize = SF_FS_MAX_READ;
 	st->st_blocks = (blkcnt_t)((st->st_size + 511) / 512);
 	st->st_mtim = n->ck ? n->ck->mtime : fs->root_mtime;
 	st->st_atim = st->st_mtim;
 	st->st_ctim = st->st_mtim;
+}
+
+/* --- checkpoints being written --- */
+
+/* Is d the directory whose children's names start a relative name: the
+ * checkpoint itself (root files) or its tensors/? */
+static bool wname_top(const struct sf_node *d)
+{
+	return d->kind == SF_NODE_CKPT ||
+	       (d->kind == SF_NODE_DIR && d->parent &&
+		d->parent->kind == SF_NODE_CKPT);
+}
+
+int sf_fs_wname(const struct sf_node *n, char *buf, size_t size)
+{
+	const struct sf_node *p;
+	size_t len = 0, at;
+
+	if (n->kind == SF_NODE_SLICE)
+		n = n->base;
+	if (n->kind != SF_NODE_TENSOR && n->kind != SF_NODE_FILE)
+		return -EINVAL;
+	for (p = n; p->parent && !wname_top(p->parent); p = p->parent)
+		len += strlen(p->name) + 1;
+	len += strlen(p->name);
+	if (len >= size || len > SF_MAX_NAME)
+		return -ENAMETOOLONG;
+	at = len;
+	buf[at] = '\0';
+	for (p = n;; p = p->parent) {
+		size_t l = strlen(p->name);
+
+		at -= l;
+		memcpy(buf + at, p->name, l);
+		if (at == 0)
+			break;
+		buf[--at] = '/';
+	}
+	return 0;
+}
+
+/* Find or make the directory path[0..len) (one component) in dir, sorted.
+ * Under tree_lock. */
+static int wdir_get(struct sf_fs *fs, struct sf_node *dir, const char *name,
+		    size_t len, struct sf_node **out)
+{
+	ptrdiff_t i = child_find(dir, name, len);
+	struct sf_node *n;
+	int rc;
+
+	if (i >= 0) {
+		n = dir->children[i];
+		if (n->kind != SF_NODE_DIR)
+			return -ENOTDIR;
+		*out = n;
+		return 0;
+	}
+	n = node_new(fs, SF_NODE_DIR, name, len, dir->ck, dir);
+	if (!n)
+		return -ENOMEM;
+	n->area = SF_AREA_TENSORS;
+	rc = child_link(dir, n, true);
+	if (rc) {
+		node_discard(fs, n);
+		return rc;
+	}
+	*out = n;
+	return 0;
+}
+
+/* Add entry `name` of a resumed writing checkpoint below cd. Under
+ * tree_lock. */
+static int wentry_add(struct sf_fs *fs, struct sf_node *cd,
+		      struct sf_node *tdir, const char *name, bool is_file)
+{
+	struct sf_node *dir = is_file ? cd : tdir, *n;
+	const char *p = name, *slash;
+	int rc;
+
+	while (!is_file && (slash = strchr(p, '/')) != NULL) {
+		rc = wdir_get(fs, dir, p, (size_t)(slash - p), &dir);
+		if (rc)
+			return rc;
+		p = slash + 1;
+	}
+	if (child_find(dir, p, strlen(p)) >= 0)
+		return -EEXIST;
+	n = node_new(fs, is_file ? SF_NODE_FILE : SF_NODE_TENSOR, p, strlen(p),
+		     dir->ck, dir);
+	if (!n)
+		return -ENOMEM;
+	rc = child_link(dir, n, true);
+	if (rc)
+		node_discard(fs, n);
+	return rc;
+}
+
+/* Names of a resumed sf_wckpt, gathered outside tree_lock (lock order). */
+struct wlist {
+	char **names;
+	bool *is_file;
+	size_t n, cap;
+	int err;
+};
+
+static void wlist_add(void *arg, const char *name,
+		      const struct sf_wentry_info *info)
+{
+	struct wlist *l = arg;
+
+	if (l->err)
+		return;
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 64;
+		char **nn = realloc(l->names, cap * sizeof(*nn));
+		bool *nf;
+
+		if (!nn) {
+			l->err = -ENOMEM;
+			return;
+		}
+		l->names = nn;
+		nf = realloc(l->is_file, cap * sizeof(*nf));
+		if (!nf) {
+			l->err = -ENOMEM;
+			return;
+		}
+		l->is_file = nf;
+		l->cap = cap;
+	}
+	l->names[l->n] = strdup(name);
+	if (!l->names[l->n]) {
+		l->err = -ENOMEM;
+		return;
+	}
+	l->is_file[l->n++] = info->is_file;
+}
+
+int sf_fs_add_writing(struct sf_fs *fs, const char *name, const char *dir,
+		      struct sf_wckpt *w, struct sf_node **out)
+{
+	struct wlist l = { 0 };
+	struct sf_fs_ckpt *c;
+	struct sf_node *cd, *tdir;
+	size_t i;
+	int rc;
+
+	c = calloc(1, sizeof(*c));
+	if (!c) {
+		sf_wckpt_close(w);
+		return -ENOMEM;
+	}
+	c->w = w;
+	c->state = SF_CK_WRITING;
+	clock_gettime(CLOCK_REALTIME, &c->mtime);
+	c->name = strdup(name);
+	c->dir = strdup(dir);
+	if (!c->name || !c->dir) {
+		rc = -ENOMEM;
+		goto out_free_ckpt;
+	}
+	sf_wckpt_foreach(w, wlist_add, &l);
+	rc = l.err;
+	if (rc)
+		goto out_free_list;
+
+	pthread_mutex_lock(&fs->tree_lock);
+	if (fs->single || child_find(fs->root, name, strlen(name)) >= 0) {
+		pthread_mutex_unlock(&fs->tree_lock);
+		rc = -EEXIST;
+		goto out_free_list;
+	}
+	c->ref = 1; /* listed */
+	c->next = fs->ckpts;
+	fs->ckpts = c;
+	cd = node_new(fs, SF_NODE_CKPT, c->name, strlen(c->name), c, fs->root);
+	if (!cd) {
+		rc = -ENOMEM;
+		goto out_unlist;
+	}
+	cd->ref++; /* the build hold */
+	rc = add_child(fs, cd, SF_NODE_DIR, "tensors", &tdir);
+	if (!rc)
+		tdir->area = SF_AREA_TENSORS;
+	for (i = 0; !rc && i < l.n; i++) {
+		rc = wentry_add(fs, cd, tdir, l.names[i], l.is_file[i]);
+		if (rc == -EEXIST || rc == -ENOTDIR) {
+			sf_warn("checkpoint %s: '%s' clashes with another entry; not shown",
+				name, l.names[i]);
+			rc = 0;
+		}
+	}
+	if (!rc)
+		rc = child_link(fs->root, cd, true);
+	if (rc) {
+		subtree_unlink(fs, cd); /* drops the build hold */
+		goto out_unlist;
+	}
+	if (out) {
+		cd->ref++; /* the kernel's lookup */
+		*out = cd;
+	}
+	node_unref_locked(fs, cd, 1); /* the build hold */
+	pthread_mutex_unlock(&fs->tree_lock);
+	for (i = 0; i < l.n; i++)
+		free(l.names[i]);
+	free(l.names);
+	free(l.is_file);
+	return 0;
+
+out_unlist:
+	ckpt_unref(fs, c); /* the listing; frees c and w once nodes are gone */
+	pthread_mutex_unlock(&fs->tree_lock);
+	for (i = 0; i < l.n; i++)
+		free(l.names[i]);
+	free(l.names);
+	free(l.is_file);
+	return rc;
+out_free_list:
+	for (i = 0; i < l.n; i++)
+		free(l.names[i]);
+	free(l.names);
+	free(l.is_file);
+out_free_ckpt:
+	sf_wckpt_close(w);
+	free(c->name);
+	free(c->dir);
+	free(c);
+	return rc;
+}
+
+int sf_fs_wchild(struct sf_fs *fs, struct sf_node *dir, const char *name,
+		 enum sf_node_kind kind, struct sf_node **out)
+{
+	ptrdiff_t i;
+	struct sf_node *n;
+	int rc;
+
+	pthread_mutex_lock(&fs->tree_lock);
+	if (!dir->linked) {
+		rc = -ENOENT;
+		goto out_unlock;
+	}
+	i = child_find(dir, name, strlen(name));
+	if (i >= 0) {
+		*out = dir->children[i];
+		(*out)->ref++;
+		rc = -EEXIST;
+		goto out_unlock;
+	}
+	n = node_new(fs, kind, name, strlen(name), dir->ck, dir);
+	if (!n) {
+		rc = -ENOMEM;
+		goto out_unlock;
+	}
+	if (kind == SF_NODE_DIR)
+		n->area = SF_AREA_TENSORS;
+	rc = child_link(dir, n, true);
+	if (rc) {
+		node_discard(fs, n);
+		goto out_unlock;
+	}
+	n->ref++; /* the kernel's lookup */
+	*out = n;
+out_unlock:
+	pthread_mutex_unlock(&fs->tree_lock);
+	return rc;
 }

@@ -1,0 +1,932 @@
+/*
+ * sf_fs_write.c - the write side of the daemon (SPEC 4): new checkpoints
+ * (mkdir), declarations (user.shardfs.dtype / user.shardfs.shape xattrs),
+ * box shards through slice paths, flat shards through pwrite, root files,
+ * commit and delete (xattrs on the checkpoint directory), and resuming a
+ * checkpoint that a killed daemon left unfinished.
+ *
+ * Invariants:
+ *  - only checkpoints in state WRITING or FAILED take changes; committed
+ *    ones answer EROFS (SF_ECOMMITTED), deleted ones ENOENT;
+ *  - a write handle opens its sf_wfile at its first write and closes it at
+ *    flush (or release), so close(2) returns once the shard is in the
+ *    journal and reports its failure (an incomplete box, say); c->nwfiles
+ *    counts the open sf_wfiles and a commit waits (bounded) for none;
+ *  - payload bytes go to disk as they arrive (core's sf_wfile streams and
+ *    checksums them block by block): nothing is buffered whole here;
+ *  - a commit or delete holds fs->commit_lock and marks its checkpoint
+ *    busy, so no new sf_wfile opens and no declaration lands meanwhile;
+ *  - buffers built from user input are bounded: xattr values by
+ *    SF_FS_MAX_DECL, names by SF_MAX_NAME.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "sf_checksum.h"
+#include "sf_error.h"
+#include "sf_log.h"
+#include "sf_manifest.h"
+#include "sf_fs_internal.h"
+
+#define XA_DTYPE "user.shardfs.dtype"
+#define XA_SHAPE "user.shardfs.shape"
+#define XA_COMMIT "user.shardfs.commit"
+#define XA_DELETE "user.shardfs.delete"
+
+#define SF_FS_MAX_DECL 1024         /* bytes in a dtype or shape value */
+#define SF_FS_WFILE_WAIT_S 10       /* commit waits this long for writers */
+#define SF_FS_WHY 1024              /* bytes of a commit failure reason */
+
+/* --- small helpers --- */
+
+/* 0 if c takes changes now; else why not. Under tree_lock. */
+static int ck_writable_locked(const struct sf_fs_ckpt *c, bool need_idle)
+{
+	switch (c->state) {
+	case SF_CK_WRITING:
+	case SF_CK_FAILED:
+		return need_idle && c->busy ? -EBUSY : 0;
+	case SF_CK_GONE:
+		return -ENOENT;
+	default:
+		return -SF_ECOMMITTED;
+	}
+}
+
+static int ck_writable(struct sf_fs *fs, struct sf_fs_ckpt *c, bool need_idle)
+{
+	int rc;
+
+	if (!c || !c->w)
+		return -SF_ECOMMITTED;
+	pthread_mutex_lock(&fs->tree_lock);
+	rc = ck_writable_locked(c, need_idle);
+	pthread_mutex_unlock(&fs->tree_lock);
+	return rc;
+}
+
+static void reply_err(fuse_req_t req, int err)
+{
+	fuse_reply_err(req, sf_fs_errno(err));
+}
+
+static void reply_entry(fuse_req_t req, struct sf_fs *fs, struct sf_node *n)
+{
+	struct fuse_entry_param e;
+
+	memset(&e, 0, sizeof(e));
+	e.ino = sf_fs_ino(fs, n);
+	sf_fs_stat(fs, n, &e.attr);
+	/* attr/entry timeouts 0: a writing checkpoint changes under the kernel */
+	if (fuse_reply_entry(req, &e) != 0)
+		sf_fs_unref(fs, n, 1); /* the kernel never saw it */
+}
+
+/* One path component a user may create: a valid name, no '@' (slice
+ * syntax), no leading '.' at the store root (hidden: the scan skips it). */
+static bool component_ok(const char *name)
+{
+	return strlen(name) <= SF_MAX_COMPONENT && !strchr(name, '/') &&
+	       sf_name_valid(name);
+}
+
+/* Names a root file may not take: the committed tree's own entries. */
+static bool reserved_root_name(const char *name)
+{
+	return strcmp(name, "tensors") == 0 || strcmp(name, "npy") == 0 ||
+	       strcmp(name, "model.safetensors") == 0 ||
+	       strcmp(name, "manifest.json") == 0 ||
+	       strncmp(name, "rank-", 5) == 0;
+}
+
+uint64_t sf_fs_w_size(struct sf_fs *fs, const struct sf_node *n)
+{
+	struct sf_wentry_info info;
+	char name[SF_MAX_NAME + 1];
+
+	if (n->kind == SF_NODE_SLICE)
+		return n->size;
+	if (sf_fs_wname(n, name, sizeof(name)) != 0 ||
+	    sf_wckpt_info(n->ck->w, name, &info) != 0)
+		return 0;
+	if (!info.is_file && !info.declared)
+		return 0;
+	return info.nbytes;
+}
+
+/* --- resume --- */
+
+int sf_fs_resume(struct sf_fs *fs, const char *name, const char *dir)
+{
+	struct sf_wckpt *w = NULL;
+	char journal[4096];
+	size_t resumed = 0;
+	int rc;
+
+	if (fs->single)
+		return 0;
+	snprintf(journal, sizeof(journal), "%s/rank-%05" PRIu32 "/journal.jsonl",
+		 dir, fs->rank);
+	if (access(journal, F_OK) != 0) {
+		sf_debug("store: %s is not committed and this rank wrote nothing in it; not shown",
+			 name);
+		return 0;
+	}
+	rc = sf_wckpt_open(dir, name, fs->rank, fs->world, SF_DEFAULT_BLOCK_SIZE,
+			   &w, &resumed);
+	if (rc) {
+		sf_err("checkpoint %s: cannot resume the unfinished checkpoint: %s",
+		       name, sf_strerror(rc));
+		return rc;
+	}
+	rc = sf_fs_add_writing(fs, name, dir, w, NULL);
+	if (rc) {
+		sf_err("checkpoint %s: cannot show the unfinished checkpoint: %s",
+		       name, sf_strerror(rc));
+		return rc;
+	}
+	sf_warn("checkpoint %s: not committed; resumed for writing with %zu intact shard%s",
+		name, resumed, resumed == 1 ? "" : "s");
+	return 0;
+}
+
+/* --- mkdir and create --- */
+
+/* mkdir NAME at the store root: a new writing checkpoint. */
+static int new_ckpt(struct sf_fs *fs, const char *name, struct sf_node **out)
+{
+	struct sf_wckpt *w = NULL;
+	char *dir = NULL, *mpath = NULL;
+	size_t resumed = 0;
+	int rc;
+
+	if (!component_ok(name) || name[0] == '.') {
+		sf_warn("mkdir %s: not a valid checkpoint name", name);
+		return -EINVAL;
+	}
+	if (asprintf(&dir, "%s/%s", fs->store_abs, name) < 0)
+		return -ENOMEM;
+	if (asprintf(&mpath, "%s/manifest.json", dir) < 0) {
+		rc = -ENOMEM;
+		goto out_free_dir;
+	}
+	if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+		rc = -errno;
+		sf_err("mkdir %s: %s", dir, strerror(errno));
+		goto out_free_mpath;
+	}
+	if (access(mpath, F_OK) == 0) {
+		/* A committed checkpoint the scan left out (it was rejected). */
+		rc = -EEXIST;
+		goto out_free_mpath;
+	}
+	rc = sf_wckpt_open(dir, name, fs->rank, fs->world, SF_DEFAULT_BLOCK_SIZE,
+			   &w, &resumed);
+	if (rc) {
+		sf_err("checkpoint %s: cannot start writing: %s", name,
+		       sf_strerror(rc));
+		goto out_free_mpath;
+	}
+	rc = sf_fs_add_writing(fs, name, dir, w, out);
+	if (!rc)
+		sf_info("checkpoint %s: writing (rank %" PRIu32 ", %zu shards resumed)",
+			name, fs->rank, resumed);
+out_free_mpath:
+	free(mpath);
+out_free_dir:
+	free(dir);
+	return rc;
+}
+
+void sf_fs_w_mkdir(fuse_req_t req, struct sf_node *parent, const char *name)
+{
+	struct sf_fs *fs = fuse_req_userdata(req);
+	struct sf_node *n = NULL;
+	int rc;
+
+	if (parent == fs->root && !fs->single) {
+		rc = new_ckpt(fs, name, &n);
+	} else if (!sf_node_is_w(parent)) {
+		rc = -SF_ECOMMITTED;
+	} else if ((rc = ck_writable(fs, parent->ck, false)) != 0) {
+		/* rc says why */
+	} else if (parent->kind == SF_NODE_CKPT && strcmp(name, "tensors") != 0) {
+		sf_warn("checkpoint %s: mkdir %s: only tensors/ and plain files live at a checkpoint's root",
+			parent->ck->name, name);
+		rc = -EINVAL;
+	} else if (!component_ok(name)) {
+		rc = -EINVAL;
+	} else {
+		rc = sf_fs_wchild(fs, parent, name, SF_NODE_DIR, &n);
+		if (rc == -EEXIST)
+			sf_fs_unref(fs, n, 1);
+	}
+	if (rc) {
+		reply_err(req, rc);
+		return;
+	}
+	reply_entry(req, fs, n);
+}
+
+int sf_fs_handle_new(struct sf_fs *fs, struct sf_node *n, bool writable,
+		     struct sf_fs_handle **out)
+{
+	struct sf_fs_handle *h = calloc(1, sizeof(*h));
+
+	if (!h)
+		return -ENOMEM;
+	h->n = n;
+	h->writable = writable;
+	pthread_mutex_init(&h->lock, NULL);
+	sf_fs_ref(fs, n);
+	*out = h;
+	return 0;
+}
+
+void sf_fs_handle_free(struct sf_fs *fs, struct sf_fs_handle *h)
+{
+	if (!h)
+		return;
+	if (h->writable)
+		(void)sf_fs_w_flush(fs, h);
+	pthread_mutex_destroy(&h->lock);
+	sf_fs_unref(fs, h->n, 1);
+	free(h);
+}
+
+void sf_fs_w_create(fuse_req_t req, struct sf_node *parent, const char *name,
+		    struct fuse_file_info *fi)
+{
+	struct sf_fs *fs = fuse_req_userdata(req);
+	struct fuse_entry_param e;
+	struct sf_fs_handle *h = NULL;
+	struct sf_node *n = NULL;
+	enum sf_node_kind kind;
+	int rc;
+
+	if (!sf_node_is_w(parent)) {
+		rc = parent == fs->root && !fs->single ? -EPERM : -SF_ECOMMITTED;
+		if (rc == -EPERM)
+			sf_warn("create %s: only directories (checkpoints) live at the store root",
+				name);
+		goto out_reply_err;
+	}
+	rc = ck_writable(fs, parent->ck, false);
+	if (rc)
+		goto out_reply_err;
+	if (parent->kind == SF_NODE_CKPT) {
+		kind = SF_NODE_FILE;
+		if (!component_ok(name) || reserved_root_name(name)) {
+			sf_warn("checkpoint %s: %s: not a name a root file can take",
+				parent->ck->name, name);
+			rc = -EINVAL;
+			goto out_reply_err;
+		}
+		rc = sf_wckpt_add_file(parent->ck->w, name);
+		if (rc)
+			goto out_reply_err;
+	} else {
+		kind = SF_NODE_TENSOR;
+		if (!component_ok(name)) {
+			if (strchr(name, '@'))
+				sf_warn("checkpoint %s: %s: a slice of a tensor that is not declared",
+					parent->ck->name, name);
+			rc = -EINVAL;
+			goto out_reply_err;
+		}
+	}
+	rc = sf_fs_wchild(fs, parent, name, kind, &n);
+	if (rc == -EEXIST && !(fi->flags & O_EXCL) && n->kind == kind)
+		rc = 0;
+	if (rc) {
+		if (n)
+			sf_fs_unref(fs, n, 1);
+		goto out_reply_err;
+	}
+	rc = sf_fs_w_open(fs, n, fi);
+	if (!rc)
+		rc = sf_fs_handle_new(fs, n, (fi->flags & O_ACCMODE) != O_RDONLY, &h);
+	if (rc) {
+		sf_fs_unref(fs, n, 1);
+		goto out_reply_err;
+	}
+	fi->fh = (uint64_t)(uintptr_t)h;
+	memset(&e, 0, sizeof(e));
+	e.ino = sf_fs_ino(fs, n);
+	sf_fs_stat(fs, n, &e.attr);
+	if (fuse_reply_create(req, &e, fi) != 0) {
+		sf_fs_handle_free(fs, h);
+		sf_fs_unref(fs, n, 1);
+	}
+	return;
+
+out_reply_err:
+	reply_err(req, rc);
+}
+
+int sf_fs_w_open(struct sf_fs *fs, struct sf_node *n,
+		 struct fuse_file_info *fi)
+{
+	char name[SF_MAX_NAME + 1];
+	int rc;
+
+	fi->keep_cache = 0;
+	fi->direct_io = 0;
+	if ((fi->flags & O_ACCMODE) == O_RDONLY && !(fi->flags & O_TRUNC))
+		return 0; /* reads answer EBUSY until commit; stat works */
+	rc = ck_writable(fs, n->ck, false);
+	if (rc)
+		return rc;
+	if ((fi->flags & O_TRUNC) && n->kind == SF_NODE_FILE) {
+		rc = sf_fs_wname(n, name, sizeof(name));
+		if (!rc)
+			rc = sf_wckpt_truncate_file(n->ck->w, name);
+		if (rc == -ENOENT) /* registered in another life: again */
+			rc = sf_wckpt_add_file(n->ck->w, name);
+	}
+	/* O_TRUNC of a tensor: its size is its declaration; nothing to drop. */
+	return rc;
+}
+
+/* --- writes --- */
+
+/* Open h's sf_wfile for its first write. Under h->lock. */
+static int wfile_start(struct sf_fs *fs, struct sf_fs_handle *h)
+{
+	struct sf_node *n = h->n;
+	struct sf_fs_ckpt *c = n->ck;
+	char name[SF_MAX_NAME + 1];
+	int rc;
+
+	rc = sf_fs_wname(n, name, sizeof(name));
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&fs->tree_lock);
+	rc = ck_writable_locked(c, true);
+	if (!rc)
+		c->nwfiles++;
+	pthread_mutex_unlock(&fs->tree_lock);
+	if (rc)
+		return rc;
+	rc = sf_wfile_open(c->w, name, n->kind == SF_NODE_SLICE ? n->box : NULL,
+			   &h->wf);
+	if (rc) {
+		if (rc == -ENOENT || rc == -EINVAL) {
+			sf_warn("checkpoint %s: %s: set user.shardfs.dtype and user.shardfs.shape before writing",
+				c->name, name);
+			rc = -EINVAL;
+		}
+		pthread_mutex_lock(&fs->tree_lock);
+		c->nwfiles--;
+		pthread_cond_broadcast(&fs->wfiles_cv);
+		pthread_mutex_unlock(&fs->tree_lock);
+		h->wf = NULL;
+	}
+	return rc;
+}
+
+void sf_fs_w_write(fuse_req_t req, struct sf_fs_handle *h, const char *buf,
+		   size_t size, off_t off)
+{
+	struct sf_fs *fs = fuse_req_userdata(req);
+	int rc = 0;
+
+	if (!h->writable) {
+		reply_err(req, -EBADF);
+		return;
+	}
+	if (off < 0) {
+		reply_err(req, -EINVAL);
+		return;
+	}
+	pthread_mutex_lock(&h->lock);
+	if (!h->wf)
+		rc = wfile_start(fs, h);
+	if (!rc)
+		rc = sf_wfile_write(h->wf, buf, size, (uint64_t)off);
+	pthread_mutex_unlock(&h->lock);
+	if (rc)
+		reply_err(req, rc);
+	else
+		fuse_reply_write(req, size);
+}
+
+int sf_fs_w_flush(struct sf_fs *fs, struct sf_fs_handle *h)
+{
+	struct sf_fs_ckpt *c = h->n->ck;
+	int rc = 0;
+
+	pthread_mutex_lock(&h->lock);
+	if (h->wf) {
+		rc = sf_wfile_close(h->wf);
+		h->wf = NULL;
+		if (rc)
+			sf_err("checkpoint %s: %s: shard not recorded: %s", c->name,
+			       h->n->name, sf_strerror(rc));
+		pthread_mutex_lock(&fs->tree_lock);
+		c->nwfiles--;
+		pthread_cond_broadcast(&fs->wfiles_cv);
+		pthread_mutex_unlock(&fs->tree_lock);
+	}
+	pthread_mutex_unlock(&h->lock);
+	return rc;
+}
+
+void sf_fs_w_setattr(fuse_req_t req, struct sf_node *n, struct stat *attr,
+		     int to_set)
+{
+	struct sf_fs *fs = fuse_req_userdata(req);
+	char name[SF_MAX_NAME + 1];
+	struct stat st;
+	int rc;
+
+	rc = ck_writable(fs, n->ck, false);
+	if (!rc && (to_set & FUSE_SET_ATTR_SIZE) && n->kind == SF_NODE_FILE) {
+		if (attr->st_size == 0) {
+			rc = sf_fs_wname(n, name, sizeof(name));
+			if (!rc)
+				rc = sf_wckpt_truncate_file(n->ck->w, name);
+			if (rc == -ENOENT)
+				rc = sf_wckpt_add_file(n->ck->w, name);
+		} else if ((uint64_t)attr->st_size != sf_fs_w_size(fs, n)) {
+			sf_warn("checkpoint %s: %s: a root file can only be truncated to 0",
+				n->ck->name, n->name);
+			rc = -EINVAL;
+		}
+	}
+	/* Sizes of tensors are their declarations; modes, owners and times
+	 * are not stored: accepted and ignored (cp -p, touch). */
+	if (rc) {
+		reply_err(req, rc);
+		return;
+	}
+	sf_fs_stat(fs, n, &st);
+	fuse_reply_attr(req, &st, 0);
+}
+
+/* --- declarations --- */
+
+/* Parse "[4096, 4096]" (or "4096,4096"; "[]" is a scalar). */
+static int parse_shape(const char *s, unsigned *ndim, uint64_t *shape)
+{
+	const char *p = s;
+	bool bracket;
+	unsigned n = 0;
+
+	while (*p == ' ' || *p == '\t')
+		p++;
+	bracket = *p == '[';
+	if (bracket)
+		p++;
+	for (;;) {
+		char *end;
+		unsigned long long v;
+
+		while (*p == ' ' || *p == '\t')
+			p++;
+		if (*p == ']' || *p == '\0')
+			break;
+		if (*p < '0' || *p > '9' || n == SF_MAX_NDIM)
+			return -EINVAL;
+		errno = 0;
+		v = strtoull(p, &end, 10);
+		if (errno)
+			return -EINVAL;
+		shape[n++] = v;
+		p = end;
+		while (*p == ' ' || *p == '\t')
+			p++;
+		if (*p == ',')
+			p++;
+		else if (*p != ']' && *p != '\0')
+			return -EINVAL;
+	}
+	if (bracket != (*p == ']'))
+		return -EINVAL;
+	if (*p == ']')
+		p++;
+	while (*p == ' ' || *p == '\t' || *p == '\n')
+		p++;
+	if (*p)
+		return -EINVAL;
+	*ndim = n;
+	return 0;
+}
+
+static int set_decl(struct sf_fs *fs, struct sf_node *n, const char *attr,
+		    const char *value, size_t size)
+{
+	struct sf_fs_ckpt *c = n->ck;
+	struct sf_wentry_info info;
+	struct sf_wpend want = { 0 };
+	char name[SF_MAX_NAME + 1], v[SF_FS_MAX_DECL + 1];
+	bool is_dtype = strcmp(attr, XA_DTYPE) == 0;
+	int rc;
+
+	if (n->kind != SF_NODE_TENSOR)
+		return n->kind == SF_NODE_SLICE ? -EINVAL : -ENOTSUP;
+	if (size > SF_FS_MAX_DECL)
+		return -E2BIG;
+	memcpy(v, value, size);
+	while (size > 0 && (v[size - 1] == '\n' || v[size - 1] == ' ' ||
+			    v[size - 1] == '\0'))
+		size--;
+	v[size] = '\0';
+	rc = sf_fs_wname(n, name, sizeof(name));
+	if (rc)
+		return rc;
+	if (is_dtype) {
+		want.dtype = sf_dtype_from_name(v, size);
+		if (want.dtype == SF_DT_INVALID) {
+			sf_warn("checkpoint %s: %s: unknown dtype '%s'", c->name,
+				name, v);
+			return -EINVAL;
+		}
+	} else {
+		want.has_shape = true;
+		if (parse_shape(v, &want.ndim, want.shape)) {
+			sf_warn("checkpoint %s: %s: shape '%s' is not a list of sizes like [4096,4096]",
+				c->name, name, v);
+			return -EINVAL;
+		}
+	}
+
+	/* Merge with what is known: the declaration, or the pending half. */
+	pthread_mutex_lock(&fs->tree_lock);
+	rc = ck_writable_locked(c, true);
+	if (rc)
+		goto out_unlock;
+	if (sf_wckpt_info(c->w, name, &info) == 0 && info.declared) {
+		if (!is_dtype)
+			want.dtype = info.dtype;
+		else {
+			want.has_shape = true;
+			want.ndim = info.ndim;
+			memcpy(want.shape, info.shape, sizeof(want.shape));
+		}
+	} else {
+		if (!n->pend) {
+			n->pend = calloc(1, sizeof(*n->pend));
+			if (!n->pend) {
+				rc = -ENOMEM;
+				goto out_unlock;
+			}
+		}
+		if (is_dtype)
+			n->pend->dtype = want.dtype;
+		else {
+			n->pend->has_shape = true;
+			n->pend->ndim = want.ndim;
+			memcpy(n->pend->shape, want.shape, sizeof(want.shape));
+		}
+		want = *n->pend;
+	}
+	pthread_mutex_unlock(&fs->tree_lock);
+	if (want.dtype == SF_DT_INVALID || !want.has_shape)
+		return 0; /* the other half comes next */
+
+	rc = sf_wckpt_declare(c->w, name, want.dtype, want.ndim, want.shape);
+	if (rc == -SF_ECONFLICT) {
+		sf_warn("checkpoint %s: %s: declared differently before; declarations must agree",
+			c->name, name);
+		return -EINVAL;
+	}
+	if (rc) {
+		sf_warn("checkpoint %s: %s: cannot declare: %s", c->name, name,
+			sf_strerror(rc));
+		return rc == -SF_ETOOBIG || rc == -EOVERFLOW ? -EINVAL : rc;
+	}
+	pthread_mutex_lock(&fs->tree_lock);
+	free(n->pend);
+	n->pend = NULL;
+out_unlock:
+	pthread_mutex_unlock(&fs->tree_lock);
+	return rc;
+}
+
+int sf_fs_w_tensor_xattr(struct sf_fs *fs, struct sf_node *n,
+			 const char *attr, char *buf, size_t size, size_t *len)
+{
+	struct sf_wentry_info info;
+	struct sf_wpend d = { 0 };
+	char name[SF_MAX_NAME + 1];
+	const unsigned ndim_box = n->kind == SF_NODE_SLICE ? n->box->ndim : 0;
+	size_t used = 0;
+	int rc;
+
+	rc = sf_fs_wname(n, name, sizeof(name));
+	if (rc)
+		return rc;
+	if (sf_wckpt_info(n->ck->w, name, &info) == 0 &&
+	    (info.declared || info.is_file)) {
+		d.dtype = info.is_file ? SF_DT_U8 : info.dtype;
+		d.has_shape = true;
+		d.ndim = info.is_file ? 1 : info.ndim;
+		memcpy(d.shape, info.shape, sizeof(d.shape));
+		if (info.is_file)
+			d.shape[0] = info.nbytes;
+	} else {
+		const struct sf_node *t = n->kind == SF_NODE_SLICE ? n->base : n;
+
+		pthread_mutex_lock(&fs->tree_lock);
+		if (t->pend)
+			d = *t->pend;
+		pthread_mutex_unlock(&fs->tree_lock);
+	}
+	if (n->kind == SF_NODE_SLICE) {
+		d.ndim = ndim_box;
+		memcpy(d.shape, n->box->len, sizeof(d.shape[0]) * ndim_box);
+	}
+	if (strcmp(attr, XA_DTYPE) == 0) {
+		if (d.dtype == SF_DT_INVALID)
+			return -ENODATA;
+		*len = (size_t)snprintf(buf, size, "%s", sf_dtype_name(d.dtype));
+		return 0;
+	}
+	if (strcmp(attr, XA_SHAPE) != 0 || !d.has_shape)
+		return -ENODATA;
+	used += (size_t)snprintf(buf + used, size - used, "[");
+	for (unsigned i = 0; i < d.ndim && used < size; i++)
+		used += (size_t)snprintf(buf + used, size - used, "%s%" PRIu64,
+					 i ? "," : "", d.shape[i]);
+	if (used < size)
+		used += (size_t)snprintf(buf + used, size - used, "]");
+	*len = used < size ? used : size - 1;
+	return 0;
+}
+
+/* --- state --- */
+
+int sf_fs_state(struct sf_fs *fs, struct sf_fs_ckpt *c, char **out,
+		size_t *len)
+{
+	int n;
+
+	pthread_mutex_lock(&fs->tree_lock);
+	switch (c->state) {
+	case SF_CK_COMMITTED:
+	case SF_CK_REPLACED:
+		n = asprintf(out, "committed");
+		break;
+	case SF_CK_WRITING:
+		n = asprintf(out, c->busy ? "committing" : "writing");
+		break;
+	case SF_CK_FAILED:
+		n = asprintf(out, "failed: %s", c->why ? c->why : "unknown");
+		break;
+	default:
+		n = asprintf(out, "deleted");
+		break;
+	}
+	pthread_mutex_unlock(&fs->tree_lock);
+	if (n < 0)
+		return -ENOMEM;
+	*len = (size_t)n;
+	return 0;
+}
+
+/* --- commit --- */
+
+/* Mark c busy and wait (bounded) until no write handle has a shard open.
+ * 0, or an error with the reason in why. */
+static int begin_busy(struct sf_fs *fs, struct sf_fs_ckpt *c, char *why,
+		      size_t whylen)
+{
+	struct timespec deadline;
+	int rc = 0;
+
+	clock_gettime(CLOCK_REALTIME, &deadline);
+	deadline.tv_sec += SF_FS_WFILE_WAIT_S;
+	pthread_mutex_lock(&fs->tree_lock);
+	rc = ck_writable_locked(c, true);
+	if (rc) {
+		pthread_mutex_unlock(&fs->tree_lock);
+		return rc;
+	}
+	c->busy = true;
+	while (c->nwfiles > 0 && rc != ETIMEDOUT)
+		rc = pthread_cond_timedwait(&fs->wfiles_cv, &fs->tree_lock,
+					    &deadline);
+	if (c->nwfiles > 0) {
+		snprintf(why, whylen, "%u file%s still open for writing after %d s",
+			 c->nwfiles, c->nwfiles == 1 ? "" : "s", SF_FS_WFILE_WAIT_S);
+		c->busy = false;
+		rc = -EBUSY;
+	} else {
+		rc = 0;
+	}
+	pthread_mutex_unlock(&fs->tree_lock);
+	return rc;
+}
+
+/* Merge (alone or across the cluster) and publish. 0 or error + why. */
+static int commit_publish(struct sf_fs *fs, struct sf_fs_ckpt *c, char *why,
+			  size_t whylen)
+{
+	const struct sf_fs_cluster *cl = fs->cfg->cluster;
+	const struct sf_ckpt_ref ref = { .dir = c->dir, .name = c->name };
+	char *part = NULL, *man = NULL;
+	size_t plen = 0, mlen = 0;
+	int rc, prc;
+
+	rc = sf_wckpt_export_part(c->w, &part, &plen);
+	if (rc) {
+		snprintf(why, whylen, "cannot export this rank's shards: %s",
+			 sf_strerror(rc));
+		return rc;
+	}
+	if (cl && cl->commit) {
+		rc = cl->commit(cl->ctx, c->name, c->dir, part, plen, &man, &mlen,
+				why, whylen);
+		if (rc)
+			goto out_free;
+		prc = sf_wckpt_publish(c->w, man, mlen);
+		if (prc)
+			snprintf(why, whylen, "rank %" PRIu32 " cannot publish: %s",
+				 fs->rank, sf_strerror(prc));
+		rc = cl->commit_done ? cl->commit_done(cl->ctx, c->name, prc, why,
+						       whylen) : prc;
+		if (rc && !prc && sf_wckpt_unpublish(c->w) != 0)
+			sf_err("checkpoint %s: cannot take back manifest.json after a failed commit",
+			       c->name);
+		if (!rc && prc)
+			rc = prc;
+	} else {
+		const char *parts[1] = { part };
+
+		rc = sf_commit_merge(c->name, parts, &plen, 1, fs->src, &ref, &man,
+				     &mlen, why, whylen);
+		if (!rc) {
+			rc = sf_wckpt_publish(c->w, man, mlen);
+			if (rc)
+				snprintf(why, whylen, "cannot publish: %s",
+					 sf_strerror(rc));
+		}
+	}
+	if (!rc && sf_wckpt_finish(c->w) != 0)
+		sf_warn("checkpoint %s: committed, but its journal could not be removed",
+			c->name);
+out_free:
+	free(man);
+	free(part);
+	return rc;
+}
+
+static int do_commit(struct sf_fs *fs, struct sf_fs_ckpt *c)
+{
+	char why[SF_FS_WHY] = "";
+	struct sf_ckpt *ck = NULL;
+	struct timespec t0, t1;
+	int rc;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	pthread_mutex_lock(&fs->commit_lock);
+	rc = begin_busy(fs, c, why, sizeof(why));
+	if (rc == -SF_ECOMMITTED) {
+		rc = 0; /* committed already: commit is idempotent */
+		goto out_unlock_commit;
+	}
+	if (rc == -ENOENT)
+		goto out_unlock_commit;
+	if (!rc)
+		rc = commit_publish(fs, c, why, sizeof(why));
+	if (!rc) {
+		rc = sf_ckpt_open(c->dir, c->name, &ck, why, sizeof(why));
+		if (!rc)
+			rc = sf_fs_swap_committed(fs, c, ck);
+		else
+			sf_err("checkpoint %s: committed on disk but cannot be opened: %s",
+			       c->name, why);
+	}
+	pthread_mutex_lock(&fs->tree_lock);
+	c->busy = false;
+	if (rc && c->state != SF_CK_REPLACED && c->state != SF_CK_GONE) {
+		c->state = SF_CK_FAILED;
+		free(c->why);
+		c->why = strdup(why[0] ? why : sf_strerror(rc));
+	}
+	pthread_cond_broadcast(&fs->wfiles_cv);
+	pthread_mutex_unlock(&fs->tree_lock);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	if (rc)
+		sf_err("checkpoint %s: commit failed: %s", c->name,
+		       why[0] ? why : sf_strerror(rc));
+	else
+		sf_info("checkpoint %s: committed in %.3f s", c->name,
+			(double)(t1.tv_sec - t0.tv_sec) +
+			(double)(t1.tv_nsec - t0.tv_nsec) / 1e9);
+out_unlock_commit:
+	pthread_mutex_unlock(&fs->commit_lock);
+	/* Every failure of the checkpoint itself is EIO to the user (SPEC 4). */
+	if (rc && rc != -ENOENT && rc != -ENOMEM)
+		rc = -EIO;
+	return rc;
+}
+
+/* --- delete --- */
+
+static int rm_one(const char *path, const struct stat *st, int type,
+		  struct FTW *ftw)
+{
+	if (type == FTW_DP ? rmdir(path) : unlink(path)) {
+		sf_warn("delete: %s: %s", path, strerror(errno));
+		return 0; /* go on: remove what can be removed */
+	}
+	return 0;
+}
+
+static int do_delete(struct sf_fs *fs, struct sf_fs_ckpt *c)
+{
+	static atomic_uint seq;
+	char why[SF_FS_WHY] = "";
+	char *mpath = NULL, *gone = NULL;
+	int rc;
+
+	if (fs->single) {
+		sf_warn("delete: the store is this one checkpoint; delete it outside the mount");
+		return -EPERM;
+	}
+	pthread_mutex_lock(&fs->commit_lock);
+	pthread_mutex_lock(&fs->tree_lock);
+	rc = c->state == SF_CK_GONE ? -ENOENT : c->state == SF_CK_REPLACED ?
+	     -ESTALE : c->busy ? -EBUSY : c->nwfiles ? -EBUSY : 0;
+	if (!rc)
+		c->busy = true;
+	pthread_mutex_unlock(&fs->tree_lock);
+	if (rc) {
+		if (rc == -EBUSY)
+			sf_warn("checkpoint %s: cannot delete: files are open for writing or a commit runs",
+				c->name);
+		goto out_unlock_commit;
+	}
+	/* manifest.json first: a crash from here on leaves an uncommitted
+	 * directory, never a committed checkpoint with missing payloads. */
+	if (asprintf(&mpath, "%s/manifest.json", c->dir) < 0 ||
+	    asprintf(&gone, "%s/.deleted-%s-%d-%u", fs->store_abs, c->name,
+		     (int)getpid(), atomic_fetch_add(&seq, 1)) < 0) {
+		rc = -ENOMEM;
+		goto out_unbusy;
+	}
+	if (unlink(mpath) != 0 && errno != ENOENT) {
+		rc = -errno;
+		snprintf(why, sizeof(why), "%s: %s", mpath, strerror(errno));
+		goto out_unbusy;
+	}
+	if (rename(c->dir, gone) != 0) {
+		rc = -errno;
+		snprintf(why, sizeof(why), "rename %s: %s", c->dir, strerror(errno));
+		goto out_unbusy;
+	}
+	sf_fs_drop_ckpt(fs, c);
+	if (nftw(gone, rm_one, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT) != 0)
+		sf_warn("delete: %s: %s", gone, strerror(errno));
+	if (fs->cfg->cluster && fs->cfg->cluster->removed)
+		fs->cfg->cluster->removed(fs->cfg->cluster->ctx, c->name);
+	sf_info("checkpoint %s: deleted", c->name);
+out_unbusy:
+	pthread_mutex_lock(&fs->tree_lock);
+	c->busy = false;
+	pthread_mutex_unlock(&fs->tree_lock);
+	if (rc)
+		sf_err("checkpoint %s: cannot delete: %s", c->name,
+		       why[0] ? why : sf_strerror(rc));
+out_unlock_commit:
+	pthread_mutex_unlock(&fs->commit_lock);
+	free(mpath);
+	free(gone);
+	return rc;
+}
+
+/* --- setxattr --- */
+
+void sf_fs_w_setxattr(fuse_req_t req, struct sf_node *n, const char *name,
+		      const char *value, size_t size)
+{
+	struct sf_fs *fs = fuse_req_userdata(req);
+	int rc;
+
+	if (strcmp(name, XA_COMMIT) == 0 || strcmp(name, XA_DELETE) == 0) {
+		if (n->kind != SF_NODE_CKPT)
+			rc = -EINVAL;
+		else if (strcmp(name, XA_COMMIT) == 0)
+			rc = do_commit(fs, n->ck);
+		else
+			rc = do_delete(fs, n->ck);
+	} else if (!sf_node_is_w(n)) {
+		rc = -SF_ECOMMITTED;
+	} else if (strcmp(name, XA_DTYPE) == 0 || strcmp(name, XA_SHAPE) == 0) {
+		rc = set_decl(fs, n, name, value, size);
+	} else {
+		rc = strncmp(name, "user.shardfs.", 13) == 0 ? -EINVAL : -ENOTSUP;
+	}
+	reply_err(req, rc);
+}
