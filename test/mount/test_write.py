@@ -289,8 +289,9 @@ def check_errors(env, ck, m, store):
 
     # a writing checkpoint with one declared tensor
     root = os.path.join(mnt, "err-ckpt")
-    os.makedirs(os.path.join(root, "tensors"))
-    os.makedirs(os.path.join(root, "tensors"), exist_ok=True)        # idempotent
+    os.mkdir(root)
+    os.makedirs(os.path.join(root, "tensors"), exist_ok=True)        # mkdir -p: idempotent
+    os.makedirs(os.path.join(root, "tensors"), exist_ok=True)
     ck.eq(sfs.state(mnt, "err-ckpt"), "writing", "state of a new checkpoint")
     sfs.declare(mnt, "err-ckpt", "gap.tensor", "F32", [8, 8])
     sfs.declare(mnt, "err-ckpt", "gap.tensor", "F32", [8, 8])        # idempotent
@@ -357,7 +358,7 @@ def check_errors(env, ck, m, store):
 
     # overlap with different bytes
     root = os.path.join(mnt, "ovl-ckpt")
-    os.makedirs(os.path.join(root, "tensors"))
+    os.makedirs(os.path.join(root, "tensors"), exist_ok=True)
     sfs.declare(mnt, "ovl-ckpt", "o", "U8", [100])
     open_write(sm.tensor_path(root, "o"), b"\x01" * 60, 0)
     open_write(sm.tensor_path(root, "o"), b"\x02" * 60, 40)

@@ -269,7 +269,9 @@ static int commit(void)
 	return 0;
 }
 
-/* mkdir CKPT/rel, or CKPT itself when rel is NULL. */
+/* mkdir CKPT/rel like mkdir -p (an existing directory is fine: a new
+ * checkpoint may show tensors/ already), or CKPT itself when rel is NULL
+ * (that one must be new). */
 static int make_dir(const char *rel)
 {
 	char path[PATH_CAP];
@@ -279,7 +281,7 @@ static int make_dir(const char *rel)
 		return err;
 	if (!rel)
 		snprintf(path, sizeof(path), "%s", g_ckpt);
-	if (mkdir(path, 0755) < 0)
+	if (mkdir(path, 0755) < 0 && !(rel && errno == EEXIST))
 		return fail("mkdir", path);
 	return 0;
 }
