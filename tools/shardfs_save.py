@@ -93,7 +93,7 @@ class CommitError(OSError):
     """The daemon refused the commit; .reason is its user.shardfs.state."""
 
     def __init__(self, err, path, reason):
-        super().__init__(err, "commit of %s failed: %s" % (path, reason))
+        super().__init__(err, "commit of %s: %s" % (path, reason))
         self.reason = reason
 
 

@@ -114,11 +114,12 @@ def run(env, ck):
                               sfs.Shard("b.box", b_box[:32], shape=b_box.shape, offsets=[0, 0])],
                  commit=False)
         sfs.declare(m.mnt, "B", "b.big", "U8", [BIG])
-        half = os.open(sm.tensor_path(os.path.join(m.mnt, "B"), "b.box", "32:64,:"), os.O_WRONLY)
-        os.write(half, b_box[32:].tobytes()[:3000])
         dd = subprocess.Popen(["dd", "of=" + sm.tensor_path(os.path.join(m.mnt, "B"), "b.big"),
                                "bs=1M", "iflag=fullblock", "status=none"],
                               stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+        # opened after the fork: a child closing a copy would flush the box
+        half = os.open(sm.tensor_path(os.path.join(m.mnt, "B"), "b.box", "32:64,:"), os.O_WRONLY)
+        os.write(half, b_box[32:].tobytes()[:3000])
         def feed():
             try:
                 with open(big_src, "rb") as f:
