@@ -15,11 +15,21 @@
  *    evicted block is unlinked at once and freed when its last pin goes;
  *  - refs counts pins (readers copying from it, or waiting for it); only
  *    blocks with refs == 0 are evicted, least recently used first;
- *  - cached counts the bytes of blocks linked in the table; it may exceed
- *    cap while many blocks are pinned, and is brought back under cap
- *    whenever a pin is dropped.
+ *  - cached counts the buffer bytes (cap) of blocks linked in the table;
+ *    room is made (unpinned blocks evicted) before a new block is added,
+ *    so it exceeds the cache bound only while pins hold it up, and is
+ *    brought back under it whenever a pin is dropped.
  * Fetching and hashing happen outside the lock; concurrent readers of a
  * LOADING block wait on e->cond instead of fetching it twice.
+ *
+ * Block buffers of POOL_MIN bytes or more come from a pool (under e->lock):
+ * a freed block's buffer is kept on a free list and handed to the next
+ * block of the same size class, so steady-state reads never page-fault.
+ * Pool buffers are mmap'd, 2 MiB aligned with MADV_HUGEPAGE when they are
+ * at least that large, and pre-faulted once (MADV_POPULATE_WRITE).
+ * pool_bytes (buffers in blocks plus free ones) is kept at or under the
+ * cache bound except for buffers pinned beyond it: a buffer freed while
+ * the pool is over the bound is unmapped, not kept.
  */
 #include "sf_engine.h"
 #include "sf_checksum.h"
@@ -30,6 +40,12 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+
+#define PINS 8                  /* blocks one read keeps pinned at a time */
+#define POOL_MIN (64u << 10)    /* smaller blocks use plain malloc */
+#define POOL_GRAIN (64u << 10)  /* size classes below HUGE_SZ */
+#define HUGE_SZ (2u << 20)      /* size classes (and alignment) above */
 
 enum blk_state { BLK_LOADING, BLK_READY, BLK_FAILED };
 
@@ -37,8 +53,10 @@ struct sf_block {
 	const struct sf_ckpt_ref *ck;   /* key: checkpoint */
 	const struct sf_shard *shard;   /* key: shard (address) */
 	uint64_t idx;                   /* key: block index in the shard */
-	unsigned char *data;            /* len bytes, owned */
-	size_t len;
+	unsigned char *data;            /* len bytes used of cap; owned (pool
+					 * buffer when cap >= POOL_MIN) */
+	size_t len;                     /* payload bytes */
+	size_t cap;                     /* buffer bytes, as accounted */
 	enum blk_state state;
 	int err;                        /* when FAILED */
 	unsigned refs;                  /* pins, under e->lock */
@@ -47,20 +65,27 @@ struct sf_block {
 	struct sf_block *prev, *next;   /* LRU list, most recent first */
 };
 
+/* A free pool buffer; the header lives in the buffer's first bytes. */
+struct pool_free {
+	struct pool_free *next;
+	size_t cap;                     /* the buffer's size class */
+};
+
 struct sf_engine {
 	pthread_mutex_t lock;           /* protects everything below */
 	pthread_cond_t cond;            /* signalled when a LOADING block settles */
 	struct sf_source *src;          /* borrowed */
 	bool verify;
-	uint64_t cap;                   /* bytes */
-	uint64_t cached;                /* bytes of linked blocks */
+	uint64_t cap;                   /* cache bound, bytes */
+	uint64_t cached;                /* bytes (cap) of linked blocks */
 	struct sf_block **buckets;
 	size_t nbuckets;                /* power of two */
 	struct sf_block lru;            /* sentinel */
+	struct pool_free *free_bufs;    /* pool buffers ready for reuse */
+	uint64_t pool_bytes;            /* all pool buffers: in blocks, free or
+					 * being allocated */
 	struct sf_engine_stats st;
 };
-
-#define PINS 8 /* blocks one read keeps pinned at a time */
 
 static size_t hash_key(const struct sf_engine *e, const void *ck,
 		       const void *shard, uint64_t idx)
@@ -102,11 +127,109 @@ int sf_engine_create(const struct sf_engine_opts *opts, struct sf_source *src,
 	return 0;
 }
 
-static void blk_free(struct sf_block *b)
+/* --- the buffer pool --- */
+
+/* The bytes a block of len payload bytes is accounted (and allocated) as. */
+static size_t buf_class(size_t len)
 {
-	free(b->data);
+	if (len < POOL_MIN)
+		return len ? len : 1;
+	if (len < HUGE_SZ)
+		return (len + POOL_GRAIN - 1) / POOL_GRAIN * POOL_GRAIN;
+	return (len + HUGE_SZ - 1) / HUGE_SZ * HUGE_SZ;
+}
+
+/*
+ * Map a fresh pool buffer of class cap (no lock held): 2 MiB aligned and
+ * huge-page backed when it is that large, and pre-faulted so the first
+ * fetch into it does not take a fault per page. Returns NULL when out of
+ * memory.
+ */
+static unsigned char *pool_map(size_t cap)
+{
+	size_t align = cap >= HUGE_SZ ? HUGE_SZ : 0;
+	unsigned char *p = mmap(NULL, cap + align, PROT_READ | PROT_WRITE,
+				MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (p == MAP_FAILED)
+		return NULL;
+	if (align) {
+		size_t head = (HUGE_SZ - (uintptr_t)p % HUGE_SZ) % HUGE_SZ;
+
+		if (head)
+			munmap(p, head);
+		if (align - head)
+			munmap(p + head + cap, align - head);
+		p += head;
+		/* Advice only: without THP the buffer is still usable. */
+		madvise(p, cap, MADV_HUGEPAGE);
+	}
+	madvise(p, cap, MADV_POPULATE_WRITE);
+	return p;
+}
+
+/* Take the smallest free buffer of at least `need` bytes, or NULL; *cap
+ * is set to its size. Taking a larger buffer than the class asks for
+ * wastes some of the bound but saves mapping a fresh one. Locked. */
+static unsigned char *pool_take(struct sf_engine *e, size_t need, size_t *cap)
+{
+	struct pool_free **best = NULL;
+
+	for (struct pool_free **pp = &e->free_bufs; *pp; pp = &(*pp)->next) {
+		if ((*pp)->cap < need || (best && (*best)->cap <= (*pp)->cap))
+			continue;
+		best = pp;
+		if ((*pp)->cap == need)
+			break;
+	}
+	if (!best)
+		return NULL;
+	struct pool_free *f = *best;
+	*best = f->next;
+	*cap = f->cap;
+	return (unsigned char *)f;
+}
+
+/* Unmap free buffers until the pool fits `limit` or none is free. Locked
+ * (munmap under the lock only happens when the pool is over its bound). */
+static void pool_trim(struct sf_engine *e, uint64_t limit)
+{
+	while (e->pool_bytes > limit && e->free_bufs) {
+		struct pool_free *f = e->free_bufs;
+
+		e->free_bufs = f->next;
+		e->pool_bytes -= f->cap;
+		munmap(f, f->cap);
+	}
+}
+
+/* Give a pool buffer back: kept for reuse while the pool is within the
+ * cache bound, unmapped otherwise. Locked. */
+static void pool_put(struct sf_engine *e, unsigned char *p, size_t cap)
+{
+	struct pool_free *f = (struct pool_free *)p;
+
+	if (e->pool_bytes > e->cap) {
+		e->pool_bytes -= cap;
+		munmap(p, cap);
+		return;
+	}
+	f->cap = cap;
+	f->next = e->free_bufs;
+	e->free_bufs = f;
+}
+
+/* Free a block and its buffer. Locked (or the engine is being destroyed). */
+static void blk_free(struct sf_engine *e, struct sf_block *b)
+{
+	if (b->data && b->cap >= POOL_MIN)
+		pool_put(e, b->data, b->cap);
+	else
+		free(b->data);
 	free(b);
 }
+
+/* --- the block table --- */
 
 static void lru_unlink(struct sf_block *b)
 {
@@ -135,33 +258,37 @@ static void blk_unlink(struct sf_engine *e, struct sf_block *b)
 	if (b->prev)
 		lru_unlink(b);
 	b->linked = false;
-	e->cached -= b->len;
+	e->cached -= b->cap;
 }
 
-/* Evict unpinned blocks, oldest first, until under the cap. Locked. */
-static void evict(struct sf_engine *e)
+/* Evict unpinned blocks, oldest first, until cached <= limit. Locked. */
+static void evict_to(struct sf_engine *e, uint64_t limit)
 {
 	struct sf_block *b = e->lru.prev;
 
-	while (e->cached > e->cap && b != &e->lru) {
+	while (e->cached > limit && b != &e->lru) {
 		struct sf_block *prev = b->prev;
 		if (b->refs == 0) {
 			blk_unlink(e, b);
-			blk_free(b);
+			blk_free(e, b);
 		}
 		b = prev;
 	}
 }
 
-static void unpin(struct sf_engine *e, struct sf_block *b)
+/* Drop one pin; with the cache or the pool over the bound, bring them
+ * back under it. Locked. */
+static void unpin_locked(struct sf_engine *e, struct sf_block *b)
 {
-	pthread_mutex_lock(&e->lock);
 	if (--b->refs == 0 && !b->linked)
-		blk_free(b);
+		blk_free(e, b);
 	else if (e->cached > e->cap)
-		evict(e);
-	pthread_mutex_unlock(&e->lock);
+		evict_to(e, e->cap);
+	if (e->pool_bytes > e->cap)
+		pool_trim(e, e->cap);
 }
+
+/* --- reads --- */
 
 struct read_ctx {
 	struct sf_engine *e;
@@ -183,7 +310,7 @@ static void log_block_error(const struct read_ctx *c, const struct sf_shard *s,
 	       s->file, (unsigned long long)idx, sf_strerror(err));
 }
 
-/* Fetch a block's bytes and check them. No lock held. */
+/* Fetch a block's bytes into b->data and check them. No lock held. */
 static int fetch(struct read_ctx *c, const struct sf_shard *s, uint64_t idx,
 		 struct sf_block *b)
 {
@@ -191,9 +318,6 @@ static int fetch(struct read_ctx *c, const struct sf_shard *s, uint64_t idx,
 	uint64_t bs = c->m->block_size;
 	int ret;
 
-	b->data = malloc(b->len ? b->len : 1);
-	if (!b->data)
-		return -ENOMEM;
 	ret = e->src->ops->read(e->src->ctx, c->ck, s->rank, s->file,
 				s->file_offset + idx * bs, b->data, b->len);
 	if (ret < 0)
@@ -203,13 +327,52 @@ static int fetch(struct read_ctx *c, const struct sf_shard *s, uint64_t idx,
 	return 0;
 }
 
-/* Pin block idx of shard s, fetching it if needed. */
+/*
+ * Give b (linked, its cap counted in cached) a buffer of class b->cap or
+ * more: a free pool buffer (b->cap grows to its size), or a fresh one
+ * (mapped with the lock dropped; the pool bytes are reserved first so
+ * concurrent allocations stay bounded). Called and returns locked.
+ */
+static int blk_alloc(struct sf_engine *e, struct sf_block *b)
+{
+	size_t taken;
+
+	if (b->cap < POOL_MIN) {
+		b->data = malloc(b->cap);
+		return b->data ? 0 : -ENOMEM;
+	}
+	b->data = pool_take(e, b->cap, &taken);
+	if (b->data) {
+		/* account what the block really holds */
+		e->cached += taken - b->cap;
+		b->cap = taken;
+		return 0;
+	}
+	/* Free buffers of other classes give their room first. */
+	if (e->pool_bytes + b->cap > e->cap)
+		pool_trim(e, e->cap > b->cap ? e->cap - b->cap : 0);
+	e->pool_bytes += b->cap;
+	e->st.pool_maps++;
+	pthread_mutex_unlock(&e->lock);
+	b->data = pool_map(b->cap);
+	pthread_mutex_lock(&e->lock);
+	if (!b->data) {
+		e->pool_bytes -= b->cap;
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+/*
+ * Pin block idx of shard s, fetching it if needed. The pin replaces the
+ * oldest of the read's PINS pins, dropped in the same critical section.
+ */
 static int pin(struct read_ctx *c, const struct sf_shard *s, uint64_t idx,
 	       struct sf_block **out)
 {
 	struct sf_engine *e = c->e;
 	uint64_t bs = c->m->block_size;
-	struct sf_block *b;
+	struct sf_block *b, *old;
 	size_t h;
 	int ret;
 
@@ -220,8 +383,12 @@ static int pin(struct read_ctx *c, const struct sf_shard *s, uint64_t idx,
 			return 0;
 		}
 	}
+	old = c->pins[c->next_pin];
+	c->pins[c->next_pin] = NULL;
 	h = hash_key(e, c->ck, s, idx);
 	pthread_mutex_lock(&e->lock);
+	if (old)
+		unpin_locked(e, old);
 	for (b = e->buckets[h]; b; b = b->hnext)
 		if (b->ck == c->ck && b->shard == s && b->idx == idx)
 			break;
@@ -231,8 +398,7 @@ static int pin(struct read_ctx *c, const struct sf_shard *s, uint64_t idx,
 			pthread_cond_wait(&e->cond, &e->lock);
 		if (b->state == BLK_FAILED) {
 			ret = b->err;
-			if (--b->refs == 0 && !b->linked)
-				blk_free(b);
+			unpin_locked(e, b);
 			pthread_mutex_unlock(&e->lock);
 			return ret;
 		}
@@ -253,16 +419,21 @@ static int pin(struct read_ctx *c, const struct sf_shard *s, uint64_t idx,
 	b->shard = s;
 	b->idx = idx;
 	b->len = (size_t)((s->nbytes - idx * bs) < bs ? s->nbytes - idx * bs : bs);
+	b->cap = buf_class(b->len);
 	b->state = BLK_LOADING;
 	b->refs = 1;
 	b->linked = true;
+	/* Make room first, so the buffer of an evicted block is reused. */
+	evict_to(e, e->cap > b->cap ? e->cap - b->cap : 0);
 	b->hnext = e->buckets[h];
 	e->buckets[h] = b;
-	e->cached += b->len;
+	e->cached += b->cap;
 	e->st.misses++;
+	ret = blk_alloc(e, b);
 	pthread_mutex_unlock(&e->lock);
 
-	ret = fetch(c, s, idx, b);
+	if (ret == 0)
+		ret = fetch(c, s, idx, b);
 
 	pthread_mutex_lock(&e->lock);
 	if (ret < 0) {
@@ -276,24 +447,22 @@ static int pin(struct read_ctx *c, const struct sf_shard *s, uint64_t idx,
 		e->st.bytes_fetched += b->len;
 		lru_push_front(e, b);
 		if (e->cached > e->cap)
-			evict(e);
+			evict_to(e, e->cap);
 	}
 	pthread_cond_broadcast(&e->cond);
+	if (ret < 0)
+		unpin_locked(e, b);
 	pthread_mutex_unlock(&e->lock);
 	if (ret < 0) {
 		log_block_error(c, s, idx, ret);
-		unpin(e, b);
 		return ret;
 	}
 out_pinned:
-	if (c->pins[c->next_pin])
-		unpin(e, c->pins[c->next_pin]);
 	c->pins[c->next_pin] = b;
 	c->next_pin = (c->next_pin + 1) % PINS;
 	*out = b;
 	return 0;
 }
-
 /* Copy payload bytes [pos, pos+n) of shard s to dst. */
 static int copy_payload(struct read_ctx *c, const struct sf_shard *s,
 			uint64_t pos, unsigned char *dst, uint64_t n)
@@ -373,6 +542,7 @@ int sf_engine_read(struct sf_engine *e, const struct sf_ckpt_ref *ck,
 	struct read_ctx c = { .e = e, .ck = ck, .m = m, .t = t, .buf = buf,
 			      .base = off };
 	struct sf_box full;
+	bool pinned = false;
 	int ret;
 
 	if (len == 0)
@@ -383,9 +553,15 @@ int sf_engine_read(struct sf_engine *e, const struct sf_ckpt_ref *ck,
 	}
 	ret = sf_box_runs(t->ndim, t->shape, sf_dtype_size(t->dtype), view,
 			  off, len, on_segment, &c);
+	for (unsigned i = 0; i < PINS && !pinned; i++)
+		pinned = c.pins[i] != NULL;
+	if (!pinned)
+		return ret;
+	pthread_mutex_lock(&e->lock);
 	for (unsigned i = 0; i < PINS; i++)
 		if (c.pins[i])
-			unpin(e, c.pins[i]);
+			unpin_locked(e, c.pins[i]);
+	pthread_mutex_unlock(&e->lock);
 	return ret;
 }
 
@@ -402,7 +578,7 @@ void sf_engine_forget(struct sf_engine *e, const struct sf_ckpt_ref *ck)
 				continue;
 			blk_unlink(e, b);
 			if (b->refs == 0)
-				blk_free(b);
+				blk_free(e, b);
 		}
 	}
 	pthread_mutex_unlock(&e->lock);
@@ -415,6 +591,7 @@ void sf_engine_stats(struct sf_engine *e, struct sf_engine_stats *out)
 	pthread_mutex_lock(&e->lock);
 	*out = e->st;
 	out->cached_bytes = e->cached;
+	out->pool_bytes = e->pool_bytes;
 	pthread_mutex_unlock(&e->lock);
 }
 
@@ -426,9 +603,11 @@ void sf_engine_destroy(struct sf_engine *e)
 		struct sf_block *b = e->buckets[h], *next;
 		for (; b; b = next) {
 			next = b->hnext;
-			blk_free(b);
+			blk_free(e, b);
 		}
 	}
+	e->cap = 0; /* nothing kept: unmap every free buffer */
+	pool_trim(e, 0);
 	free(e->buckets);
 	pthread_mutex_destroy(&e->lock);
 	pthread_cond_destroy(&e->cond);

@@ -88,7 +88,11 @@ struct sf_engine_stats {
 	uint64_t hits, misses;   /* block lookups */
 	uint64_t bytes_fetched;  /* payload bytes read from the source */
 	uint64_t bad_blocks;     /* checksum failures */
-	uint64_t cached_bytes;   /* current */
+	uint64_t cached_bytes;   /* current: buffer bytes of cached blocks */
+	uint64_t pool_bytes;     /* current: block buffers held, in use or kept
+				  * free for reuse (at most cache_bytes plus
+				  * blocks pinned beyond it) */
+	uint64_t pool_maps;      /* block buffers mapped fresh (not reused) */
 };
 void sf_engine_stats(struct sf_engine *e, struct sf_engine_stats *out);
 

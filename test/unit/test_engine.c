@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "sf_checksum.h"
 #include "sf_dtype.h"
 #include "sf_engine.h"
 #include "sf_error.h"
@@ -431,6 +432,284 @@ out_destroy_kit:
 		CHECK_EQ(lines, expected_failures - before);
 }
 
+/* ---- the block-buffer pool (blocks of POOL_MIN bytes and more) ---- */
+
+/*
+ * One U8 tensor of flat shards in one in-memory payload file whose byte i
+ * is pat_byte(i). Shard sizes leave tail blocks of several size classes
+ * (below the pool's 64 KiB minimum, a partial pool class, whole blocks).
+ */
+struct big_fix {
+	struct sf_manifest *m;
+	const struct sf_tensor *t;
+	struct sf_ckpt_ref ref;
+	struct sf_source src;
+	unsigned char *payload;        /* owned */
+	uint64_t nbytes;
+	_Atomic unsigned long reads;   /* source reads */
+};
+
+static unsigned char pat_byte(uint64_t i)
+{
+	uint64_t x = (i + 1) * 0x9E3779B97F4A7C15ull;
+
+	return (unsigned char)(x >> 56 ^ x >> 29);
+}
+
+static int big_read(void *ctx, const struct sf_ckpt_ref *ck, uint32_t rank,
+		    const char *file, uint64_t off, void *buf, size_t len)
+{
+	struct big_fix *f = ctx;
+
+	(void)ck;
+	(void)rank;
+	(void)file;
+	f->reads++;
+	if (off > f->nbytes || len > f->nbytes - off)
+		return -SF_ESHORT;
+	memcpy(buf, f->payload + off, len);
+	return 0;
+}
+
+static const struct sf_source_ops big_ops = { .read = big_read };
+
+static int big_create(uint64_t bs, struct big_fix **out)
+{
+	const uint64_t sizes[] = { 3 * bs + 7000, 2 * bs + bs / 2 + 4096, 4 * bs };
+	struct big_fix *f = calloc(1, sizeof(*f));
+	struct sf_tensor *t;
+	char err[256];
+	uint64_t off = 0;
+	int rc = -ENOMEM;
+
+	if (!f)
+		return rc;
+	for (size_t i = 0; i < 3; i++)
+		f->nbytes += sizes[i];
+	f->payload = malloc(f->nbytes);
+	f->m = sf_manifest_new("big", 1, bs);
+	if (!f->payload || !f->m)
+		goto out_free;
+	for (uint64_t i = 0; i < f->nbytes; i++)
+		f->payload[i] = pat_byte(i);
+	rc = sf_manifest_add_tensor(f->m, false, "big", SF_DT_U8, 1, &f->nbytes, &t);
+	for (size_t i = 0; i < 3 && rc == 0; i++) {
+		struct sf_shard s = { .flat = true, .flat_off = off,
+				      .flat_len = sizes[i], .file = "rank-00000/p",
+				      .file_offset = off, .nbytes = sizes[i],
+				      .nblocks = (sizes[i] + bs - 1) / bs };
+		uint64_t sums[8];
+
+		for (uint64_t b = 0; b < s.nblocks; b++) {
+			uint64_t n = sizes[i] - b * bs < bs ? sizes[i] - b * bs : bs;
+			sums[b] = sf_xxh3(f->payload + off + b * bs, n);
+		}
+		s.xxh3 = sums;
+		rc = sf_tensor_add_shard(f->m, t, &s);
+		off += sizes[i];
+	}
+	if (rc == 0)
+		rc = sf_manifest_finish(f->m, err, sizeof(err));
+	if (rc)
+		goto out_free;
+	f->t = sf_manifest_find(f->m, "big");
+	f->ref = (struct sf_ckpt_ref){ .dir = "/mem/big", .name = "big" };
+	f->src = (struct sf_source){ .ops = &big_ops, .ctx = f };
+	*out = f;
+	return 0;
+out_free:
+	sf_manifest_destroy(f->m);
+	free(f->payload);
+	free(f);
+	return rc;
+}
+
+static void big_destroy(struct big_fix *f)
+{
+	if (!f)
+		return;
+	sf_manifest_destroy(f->m);
+	free(f->payload);
+	free(f);
+}
+
+/* Read [off, off+len) and compare with the pattern. */
+static bool big_check(struct sf_engine *e, struct big_fix *f, uint64_t off,
+		      size_t len, unsigned char *buf)
+{
+	int rc = sf_engine_read(e, &f->ref, f->m, f->t, NULL, off, buf, len);
+
+	if (!CHECK_EQ(rc, 0))
+		return false;
+	for (size_t i = 0; i < len; i++)
+		if (buf[i] != pat_byte(off + i)) {
+			fprintf(stderr, "  big: off %llu len %zu: bad byte %zu\n",
+				(unsigned long long)off, len, i);
+			return CHECK(!"pool read matches the pattern");
+		}
+	return true;
+}
+
+/*
+ * Streaming passes over a tensor larger than the cache: bytes are right,
+ * the pool never holds more than the cache bound between reads, and a
+ * second pass reuses buffers instead of mapping new ones.
+ */
+static void test_pool(void)
+{
+	const uint64_t sizes[] = { 128u << 10, 2u << 20 };
+
+	for (size_t k = 0; k < 2; k++) {
+		uint64_t bs = sizes[k], cap = 3 * bs + bs / 2;
+		size_t chunk = (size_t)(bs < (1u << 20) ? 48u << 10 : 1u << 20);
+		struct big_fix *f;
+		struct sf_engine *e;
+		struct sf_engine_stats a, b;
+		unsigned char *buf = malloc(chunk);
+
+		if (!CHECK(buf != NULL) || !CHECK_EQ(big_create(bs, &f), 0)) {
+			free(buf);
+			continue;
+		}
+		struct sf_engine_opts o = { .cache_bytes = cap, .verify = true };
+		if (!CHECK_EQ(sf_engine_create(&o, &f->src, &e), 0))
+			goto out_destroy_fix;
+		for (int pass = 0; pass < 2; pass++) {
+			for (uint64_t off = 0; off < f->nbytes; off += chunk) {
+				size_t n = f->nbytes - off < chunk ? (size_t)(f->nbytes - off)
+								   : chunk;
+				if (!big_check(e, f, off, n, buf))
+					break;
+				sf_engine_stats(e, &b);
+				if (!CHECK(b.pool_bytes <= cap) ||
+				    !CHECK(b.cached_bytes <= cap))
+					break;
+			}
+			if (pass == 0)
+				sf_engine_stats(e, &a);
+		}
+		sf_engine_stats(e, &b);
+		CHECK(a.pool_maps > 0);
+		CHECK(a.pool_bytes > 0);
+		/* The tensor is larger than the cache: the second pass fetched
+		 * again, into reused buffers (a few maps at most, where a tail
+		 * block's small buffer was all the pool had free). */
+		CHECK(b.misses > a.misses);
+		CHECK(b.pool_maps - a.pool_maps <= 3);
+		/* Random reads, some across shard and block boundaries. */
+		uint64_t rng = sf_rand();
+		for (int i = 0; i < 60; i++) {
+			uint64_t off = sf_rand_r(&rng) % f->nbytes;
+			size_t n = (size_t)(sf_rand_r(&rng) % chunk + 1);
+			if (n > f->nbytes - off)
+				n = (size_t)(f->nbytes - off);
+			if (!big_check(e, f, off, n, buf))
+				break;
+		}
+		sf_engine_stats(e, &b);
+		CHECK(b.pool_bytes <= cap);
+		sf_engine_forget(e, &f->ref);
+		sf_engine_stats(e, &b);
+		CHECK_EQ(b.cached_bytes, 0);
+		CHECK(b.pool_bytes <= cap); /* kept free for reuse, bounded */
+		sf_engine_destroy(e);
+out_destroy_fix:
+		big_destroy(f);
+		free(buf);
+	}
+}
+
+/* A cache smaller than one block still reads right and keeps nothing. */
+static void test_pool_tiny_cache(void)
+{
+	struct big_fix *f;
+	struct sf_engine *e;
+	struct sf_engine_stats st;
+	unsigned char *buf = malloc(256u << 10);
+
+	if (!CHECK(buf != NULL) || !CHECK_EQ(big_create(128u << 10, &f), 0)) {
+		free(buf);
+		return;
+	}
+	struct sf_engine_opts o = { .cache_bytes = 1, .verify = true };
+	if (CHECK_EQ(sf_engine_create(&o, &f->src, &e), 0)) {
+		for (uint64_t off = 0; off < f->nbytes; off += 100000)
+			big_check(e, f, off, (size_t)(f->nbytes - off < 256u << 10
+						      ? f->nbytes - off : 256u << 10), buf);
+		sf_engine_stats(e, &st);
+		CHECK_EQ(st.cached_bytes, 0);
+		CHECK_EQ(st.pool_bytes, 0);
+		sf_engine_destroy(e);
+	}
+	big_destroy(f);
+	free(buf);
+}
+
+/* Four readers on a pool-backed cache of two blocks: pins push the pool
+ * over the bound while they last; once all reads are done it is back. */
+struct big_worker {
+	pthread_t tid;
+	struct sf_engine *e;
+	struct big_fix *f;
+	uint64_t rng;
+	unsigned long ok;
+};
+
+static void *big_worker_main(void *arg)
+{
+	struct big_worker *w = arg;
+	size_t max = 300u << 10;
+	unsigned char *buf = malloc(max);
+
+	for (int i = 0; buf && i < 150; i++) {
+		uint64_t off = sf_rand_r(&w->rng) % w->f->nbytes;
+		size_t n = (size_t)(sf_rand_r(&w->rng) % max + 1);
+
+		if (n > w->f->nbytes - off)
+			n = (size_t)(w->f->nbytes - off);
+		if (!big_check(w->e, w->f, off, n, buf))
+			break;
+		w->ok++;
+	}
+	free(buf);
+	return NULL;
+}
+
+static void test_pool_threads(void)
+{
+	struct big_worker w[4];
+	struct big_fix *f;
+	struct sf_engine *e;
+	struct sf_engine_stats st;
+	uint64_t cap = 2 * (128u << 10);
+	int started = 0;
+
+	if (!CHECK_EQ(big_create(128u << 10, &f), 0))
+		return;
+	struct sf_engine_opts o = { .cache_bytes = cap, .verify = true };
+	if (!CHECK_EQ(sf_engine_create(&o, &f->src, &e), 0))
+		goto out_destroy_fix;
+	for (int i = 0; i < 4; i++) {
+		w[i] = (struct big_worker){ .e = e, .f = f, .rng = sf_rand() | 1 };
+		if (!CHECK_EQ(pthread_create(&w[i].tid, NULL, big_worker_main,
+					     &w[i]), 0))
+			break;
+		started++;
+	}
+	unsigned long ok = 0;
+	for (int i = 0; i < started; i++) {
+		pthread_join(w[i].tid, NULL);
+		ok += w[i].ok;
+	}
+	CHECK_EQ(ok, 4 * 150);
+	sf_engine_stats(e, &st);
+	CHECK(st.cached_bytes <= cap);
+	CHECK(st.pool_bytes <= cap);
+	sf_engine_destroy(e);
+out_destroy_fix:
+	big_destroy(f);
+}
+
 /* ---- many readers on one engine ---- */
 
 struct worker {
@@ -522,5 +801,8 @@ int main(void)
 	test_corruption();
 	test_missing();
 	test_threads();
+	test_pool();
+	test_pool_tiny_cache();
+	test_pool_threads();
 	return sf_test_done(PROG);
 }
