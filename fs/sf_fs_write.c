@@ -791,12 +791,8 @@ static int do_commit(struct sf_fs *fs, struct sf_fs_ckpt *c)
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	pthread_mutex_lock(&fs->commit_lock);
 	rc = begin_busy(fs, c, why, sizeof(why));
-	if (rc == -SF_ECOMMITTED) {
-		rc = 0; /* committed already: commit is idempotent */
-		goto out_unlock_commit;
-	}
-	if (rc == -ENOENT)
-		goto out_unlock_commit;
+	if (rc == -SF_ECOMMITTED || rc == -ENOENT)
+		goto out_unlock_commit; /* committed already (EROFS), or gone */
 	if (!rc)
 		rc = commit_publish(fs, c, why, sizeof(why));
 	if (!rc) {
@@ -827,7 +823,7 @@ static int do_commit(struct sf_fs *fs, struct sf_fs_ckpt *c)
 out_unlock_commit:
 	pthread_mutex_unlock(&fs->commit_lock);
 	/* Every failure of the checkpoint itself is EIO to the user (SPEC 4). */
-	if (rc && rc != -ENOENT && rc != -ENOMEM)
+	if (rc && rc != -ENOENT && rc != -ENOMEM && rc != -SF_ECOMMITTED)
 		rc = -EIO;
 	return rc;
 }
