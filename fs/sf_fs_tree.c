@@ -295,6 +295,28 @@ static void subtree_sort(struct sf_fs *fs, struct sf_node *n)
 			subtree_sort(fs, n->children[i]);
 }
 
+/* Make child name[0..len) of dir and link it: appended (build time, sorted
+ * afterwards) or inserted in order. DIR children inherit dir's area. */
+static int child_make(struct sf_fs *fs, struct sf_node *dir,
+		      enum sf_node_kind kind, const char *name, size_t len,
+		      bool sorted, struct sf_node **out)
+{
+	struct sf_node *n = node_new(fs, kind, name, len, dir->ck, dir);
+	int rc;
+
+	if (!n)
+		return -ENOMEM;
+	if (kind == SF_NODE_DIR)
+		n->area = dir->area;
+	rc = child_link(dir, n, sorted);
+	if (rc) {
+		node_discard(fs, n);
+		return rc;
+	}
+	*out = n;
+	return 0;
+}
+
 /*
  * Add a leaf for '/'-separated path under dir, creating directories on the
  * way (area inherited). Build time: entries arrive sorted by full name, so
@@ -306,7 +328,6 @@ static int add_path(struct sf_fs *fs, struct sf_node *dir, const char *path,
 {
 	const char *p = path;
 	const char *slash;
-	struct sf_node *n;
 	int rc;
 
 	while ((slash = strchr(p, '/')) != NULL) {
@@ -318,16 +339,9 @@ static int add_path(struct sf_fs *fs, struct sf_node *dir, const char *path,
 		    strncmp(last->name, p, len) == 0 && last->name[len] == '\0') {
 			dir = last;
 		} else {
-			n = node_new(fs, SF_NODE_DIR, p, len, dir->ck, dir);
-			if (!n)
-				return -ENOMEM;
-			n->area = dir->area;
-			rc = child_link(dir, n, false);
-			if (rc) {
-				node_discard(fs, n);
+			rc = child_make(fs, dir, SF_NODE_DIR, p, len, false, &dir);
+			if (rc)
 				return rc;
-			}
-			dir = n;
 		}
 		p = slash + 1;
 	}
@@ -339,18 +353,10 @@ static int add_path(struct sf_fs *fs, struct sf_node *dir, const char *path,
 			return -ENOMEM;
 		memcpy(leaf, p, plen);
 		memcpy(leaf + plen, suffix ? suffix : "", slen + 1);
-		n = node_new(fs, kind, leaf, plen + slen, dir->ck, dir);
+		rc = child_make(fs, dir, kind, leaf, plen + slen, false, out);
 		free(leaf);
 	}
-	if (!n)
-		return -ENOMEM;
-	rc = child_link(dir, n, false);
-	if (rc) {
-		node_discard(fs, n);
-		return rc;
-	}
-	*out = n;
-	return 0;
+	return rc;
 }
 
 /* Make a child of dir and link it (build time, unsorted). */
@@ -358,18 +364,7 @@ static int add_child(struct sf_fs *fs, struct sf_node *dir,
 		     enum sf_node_kind kind, const char *name,
 		     struct sf_node **out)
 {
-	struct sf_node *n = node_new(fs, kind, name, strlen(name), dir->ck, dir);
-	int rc;
-
-	if (!n)
-		return -ENOMEM;
-	rc = child_link(dir, n, false);
-	if (rc) {
-		node_discard(fs, n);
-		return rc;
-	}
-	*out = n;
-	return 0;
+	return child_make(fs, dir, kind, name, strlen(name), false, out);
 }
 
 /* Build the contents of checkpoint directory node cd from its manifest. */
@@ -868,7 +863,6 @@ static int wdir_get(struct sf_fs *fs, struct sf_node *dir, const char *name,
 {
 	ptrdiff_t i = child_find(dir, name, len);
 	struct sf_node *n;
-	int rc;
 
 	if (i >= 0) {
 		n = dir->children[i];
@@ -877,17 +871,7 @@ static int wdir_get(struct sf_fs *fs, struct sf_node *dir, const char *name,
 		*out = n;
 		return 0;
 	}
-	n = node_new(fs, SF_NODE_DIR, name, len, dir->ck, dir);
-	if (!n)
-		return -ENOMEM;
-	n->area = SF_AREA_TENSORS;
-	rc = child_link(dir, n, true);
-	if (rc) {
-		node_discard(fs, n);
-		return rc;
-	}
-	*out = n;
-	return 0;
+	return child_make(fs, dir, SF_NODE_DIR, name, len, true, out);
 }
 
 /* Add entry `name` of a resumed writing checkpoint below cd. Under
@@ -907,14 +891,8 @@ static int wentry_add(struct sf_fs *fs, struct sf_node *cd,
 	}
 	if (child_find(dir, p, strlen(p)) >= 0)
 		return -EEXIST;
-	n = node_new(fs, is_file ? SF_NODE_FILE : SF_NODE_TENSOR, p, strlen(p),
-		     dir->ck, dir);
-	if (!n)
-		return -ENOMEM;
-	rc = child_link(dir, n, true);
-	if (rc)
-		node_discard(fs, n);
-	return rc;
+	return child_make(fs, dir, is_file ? SF_NODE_FILE : SF_NODE_TENSOR, p,
+			  strlen(p), true, &n);
 }
 
 /* Names of a resumed sf_wckpt, gathered outside tree_lock (lock order). */
@@ -1070,18 +1048,11 @@ int sf_fs_wchild(struct sf_fs *fs, struct sf_node *dir, const char *name,
 		rc = -EEXIST;
 		goto out_unlock;
 	}
-	n = node_new(fs, kind, name, strlen(name), dir->ck, dir);
-	if (!n) {
-		rc = -ENOMEM;
+	rc = child_make(fs, dir, kind, name, strlen(name), true, &n);
+	if (rc)
 		goto out_unlock;
-	}
 	if (kind == SF_NODE_DIR)
-		n->area = SF_AREA_TENSORS;
-	rc = child_link(dir, n, true);
-	if (rc) {
-		node_discard(fs, n);
-		goto out_unlock;
-	}
+		n->area = SF_AREA_TENSORS; /* tensors/ itself, or below it */
 	n->ref++; /* the kernel's lookup */
 	*out = n;
 out_unlock:
