@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "sf_error.h"
 #include "sf_log.h"
@@ -46,6 +47,14 @@ struct sf_cluster_mpi {
 	char *commit_name;         /* checkpoint being committed here, or NULL */
 	char *commit_dir;          /* its directory in this rank's store */
 };
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
 
 /* Fill why with a reason when the layer left it empty. */
 static void why_default(char *why, size_t whylen, int ret)
@@ -65,6 +74,7 @@ static int merge_parts(void *arg, const char *ckpt, const char *const *parts,
 	struct sf_cluster_mpi *c = arg;
 	struct sf_source *src = sf_mpi_source(c->mp);
 	struct sf_ckpt_ref ref;
+	double t0 = now_s();
 	char *dir = NULL;
 	int ret;
 
@@ -83,6 +93,9 @@ static int merge_parts(void *arg, const char *ckpt, const char *const *parts,
 	if (src->ops->forget)
 		src->ops->forget(src->ctx, &ref);
 	free(dir);
+	if (ret >= 0)
+		sf_info("mpi: merged %d parts of %s in %.3f s (%zu-byte manifest)",
+			nparts, ckpt, now_s() - t0, *outlen);
 	return ret;
 }
 
@@ -101,6 +114,7 @@ static int cl_commit(void *ctx, const char *name, const char *ckpt_dir,
 		     size_t *mlen, char *why, size_t whylen)
 {
 	struct sf_cluster_mpi *c = ctx;
+	double t0 = now_s();
 	char *n, *d;
 	int ret;
 
@@ -126,6 +140,9 @@ static int cl_commit(void *ctx, const char *name, const char *ckpt_dir,
 	commit_register(c, NULL, NULL);
 	if (ret < 0)
 		why_default(why, whylen, ret);
+	else
+		sf_info("mpi: %s: merged manifest received after %.3f s", name,
+			now_s() - t0);
 	return ret;
 }
 

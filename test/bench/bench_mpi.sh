@@ -10,6 +10,8 @@
 #             (default: $SHARDFS_BIN, else build/tools next to this tree)
 #   --keep    keep the temporary stores and logs (printed at the end)
 #   BENCH_QUICK=1 in the environment: 128M and 1000 tensors
+#   BENCH_MPI_OPTS: extra shardfs options for the commit cluster, e.g.
+#             "--log-level info" (the log then shows the merge time)
 #
 # Read: one 4-rank checkpoint is generated, then split into 4 node-local
 # stores (each with manifest.json and only its own rank-0000R/), and every
@@ -176,7 +178,7 @@ ROWS+=("4 MPI daemons, tensors/ via rank 0 (3/4 of shards remote)|$mbytes|$msec|
 
 # ---- commit of NT tiny tensors on 4 ranks ----
 for r in $(seq 0 $((N - 1))); do mkdir -p "$WORK/cstore$r"; done
-start_cluster "$WORK/cstore%r" "$WORK/mnt-commit-%r" commit --commit-timeout 600
+start_cluster "$WORK/cstore%r" "$WORK/mnt-commit-%r" commit --commit-timeout 600 ${BENCH_MPI_OPTS:-}
 WRITER='
 import os, sys
 mnt, rank, nt = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
