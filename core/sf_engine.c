@@ -41,6 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/uio.h>
 
 #define PINS 8                  /* blocks one read keeps pinned at a time */
 #define POOL_MIN (64u << 10)    /* smaller blocks use plain malloc */
@@ -298,8 +299,14 @@ struct read_ctx {
 	unsigned char *buf;
 	uint64_t base;                  /* view offset of buf[0] */
 	size_t last;                    /* index of the last shard used */
-	struct sf_block *pins[PINS];    /* pinned blocks, round robin */
-	unsigned next_pin;
+	struct sf_block **pins;         /* npins slots: pinned blocks */
+	unsigned npins;
+	unsigned next_pin;              /* slot the next pin takes */
+	bool keep;                      /* zero-copy: pins are never dropped
+					 * (full slots: -E2BIG); pieces go to
+					 * iov instead of buf */
+	struct iovec *iov;              /* keep: pieces so far, niov of maxiov */
+	unsigned niov, maxiov;
 };
 
 static void log_block_error(const struct read_ctx *c, const struct sf_shard *s,
@@ -376,7 +383,7 @@ static int pin(struct read_ctx *c, const struct sf_shard *s, uint64_t idx,
 	size_t h;
 	int ret;
 
-	for (unsigned i = 0; i < PINS; i++) {
+	for (unsigned i = 0; i < c->npins; i++) {
 		b = c->pins[i];
 		if (b && b->shard == s && b->idx == idx) {
 			*out = b;
@@ -384,6 +391,8 @@ static int pin(struct read_ctx *c, const struct sf_shard *s, uint64_t idx,
 		}
 	}
 	old = c->pins[c->next_pin];
+	if (old && c->keep)
+		return -E2BIG;
 	c->pins[c->next_pin] = NULL;
 	h = hash_key(e, c->ck, s, idx);
 	pthread_mutex_lock(&e->lock);
@@ -459,13 +468,14 @@ static int pin(struct read_ctx *c, const struct sf_shard *s, uint64_t idx,
 	}
 out_pinned:
 	c->pins[c->next_pin] = b;
-	c->next_pin = (c->next_pin + 1) % PINS;
+	c->next_pin = (c->next_pin + 1) % c->npins;
 	*out = b;
 	return 0;
 }
-/* Copy payload bytes [pos, pos+n) of shard s to dst. */
+/* Copy payload bytes [pos, pos+n) of shard s to c->buf + doff, or (keep)
+ * append them to c->iov. */
 static int copy_payload(struct read_ctx *c, const struct sf_shard *s,
-			uint64_t pos, unsigned char *dst, uint64_t n)
+			uint64_t pos, uint64_t doff, uint64_t n)
 {
 	uint64_t bs = c->m->block_size;
 
@@ -479,8 +489,22 @@ static int copy_payload(struct read_ctx *c, const struct sf_shard *s,
 		k = b->len - boff;
 		if (k > n)
 			k = n;
-		memcpy(dst, b->data + boff, (size_t)k);
-		dst += k;
+		if (c->keep) {
+			struct iovec *last = c->niov ? &c->iov[c->niov - 1] : NULL;
+
+			if (last && (unsigned char *)last->iov_base +
+				    last->iov_len == b->data + boff) {
+				last->iov_len += (size_t)k;
+			} else if (c->niov == c->maxiov) {
+				return -E2BIG;
+			} else {
+				c->iov[c->niov].iov_base = b->data + boff;
+				c->iov[c->niov++].iov_len = (size_t)k;
+			}
+		} else {
+			memcpy(c->buf + doff, b->data + boff, (size_t)k);
+		}
+		doff += k;
 		pos += k;
 		n -= k;
 	}
@@ -505,8 +529,7 @@ static int on_segment(void *arg, uint64_t toff, uint64_t voff, uint64_t len)
 {
 	struct read_ctx *c = arg;
 	const struct sf_tensor *t = c->t;
-	unsigned char *dst = c->buf + (voff - c->base);
-	uint64_t p = toff, end = toff + len;
+	uint64_t doff = voff - c->base, p = toff, end = toff + len;
 
 	while (p < end) {
 		uint64_t pos = 0, run = 0, n;
@@ -525,13 +548,45 @@ static int on_segment(void *arg, uint64_t toff, uint64_t voff, uint64_t len)
 		}
 		c->last = i;
 		n = run < end - p ? run : end - p;
-		ret = copy_payload(c, &t->shards[i], pos, dst, n);
+		ret = copy_payload(c, &t->shards[i], pos, doff, n);
 		if (ret)
 			return ret;
 		p += n;
-		dst += n;
+		doff += n;
 	}
 	return 0;
+}
+
+/* Walk [off, off+len) of view with c (set up by the caller); pins stay in
+ * c->pins. */
+static int read_walk(struct read_ctx *c, const struct sf_box *view,
+		     uint64_t off, size_t len)
+{
+	const struct sf_tensor *t = c->t;
+	struct sf_box full;
+
+	if (!view) {
+		sf_box_full(&full, t->ndim, t->shape);
+		view = &full;
+	}
+	return sf_box_runs(t->ndim, t->shape, sf_dtype_size(t->dtype), view,
+			   off, len, on_segment, c);
+}
+
+/* Drop the pins in pins[0..n) under one lock. */
+static void unpin_all(struct sf_engine *e, struct sf_block **pins, unsigned n)
+{
+	bool any = false;
+
+	for (unsigned i = 0; i < n && !any; i++)
+		any = pins[i] != NULL;
+	if (!any)
+		return;
+	pthread_mutex_lock(&e->lock);
+	for (unsigned i = 0; i < n; i++)
+		if (pins[i])
+			unpin_locked(e, pins[i]);
+	pthread_mutex_unlock(&e->lock);
 }
 
 int sf_engine_read(struct sf_engine *e, const struct sf_ckpt_ref *ck,
@@ -539,30 +594,53 @@ int sf_engine_read(struct sf_engine *e, const struct sf_ckpt_ref *ck,
 		   const struct sf_box *view, uint64_t off, void *buf,
 		   size_t len)
 {
+	struct sf_block *pins[PINS] = { NULL };
 	struct read_ctx c = { .e = e, .ck = ck, .m = m, .t = t, .buf = buf,
-			      .base = off };
-	struct sf_box full;
-	bool pinned = false;
+			      .base = off, .pins = pins, .npins = PINS };
 	int ret;
 
 	if (len == 0)
 		return 0;
-	if (!view) {
-		sf_box_full(&full, t->ndim, t->shape);
-		view = &full;
-	}
-	ret = sf_box_runs(t->ndim, t->shape, sf_dtype_size(t->dtype), view,
-			  off, len, on_segment, &c);
-	for (unsigned i = 0; i < PINS && !pinned; i++)
-		pinned = c.pins[i] != NULL;
-	if (!pinned)
-		return ret;
-	pthread_mutex_lock(&e->lock);
-	for (unsigned i = 0; i < PINS; i++)
-		if (c.pins[i])
-			unpin_locked(e, c.pins[i]);
-	pthread_mutex_unlock(&e->lock);
+	ret = read_walk(&c, view, off, len);
+	unpin_all(e, pins, PINS);
 	return ret;
+}
+
+int sf_engine_readv(struct sf_engine *e, const struct sf_ckpt_ref *ck,
+		    const struct sf_manifest *m, const struct sf_tensor *t,
+		    const struct sf_box *view, uint64_t off, size_t len,
+		    struct iovec *iov, unsigned maxiov,
+		    struct sf_engine_hold *hold)
+{
+	struct sf_block *pins[SF_ENGINE_HOLD_MAX] = { NULL };
+	struct read_ctx c = { .e = e, .ck = ck, .m = m, .t = t, .base = off,
+			      .pins = pins, .npins = SF_ENGINE_HOLD_MAX,
+			      .keep = true, .iov = iov, .maxiov = maxiov };
+	int ret;
+
+	hold->n = 0;
+	if (len == 0)
+		return 0;
+	ret = read_walk(&c, view, off, len);
+	if (ret < 0) {
+		unpin_all(e, pins, SF_ENGINE_HOLD_MAX);
+		return ret;
+	}
+	for (unsigned i = 0; i < SF_ENGINE_HOLD_MAX; i++)
+		if (pins[i])
+			hold->blk[hold->n++] = pins[i];
+	return (int)c.niov;
+}
+
+void sf_engine_release(struct sf_engine *e, struct sf_engine_hold *hold)
+{
+	struct sf_block *pins[SF_ENGINE_HOLD_MAX];
+	unsigned n = hold->n < SF_ENGINE_HOLD_MAX ? hold->n : SF_ENGINE_HOLD_MAX;
+
+	for (unsigned i = 0; i < n; i++)
+		pins[i] = hold->blk[i];
+	unpin_all(e, pins, n);
+	hold->n = 0;
 }
 
 void sf_engine_forget(struct sf_engine *e, const struct sf_ckpt_ref *ck)

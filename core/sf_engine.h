@@ -81,6 +81,36 @@ int sf_engine_read(struct sf_engine *e, const struct sf_ckpt_ref *ck,
 		   const struct sf_box *view, uint64_t off, void *buf,
 		   size_t len);
 
+/*
+ * Zero-copy reads. Blocks a read points into stay pinned (not evicted, not
+ * reused) until sf_engine_release(); a hold is a caller-owned value (on the
+ * stack is fine), empty when zero-initialized.
+ */
+#define SF_ENGINE_HOLD_MAX 16 /* blocks one zero-copy read may pin */
+struct sf_engine_hold {
+	void *blk[SF_ENGINE_HOLD_MAX];  /* pinned blocks (engine-private) */
+	unsigned n;
+};
+
+/*
+ * Like sf_engine_read, but instead of copying, set iov[0..ret) to the
+ * verified bytes [off, off+len) of `view` inside cached blocks, in order,
+ * and pin those blocks in *hold (which must be empty). Returns the number
+ * of iovecs (0 when len is 0); -E2BIG, without logging, when the range
+ * needs more than maxiov pieces or more than SF_ENGINE_HOLD_MAX blocks
+ * (the caller falls back to sf_engine_read); or sf_engine_read's errors,
+ * logged the same way. On any error *hold is left empty.
+ */
+struct iovec;
+int sf_engine_readv(struct sf_engine *e, const struct sf_ckpt_ref *ck,
+		    const struct sf_manifest *m, const struct sf_tensor *t,
+		    const struct sf_box *view, uint64_t off, size_t len,
+		    struct iovec *iov, unsigned maxiov,
+		    struct sf_engine_hold *hold);
+
+/* Drop the pins of a hold (empty afterwards). Accepts an empty hold. */
+void sf_engine_release(struct sf_engine *e, struct sf_engine_hold *hold);
+
 /* Drop every cached block of checkpoint ck (before it is closed). */
 void sf_engine_forget(struct sf_engine *e, const struct sf_ckpt_ref *ck);
 
