@@ -228,7 +228,8 @@ int sf_store_scan(const char *store, sf_store_fn fn, void *arg, int *single)
 		}
 		n++;
 	}
-	qsort(names, n, sizeof(*names), cmp_names);
+	if (n > 1) /* qsort wants a non-NULL array even for 0 elements */
+		qsort(names, n, sizeof(*names), cmp_names);
 	for (size_t i = 0; i < n; i++) {
 		char path[4096];
 		snprintf(path, sizeof(path), "%s/%s", store, names[i]);

@@ -810,6 +810,11 @@ static int end_run(struct sf_wfile *f)
 	return ret;
 }
 
+bool sf_wfile_partial_box(const struct sf_wfile *f)
+{
+	return f->is_box && !f->err && f->in_run && f->run_len < f->limit;
+}
+
 int sf_wfile_write(struct sf_wfile *f, const void *buf, size_t len,
 		   uint64_t off)
 {

@@ -84,6 +84,9 @@ int sf_wfile_open(struct sf_wckpt *w, const char *name,
  * -EINVAL for a non-sequential box write. */
 int sf_wfile_write(struct sf_wfile *f, const void *buf, size_t len,
 		   uint64_t off);
+/* A box handle that has bytes written but not all of them (closing it now
+ * would drop them)? */
+bool sf_wfile_partial_box(const struct sf_wfile *f);
 /* Finish the handle's shards, journal them, free f. Returns the first
  * error the handle saw (the shards that were complete are kept). */
 int sf_wfile_close(struct sf_wfile *f);

@@ -266,8 +266,9 @@ int sf_fs_w_open(struct sf_fs *fs, struct sf_node *n,
 		 struct fuse_file_info *fi);
 void sf_fs_w_write(fuse_req_t req, struct sf_fs_handle *h, const char *buf,
 		   size_t size, off_t off);
-/* Finish h's sf_wfile (flush and release); 0 or its error. */
-int sf_fs_w_flush(struct sf_fs *fs, struct sf_fs_handle *h);
+/* Finish h's sf_wfile: at flush (final false) unless it is a box not yet
+ * complete, at release (final true) always. 0 or its error. */
+int sf_fs_w_flush(struct sf_fs *fs, struct sf_fs_handle *h, bool final);
 void sf_fs_w_setattr(fuse_req_t req, struct sf_node *n, struct stat *attr,
 		     int to_set);
 /* setxattr on any node (commit and delete of committed checkpoints too). */

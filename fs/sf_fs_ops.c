@@ -337,7 +337,7 @@ static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct sf_fs_handle *h = (struct sf_fs_handle *)(uintptr_t)fi->fh;
 
-	reply_err(req, h->writable ? sf_fs_w_flush(fs_of(req), h) : 0);
+	reply_err(req, h->writable ? sf_fs_w_flush(fs_of(req), h, false) : 0);
 }
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)

@@ -9,9 +9,13 @@
  *  - only checkpoints in state WRITING or FAILED take changes; committed
  *    ones answer EROFS (SF_ECOMMITTED), deleted ones ENOENT;
  *  - a write handle opens its sf_wfile at its first write and closes it at
- *    flush (or release), so close(2) returns once the shard is in the
- *    journal and reports its failure (an incomplete box, say); c->nwfiles
- *    counts the open sf_wfiles and a commit waits (bounded) for none;
+ *    flush, so close(2) returns once the shard is in the journal and
+ *    reports its failure; except a box not yet completely written: a flush
+ *    also comes when a forked child closes its inherited copy of the fd,
+ *    so that box stays open until more writes complete it or the handle is
+ *    released (then it is dropped, logged, and commit reports the gap);
+ *    c->nwfiles counts the open sf_wfiles and a commit waits (bounded) for
+ *    none, which also covers the release that comes after close(2);
  *  - payload bytes go to disk as they arrive (core's sf_wfile streams and
  *    checksums them block by block): nothing is buffered whole here;
  *  - a commit or delete holds fs->commit_lock and marks its checkpoint
@@ -257,7 +261,7 @@ void sf_fs_handle_free(struct sf_fs *fs, struct sf_fs_handle *h)
 	if (!h)
 		return;
 	if (h->writable)
-		(void)sf_fs_w_flush(fs, h);
+		(void)sf_fs_w_flush(fs, h, true);
 	pthread_mutex_destroy(&h->lock);
 	sf_fs_unref(fs, h->n, 1);
 	free(h);
@@ -420,13 +424,15 @@ void sf_fs_w_write(fuse_req_t req, struct sf_fs_handle *h, const char *buf,
 		fuse_reply_write(req, size);
 }
 
-int sf_fs_w_flush(struct sf_fs *fs, struct sf_fs_handle *h)
+int sf_fs_w_flush(struct sf_fs *fs, struct sf_fs_handle *h, bool final)
 {
 	struct sf_fs_ckpt *c = h->n->ck;
 	int rc = 0;
 
 	pthread_mutex_lock(&h->lock);
-	if (h->wf) {
+	/* A flush also comes when a forked child closes its copy of the fd:
+	 * a box still being written stays open until release. */
+	if (h->wf && (final || !sf_wfile_partial_box(h->wf))) {
 		rc = sf_wfile_close(h->wf);
 		h->wf = NULL;
 		if (rc)
