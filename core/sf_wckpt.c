@@ -44,6 +44,10 @@ struct went {
 	size_t nshards, cap;
 };
 
+/* Idle payload files kept open for reuse: about the number of writers that
+ * run at once. */
+#define SF_WCKPT_IDLE 16
+
 struct sf_wckpt {
 	pthread_mutex_t lock;       /* protects everything below */
 	char *dir, *name;           /* owned */
@@ -52,6 +56,10 @@ struct sf_wckpt {
 	uint64_t block_size;
 	int jfd;                    /* journal, O_APPEND */
 	unsigned next_seq;          /* next data-N.bin */
+	struct sf_payload *idle[SF_WCKPT_IDLE]; /* payload files no handle
+	                             * appends to now; the next handle takes one
+	                             * (so small shards share files) */
+	unsigned nidle;
 	struct went *ents;
 	size_t nents, cap;
 	size_t *index;              /* open addressing, SIZE_MAX = empty */
@@ -68,7 +76,8 @@ struct sf_wfile {
 	struct sf_payload *p;       /* opened at the first write */
 	bool in_run;
 	uint64_t run_off, run_len;  /* tensor (or box) bytes of the open run */
-	int err;                    /* first error seen */
+	int err;                    /* first payload I/O error: the file is
+	                             * then not reused */
 };
 
 static size_t hash_name(const char *s)
@@ -560,6 +569,8 @@ void sf_wckpt_close(struct sf_wckpt *w)
 		return;
 	for (size_t i = 0; i < w->nents; i++)
 		free_ent(&w->ents[i]);
+	for (unsigned i = 0; i < w->nidle; i++)
+		(void)sf_payload_close(w->idle[i], false);
 	free(w->ents);
 	free(w->index);
 	if (w->jfd >= 0)
@@ -833,16 +844,23 @@ int sf_wfile_write(struct sf_wfile *f, const void *buf, size_t len,
 	}
 	if (!f->p) {
 		char fname[32];
-		unsigned seq;
+		unsigned seq = 0;
 
+		/* An idle payload file if there is one: appends to a file come
+		 * from one handle at a time. */
 		pthread_mutex_lock(&f->w->lock);
-		seq = f->w->next_seq++;
+		if (f->w->nidle > 0)
+			f->p = f->w->idle[--f->w->nidle];
+		else
+			seq = f->w->next_seq++;
 		pthread_mutex_unlock(&f->w->lock);
-		snprintf(fname, sizeof(fname), "data-%u.bin", seq);
-		ret = sf_payload_open(f->w->dir, f->w->rank, fname,
-				      f->w->block_size, &f->p);
-		if (ret)
-			return ret;
+		if (!f->p) {
+			snprintf(fname, sizeof(fname), "data-%u.bin", seq);
+			ret = sf_payload_open(f->w->dir, f->w->rank, fname,
+					      f->w->block_size, &f->p);
+			if (ret)
+				return ret;
+		}
 	}
 	if (f->in_run && off != f->run_off + f->run_len) {
 		ret = end_run(f);
@@ -858,8 +876,11 @@ int sf_wfile_write(struct sf_wfile *f, const void *buf, size_t len,
 		f->run_len = 0;
 	}
 	ret = sf_payload_write(f->p, buf, len);
-	if (ret)
+	if (ret) {
+		if (!f->err)
+			f->err = ret;
 		return ret;
+	}
 	f->run_len += len;
 	return 0;
 }
@@ -874,6 +895,16 @@ int sf_wfile_close(struct sf_wfile *f)
 	if (f->is_box && !f->p && f->limit) {
 		sf_err("checkpoint %s: %s: box file closed with no bytes written",
 		       f->w->name, f->name);
+	}
+	/* A file with no I/O error goes back to the idle set: the next
+	 * shard starts at its end (bytes of a dropped box stay unreferenced). */
+	if (f->p && !f->err) {
+		pthread_mutex_lock(&f->w->lock);
+		if (f->w->nidle < SF_WCKPT_IDLE) {
+			f->w->idle[f->w->nidle++] = f->p;
+			f->p = NULL;
+		}
+		pthread_mutex_unlock(&f->w->lock);
 	}
 	cret = sf_payload_close(f->p, false);
 	free(f->name);

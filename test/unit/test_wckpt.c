@@ -236,11 +236,18 @@ static void test_resume(const char *root)
 		CHECK_EQ(sf_wfile_close(f), 0);
 	}
 	sf_wckpt_close(w); /* "crash": no commit */
-	/* damage the second handle's payload (data-1.bin) */
+	/* one handle after another: the three shards share one payload file */
 	snprintf(path, sizeof(path), "%s/rank-00000/data-1.bin", dir);
+	CHECK(access(path, F_OK) != 0);
+	/* damage the second shard (bytes BS..2BS of data-0.bin) */
+	snprintf(path, sizeof(path), "%s/rank-00000/data-0.bin", dir);
 	fd = open(path, O_WRONLY);
 	CHECK(fd >= 0);
-	CHECK(pwrite(fd, "Z", 1, 7) == 1);
+	{
+		unsigned char b = (unsigned char)(x[BS + 7] ^ 0xff);
+
+		CHECK(pwrite(fd, &b, 1, BS + 7) == 1);
+	}
 	close(fd);
 	/* and tear the journal's last line as a crash mid-append would */
 	snprintf(path, sizeof(path), "%s/rank-00000/journal.jsonl", dir);
