@@ -88,6 +88,11 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 		conn->want |= FUSE_CAP_ASYNC_READ;
 	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
 		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+	/* No file has setuid/setgid bits or capabilities: saying we handle
+	 * their removal spares the kernel a security.capability getxattr
+	 * round trip on every write. */
+	if (conn->capable & FUSE_CAP_HANDLE_KILLPRIV)
+		conn->want |= FUSE_CAP_HANDLE_KILLPRIV;
 	/* Immutable data: never drop the page cache because of a getattr. */
 	conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
 	sf_debug("fs: init: max_readahead %u max_write %u", conn->max_readahead,

@@ -347,6 +347,11 @@ int sf_fs_w_open(struct sf_fs *fs, struct sf_node *n,
 	fi->direct_io = 0;
 	if ((fi->flags & O_ACCMODE) == O_RDONLY && !(fi->flags & O_TRUNC))
 		return 0; /* reads answer EBUSY until commit; stat works */
+	/* Writes go straight from the writer's buffer into the request: no
+	 * copy through this file's page cache, whose pages would never be
+	 * read (reads answer EBUSY until commit, and a commit makes a new
+	 * inode). */
+	fi->direct_io = 1;
 	rc = ck_writable(fs, n->ck, false);
 	if (rc)
 		return rc;
