@@ -86,7 +86,7 @@ int sf_engine_read(struct sf_engine *e, const struct sf_ckpt_ref *ck,
  * reused) until sf_engine_release(); a hold is a caller-owned value (on the
  * stack is fine), empty when zero-initialized.
  */
-#define SF_ENGINE_HOLD_MAX 16 /* blocks one zero-copy read may pin */
+#define SF_ENGINE_HOLD_MAX 8 /* blocks one zero-copy read may pin */
 struct sf_engine_hold {
 	void *blk[SF_ENGINE_HOLD_MAX];  /* pinned blocks (engine-private) */
 	unsigned n;
