@@ -6,14 +6,16 @@
  * tensor-contiguous segments (sf_box_runs). Each byte position p of a
  * segment is served by the first shard that covers it (the last shard used
  * is tried first, so runs of one shard stay cheap); the covering shard's
- * maximal run from p is copied out of whole payload blocks. Blocks are the
+ * maximal run from p is copied out of whole payload blocks (or, for a
+ * zero-copy read, handed out as iovecs into them). Blocks are the
  * manifest's checksum blocks: a block enters the cache only after its XXH3
  * matched (when verify is on), so every byte served was verified once.
  *
  * Cache invariants (all under e->lock):
  *  - a block is in the hash table while it is LOADING or READY; a failed or
  *    evicted block is unlinked at once and freed when its last pin goes;
- *  - refs counts pins (readers copying from it, or waiting for it); only
+ *  - refs counts pins (readers copying from it or waiting for it, and
+ *    zero-copy holds until sf_engine_release); only
  *    blocks with refs == 0 are evicted, least recently used first;
  *  - cached counts the buffer bytes (cap) of blocks linked in the table;
  *    room is made (unpinned blocks evicted) before a new block is added,
@@ -24,7 +26,7 @@
  *
  * Block buffers of POOL_MIN bytes or more come from a pool (under e->lock):
  * a freed block's buffer is kept on a free list and handed to the next
- * block of the same size class, so steady-state reads never page-fault.
+ * block it fits (smallest first), so steady-state reads never page-fault.
  * Pool buffers are mmap'd, 2 MiB aligned with MADV_HUGEPAGE when they are
  * at least that large, and pre-faulted once (MADV_POPULATE_WRITE).
  * pool_bytes (buffers in blocks plus free ones) is kept at or under the
@@ -372,7 +374,8 @@ static int blk_alloc(struct sf_engine *e, struct sf_block *b)
 
 /*
  * Pin block idx of shard s, fetching it if needed. The pin replaces the
- * oldest of the read's PINS pins, dropped in the same critical section.
+ * oldest of the read's npins pins, dropped in the same critical section;
+ * a zero-copy read (keep) never drops one and gives up with -E2BIG.
  */
 static int pin(struct read_ctx *c, const struct sf_shard *s, uint64_t idx,
 	       struct sf_block **out)
