@@ -15,8 +15,11 @@
  *  - requests on checkpoints being written go to sf_fs_write.c, with
  *    attribute and entry timeouts of 0;
  *  - fi->fh of an open file is a struct sf_fs_handle;
- *  - a read is built in one per-thread buffer and replied with
- *    fuse_reply_buf (one copy into the kernel).
+ *  - a read of tensor, slice or npy bytes is replied with fuse_reply_iov
+ *    straight from the engine's verified blocks, pinned until the reply
+ *    is written; any other read (or one the engine cannot express in
+ *    SF_FS_READ_IOV pieces) is built in one per-thread buffer and replied
+ *    with fuse_reply_buf (one copy into the kernel).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -26,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/statvfs.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "sf_error.h"
@@ -428,6 +432,49 @@ static int node_read(struct sf_fs *fs, struct sf_node *n, uint64_t off,
 	}
 }
 
+#define SF_FS_READ_IOV 16 /* pieces of a zero-copy reply, at most */
+
+/* Reply with bytes [off, off+len) of a tensor, slice or npy file n pointing
+ * into the engine's blocks (an npy header piece first). Returns true when
+ * the request was answered, false when the caller must copy instead. */
+static bool read_zero_copy(fuse_req_t req, struct sf_fs *fs,
+			   struct sf_node *n, uint64_t off, size_t len)
+{
+	const struct sf_ckpt *ck = n->ck->ck;
+	struct sf_engine_hold hold = { .n = 0 };
+	struct iovec iov[SF_FS_READ_IOV];
+	const struct sf_box *view = NULL;
+	unsigned head = 0;
+	int cnt;
+
+	if (n->kind == SF_NODE_SLICE) {
+		view = n->box;
+	} else if (n->kind == SF_NODE_NPY) {
+		if (off < n->npy_head_len) {
+			size_t h = n->npy_head_len - (size_t)off;
+
+			iov[0].iov_base = n->npy_head + off;
+			iov[0].iov_len = h < len ? h : len;
+			head = 1;
+			len -= iov[0].iov_len;
+			off += iov[0].iov_len;
+		}
+		off = off >= n->npy_head_len ? off - n->npy_head_len : 0;
+	} else if (n->kind != SF_NODE_TENSOR && n->kind != SF_NODE_FILE) {
+		return false;
+	}
+	cnt = sf_engine_readv(fs->engine, &ck->ref, ck->m, n->t, view, off,
+			      len, iov + head, SF_FS_READ_IOV - head, &hold);
+	if (cnt == -E2BIG)
+		return false;
+	if (cnt < 0)
+		reply_err(req, cnt);
+	else
+		fuse_reply_iov(req, iov, head + cnt);
+	sf_engine_release(fs->engine, &hold);
+	return true;
+}
+
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
@@ -455,6 +502,8 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		len = (size_t)(n->size - (uint64_t)off);
 	if (len > SF_FS_MAX_READ)
 		len = SF_FS_MAX_READ;
+	if (read_zero_copy(req, fs, n, (uint64_t)off, len))
+		return;
 	buf = read_buf_get(len);
 	if (!buf) {
 		reply_err(req, -ENOMEM);
