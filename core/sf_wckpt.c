@@ -1246,32 +1246,29 @@ out_unlock:
 	return ret;
 }
 
-int sf_wckpt_unpublish(struct sf_wckpt *w)
+/* Remove dir/name (gone already is fine) and fsync dir, under w's lock. */
+static int unlink_durable(struct sf_wckpt *w, const char *dir,
+			  const char *name)
 {
 	char path[4096];
 	int ret = 0;
 
 	pthread_mutex_lock(&w->lock);
-	snprintf(path, sizeof(path), "%s/manifest.json", w->dir);
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
 	if (unlink(path) != 0 && errno != ENOENT)
 		ret = -errno;
 	if (!ret)
-		ret = fsync_path(w->dir, O_RDONLY | O_DIRECTORY);
+		ret = fsync_path(dir, O_RDONLY | O_DIRECTORY);
 	pthread_mutex_unlock(&w->lock);
 	return ret;
 }
 
+int sf_wckpt_unpublish(struct sf_wckpt *w)
+{
+	return unlink_durable(w, w->dir, "manifest.json");
+}
+
 int sf_wckpt_finish(struct sf_wckpt *w)
 {
-	char path[4096];
-	int ret = 0;
-
-	pthread_mutex_lock(&w->lock);
-	snprintf(path, sizeof(path), "%s/journal.jsonl", w->rankdir);
-	if (unlink(path) != 0 && errno != ENOENT)
-		ret = -errno;
-	if (!ret)
-		ret = fsync_path(w->rankdir, O_RDONLY | O_DIRECTORY);
-	pthread_mutex_unlock(&w->lock);
-	return ret;
+	return unlink_durable(w, w->rankdir, "journal.jsonl");
 }

@@ -62,37 +62,9 @@ declare -A BEST  # what -> "bytes|seconds" of the fastest repetition
 MOUNTS=()        # mount rows (what), in first-seen order
 declare -A MBEST # what -> "ms|rss_kb|cpu_s" over the repetitions
 
-mounted() { grep -q " $MNT fuse" /proc/mounts; }
-
-stop_daemon() {
-	if mounted; then
-		fusermount3 -u "$MNT" 2>/dev/null || true
-	fi
-	if [[ -n $DPID ]]; then
-		for _ in $(seq 100); do kill -0 "$DPID" 2>/dev/null || break; sleep 0.1; done
-		if kill -0 "$DPID" 2>/dev/null; then
-			echo "bench.sh: daemon $DPID did not exit after unmount; killing" >&2
-			kill -TERM "$DPID" 2>/dev/null || true; sleep 1
-			kill -KILL "$DPID" 2>/dev/null || true
-		fi
-		wait "$DPID" 2>/dev/null || true
-		DPID=""
-	fi
-	if mounted; then umount -l "$MNT" || true; fi
-}
-
-cleanup() {
-	stop_daemon
-	if [[ $KEEP == 1 ]]; then
-		echo "kept: $WORK"
-	else
-		rm -rf "$WORK"
-	fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-now() { date +%s.%N; }
+ME=bench.sh
+# shellcheck source=benchlib.sh
+source "$HERE/benchlib.sh"
 
 # start_daemon LABEL [OPTS...]: fresh mount of $CKPT at $MNT, records its
 # start-up time
