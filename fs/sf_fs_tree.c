@@ -59,6 +59,21 @@ static struct sf_node *node_new(struct sf_fs *fs, enum sf_node_kind kind,
 	return n;
 }
 
+/* Free checkpoint c and what it owns (its blocks leave the engine). */
+static void ckpt_free(struct sf_fs *fs, struct sf_fs_ckpt *c)
+{
+	if (c->ck) {
+		if (fs->engine)
+			sf_engine_forget(fs->engine, &c->ck->ref);
+		sf_ckpt_close(c->ck);
+	}
+	sf_wckpt_close(c->w);
+	free(c->why);
+	free(c->name);
+	free(c->dir);
+	free(c);
+}
+
 static void ckpt_unref(struct sf_fs *fs, struct sf_fs_ckpt *c)
 {
 	struct sf_fs_ckpt **pp;
@@ -71,16 +86,7 @@ static void ckpt_unref(struct sf_fs *fs, struct sf_fs_ckpt *c)
 			break;
 		}
 	}
-	if (c->ck) {
-		if (fs->engine)
-			sf_engine_forget(fs->engine, &c->ck->ref);
-		sf_ckpt_close(c->ck);
-	}
-	sf_wckpt_close(c->w);
-	free(c->why);
-	free(c->name);
-	free(c->dir);
-	free(c);
+	ckpt_free(fs, c);
 }
 
 static void node_unref_locked(struct sf_fs *fs, struct sf_node *n,
@@ -464,16 +470,7 @@ void sf_fs_tree_destroy(struct sf_fs *fs)
 		struct sf_fs_ckpt *c = fs->ckpts;
 
 		fs->ckpts = c->next;
-		if (c->ck) {
-			if (fs->engine)
-				sf_engine_forget(fs->engine, &c->ck->ref);
-			sf_ckpt_close(c->ck);
-		}
-		sf_wckpt_close(c->w);
-		free(c->why);
-		free(c->name);
-		free(c->dir);
-		free(c);
+		ckpt_free(fs, c);
 	}
 }
 
