@@ -9,6 +9,7 @@
  */
 #include "sf_engine.h"
 #include "sf_error.h"
+#include "sf_io.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -61,26 +62,6 @@ static int open_payload(const char *path)
 	return fd;
 }
 
-static int pread_full(int fd, void *buf, size_t len, uint64_t off)
-{
-	unsigned char *p = buf;
-
-	while (len) {
-		ssize_t n = pread(fd, p, len, (off_t)off);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -EIO;
-		}
-		if (n == 0)
-			return -SF_ESHORT;
-		p += n;
-		len -= (size_t)n;
-		off += (uint64_t)n;
-	}
-	return 0;
-}
-
 static int local_read(void *ctx, const struct sf_ckpt_ref *ck, uint32_t rank,
 		      const char *file, uint64_t off, void *buf, size_t len)
 {
@@ -101,7 +82,7 @@ static int local_read(void *ctx, const struct sf_ckpt_ref *ck, uint32_t rank,
 	if (e) {
 		fd = e->fd;
 		pthread_mutex_unlock(&ls->lock);
-		return pread_full(fd, buf, len, off);
+		return sf_pread_full(fd, buf, len, off);
 	}
 	pthread_mutex_unlock(&ls->lock);
 
@@ -123,12 +104,12 @@ static int local_read(void *ctx, const struct sf_ckpt_ref *ck, uint32_t rank,
 			ls->buckets[h] = e;
 			ls->nfds++;
 			pthread_mutex_unlock(&ls->lock);
-			return pread_full(fd, buf, len, off);
+			return sf_pread_full(fd, buf, len, off);
 		}
 		free(e);
 	}
 	pthread_mutex_unlock(&ls->lock);
-	ret = pread_full(fd, buf, len, off);
+	ret = sf_pread_full(fd, buf, len, off);
 	close(fd);
 	return ret;
 }

@@ -9,6 +9,7 @@
  */
 #include "sf_store.h"
 #include "sf_error.h"
+#include "sf_io.h"
 #include "sf_log.h"
 
 #include <dirent.h>
@@ -19,53 +20,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-/* Read a whole regular file of at most max bytes (malloc'd, NUL-added). */
-static int read_file(const char *path, size_t max, char **out, size_t *len)
-{
-	struct stat sb;
-	size_t got = 0;
-	char *buf;
-	int fd, ret;
-
-	/* O_NONBLOCK: a FIFO must not block the scan; it fails S_ISREG. */
-	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-	if (fd < 0)
-		return -errno;
-	if (fstat(fd, &sb) < 0) {
-		ret = -errno;
-		goto out_close_fd;
-	}
-	if (!S_ISREG(sb.st_mode)) {
-		ret = -EINVAL;
-		goto out_close_fd;
-	}
-	fcntl(fd, F_SETFL, 0);
-	if ((uint64_t)sb.st_size > max) {
-		ret = -SF_ETOOBIG;
-		goto out_close_fd;
-	}
-	buf = malloc((size_t)sb.st_size + 1);
-	if (!buf) {
-		ret = -ENOMEM;
-		goto out_close_fd;
-	}
-	while (got < (size_t)sb.st_size) {
-		ssize_t n = read(fd, buf + got, (size_t)sb.st_size - got);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			break;
-		got += (size_t)n;
-	}
-	buf[got] = '\0';
-	*out = buf;
-	*len = got;
-	ret = 0;
-out_close_fd:
-	close(fd);
-	return ret;
-}
 
 int sf_ckpt_open(const char *dir, const char *name, struct sf_ckpt **out,
 		 char *err, size_t errlen)
@@ -99,7 +53,7 @@ int sf_ckpt_open(const char *dir, const char *name, struct sf_ckpt **out,
 		snprintf(err, errlen, "path too long");
 		goto out_close;
 	}
-	ret = read_file(path, SF_MAX_MANIFEST_BYTES, &ck->manifest_json,
+	ret = sf_read_file(path, SF_MAX_MANIFEST_BYTES, &ck->manifest_json,
 			&ck->manifest_len);
 	if (ret) {
 		snprintf(err, errlen, "manifest.json: %s",

@@ -14,6 +14,7 @@
 #include "sf_wckpt.h"
 #include "sf_checksum.h"
 #include "sf_error.h"
+#include "sf_io.h"
 #include "sf_log.h"
 #include "sf_writer.h"
 
@@ -361,7 +362,7 @@ static int verify_payload(const struct sf_wckpt *w, const struct sf_shard *s)
 		uint64_t off = b * w->block_size;
 		size_t n = (size_t)(s->nbytes - off < w->block_size ?
 				    s->nbytes - off : w->block_size);
-		if (pread(fd, buf, n, (off_t)(s->file_offset + off)) != (ssize_t)n)
+		if (sf_pread_full(fd, buf, n, s->file_offset + off) != 0)
 			ret = -SF_ESHORT;
 		else if (sf_xxh3(buf, n) != s->xxh3[b])
 			ret = -SF_ECHECKSUM;
@@ -455,26 +456,14 @@ out_bad:
 
 static int replay(struct sf_wckpt *w, const char *path, size_t *kept)
 {
-	struct stat sb;
 	char *buf, *p, *end;
-	int fd = open(path, O_RDONLY | O_CLOEXEC), ret = 0;
+	size_t size;
+	int ret;
 
-	if (fd < 0)
-		return errno == ENOENT ? 0 : -errno;
-	if (fstat(fd, &sb) < 0 || (uint64_t)sb.st_size > SF_MAX_JOURNAL) {
-		ret = -SF_ETOOBIG;
-		goto out_close_fd;
-	}
-	buf = malloc((size_t)sb.st_size + 1);
-	if (!buf) {
-		ret = -ENOMEM;
-		goto out_close_fd;
-	}
-	if (pread(fd, buf, (size_t)sb.st_size, 0) != sb.st_size) {
-		ret = -EIO;
-		goto out_free_buf;
-	}
-	end = buf + sb.st_size;
+	ret = sf_read_file(path, SF_MAX_JOURNAL, &buf, &size);
+	if (ret)
+		return ret == -ENOENT ? 0 : ret;
+	end = buf + size;
 	for (p = buf; p < end;) {
 		char *nl = memchr(p, '\n', (size_t)(end - p));
 		if (!nl) {
@@ -485,11 +474,8 @@ static int replay(struct sf_wckpt *w, const char *path, size_t *kept)
 		replay_line(w, p, (size_t)(nl - p), kept);
 		p = nl + 1;
 	}
-out_free_buf:
 	free(buf);
-out_close_fd:
-	close(fd);
-	return ret;
+	return 0;
 }
 
 /* Highest N of rank dir's data-N.bin, plus one. */

@@ -28,6 +28,7 @@
  */
 #include "sf_mpi.h"
 #include "sf_error.h"
+#include "sf_io.h"
 #include "sf_log.h"
 #include "sf_manifest.h"
 
@@ -683,24 +684,6 @@ static void reply(struct sf_mpi *mp, int dest, int tag, int64_t status,
 	}
 }
 
-static int pread_full(int fd, unsigned char *p, size_t len, uint64_t off)
-{
-	while (len) {
-		ssize_t n = pread(fd, p, len, (off_t)off);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -EIO;
-		}
-		if (n == 0)
-			return -SF_ESHORT;
-		p += n;
-		len -= (size_t)n;
-		off += (uint64_t)n;
-	}
-	return 0;
-}
-
 /* Answer a READ: pread the file straight into the reply buffer. */
 static void serve_read(struct sf_mpi *mp, int src, const struct wire_req *h,
 		       const char *name, const char *file)
@@ -729,7 +712,7 @@ static void serve_read(struct sf_mpi *mp, int src, const struct wire_req *h,
 	if (fd < 0) {
 		ret = errno == ENOENT || errno == ENOTDIR ? -SF_ESHORT : -EIO;
 	} else {
-		ret = pread_full(fd, sb->data + 8, h->len, h->off);
+		ret = sf_pread_full(fd, sb->data + 8, h->len, h->off);
 		close(fd);
 	}
 	if (ret < 0) {
