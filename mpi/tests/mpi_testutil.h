@@ -1,7 +1,8 @@
 /*
  * mpi_testutil.h - helpers shared by the MPI layer's tests (run under
- * mpirun -np 4): a scratch directory agreed on by all ranks, its removal,
- * and the deterministic byte function the generated tensors hold.
+ * mpirun -np 4): start-up with the rank-count check, a scratch directory
+ * agreed on by all ranks, its removal, and the deterministic byte function
+ * the generated tensors hold.
  *
  * The expected bytes come from tensor_byte(), a pure function of (tensor
  * name, flat byte index), independent of the writer and the engine.
@@ -10,6 +11,8 @@
 #define MPI_TESTUTIL_H
 
 #include <mpi.h>
+#include "sf_error.h"
+#include "sf_mpi.h"
 #include <ftw.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -31,6 +34,34 @@ static inline unsigned char tensor_byte(const char *name, uint64_t i)
 	return (unsigned char)(h >> 32);
 }
 
+#define NRANKS 4 /* every MPI test runs under mpirun -np 4 */
+
+/*
+ * sf_mpi_init, then check there are NRANKS ranks. 0 with *mp and *rank
+ * set; otherwise the exit status for main: 1 (init failed) or 77 (skip,
+ * with its reason printed by rank 0).
+ */
+static inline int test_mpi_start(int *argc, char ***argv, const char *test,
+				 struct sf_mpi **mp, int *rank)
+{
+	int ret = sf_mpi_init(argc, argv, mp), size;
+
+	if (ret) {
+		fprintf(stderr, "sf_mpi_init: %s\n", sf_strerror(ret));
+		return 1;
+	}
+	*rank = sf_mpi_rank(*mp);
+	size = sf_mpi_size(*mp);
+	if (size != NRANKS) {
+		if (*rank == 0)
+			printf("%s: SKIPPED: needs %d ranks, got %d\n", test,
+			       NRANKS, size);
+		sf_mpi_finalize(*mp);
+		return 77;
+	}
+	return 0;
+}
+
 /* Rank 0 creates a scratch directory and tells everyone (dir: PATH_MAX). */
 static inline int scratch_dir(int rank, char *dir, size_t cap)
 {
@@ -50,6 +81,15 @@ static int rm_one(const char *path, const struct stat *sb, int flag,
 		  struct FTW *ftw)
 {
 	return remove(path);
+}
+
+/* scratch_dir, or abort the whole job. */
+static inline void scratch_dir_or_abort(int rank, char *dir, size_t cap)
+{
+	if (scratch_dir(rank, dir, cap)) {
+		fprintf(stderr, "cannot create a scratch directory\n");
+		MPI_Abort(MPI_COMM_WORLD, 1);
+	}
 }
 
 /* rm -rf dir. */

@@ -23,7 +23,6 @@
 #include <stdatomic.h>
 #include <string.h>
 
-#define NRANKS 4
 
 static atomic_int merges;
 
@@ -79,26 +78,12 @@ int main(int argc, char **argv)
 	char base[256], store[512], part[64], expect[256], err[512];
 	char *manifest = NULL;
 	size_t mlen = 0;
-	int rank, size, ret, ok;
+	int rank, ret, ok;
 
-	ret = sf_mpi_init(&argc, &argv, &mp);
-	if (ret) {
-		fprintf(stderr, "sf_mpi_init: %s\n", sf_strerror(ret));
-		return 1;
-	}
-	rank = sf_mpi_rank(mp);
-	size = sf_mpi_size(mp);
-	if (size != NRANKS) {
-		if (rank == 0)
-			printf("test_mpi_commit: SKIPPED: needs %d ranks, got %d\n",
-			       NRANKS, size);
-		sf_mpi_finalize(mp);
-		return 77;
-	}
-	if (scratch_dir(rank, base, sizeof(base))) {
-		fprintf(stderr, "cannot create a scratch directory\n");
-		MPI_Abort(MPI_COMM_WORLD, 1);
-	}
+	ret = test_mpi_start(&argc, &argv, "test_mpi_commit", &mp, &rank);
+	if (ret)
+		return ret;
+	scratch_dir_or_abort(rank, base, sizeof(base));
 	snprintf(store, sizeof(store), "%s/store-%d", base, rank);
 	mkdir(store, 0755);
 	sf_mpi_set_notice(mp, on_notice, &seen);

@@ -17,7 +17,6 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 
-#define NRANKS 4
 #define STAGGER_MS 400
 #define PAYLOAD 200000
 
@@ -26,26 +25,12 @@ int main(int argc, char **argv)
 	struct sf_mpi *mp = NULL;
 	char base[256], store[512], dir[600], path[700];
 	double t0 = now_s(), dt;
-	int rank, size, ret, ok;
+	int rank, ret, ok;
 
-	ret = sf_mpi_init(&argc, &argv, &mp);
-	if (ret) {
-		fprintf(stderr, "sf_mpi_init: %s\n", sf_strerror(ret));
-		return 1;
-	}
-	rank = sf_mpi_rank(mp);
-	size = sf_mpi_size(mp);
-	if (size != NRANKS) {
-		if (rank == 0)
-			printf("test_mpi_finalize: SKIPPED: needs %d ranks, got %d\n",
-			       NRANKS, size);
-		sf_mpi_finalize(mp);
-		return 77;
-	}
-	if (scratch_dir(rank, base, sizeof(base))) {
-		fprintf(stderr, "cannot create a scratch directory\n");
-		MPI_Abort(MPI_COMM_WORLD, 1);
-	}
+	ret = test_mpi_start(&argc, &argv, "test_mpi_finalize", &mp, &rank);
+	if (ret)
+		return ret;
+	scratch_dir_or_abort(rank, base, sizeof(base));
 	/* Only rank 0 holds ckpt/rank-00000/data.bin. */
 	snprintf(store, sizeof(store), "%s/store-%d", base, rank);
 	snprintf(dir, sizeof(dir), "%s/ckpt", store);

@@ -26,7 +26,6 @@
 #include <stdbool.h>
 #include <sys/stat.h>
 
-#define NRANKS 4
 #define BLOCK (64u << 10)
 #define BIG_BYTES (12u << 20)
 
@@ -313,27 +312,13 @@ int main(int argc, char **argv)
 	struct sf_engine_opts eo = { .cache_bytes = 8u << 20, .verify = true };
 	struct sf_ckpt *ck = NULL;
 	char base[256], store[512], dir[600], err[256];
-	int rank, size, ret, ok = 1, all_ok = 0;
+	int rank, ret, ok = 1, all_ok = 0;
 
-	ret = sf_mpi_init(&argc, &argv, &mp);
-	if (ret) {
-		fprintf(stderr, "sf_mpi_init: %s\n", sf_strerror(ret));
-		return 1;
-	}
-	rank = sf_mpi_rank(mp);
-	size = sf_mpi_size(mp);
-	if (size != NRANKS) {
-		if (rank == 0)
-			printf("test_mpi_read: SKIPPED: needs %d ranks, got %d\n",
-			       NRANKS, size);
-		sf_mpi_finalize(mp);
-		return 77;
-	}
+	ret = test_mpi_start(&argc, &argv, "test_mpi_read", &mp, &rank);
+	if (ret)
+		return ret;
 	sf_test_seed("test_mpi_read", 1234 + (uint64_t)rank);
-	if (scratch_dir(rank, base, sizeof(base))) {
-		fprintf(stderr, "cannot create a scratch directory\n");
-		MPI_Abort(MPI_COMM_WORLD, 1);
-	}
+	scratch_dir_or_abort(rank, base, sizeof(base));
 	if (rank == 0) {
 		snprintf(dir, sizeof(dir), "%s/gen/ckpt-a", base);
 		ret = generate(dir);
