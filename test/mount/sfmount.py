@@ -156,6 +156,28 @@ def is_mounted(mnt):
     return False
 
 
+def wait_mounted(proc, mnts, timeout_s, poll_s=0.02):
+    """Wait until every mountpoint in mnts is mounted: seconds it took, or
+    None when proc exited first or timeout_s passed."""
+    t0 = time.monotonic()
+    while time.monotonic() < t0 + timeout_s:
+        if all(is_mounted(m) for m in mnts):
+            return time.monotonic() - t0
+        if proc.poll() is not None:
+            break
+        time.sleep(poll_s)
+    return None
+
+
+def read_text(path):
+    """A log file's text ("" when it cannot be read)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
 class DaemonCrash(Exception):
     pass
 
@@ -195,18 +217,12 @@ class Mount:
         os.makedirs(self.mnt, exist_ok=True)
         cmd = [self.env.shardfs, "-f"] + self.opts + [self.store, self.mnt]
         self.log = open(self.logpath, "wb")
-        t0 = time.monotonic()
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=self.log,
                                      stdin=subprocess.DEVNULL)
         _cleanups.append(self._emergency_stop)
-        deadline = t0 + MOUNT_WAIT_S
-        while time.monotonic() < deadline:
-            if is_mounted(self.mnt):
-                self.mount_s = time.monotonic() - t0
-                return
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.02)
+        self.mount_s = wait_mounted(self.proc, [self.mnt], MOUNT_WAIT_S)
+        if self.mount_s is not None:
+            return
         self.stop(raise_on_crash=False)
         raise RuntimeError("daemon did not mount %s within %.0fs (rc %s): %s" % (
             self.mnt, MOUNT_WAIT_S, self.proc.returncode, self.log_text()[-2000:]))
@@ -215,11 +231,7 @@ class Mount:
         return self.proc is not None and self.proc.poll() is None and is_mounted(self.mnt)
 
     def log_text(self):
-        try:
-            with open(self.logpath, "rb") as f:
-                return f.read().decode(errors="replace")
-        except OSError:
-            return ""
+        return read_text(self.logpath)
 
     def log_lines(self):
         return self.log_text().splitlines()

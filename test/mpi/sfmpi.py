@@ -98,22 +98,18 @@ class Cluster:
         envv = dict(os.environ)
         envv.update(MPIRUN_ENV)
         self.log = open(self.logpath, "wb")
-        t0 = time.monotonic()
         # its own process group: teardown can signal mpirun and every rank
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=self.log,
                                      stdin=subprocess.DEVNULL, env=envv,
                                      start_new_session=True)
         sm._cleanups.append(self._emergency_stop)
-        deadline = t0 + MOUNT_WAIT_S
-        while time.monotonic() < deadline:
-            if all(sm.is_mounted(self.mnt(r)) for r in range(self.nranks)):
-                self.start_s = time.monotonic() - t0
-                print("cluster %s: %d daemons mounted in %.1fs" % (
-                    self.tag, self.nranks, self.start_s))
-                return
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.05)
+        self.start_s = sm.wait_mounted(
+            self.proc, [self.mnt(r) for r in range(self.nranks)],
+            MOUNT_WAIT_S, poll_s=0.05)
+        if self.start_s is not None:
+            print("cluster %s: %d daemons mounted in %.1fs" % (
+                self.tag, self.nranks, self.start_s))
+            return
         self.stop(raise_on_crash=False)
         raise RuntimeError("cluster %s did not mount within %.0fs (rc %s): %s" % (
             self.tag, MOUNT_WAIT_S, self.proc.returncode, self.log_text()[-3000:]))
@@ -123,11 +119,7 @@ class Cluster:
             all(sm.is_mounted(self.mnt(r)) for r in range(self.nranks))
 
     def log_text(self):
-        try:
-            with open(self.logpath, "rb") as f:
-                return f.read().decode(errors="replace")
-        except OSError:
-            return ""
+        return sm.read_text(self.logpath)
 
     def rank_pid(self, rank):
         """pid of rank's daemon (a child of our mpirun), or None."""
