@@ -11,6 +11,11 @@
 #include "sf_error.h"
 #include "sf_fs_internal.h"
 
+void sf_fs_reply_err(fuse_req_t req, int err)
+{
+	fuse_reply_err(req, sf_fs_errno(err));
+}
+
 int sf_fs_errno(int err)
 {
 	int e = err < 0 ? -err : err;

@@ -164,6 +164,8 @@ struct sf_fs_handle {
 
 /* The one map from shardfs errors to the errno a FUSE reply carries. */
 int sf_fs_errno(int err);
+/* Reply to req with err (0 or a negative errno / SF_E* error). */
+void sf_fs_reply_err(fuse_req_t req, int err);
 
 /* --- sf_fs_tree.c --- */
 
@@ -291,6 +293,17 @@ uint64_t sf_fs_w_size(struct sf_fs *fs, const struct sf_node *n);
 void sf_fs_tune_bdi(struct sf_fs *fs);
 
 /* --- sf_fs_ops.c --- */
+
+/* Fill e for n, with the cache timeouts n deserves. */
+void sf_fs_fill_entry(struct sf_fs *fs, struct sf_node *n,
+		      struct fuse_entry_param *e);
+/* Reply with n's entry; the kernel's reference the caller took on n is
+ * dropped again when the reply cannot be delivered. */
+void sf_fs_reply_entry(fuse_req_t req, struct sf_fs *fs, struct sf_node *n);
+/* JSON list of ndim dims into buf (NUL-terminated, truncated to size);
+ * its length. */
+size_t sf_fs_shape_json(unsigned ndim, const uint64_t *dims, char *buf,
+			size_t size);
 extern const struct fuse_lowlevel_ops sf_fs_ops;
 
 #endif

@@ -3,7 +3,7 @@
  *
  * Invariants:
  *  - every request gets exactly one reply (each handler ends in one
- *    fuse_reply_* on every path, errors through reply_err());
+ *    fuse_reply_* on every path, errors through sf_fs_reply_err());
  *  - every inode handed to the kernel (lookup, readdirplus) carries one
  *    reference per lookup, dropped by forget/forget_multi; every open
  *    handle (file or directory) carries one more, dropped by release;
@@ -42,10 +42,6 @@ static struct sf_fs *fs_of(fuse_req_t req)
 	return fuse_req_userdata(req);
 }
 
-static void reply_err(fuse_req_t req, int err)
-{
-	fuse_reply_err(req, sf_fs_errno(err));
-}
 
 /* First request after INIT: the kernel has set the bdi's readahead by now,
  * so raising it sticks. */
@@ -68,8 +64,8 @@ static double node_timeout(struct sf_fs *fs, const struct sf_node *n)
 	return SF_FS_TIMEOUT;
 }
 
-static void fill_entry(struct sf_fs *fs, struct sf_node *n,
-		       struct fuse_entry_param *e)
+void sf_fs_fill_entry(struct sf_fs *fs, struct sf_node *n,
+		      struct fuse_entry_param *e)
 {
 	memset(e, 0, sizeof(*e));
 	e->ino = sf_fs_ino(fs, n);
@@ -108,17 +104,23 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct sf_fs *fs = fs_of(req);
-	struct fuse_entry_param e;
 	struct sf_node *n;
 	int rc;
 
 	after_init(fs);
 	rc = sf_fs_lookup(fs, sf_fs_node(fs, parent), name, &n);
 	if (rc) {
-		reply_err(req, rc);
+		sf_fs_reply_err(req, rc);
 		return;
 	}
-	fill_entry(fs, n, &e);
+	sf_fs_reply_entry(req, fs, n);
+}
+
+void sf_fs_reply_entry(fuse_req_t req, struct sf_fs *fs, struct sf_node *n)
+{
+	struct fuse_entry_param e;
+
+	sf_fs_fill_entry(fs, n, &e);
 	if (fuse_reply_entry(req, &e) != 0)
 		sf_fs_unref(fs, n, 1); /* the kernel never saw it */
 }
@@ -161,11 +163,11 @@ static void op_access(fuse_req_t req, fuse_ino_t ino, int mask)
 	struct sf_node *n = sf_fs_node(fs, ino);
 
 	if ((mask & W_OK) && !sf_node_is_w(n) && !(n == fs->root && !fs->single))
-		reply_err(req, -EROFS);
+		sf_fs_reply_err(req, -EROFS);
 	else if ((mask & X_OK) && !sf_node_is_dir(sf_fs_node(fs, ino)))
-		reply_err(req, -EACCES);
+		sf_fs_reply_err(req, -EACCES);
 	else
-		reply_err(req, 0);
+		sf_fs_reply_err(req, 0);
 }
 
 /* The store's file system numbers (space for new checkpoints). */
@@ -194,7 +196,7 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 
 	rc = sf_fs_dir_snap(fs, sf_fs_node(fs, ino), &s);
 	if (rc) {
-		reply_err(req, rc);
+		sf_fs_reply_err(req, rc);
 		return;
 	}
 	fi->fh = (uint64_t)(uintptr_t)s;
@@ -227,7 +229,7 @@ static void do_readdir(fuse_req_t req, size_t size, off_t off,
 		size = SF_FS_MAX_READ;
 	buf = malloc(size ? size : 1);
 	if (!buf) {
-		reply_err(req, -ENOMEM);
+		sf_fs_reply_err(req, -ENOMEM);
 		return;
 	}
 	if (plus && s->n) {
@@ -236,7 +238,7 @@ static void do_readdir(fuse_req_t req, size_t size, off_t off,
 		given = calloc(maxgiven, sizeof(*given));
 		if (!given) {
 			free(buf);
-			reply_err(req, -ENOMEM);
+			sf_fs_reply_err(req, -ENOMEM);
 			return;
 		}
 	}
@@ -256,7 +258,7 @@ static void do_readdir(fuse_req_t req, size_t size, off_t off,
 				e.attr.st_ino = sf_fs_ino(fs, n);
 				e.attr.st_mode = S_IFDIR;
 			} else {
-				fill_entry(fs, n, &e);
+				sf_fs_fill_entry(fs, n, &e);
 			}
 			need = fuse_add_direntry_plus(req, buf + used, size - used,
 						      name, &e, (off_t)(p + 1));
@@ -319,7 +321,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 
 	after_init(fs);
 	if (sf_node_is_dir(n)) {
-		reply_err(req, -EISDIR);
+		sf_fs_reply_err(req, -EISDIR);
 		return;
 	}
 	if (sf_node_is_w(n)) {
@@ -334,7 +336,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (!rc)
 		rc = sf_fs_handle_new(fs, n, writable, &h);
 	if (rc) {
-		reply_err(req, rc);
+		sf_fs_reply_err(req, rc);
 		return;
 	}
 	fi->fh = (uint64_t)(uintptr_t)h;
@@ -346,7 +348,7 @@ static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct sf_fs_handle *h = (struct sf_fs_handle *)(uintptr_t)fi->fh;
 
-	reply_err(req, h->writable ? sf_fs_w_flush(fs_of(req), h, false) : 0);
+	sf_fs_reply_err(req, h->writable ? sf_fs_w_flush(fs_of(req), h, false) : 0);
 }
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -468,7 +470,7 @@ static bool read_zero_copy(fuse_req_t req, struct sf_fs *fs,
 	if (cnt == -E2BIG)
 		return false;
 	if (cnt < 0)
-		reply_err(req, cnt);
+		sf_fs_reply_err(req, cnt);
 	else
 		fuse_reply_iov(req, iov, head + cnt);
 	sf_engine_release(fs->engine, &hold);
@@ -486,11 +488,11 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 
 	if (sf_node_is_w(n)) {
 		/* Not committed yet: nothing is assembled or verified. */
-		reply_err(req, -EBUSY);
+		sf_fs_reply_err(req, -EBUSY);
 		return;
 	}
 	if (off < 0) {
-		reply_err(req, -EINVAL);
+		sf_fs_reply_err(req, -EINVAL);
 		return;
 	}
 	if ((uint64_t)off >= n->size) {
@@ -506,12 +508,12 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		return;
 	buf = read_buf_get(len);
 	if (!buf) {
-		reply_err(req, -ENOMEM);
+		sf_fs_reply_err(req, -ENOMEM);
 		return;
 	}
 	rc = node_read(fs, n, (uint64_t)off, buf, len);
 	if (rc < 0) {
-		reply_err(req, rc);
+		sf_fs_reply_err(req, rc);
 		return;
 	}
 	fuse_reply_buf(req, buf, len);
@@ -531,8 +533,8 @@ static bool has_tensor_xattrs(const struct sf_node *n)
 }
 
 /* JSON array of n dims into buf (room for SF_MAX_NDIM 20-digit numbers). */
-static size_t shape_json(unsigned ndim, const uint64_t *dims, char *buf,
-			 size_t size)
+size_t sf_fs_shape_json(unsigned ndim, const uint64_t *dims, char *buf,
+			size_t size)
 {
 	size_t used = 0;
 	unsigned i;
@@ -577,10 +579,10 @@ static int xattr_value(struct sf_fs *fs, struct sf_node *n, const char *name,
 		}
 		if (strcmp(name, XA_SHAPE) == 0) {
 			if (n->kind == SF_NODE_SLICE)
-				*len = shape_json(n->box->ndim, n->box->len, small,
+				*len = sf_fs_shape_json(n->box->ndim, n->box->len, small,
 						  smallsize);
 			else
-				*len = shape_json(n->t->ndim, n->t->shape, small,
+				*len = sf_fs_shape_json(n->t->ndim, n->t->shape, small,
 						  smallsize);
 			*val = small;
 			return 0;
@@ -615,11 +617,11 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	rc = xattr_value(fs, sf_fs_node(fs, ino), name, small, sizeof(small),
 			 &val, &len, &owned);
 	if (rc)
-		reply_err(req, rc);
+		sf_fs_reply_err(req, rc);
 	else if (size == 0)
 		fuse_reply_xattr(req, len);
 	else if (size < len)
-		reply_err(req, -ERANGE);
+		sf_fs_reply_err(req, -ERANGE);
 	else
 		fuse_reply_buf(req, val, len);
 	if (owned)
@@ -648,7 +650,7 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 	if (size == 0)
 		fuse_reply_xattr(req, len);
 	else if (size < len)
-		reply_err(req, -ERANGE);
+		sf_fs_reply_err(req, -ERANGE);
 	else
 		fuse_reply_buf(req, list, len);
 }
@@ -666,7 +668,7 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 
 static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 {
-	reply_err(req, -SF_ECOMMITTED);
+	sf_fs_reply_err(req, -SF_ECOMMITTED);
 }
 
 static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
@@ -678,13 +680,13 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 	if (sf_node_is_w(n))
 		sf_fs_w_setattr(req, n, attr, to_set);
 	else
-		reply_err(req, -SF_ECOMMITTED);
+		sf_fs_reply_err(req, -SF_ECOMMITTED);
 }
 
 static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
 		     mode_t mode, dev_t rdev)
 {
-	reply_err(req, -SF_ECOMMITTED);
+	sf_fs_reply_err(req, -SF_ECOMMITTED);
 }
 
 static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
@@ -702,7 +704,7 @@ static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 	struct sf_fs *fs = fs_of(req);
 	struct sf_node *p = sf_fs_node(fs, parent);
 
-	reply_err(req, sf_node_is_w(p) || (p == fs->root && !fs->single) ?
+	sf_fs_reply_err(req, sf_node_is_w(p) || (p == fs->root && !fs->single) ?
 		  -EPERM : -SF_ECOMMITTED);
 }
 
@@ -710,19 +712,19 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 		      fuse_ino_t newparent, const char *newname,
 		      unsigned int flags)
 {
-	reply_err(req, -SF_ECOMMITTED);
+	sf_fs_reply_err(req, -SF_ECOMMITTED);
 }
 
 static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent,
 		       const char *name)
 {
-	reply_err(req, -SF_ECOMMITTED);
+	sf_fs_reply_err(req, -SF_ECOMMITTED);
 }
 
 static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
 		    const char *newname)
 {
-	reply_err(req, -SF_ECOMMITTED);
+	sf_fs_reply_err(req, -SF_ECOMMITTED);
 }
 
 static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,

@@ -78,22 +78,6 @@ static int ck_writable(struct sf_fs *fs, struct sf_fs_ckpt *c, bool need_idle)
 	return rc;
 }
 
-static void reply_err(fuse_req_t req, int err)
-{
-	fuse_reply_err(req, sf_fs_errno(err));
-}
-
-static void reply_entry(fuse_req_t req, struct sf_fs *fs, struct sf_node *n)
-{
-	struct fuse_entry_param e;
-
-	memset(&e, 0, sizeof(e));
-	e.ino = sf_fs_ino(fs, n);
-	sf_fs_stat(fs, n, &e.attr);
-	/* attr/entry timeouts 0: a writing checkpoint changes under the kernel */
-	if (fuse_reply_entry(req, &e) != 0)
-		sf_fs_unref(fs, n, 1); /* the kernel never saw it */
-}
 
 /* One path component a user may create: a valid name, no '@' (slice
  * syntax), no leading '.' at the store root (hidden: the scan skips it). */
@@ -235,10 +219,10 @@ void sf_fs_w_mkdir(fuse_req_t req, struct sf_node *parent, const char *name)
 			sf_fs_unref(fs, n, 1);
 	}
 	if (rc) {
-		reply_err(req, rc);
+		sf_fs_reply_err(req, rc);
 		return;
 	}
-	reply_entry(req, fs, n);
+	sf_fs_reply_entry(req, fs, n); /* timeouts 0: it changes */
 }
 
 int sf_fs_handle_new(struct sf_fs *fs, struct sf_node *n, bool writable,
@@ -324,9 +308,7 @@ void sf_fs_w_create(fuse_req_t req, struct sf_node *parent, const char *name,
 		goto out_reply_err;
 	}
 	fi->fh = (uint64_t)(uintptr_t)h;
-	memset(&e, 0, sizeof(e));
-	e.ino = sf_fs_ino(fs, n);
-	sf_fs_stat(fs, n, &e.attr);
+	sf_fs_fill_entry(fs, n, &e);
 	if (fuse_reply_create(req, &e, fi) != 0) {
 		sf_fs_handle_free(fs, h);
 		sf_fs_unref(fs, n, 1);
@@ -334,13 +316,25 @@ void sf_fs_w_create(fuse_req_t req, struct sf_node *parent, const char *name,
 	return;
 
 out_reply_err:
-	reply_err(req, rc);
+	sf_fs_reply_err(req, rc);
+}
+
+/* Truncate root file n to nothing (O_TRUNC, ftruncate to 0). */
+static int restart_file(struct sf_node *n)
+{
+	char name[SF_MAX_NAME + 1];
+	int rc = sf_fs_wname(n, name, sizeof(name));
+
+	if (!rc)
+		rc = sf_wckpt_truncate_file(n->ck->w, name);
+	if (rc == -ENOENT) /* registered in another life: again */
+		rc = sf_wckpt_add_file(n->ck->w, name);
+	return rc;
 }
 
 int sf_fs_w_open(struct sf_fs *fs, struct sf_node *n,
 		 struct fuse_file_info *fi)
 {
-	char name[SF_MAX_NAME + 1];
 	int rc;
 
 	fi->keep_cache = 0;
@@ -355,13 +349,8 @@ int sf_fs_w_open(struct sf_fs *fs, struct sf_node *n,
 	rc = ck_writable(fs, n->ck, false);
 	if (rc)
 		return rc;
-	if ((fi->flags & O_TRUNC) && n->kind == SF_NODE_FILE) {
-		rc = sf_fs_wname(n, name, sizeof(name));
-		if (!rc)
-			rc = sf_wckpt_truncate_file(n->ck->w, name);
-		if (rc == -ENOENT) /* registered in another life: again */
-			rc = sf_wckpt_add_file(n->ck->w, name);
-	}
+	if ((fi->flags & O_TRUNC) && n->kind == SF_NODE_FILE)
+		rc = restart_file(n);
 	/* O_TRUNC of a tensor: its size is its declaration; nothing to drop. */
 	return rc;
 }
@@ -410,11 +399,11 @@ void sf_fs_w_write(fuse_req_t req, struct sf_fs_handle *h, const char *buf,
 	int rc = 0;
 
 	if (!h->writable) {
-		reply_err(req, -EBADF);
+		sf_fs_reply_err(req, -EBADF);
 		return;
 	}
 	if (off < 0) {
-		reply_err(req, -EINVAL);
+		sf_fs_reply_err(req, -EINVAL);
 		return;
 	}
 	pthread_mutex_lock(&h->lock);
@@ -424,7 +413,7 @@ void sf_fs_w_write(fuse_req_t req, struct sf_fs_handle *h, const char *buf,
 		rc = sf_wfile_write(h->wf, buf, size, (uint64_t)off);
 	pthread_mutex_unlock(&h->lock);
 	if (rc)
-		reply_err(req, rc);
+		sf_fs_reply_err(req, rc);
 	else
 		fuse_reply_write(req, size);
 }
@@ -456,18 +445,13 @@ void sf_fs_w_setattr(fuse_req_t req, struct sf_node *n, struct stat *attr,
 		     int to_set)
 {
 	struct sf_fs *fs = fuse_req_userdata(req);
-	char name[SF_MAX_NAME + 1];
 	struct stat st;
 	int rc;
 
 	rc = ck_writable(fs, n->ck, false);
 	if (!rc && (to_set & FUSE_SET_ATTR_SIZE) && n->kind == SF_NODE_FILE) {
 		if (attr->st_size == 0) {
-			rc = sf_fs_wname(n, name, sizeof(name));
-			if (!rc)
-				rc = sf_wckpt_truncate_file(n->ck->w, name);
-			if (rc == -ENOENT)
-				rc = sf_wckpt_add_file(n->ck->w, name);
+			rc = restart_file(n);
 		} else if ((uint64_t)attr->st_size != sf_fs_w_size(fs, n)) {
 			sf_warn("checkpoint %s: %s: a root file can only be truncated to 0",
 				n->ck->name, n->name);
@@ -477,7 +461,7 @@ void sf_fs_w_setattr(fuse_req_t req, struct sf_node *n, struct stat *attr,
 	/* Sizes of tensors are their declarations; modes, owners and times
 	 * are not stored: accepted and ignored (cp -p, touch). */
 	if (rc) {
-		reply_err(req, rc);
+		sf_fs_reply_err(req, rc);
 		return;
 	}
 	sf_fs_stat(fs, n, &st);
@@ -631,7 +615,6 @@ int sf_fs_w_tensor_xattr(struct sf_fs *fs, struct sf_node *n,
 	struct sf_wpend d = { 0 };
 	char name[SF_MAX_NAME + 1];
 	const unsigned ndim_box = n->kind == SF_NODE_SLICE ? n->box->ndim : 0;
-	size_t used = 0;
 	int rc;
 
 	rc = sf_fs_wname(n, name, sizeof(name));
@@ -665,13 +648,7 @@ int sf_fs_w_tensor_xattr(struct sf_fs *fs, struct sf_node *n,
 	}
 	if (strcmp(attr, XA_SHAPE) != 0 || !d.has_shape)
 		return -ENODATA;
-	used += (size_t)snprintf(buf + used, size - used, "[");
-	for (unsigned i = 0; i < d.ndim && used < size; i++)
-		used += (size_t)snprintf(buf + used, size - used, "%s%" PRIu64,
-					 i ? "," : "", d.shape[i]);
-	if (used < size)
-		used += (size_t)snprintf(buf + used, size - used, "]");
-	*len = used < size ? used : size - 1;
+	*len = sf_fs_shape_json(d.ndim, d.shape, buf, size);
 	return 0;
 }
 
@@ -935,5 +912,5 @@ void sf_fs_w_setxattr(fuse_req_t req, struct sf_node *n, const char *name,
 	} else {
 		rc = strncmp(name, "user.shardfs.", 13) == 0 ? -EINVAL : -ENOTSUP;
 	}
-	reply_err(req, rc);
+	sf_fs_reply_err(req, rc);
 }
