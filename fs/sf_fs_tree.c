@@ -933,6 +933,14 @@ static void wlist_add(void *arg, const char *name,
 	l->is_file[l->n++] = info->is_file;
 }
 
+static void wlist_free(struct wlist *l)
+{
+	for (size_t i = 0; i < l->n; i++)
+		free(l->names[i]);
+	free(l->names);
+	free(l->is_file);
+}
+
 int sf_fs_add_writing(struct sf_fs *fs, const char *name, const char *dir,
 		      struct sf_wckpt *w, struct sf_node **out)
 {
@@ -999,25 +1007,16 @@ int sf_fs_add_writing(struct sf_fs *fs, const char *name, const char *dir,
 	}
 	node_unref_locked(fs, cd, 1); /* the build hold */
 	pthread_mutex_unlock(&fs->tree_lock);
-	for (i = 0; i < l.n; i++)
-		free(l.names[i]);
-	free(l.names);
-	free(l.is_file);
+	wlist_free(&l);
 	return 0;
 
 out_unlist:
 	ckpt_unref(fs, c); /* the listing; frees c and w once nodes are gone */
 	pthread_mutex_unlock(&fs->tree_lock);
-	for (i = 0; i < l.n; i++)
-		free(l.names[i]);
-	free(l.names);
-	free(l.is_file);
+	wlist_free(&l);
 	return rc;
 out_free_list:
-	for (i = 0; i < l.n; i++)
-		free(l.names[i]);
-	free(l.names);
-	free(l.is_file);
+	wlist_free(&l);
 out_free_ckpt:
 	sf_wckpt_close(w);
 	free(c->name);
