@@ -325,11 +325,18 @@ static int send_async(struct sf_mpi *mp, int dest, int tag, struct sbuf *sb)
 	return 0;
 }
 
-/* Free an sbuf nobody sent (refs == 0). */
-static void sbuf_drop_unsent(struct sbuf *sb)
+/*
+ * Sending one sbuf to several ranks: the sender holds its own reference
+ * (refs = 1 before the first send_async) for the whole loop, because any
+ * thread's pend_poll may complete and free an earlier send meanwhile, and
+ * drops it here. Takes pend_lock.
+ */
+static void sbuf_put(struct sf_mpi *mp, struct sbuf *sb)
 {
-	if (sb && sb->refs == 0)
+	pthread_mutex_lock(&mp->pend_lock);
+	if (--sb->refs == 0)
 		free(sb);
+	pthread_mutex_unlock(&mp->pend_lock);
 }
 
 /* Give up on a receive. A request to a peer that failed or timed out is
@@ -800,11 +807,12 @@ static void round_answer(struct sf_mpi *mp, struct round *r, int64_t status,
 		sf_err("mpi: out of memory answering the commit of %s", r->name);
 		return;
 	}
+	sb->refs = 1; /* ours, until every send is queued */
 	for (int i = 0; i < mp->size; i++)
 		if (r->have[i] && send_async(mp, i, r->tag[i], sb) < 0)
 			sf_err("mpi: cannot send the verdict on %s to rank %d",
 			       r->name, i);
-	sbuf_drop_unsent(sb);
+	sbuf_put(mp, sb);
 }
 
 /* "1,3,7" of the ranks with have[i] == want, capped. */
@@ -1932,6 +1940,7 @@ static int broadcast(struct sf_mpi *mp, enum msg_kind kind, const char *what,
 
 	if (!sb)
 		return -ENOMEM;
+	sb->refs = 1; /* ours, until every send is queued */
 	for (int i = 0; i < mp->size; i++) {
 		int r;
 
@@ -1941,9 +1950,7 @@ static int broadcast(struct sf_mpi *mp, enum msg_kind kind, const char *what,
 		if (r && !ret)
 			ret = r;
 	}
-	pthread_mutex_lock(&mp->pend_lock);
-	sbuf_drop_unsent(sb);
-	pthread_mutex_unlock(&mp->pend_lock);
+	sbuf_put(mp, sb);
 	return ret;
 }
 

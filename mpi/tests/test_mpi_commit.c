@@ -10,7 +10,10 @@
  *  3. a merge failure reaches every rank with its code and reason;
  *  4. rank 3 never commits: ranks 0-2 fail with -ETIMEDOUT within the 2 s
  *     timeout and a reason naming rank 3;
- *  5. a notice from rank 1 reaches the callback of every other rank;
+ *  5. a notice from rank 1 reaches the callback of every other rank; then
+ *     a burst of notices from every rank at once (a broadcast races the
+ *     service thread, which completes and frees earlier sends of the same
+ *     buffer): every rank gets every one of them, and every send succeeds;
  *  6. bad arguments are refused locally.
  */
 #include "mpi_testutil.h"
@@ -25,6 +28,9 @@
 
 
 static atomic_int merges;
+
+/* Notices each rank sends in the burst of case 5. */
+#define NOTICE_BURST 2000
 
 static int join_merge(void *arg, const char *ckpt, const char *const *parts,
 		      const size_t *lens, int nparts, char **out,
@@ -159,6 +165,20 @@ int main(int argc, char **argv)
 	} else {
 		CHECK_EQ(atomic_load(&seen.count), 0);
 	}
+	MPI_Barrier(MPI_COMM_WORLD);
+	{
+		int base_count = atomic_load(&seen.count), bad = 0;
+		int want = base_count + NOTICE_BURST * (NRANKS - 1);
+		double t0 = now_s();
+
+		for (int i = 0; i < NOTICE_BURST; i++)
+			bad += sf_mpi_notify(mp, "burst", "step-1") != 0;
+		CHECK_EQ(bad, 0);
+		while (atomic_load(&seen.count) < want && now_s() - t0 < 20)
+			sleep_ms(5);
+		CHECK_EQ(atomic_load(&seen.count), want);
+	}
+	MPI_Barrier(MPI_COMM_WORLD);
 
 	/* 6. refused locally */
 	CHECK_EQ(sf_mpi_commit(mp, "../x", part, 1, join_merge, NULL, 1000,
