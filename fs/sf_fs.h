@@ -18,6 +18,8 @@
 #include "sf_engine.h"
 #include "sf_manifest.h"
 
+struct sf_fs;
+
 /*
  * What a cluster layer provides in MPI mode (NULL in single-process mode).
  * The struct and ctx are owned by the caller of sf_fs_run() and must
@@ -65,9 +67,28 @@ struct sf_fs_cluster {
 	int (*commit_done)(void *ctx, const char *name, int publish_rc,
 			   char *why, size_t whylen);
 
-	/* This daemon deleted committed checkpoint `name` from its store
-	 * (informational: peers may drop cached state). May be NULL. */
+	/*
+	 * A user's `shardctl rm` deleted committed checkpoint `name` from this
+	 * daemon's store; the layer tells the peers, which delete their own
+	 * copies through sf_fs_remove(). Called from the FUSE worker serving
+	 * that setxattr, after the delete, with no daemon lock held; must not
+	 * block. Not called for an uncommitted checkpoint (rm only discards
+	 * this rank's part of it) nor for a delete that sf_fs_remove() did
+	 * (no notice loops). May be NULL.
+	 */
 	void (*removed)(void *ctx, const char *name);
+
+	/*
+	 * attach(ctx, fs): the daemon built its tree and is about to serve;
+	 * fs is valid until the matching attach(ctx, NULL), which the daemon
+	 * calls once it stopped serving and before it frees fs. The layer may
+	 * call sf_fs_remove(fs, ...) between the two, from a thread of its own
+	 * (never one that other ranks' commits depend on: a delete waits for a
+	 * commit running here); attach(ctx, NULL) returns only once no such
+	 * call is running or can start. Called from the thread that runs
+	 * sf_fs_run(), at most once each way. May be NULL.
+	 */
+	void (*attach)(void *ctx, struct sf_fs *fs);
 
 	/*
 	 * Called once after the local mount is gone and before sf_fs_run()
@@ -103,5 +124,26 @@ struct sf_fs_config {
  * the store cannot be read or the mount fails.
  */
 int sf_fs_run(const struct sf_fs_config *cfg);
+
+/*
+ * Delete committed checkpoint `name` (a top-level directory of the store)
+ * from this daemon's store exactly as a local `shardctl rm` does
+ * (manifest.json first, then rename to a hidden .deleted-* directory and
+ * remove it, and drop it from the mount), without calling the cluster's
+ * removed() hook; then tell the kernel to forget the name, so a listing of
+ * the mount stops showing it at once. For a cluster layer acting on a
+ * peer's removal, between attach(fs) and attach(NULL).
+ *
+ * Threading: takes the daemon's commit lock, so it waits while a commit
+ * runs here; call it from a thread that no commit waits on, never from a
+ * FUSE request handler. Borrows name.
+ *
+ * Returns 0, -ENOENT when this store has no checkpoint of that name (e.g.
+ * already removed), -EBUSY when the checkpoint is not committed here (being
+ * written: it is left alone) or another delete or commit holds it, -EPERM
+ * when STORE is itself one checkpoint, or another negative errno from the
+ * store (logged).
+ */
+int sf_fs_remove(struct sf_fs *fs, const char *name);
 
 #endif

@@ -139,6 +139,9 @@ struct sf_fs {
 	struct sf_engine *engine;       /* owned */
 
 	char *mnt_abs;                  /* owned: realpath of the mountpoint */
+	struct fuse_session *se;        /* borrowed; set before the cluster's
+	                                 * attach(fs), immutable after: for
+	                                 * kernel notifications (sf_fs_remove) */
 	atomic_bool bdi_done;           /* read_ahead_kb raised (once, after INIT) */
 };
 

@@ -4,8 +4,11 @@
  *
  * Order matters: the store is scanned and the tree built before mounting,
  * so a bad store fails on the terminal; threads (the engine's users, the
- * FUSE workers) exist only after fuse_daemonize() has forked. Every
- * resource made here is released on every path before sf_fs_run returns.
+ * FUSE workers, the cluster's thread that attach() may start) exist only
+ * after fuse_daemonize() has forked. The cluster is attached only while
+ * requests are served, so nothing it runs outlives the session or tree.
+ * Every resource made here is released on every path before sf_fs_run
+ * returns.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -342,8 +345,15 @@ int sf_fs_run(const struct sf_fs_config *cfg)
 		sf_err("fs: engine: %s", sf_strerror(rc));
 		goto out_unmount;
 	}
+	/* The cluster may act on peers' removals from here until detached;
+	 * detached before the tree, the engine and the session go away. */
+	fs->se = se;
+	if (cfg->cluster && cfg->cluster->attach)
+		cfg->cluster->attach(cfg->cluster->ctx, fs);
 	sf_info("fs: serving %s at %s", store_abs, fs->mnt_abs);
 	rc = serve(fs, se);
+	if (cfg->cluster && cfg->cluster->attach)
+		cfg->cluster->attach(cfg->cluster->ctx, NULL);
 	if (rc < 0)
 		sf_err("fs: session loop: %s", sf_strerror(rc));
 	else if (rc > 0)

@@ -20,6 +20,10 @@
  *    checksums them block by block): nothing is buffered whole here;
  *  - a commit or delete holds fs->commit_lock and marks its checkpoint
  *    busy, so no new sf_wfile opens and no declaration lands meanwhile;
+ *  - one delete body (do_delete) serves a user's `shardctl rm` and a peer's
+ *    removal (sf_fs_remove); only the former tells the cluster, and only
+ *    for a committed checkpoint, so notices never loop and an uncommitted
+ *    checkpoint is only ever discarded on the rank where rm ran;
  *  - buffers built from user input are bounded: xattr values by
  *    SF_FS_MAX_DECL, names by SF_MAX_NAME.
  */
@@ -828,11 +832,27 @@ static int rm_one(const char *path, const struct stat *st, int type,
 	return 0;
 }
 
-static int do_delete(struct sf_fs *fs, struct sf_fs_ckpt *c)
+/* Who asked for a delete. */
+enum rm_origin {
+	RM_USER,  /* `shardctl rm` on this mount: any state; a committed
+	           * checkpoint's delete is told to the cluster */
+	RM_PEER,  /* a peer deleted its copy (sf_fs_remove): committed only,
+	           * told to nobody */
+};
+
+/*
+ * The one delete (SPEC 4): manifest.json first, then rename the directory
+ * to a hidden .deleted-* name, drop the checkpoint from the tree, remove
+ * the directory. The caller holds a reference on c (a node of it).
+ */
+static int do_delete(struct sf_fs *fs, struct sf_fs_ckpt *c,
+		     enum rm_origin origin)
 {
+	const struct sf_fs_cluster *cl = fs->cfg->cluster;
 	static atomic_uint seq;
 	char why[SF_FS_WHY] = "";
 	char *mpath = NULL, *gone = NULL;
+	bool committed;
 	int rc;
 
 	if (fs->single) {
@@ -841,15 +861,19 @@ static int do_delete(struct sf_fs *fs, struct sf_fs_ckpt *c)
 	}
 	pthread_mutex_lock(&fs->commit_lock);
 	pthread_mutex_lock(&fs->tree_lock);
+	committed = c->state == SF_CK_COMMITTED;
 	rc = c->state == SF_CK_GONE ? -ENOENT : c->state == SF_CK_REPLACED ?
-	     -ESTALE : c->busy ? -EBUSY : c->nwfiles ? -EBUSY : 0;
+	     -ESTALE : c->busy || c->nwfiles ? -EBUSY :
+	     origin == RM_PEER && !committed ? -EBUSY : 0;
 	if (!rc)
 		c->busy = true;
 	pthread_mutex_unlock(&fs->tree_lock);
 	if (rc) {
 		if (rc == -EBUSY)
-			sf_warn("checkpoint %s: cannot delete: files are open for writing or a commit runs",
-				c->name);
+			sf_warn("checkpoint %s: cannot delete: %s", c->name,
+				committed || origin == RM_USER ?
+				"files are open for writing or a commit runs" :
+				"a peer deleted it, but it is not committed here (left alone)");
 		goto out_unlock_commit;
 	}
 	/* manifest.json first: a crash from here on leaves an uncommitted
@@ -873,9 +897,11 @@ static int do_delete(struct sf_fs *fs, struct sf_fs_ckpt *c)
 	sf_fs_drop_ckpt(fs, c);
 	if (nftw(gone, rm_one, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT) != 0)
 		sf_warn("delete: %s: %s", gone, strerror(errno));
-	if (fs->cfg->cluster && fs->cfg->cluster->removed)
-		fs->cfg->cluster->removed(fs->cfg->cluster->ctx, c->name);
-	sf_info("checkpoint %s: deleted", c->name);
+	if (committed && origin == RM_USER && cl && cl->removed)
+		cl->removed(cl->ctx, c->name);
+	sf_info("checkpoint %s: %s%s", c->name,
+		committed ? "deleted" : "discarded",
+		origin == RM_PEER ? " (deleted by a peer)" : "");
 out_unbusy:
 	pthread_mutex_lock(&fs->tree_lock);
 	c->busy = false;
@@ -888,6 +914,30 @@ out_unlock_commit:
 	free(mpath);
 	free(gone);
 	return rc;
+}
+
+int sf_fs_remove(struct sf_fs *fs, const char *name)
+{
+	struct sf_node *n;
+	int rc, nrc;
+
+	if (fs->single)
+		return -EPERM;
+	rc = sf_fs_lookup(fs, fs->root, name, &n); /* the reference do_delete needs */
+	if (rc)
+		return rc;
+	rc = n->kind == SF_NODE_CKPT ? do_delete(fs, n->ck, RM_PEER) : -ENOENT;
+	sf_fs_unref(fs, n, 1);
+	if (rc)
+		return rc;
+	/* Not from a request handler, no lock held: the kernel may take the
+	 * root's lock and send us FORGETs meanwhile. -ENOENT: not cached. */
+	nrc = fuse_lowlevel_notify_inval_entry(fs->se, FUSE_ROOT_ID, name,
+					       strlen(name));
+	if (nrc && nrc != -ENOENT)
+		sf_debug("checkpoint %s: kernel entry not invalidated: %s", name,
+			 sf_strerror(nrc));
+	return 0;
 }
 
 /* --- setxattr --- */
@@ -904,7 +954,7 @@ void sf_fs_w_setxattr(fuse_req_t req, struct sf_node *n, const char *name,
 		else if (strcmp(name, XA_COMMIT) == 0)
 			rc = do_commit(fs, n->ck);
 		else
-			rc = do_delete(fs, n->ck);
+			rc = do_delete(fs, n->ck, RM_USER);
 	} else if (!sf_node_is_w(n)) {
 		rc = -SF_ECOMMITTED;
 	} else if (strcmp(name, XA_DTYPE) == 0 || strcmp(name, XA_SHAPE) == 0) {
