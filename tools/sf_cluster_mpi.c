@@ -7,7 +7,11 @@
  *                service thread merges them (merge_parts below) and sends
  *                the manifest back to everyone
  *   commit_done  sf_mpi_commit_done(): returns once every rank published
- *   removed      sf_mpi_notify("removed", ...): informational for peers
+ *   removed      sf_mpi_notify("removed", ...): each peer deletes its own
+ *                copy (on_notice queues the name, rm_main runs
+ *                sf_fs_remove), so `shardctl rm` on one rank deletes a
+ *                committed checkpoint on every rank
+ *   attach       starts / stops rm_main while the daemon serves
  *
  * Invariants:
  *  - the merge runs on rank 0's service thread, while rank 0's own FUSE
@@ -20,13 +24,24 @@
  *    time out and return while the merge still runs;
  *  - the merge's temporary struct sf_ckpt_ref is forgotten by the source
  *    before it goes out of scope (the source keys prefetch and stream state
- *    by its address).
+ *    by its address);
+ *  - the service thread never waits on the daemon: a delete takes the
+ *    daemon's commit_lock, which a commit here holds while it waits for
+ *    messages only the service thread delivers. So on_notice only queues
+ *    the name (rm_lock is held briefly, never across sf_fs_remove) and one
+ *    worker, rm_main, applies the queue in order. The queue is bounded
+ *    (SF_CLUSTER_RM_QUEUE; beyond, a removal is dropped with a warning) and
+ *    its names are checked and capped (SF_MAX_COMPONENT) before copying;
+ *  - rm_main runs only between attach(fs) and attach(NULL): rm_fs is set
+ *    before it starts and cleared after it was joined, so it never sees a
+ *    freed daemon; notices arriving outside that window are logged only.
  */
 #include "sf_cluster_mpi.h"
 
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,7 +50,16 @@
 
 #include "sf_error.h"
 #include "sf_log.h"
+#include "sf_manifest.h"
 #include "sf_wckpt.h"
+
+#define SF_CLUSTER_RM_QUEUE 64  /* peers' removals waiting for rm_main */
+
+/* A peer's removal waiting to be applied here. */
+struct rm_item {
+	char *name;                /* owned; checkpoint name, <= SF_MAX_COMPONENT */
+	int from_rank;             /* the rank whose user ran `shardctl rm` */
+};
 
 struct sf_cluster_mpi {
 	struct sf_fs_cluster fs;   /* handed to sf_fs_run; fs.ctx == this */
@@ -46,6 +70,15 @@ struct sf_cluster_mpi {
 	pthread_mutex_t lock;      /* protects commit_name, commit_dir */
 	char *commit_name;         /* checkpoint being committed here, or NULL */
 	char *commit_dir;          /* its directory in this rank's store */
+
+	pthread_mutex_t rm_lock;   /* protects rm_fs, rm_stop and the queue */
+	pthread_cond_t rm_cv;      /* rm_lock: the queue grew or rm_stop set */
+	struct sf_fs *rm_fs;       /* rm_lock; borrowed: attached daemon or NULL */
+	bool rm_stop;              /* rm_lock: rm_main returns */
+	struct rm_item rm_q[SF_CLUSTER_RM_QUEUE]; /* rm_lock: FIFO ring */
+	unsigned rm_head, rm_n;    /* rm_lock: first entry, entries queued */
+	pthread_t rm_thread;       /* valid while rm_running */
+	bool rm_running;           /* only the thread calling attach/destroy */
 };
 
 static double now_s(void)
@@ -173,13 +206,149 @@ static void cl_removed(void *ctx, const char *name)
 			name, sf_strerror(ret));
 }
 
-/* Service thread: a peer's notice. fs/ has no hook to act on it (every
- * rank removes or commits its own copy), so it is only logged. */
+/* rm_main: apply one peer's removal to this rank's store. */
+static void rm_apply(struct sf_fs *fs, const struct rm_item *it)
+{
+	int ret = sf_fs_remove(fs, it->name);
+
+	if (ret == 0)
+		sf_info("mpi: %s: removed here too (rank %d removed it)", it->name,
+			it->from_rank);
+	else if (ret == -ENOENT)
+		sf_info("mpi: %s: rank %d removed it; no copy here (removed already?)",
+			it->name, it->from_rank);
+	else
+		sf_warn("mpi: %s: rank %d removed it, but this rank keeps its copy: %s",
+			it->name, it->from_rank, sf_strerror(ret));
+}
+
+/* The one worker that applies peers' removals, in arrival order. */
+static void *rm_main(void *arg)
+{
+	struct sf_cluster_mpi *c = arg;
+	struct rm_item it;
+	struct sf_fs *fs;
+
+	pthread_mutex_lock(&c->rm_lock);
+	for (;;) {
+		while (!c->rm_stop && c->rm_n == 0)
+			pthread_cond_wait(&c->rm_cv, &c->rm_lock);
+		if (c->rm_stop)
+			break;
+		it = c->rm_q[c->rm_head];
+		c->rm_head = (c->rm_head + 1) % SF_CLUSTER_RM_QUEUE;
+		c->rm_n--;
+		fs = c->rm_fs; /* stable until this thread was joined */
+		pthread_mutex_unlock(&c->rm_lock);
+		rm_apply(fs, &it);
+		free(it.name);
+		pthread_mutex_lock(&c->rm_lock);
+	}
+	pthread_mutex_unlock(&c->rm_lock);
+	return NULL;
+}
+
+/* Service thread: queue peer from_rank's removal of ckpt; never waits on
+ * anything but rm_lock. */
+static void rm_enqueue(struct sf_cluster_mpi *c, int from_rank,
+		       const char *ckpt)
+{
+	size_t len = strnlen(ckpt, SF_MAX_COMPONENT + 1);
+	const char *why = NULL;
+	char *name = NULL;
+
+	if (len == 0 || len > SF_MAX_COMPONENT) {
+		sf_warn("mpi: rank %d: removal notice with a bad name ignored",
+			from_rank);
+		return;
+	}
+	pthread_mutex_lock(&c->rm_lock);
+	if (!c->rm_fs || c->rm_stop)
+		why = "this daemon is not serving";
+	else if (c->rm_n == SF_CLUSTER_RM_QUEUE)
+		why = "too many removals queued";
+	else if (!(name = strndup(ckpt, len)))
+		why = "out of memory";
+	if (!why) {
+		c->rm_q[(c->rm_head + c->rm_n) % SF_CLUSTER_RM_QUEUE] =
+			(struct rm_item){ .name = name, .from_rank = from_rank };
+		c->rm_n++;
+		pthread_cond_signal(&c->rm_cv);
+	}
+	pthread_mutex_unlock(&c->rm_lock);
+	if (why)
+		sf_warn("mpi: %.*s: rank %d removed it, but this rank keeps its copy: %s",
+			(int)len, ckpt, from_rank, why);
+}
+
+/* Service thread: a peer's notice. "removed" is acted on; anything else
+ * (every rank commits its own copy) is only logged. */
 static void on_notice(void *arg, int from_rank, const char *what,
 		      const char *ckpt)
 {
-	(void)arg;
+	struct sf_cluster_mpi *c = arg;
+
+	if (strcmp(what, "removed") == 0) {
+		rm_enqueue(c, from_rank, ckpt);
+		return;
+	}
 	sf_info("mpi: rank %d: %s %s", from_rank, what, ckpt[0] ? ckpt : "(store)");
+}
+
+/* attach(fs): start rm_main. On failure peers' removals are only logged. */
+static void rm_worker_start(struct sf_cluster_mpi *c, struct sf_fs *fs)
+{
+	int ret;
+
+	pthread_mutex_lock(&c->rm_lock);
+	c->rm_fs = fs;
+	c->rm_stop = false;
+	pthread_mutex_unlock(&c->rm_lock);
+	ret = pthread_create(&c->rm_thread, NULL, rm_main, c);
+	if (ret == 0) {
+		c->rm_running = true;
+		return;
+	}
+	sf_err("mpi: cannot start the removal thread: %s; peers' removals will not be applied here",
+	       strerror(ret));
+	pthread_mutex_lock(&c->rm_lock);
+	c->rm_fs = NULL;
+	pthread_mutex_unlock(&c->rm_lock);
+}
+
+/* attach(NULL) and destroy: stop and join rm_main (after the removal it
+ * may be running), then drop what is still queued. */
+static void rm_worker_stop(struct sf_cluster_mpi *c)
+{
+	pthread_mutex_lock(&c->rm_lock);
+	c->rm_stop = true;
+	pthread_cond_signal(&c->rm_cv);
+	pthread_mutex_unlock(&c->rm_lock);
+	if (c->rm_running) {
+		pthread_join(c->rm_thread, NULL);
+		c->rm_running = false;
+	}
+	pthread_mutex_lock(&c->rm_lock);
+	c->rm_fs = NULL;
+	for (; c->rm_n > 0; c->rm_n--) {
+		struct rm_item *it = &c->rm_q[c->rm_head];
+
+		sf_warn("mpi: %s: rank %d removed it, but this daemon stopped before removing its copy",
+			it->name, it->from_rank);
+		free(it->name);
+		c->rm_head = (c->rm_head + 1) % SF_CLUSTER_RM_QUEUE;
+	}
+	pthread_mutex_unlock(&c->rm_lock);
+}
+
+static void cl_attach(void *ctx, struct sf_fs *fs)
+{
+	struct sf_cluster_mpi *c = ctx;
+
+	if (fs)
+		rm_worker_start(c, fs);
+	else
+		rm_worker_stop(c);
 }
 
 int sf_cluster_mpi_create(struct sf_mpi *mp, int single, int commit_timeout_ms,
@@ -197,6 +366,8 @@ int sf_cluster_mpi_create(struct sf_mpi *mp, int single, int commit_timeout_ms,
 	if (!c)
 		return -ENOMEM;
 	pthread_mutex_init(&c->lock, NULL);
+	pthread_mutex_init(&c->rm_lock, NULL);
+	pthread_cond_init(&c->rm_cv, NULL);
 	c->mp = mp;
 	c->single = single ? 1 : 0;
 	c->commit_timeout_ms = commit_timeout_ms;
@@ -207,6 +378,7 @@ int sf_cluster_mpi_create(struct sf_mpi *mp, int single, int commit_timeout_ms,
 	c->fs.commit = cl_commit;
 	c->fs.commit_done = cl_commit_done;
 	c->fs.removed = cl_removed;
+	c->fs.attach = cl_attach;
 	/* No shutdown hook: sf_mpi_finalize frees the source fs/ still holds,
 	 * so the executable calls it after sf_fs_run returned; the service
 	 * thread goes on answering peers meanwhile. */
@@ -220,8 +392,11 @@ void sf_cluster_mpi_destroy(struct sf_cluster_mpi *c)
 {
 	if (!c)
 		return;
+	rm_worker_stop(c); /* sf_fs_run detached already; this only drains */
 	free(c->commit_name);
 	free(c->commit_dir);
+	pthread_cond_destroy(&c->rm_cv);
+	pthread_mutex_destroy(&c->rm_lock);
 	pthread_mutex_destroy(&c->lock);
 	free(c);
 }

@@ -9,6 +9,12 @@
  * sf_fs_cluster returned by sf_cluster_mpi_fs() is owned by the glue and
  * valid until sf_cluster_mpi_destroy(). Destroy only after sf_mpi_finalize
  * has stopped the service thread (the merge and notice callbacks run there).
+ *
+ * Peers' removals: while sf_fs_run serves (between its attach(fs) and
+ * attach(NULL) calls), the glue owns one thread that deletes this rank's
+ * copy of every committed checkpoint a peer's `shardctl rm` deleted
+ * (sf_fs_remove); attach(NULL) stops and joins it. Removals that arrive
+ * outside that window, or beyond a bounded queue, are logged and dropped.
  */
 #ifndef SF_CLUSTER_MPI_H
 #define SF_CLUSTER_MPI_H
