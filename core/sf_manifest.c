@@ -1352,149 +1352,261 @@ int sf_manifest_parse_part(const char *json, size_t len,
 /* ------------------------------------------------------------------ */
 /* dump                                                                */
 
-/* Every builder appends with `ok &= (call == 0)`: jansson's *_set_new and
- * *_append_new take ownership even on failure, so one check at the end
- * suffices. */
+/*
+ * The dump writes JSON text straight into one growing buffer instead of
+ * building a jansson tree first: a 10,000-tensor manifest is ~10 MB and
+ * ~10^6 values, and the tree's allocations were most of a commit's time.
+ * Every string written came through name_problem() or is ours (dtype
+ * names, hex digests), but jw_str still escapes '"', '\\' and control
+ * characters, so the output is valid JSON whatever it is given.
+ *
+ * Layout: the manifest has one key per line and one shard per line
+ * ("pretty"); the shards xattr is compact (no spaces), as before.
+ */
+struct jw {
+	char *buf;      /* malloc'd, NUL-terminated when done */
+	size_t len;     /* bytes written */
+	size_t cap;     /* bytes allocated, <= SF_MAX_MANIFEST_BYTES + 1 */
+	bool pretty;    /* ", " and ": " separators, line breaks */
+	int err;        /* first error (-ENOMEM, -SF_ETOOBIG); sticky */
+};
 
-static json_t *u64_array(const uint64_t *v, size_t n)
+static bool jw_reserve(struct jw *w, size_t n)
 {
-	json_t *a = json_array();
-	bool ok = a != NULL;
-	for (size_t i = 0; ok && i < n; i++)
-		ok &= json_array_append_new(a, json_integer((json_int_t)v[i])) == 0;
-	if (!ok) {
-		json_decref(a);
-		return NULL;
+	if (w->err)
+		return false;
+	if (n > SF_MAX_MANIFEST_BYTES - w->len) {
+		w->err = -SF_ETOOBIG;
+		return false;
 	}
-	return a;
+	if (w->len + n + 1 > w->cap) {
+		size_t cap = w->cap ? w->cap : 4096;
+		while (cap < w->len + n + 1)
+			cap *= 2;
+		if (cap > (size_t)SF_MAX_MANIFEST_BYTES + 1)
+			cap = (size_t)SF_MAX_MANIFEST_BYTES + 1;
+		char *b = realloc(w->buf, cap);
+		if (!b) {
+			w->err = -ENOMEM;
+			return false;
+		}
+		w->buf = b;
+		w->cap = cap;
+	}
+	return true;
 }
 
-static json_t *shard_to_json(const struct sf_tensor *t, const struct sf_shard *s,
-			     bool with_sums)
+static void jw_mem(struct jw *w, const char *p, size_t n)
 {
-	json_t *o = json_object();
-	bool ok = o != NULL;
-	if (!ok)
-		return NULL;
-	ok &= json_object_set_new(o, "rank", json_integer(s->rank)) == 0;
+	if (jw_reserve(w, n)) {
+		memcpy(w->buf + w->len, p, n);
+		w->len += n;
+	}
+}
+
+static void jw_lit(struct jw *w, const char *p)
+{
+	jw_mem(w, p, strlen(p));
+}
+
+/* Separator between members or elements: "," plus a space when pretty. */
+static void jw_comma(struct jw *w)
+{
+	jw_mem(w, ", ", w->pretty ? 2 : 1);
+}
+
+static void jw_u64(struct jw *w, uint64_t v)
+{
+	char tmp[20];
+	size_t n = 0;
+
+	do {
+		tmp[sizeof(tmp) - 1 - n++] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v);
+	jw_mem(w, tmp + sizeof(tmp) - n, n);
+}
+
+static void jw_str(struct jw *w, const char *s)
+{
+	static const char hex[] = "0123456789abcdef";
+	size_t run = 0, n = strlen(s);
+
+	jw_mem(w, "\"", 1);
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)s[i];
+		char esc[6] = { '\\', 'u', '0', '0', hex[c >> 4], hex[c & 15] };
+
+		if (c >= 0x20 && c != '"' && c != '\\')
+			continue;
+		jw_mem(w, s + run, i - run);
+		if (c == '"' || c == '\\') {
+			esc[1] = (char)c;
+			jw_mem(w, esc, 2);
+		} else {
+			jw_mem(w, esc, 6);
+		}
+		run = i + 1;
+	}
+	jw_mem(w, s + run, n - run);
+	jw_mem(w, "\"", 1);
+}
+
+/* "key": (with the space when pretty) */
+static void jw_key(struct jw *w, const char *key)
+{
+	jw_str(w, key);
+	jw_mem(w, ": ", w->pretty ? 2 : 1);
+}
+
+static void jw_u64_array(struct jw *w, const uint64_t *v, size_t n)
+{
+	jw_mem(w, "[", 1);
+	for (size_t i = 0; i < n; i++) {
+		if (i)
+			jw_comma(w);
+		jw_u64(w, v[i]);
+	}
+	jw_mem(w, "]", 1);
+}
+
+static void jw_shard(struct jw *w, const struct sf_tensor *t,
+		     const struct sf_shard *s, bool with_sums)
+{
+	jw_mem(w, "{", 1);
+	jw_key(w, "rank");
+	jw_u64(w, s->rank);
+	jw_comma(w);
 	if (s->flat) {
 		uint64_t fl[2] = { s->flat_off, s->flat_len };
-		ok &= json_object_set_new(o, "flat", u64_array(fl, 2)) == 0;
+
+		jw_key(w, "flat");
+		jw_u64_array(w, fl, 2);
 	} else {
-		ok &= json_object_set_new(o, "offsets", u64_array(s->box.off, t->ndim)) == 0;
-		ok &= json_object_set_new(o, "lengths", u64_array(s->box.len, t->ndim)) == 0;
+		jw_key(w, "offsets");
+		jw_u64_array(w, s->box.off, t->ndim);
+		jw_comma(w);
+		jw_key(w, "lengths");
+		jw_u64_array(w, s->box.len, t->ndim);
 	}
-	ok &= json_object_set_new(o, "file", json_string(s->file)) == 0;
-	ok &= json_object_set_new(o, "file_offset",
-				  json_integer((json_int_t)s->file_offset)) == 0;
-	ok &= json_object_set_new(o, "nbytes", json_integer((json_int_t)s->nbytes)) == 0;
+	jw_comma(w);
+	jw_key(w, "file");
+	jw_str(w, s->file);
+	jw_comma(w);
+	jw_key(w, "file_offset");
+	jw_u64(w, s->file_offset);
+	jw_comma(w);
+	jw_key(w, "nbytes");
+	jw_u64(w, s->nbytes);
 	if (with_sums) {
-		json_t *a = json_array();
-		ok &= a != NULL;
-		for (uint64_t i = 0; ok && i < s->nblocks; i++) {
-			char hex[17];
-			sf_xxh3_hex(s->xxh3[i], hex);
-			ok &= json_array_append_new(a, json_string(hex)) == 0;
+		jw_comma(w);
+		jw_key(w, "xxh3");
+		jw_mem(w, "[", 1);
+		for (uint64_t i = 0; i < s->nblocks; i++) {
+			char hex[19];
+
+			hex[0] = '"';
+			sf_xxh3_hex(s->xxh3[i], hex + 1);
+			hex[17] = '"';
+			if (i)
+				jw_comma(w);
+			jw_mem(w, hex, 18);
 		}
-		ok &= json_object_set_new(o, "xxh3", a) == 0;
+		jw_mem(w, "]", 1);
 	}
-	if (!ok) {
-		json_decref(o);
-		return NULL;
-	}
-	return o;
+	jw_mem(w, "}", 1);
 }
 
-static json_t *shards_to_json(const struct sf_tensor *t, bool with_sums)
+static void jw_shards(struct jw *w, const struct sf_tensor *t, bool with_sums,
+		      const char *indent)
 {
-	json_t *a = json_array();
-	bool ok = a != NULL;
-	for (size_t i = 0; ok && i < t->nshards; i++)
-		ok &= json_array_append_new(a, shard_to_json(t, &t->shards[i],
-							     with_sums)) == 0;
-	if (!ok) {
-		json_decref(a);
-		return NULL;
+	jw_mem(w, "[", 1);
+	for (size_t i = 0; i < t->nshards; i++) {
+		if (i)
+			jw_mem(w, ",", 1);
+		if (w->pretty) {
+			jw_mem(w, "\n", 1);
+			jw_lit(w, indent);
+		}
+		jw_shard(w, t, &t->shards[i], with_sums);
 	}
-	return a;
+	jw_mem(w, "]", 1);
 }
 
-static json_t *tensors_to_json(const struct sf_tensor *arr, size_t n)
+static void jw_tensors(struct jw *w, const struct sf_tensor *arr, size_t n)
 {
-	json_t *o = json_object();
-	bool ok = o != NULL;
-	for (size_t i = 0; ok && i < n; i++) {
+	jw_mem(w, "{", 1);
+	for (size_t i = 0; i < n; i++) {
 		const struct sf_tensor *t = &arr[i];
-		json_t *tj = json_object();
-		ok &= tj != NULL;
-		if (!ok)
-			break;
-		ok &= json_object_set_new(tj, "dtype", json_string(sf_dtype_name(t->dtype))) == 0;
-		ok &= json_object_set_new(tj, "shape", u64_array(t->shape, t->ndim)) == 0;
-		ok &= json_object_set_new(tj, "shards", shards_to_json(t, true)) == 0;
-		ok &= json_object_set_new(o, t->name, tj) == 0;
+
+		jw_lit(w, i ? ",\n  " : "\n  ");
+		jw_key(w, t->name);
+		jw_mem(w, "{", 1);
+		jw_key(w, "dtype");
+		jw_str(w, sf_dtype_name(t->dtype));
+		jw_comma(w);
+		jw_key(w, "shape");
+		jw_u64_array(w, t->shape, t->ndim);
+		jw_comma(w);
+		jw_key(w, "shards");
+		jw_shards(w, t, true, "   ");
+		jw_mem(w, "}", 1);
 	}
-	if (!ok) {
-		json_decref(o);
-		return NULL;
-	}
-	return o;
+	jw_lit(w, n ? "\n }" : "}");
 }
 
-/* Serialize v into a malloc'd NUL-terminated buffer (ours, so callers
- * free() it whatever allocator jansson uses). Consumes v. */
-static int dump_value(json_t *v, size_t flags, char **out, size_t *len)
+/* Hand the text to the caller (NUL-terminated, malloc'd), or free it and
+ * return the first error. */
+static int jw_finish(struct jw *w, char **out, size_t *len)
 {
-	int rc = -ENOMEM;
-	if (!v)
-		return rc;
-	size_t n = json_dumpb(v, NULL, 0, flags);
-	if (n == 0)
-		goto out_decref;
-	char *buf = malloc(n + 1);
-	if (!buf)
-		goto out_decref;
-	if (json_dumpb(v, buf, n, flags) != n) {
-		free(buf);
-		goto out_decref;
+	jw_reserve(w, 0); /* room for the NUL, also when nothing was written */
+	if (w->err) {
+		free(w->buf);
+		return w->err;
 	}
-	buf[n] = '\0';
-	*out = buf;
+	w->buf[w->len] = '\0';
+	*out = w->buf;
 	if (len)
-		*len = n;
-	rc = 0;
-out_decref:
-	json_decref(v);
-	return rc;
+		*len = w->len;
+	return 0;
 }
 
 int sf_manifest_dump(const struct sf_manifest *m, char **out, size_t *len)
 {
+	struct jw w = { .pretty = true };
+
 	if (!m || !out)
 		return -EINVAL;
 	*out = NULL;
-	json_t *root = json_object();
-	bool ok = root != NULL;
-	if (!ok)
-		return -ENOMEM;
-	ok &= json_object_set_new(root, "format", json_string(SF_FORMAT)) == 0;
-	ok &= json_object_set_new(root, "name", json_string(m->name)) == 0;
-	ok &= json_object_set_new(root, "world_size", json_integer(m->world_size)) == 0;
-	ok &= json_object_set_new(root, "block_size",
-				  json_integer((json_int_t)m->block_size)) == 0;
-	ok &= json_object_set_new(root, "tensors", tensors_to_json(m->tensors, m->ntensors)) == 0;
-	ok &= json_object_set_new(root, "files", tensors_to_json(m->files, m->nfiles)) == 0;
-	if (!ok) {
-		json_decref(root);
-		return -ENOMEM;
-	}
-	return dump_value(root, JSON_INDENT(1), out, len);
+	jw_lit(&w, "{\n ");
+	jw_key(&w, "format");
+	jw_str(&w, SF_FORMAT);
+	jw_lit(&w, ",\n ");
+	jw_key(&w, "name");
+	jw_str(&w, m->name);
+	jw_lit(&w, ",\n ");
+	jw_key(&w, "world_size");
+	jw_u64(&w, m->world_size);
+	jw_lit(&w, ",\n ");
+	jw_key(&w, "block_size");
+	jw_u64(&w, m->block_size);
+	jw_lit(&w, ",\n ");
+	jw_key(&w, "tensors");
+	jw_tensors(&w, m->tensors, m->ntensors);
+	jw_lit(&w, ",\n ");
+	jw_key(&w, "files");
+	jw_tensors(&w, m->files, m->nfiles);
+	jw_lit(&w, "\n}\n");
+	return jw_finish(&w, out, len);
 }
 
 int sf_tensor_shards_json(const struct sf_tensor *t, char **out, size_t *len)
 {
+	struct jw w = { .pretty = false };
+
 	if (!t || !out)
 		return -EINVAL;
 	*out = NULL;
-	return dump_value(shards_to_json(t, false), JSON_COMPACT, out, len);
+	jw_shards(&w, t, false, "");
+	return jw_finish(&w, out, len);
 }

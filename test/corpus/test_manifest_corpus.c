@@ -413,9 +413,14 @@ static void test_builder(void)
 	check(sf_manifest_add_tensor(m, false, "a.scalar", SF_DT_F64, 0, sc, &t) == 0, "add scalar");
 	s = mk_box(0, 0, sc, sc, 8, bs);
 	check(sf_tensor_add_shard(m, t, &s) == 0, "add scalar shard");
+	/* A name the dump must escape ('"', '\\') or pass through (UTF-8). */
+	check(sf_manifest_add_tensor(m, false, "we\"ird\\name/\xc3\xa9", SF_DT_F64, 0, sc,
+				     &t) == 0, "add escaped name");
+	s = mk_box(0, 0, sc, sc, 8, bs);
+	check(sf_tensor_add_shard(m, t, &s) == 0, "add escaped-name shard");
 
 	check(sf_manifest_finish(m, err, sizeof(err)) == 0, "finish: %s", err);
-	check(m->ntensors == 2 && strcmp(m->tensors[0].name, "a.scalar") == 0, "finish sorts");
+	check(m->ntensors == 3 && strcmp(m->tensors[0].name, "a.scalar") == 0, "finish sorts");
 	const struct sf_tensor *e = sf_manifest_find(m, "model.embed.weight");
 	check(e && e->nshards == 3 && e->nbytes == 320 * 40 * 2, "find embed");
 	check(e && e->shards[0].xxh3 != sums && e->shards[0].xxh3[0] == sums[0], "shard checksums deep-copied");
@@ -429,6 +434,8 @@ static void test_builder(void)
 	check(m2 && manifest_equal(m, m2, why, sizeof(why)), "built round trip: %s", why);
 	check(js && strstr(js, "\"flat\"") && strstr(js, "\"offsets\"") && strstr(js, "\"xxh3\""),
 	      "dump has the SPEC keys");
+	check(js && strstr(js, "\"we\\\"ird\\\\name/\xc3\xa9\": {"), "dump escapes names");
+	check(m2 && sf_manifest_find(m2, "we\"ird\\name/\xc3\xa9") != NULL, "escaped name round trip");
 	sf_manifest_destroy(m2);
 	free(js);
 
