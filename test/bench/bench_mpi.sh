@@ -10,6 +10,7 @@
 #             (default: $SHARDFS_BIN, else build/tools next to this tree)
 #   --keep    keep the temporary stores and logs (printed at the end)
 #   BENCH_QUICK=1 in the environment: 128M and 1000 tensors
+#   BENCH_MPI_ONLY=read or =commit: run only that part
 #   BENCH_MPI_OPTS: extra shardfs options for the commit cluster, e.g.
 #             "--log-level info" (the log then shows the merge time)
 #
@@ -145,6 +146,10 @@ readall() { # DIR: read every file under it; prints "BYTES SECONDS"
 }
 
 # ---- read: single process vs 4 daemons, most shards remote ----
+ONLY=${BENCH_MPI_ONLY:-}
+[[ -z $ONLY || $ONLY == read || $ONLY == commit ]] ||
+	{ echo "bench_mpi.sh: BENCH_MPI_ONLY must be read or commit" >&2; exit 2; }
+if [[ $ONLY != commit ]]; then
 FULL=$WORK/full
 "$SHARDCTL" gen --layout llama --ranks $N --size "$SIZE" "$FULL/ck" >/dev/null
 for r in $(seq 0 $((N - 1))); do
@@ -175,8 +180,10 @@ cmp -s <(cat "$FULL/ck/manifest.json") <(cat "$WORK/mnt-read-0/ck/manifest.json"
 	{ echo "bench_mpi.sh: manifest differs through rank 0" >&2; exit 1; }
 stop_cluster
 ROWS+=("4 MPI daemons, tensors/ via rank 0 (3/4 of shards remote)|$mbytes|$msec|$ssec")
+fi
 
 # ---- commit of NT tiny tensors on 4 ranks ----
+if [[ $ONLY != read ]]; then
 for r in $(seq 0 $((N - 1))); do mkdir -p "$WORK/cstore$r"; done
 start_cluster "$WORK/cstore%r" "$WORK/mnt-commit-%r" commit --commit-timeout 600 ${BENCH_MPI_OPTS:-}
 WRITER='
@@ -223,6 +230,7 @@ wsec=$(echo "$t1 - $t0" | bc -l)
 csec=$(echo "$t2 - $t1" | bc -l)
 ROWS+=("write $NT tensors x 4 box shards (4 writers, one per rank)|$((NT * 128))|$wsec|-")
 ROWS+=("commit of $NT tensors on 4 ranks (4 concurrent shardctl commit)|-|$csec|-")
+fi
 
 # ---- table ----
 echo
