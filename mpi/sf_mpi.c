@@ -53,6 +53,11 @@
 #define SF_MPI_INFLIGHT 8                 /* chunk requests in flight per read */
 #define SF_MPI_PF_SLOTS 8                 /* prefetch buffers per daemon */
 #define SF_MPI_PF_MAX (8u << 20)          /* largest prefetched range */
+#define SF_MPI_PF_DEPTH 2                 /* ranges prefetched ahead per stream */
+#define SF_MPI_WAIT_POLL_US 100           /* longest sleep of a waiting reader */
+#define SF_MPI_SERVE_POLL_US 100          /* service poll while requests come */
+#define SF_MPI_IDLE_POLL_US 2000          /* service poll when idle */
+#define SF_MPI_ACTIVE_NS 20000000ull      /* "requests come": one in last 20 ms */
 #define SF_MPI_STREAMS 32                 /* remembered sequential streams */
 #define SF_MPI_READ_TIMEOUT_MS 30000      /* default bound on one peer read */
 #define SF_MPI_SEND_DRAIN_MS 5000         /* bound on draining sends at exit */
@@ -422,7 +427,7 @@ static int wait_req(MPI_Request *req, uint64_t deadline, MPI_Status *st)
 			return 0;
 		if (now_ns() >= deadline)
 			return -ETIMEDOUT;
-		backoff(&us, 1000);
+		backoff(&us, SF_MPI_WAIT_POLL_US);
 	}
 }
 
@@ -1113,7 +1118,7 @@ static void *service_main(void *arg)
 {
 	struct sf_mpi *mp = arg;
 	unsigned us = 20;
-	uint64_t last_note = now_ns();
+	uint64_t last_note = now_ns(), last_busy = 0;
 
 	for (;;) {
 		int busy = 0;
@@ -1136,10 +1141,15 @@ static void *service_main(void *arg)
 				last_note = now_ns();
 			}
 		}
-		if (busy)
+		/* Poll often while peers are reading (a sleep here is latency
+		 * on every remote block), back off to 2 ms once they stop. */
+		if (busy) {
 			us = 20;
-		else
-			backoff(&us, 2000);
+			last_busy = now_ns();
+		} else {
+			backoff(&us, now_ns() - last_busy < SF_MPI_ACTIVE_NS ?
+				SF_MPI_SERVE_POLL_US : SF_MPI_IDLE_POLL_US);
+		}
 	}
 	return NULL;
 }
@@ -1208,10 +1218,11 @@ out_free_rbuf:
 	return -ENOMEM;
 }
 
-/* Wait for a chunk reply and copy its bytes to dst. Consumes rbuf. */
+/* Wait for a chunk reply of `want` payload bytes and copy len of them,
+ * from byte `skip` on, to dst. Consumes rbuf. */
 static int finish_read(struct sf_mpi *mp, int peer, const char *file,
-		       unsigned char *rbuf, MPI_Request *rreq, void *dst,
-		       size_t len, uint64_t deadline)
+		       unsigned char *rbuf, MPI_Request *rreq, size_t want,
+		       void *dst, size_t skip, size_t len, uint64_t deadline)
 {
 	MPI_Status st;
 	int64_t status;
@@ -1230,8 +1241,9 @@ static int finish_read(struct sf_mpi *mp, int peer, const char *file,
 		goto out_free_rbuf;
 	}
 	memcpy(&status, rbuf, 8);
-	if (status == 0 && (size_t)count == 8 + len) {
-		memcpy(dst, rbuf + 8, len);
+	if (status == 0 && (size_t)count == 8 + want && skip <= want &&
+	    len <= want - skip) {
+		memcpy(dst, rbuf + 8 + skip, len);
 		ret = 0;
 	} else if (status < 0 && status > -SF_ERR_LAST && count == 8) {
 		ret = (int)status;
@@ -1289,8 +1301,9 @@ static int fetch_remote(struct sf_mpi *mp, int peer, const char *name,
 				recv_orphan(mp, &q[i].req, q[i].rbuf);
 			else
 				ret = finish_read(mp, peer, file, q[i].rbuf,
-						  &q[i].req, buf + q[i].pos,
-						  q[i].len, deadline);
+						  &q[i].req, q[i].len,
+						  buf + q[i].pos, 0, q[i].len,
+						  deadline);
 			head++;
 		}
 	}
@@ -1421,19 +1434,10 @@ static int pf_consume(struct sf_mpi *mp, struct pf_slot *s, uint64_t off,
 {
 	uint64_t deadline = now_ns() +
 		(uint64_t)atomic_load(&mp->read_timeout_ms) * 1000000u;
-	unsigned char *tmp = malloc(s->len ? s->len : 1);
 	int ret;
 
-	if (!tmp) {
-		recv_orphan(mp, &s->req, s->buf);
-		ret = -ENOMEM;
-	} else {
-		ret = finish_read(mp, s->peer, s->file, s->buf, &s->req, tmp,
-				  s->len, deadline);
-		if (!ret)
-			memcpy(buf, tmp + (off - s->off), len);
-		free(tmp);
-	}
+	ret = finish_read(mp, s->peer, s->file, s->buf, &s->req, s->len, buf,
+			  off - s->off, len, deadline);
 	pthread_mutex_lock(&mp->src_lock);
 	pf_release(mp, s);
 	pthread_mutex_unlock(&mp->src_lock);
@@ -1479,18 +1483,25 @@ static int mpi_src_read(void *ctx, const struct sf_ckpt_ref *ck, uint32_t rank,
 	if (ret)
 		return ret;
 out_prefetch:
+	/* A sequential stream: keep the next SF_MPI_PF_DEPTH ranges of the
+	 * same length under way (pf_issue skips one already pending). */
 	if (stream_next(mp, ck, file, off, len, &pf_off)) {
 		const struct inv_ent *e = inv_find(mp, name, file);
-		uint64_t n = len < SF_MPI_PF_MAX ? len : SF_MPI_PF_MAX;
+		uint64_t step = len < SF_MPI_PF_MAX ? len : SF_MPI_PF_MAX;
 
-		/* Clamp to the file's known size; unknown files: best effort. */
-		for (unsigned i = 0; e && i < e->nh; i++)
-			if (e->h[i].rank == peer)
-				n = pf_off >= e->h[i].size ? 0 :
-				    (e->h[i].size - pf_off < n ?
-					     e->h[i].size - pf_off : n);
-		if (n)
+		for (int k = 0; k < SF_MPI_PF_DEPTH; k++, pf_off += step) {
+			uint64_t n = step;
+
+			/* Clamp to the file's known size; unknown: best effort. */
+			for (unsigned i = 0; e && i < e->nh; i++)
+				if (e->h[i].rank == peer)
+					n = pf_off >= e->h[i].size ? 0 :
+					    (e->h[i].size - pf_off < n ?
+						     e->h[i].size - pf_off : n);
+			if (!n)
+				break;
 			pf_issue(mp, ck, name, file, peer, pf_off, (size_t)n);
+		}
 	}
 	return 0;
 }
