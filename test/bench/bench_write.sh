@@ -93,11 +93,24 @@ declare_tensor() {
 	setfattr -n user.shardfs.shape -v "$4" "$MNT/$1/tensors/$2"
 }
 
+# Give every run the same memory to write into: drop the clean page cache
+# (the last run's pages, the removed checkpoints') and read the source back
+# in. Without it, rows vary 2-4x with what ran before them: on this VM the
+# first touch of a guest page the host has not backed recently costs tens of
+# microseconds, so a writer that gets recycled pages runs far faster than
+# one that gets cold ones. BENCH_NO_DROP=1 skips it (needs root otherwise).
+settle_memory() {
+	[[ ${BENCH_NO_DROP:-0} == 1 ]] && return 0
+	echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || return 0
+	cat "$WORK/src.bin" >/dev/null
+}
+
 # timed_dd COLUMN DEST: dd the source into DEST, seconds in LAST_S;
 # COLUMN "synced" includes sync -f of the store filesystem
 timed_dd() {
 	local col=$1 dest=$2 t0 t1
 	sync -f "$STORE"
+	settle_memory
 	t0=$(now)
 	dd if="$WORK/src.bin" of="$dest" bs=1M status=none ||
 		{ echo "bench_write.sh: dd into $dest failed; daemon log:" >&2; tail "$WORK/daemon.log" >&2; exit 1; }
