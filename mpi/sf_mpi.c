@@ -1488,20 +1488,16 @@ out_prefetch:
 	if (stream_next(mp, ck, file, off, len, &pf_off)) {
 		const struct inv_ent *e = inv_find(mp, name, file);
 		uint64_t step = len < SF_MPI_PF_MAX ? len : SF_MPI_PF_MAX;
+		uint64_t size = UINT64_MAX; /* unknown file: best effort */
 
-		for (int k = 0; k < SF_MPI_PF_DEPTH; k++, pf_off += step) {
-			uint64_t n = step;
-
-			/* Clamp to the file's known size; unknown: best effort. */
-			for (unsigned i = 0; e && i < e->nh; i++)
-				if (e->h[i].rank == peer)
-					n = pf_off >= e->h[i].size ? 0 :
-					    (e->h[i].size - pf_off < n ?
-						     e->h[i].size - pf_off : n);
-			if (!n)
-				break;
-			pf_issue(mp, ck, name, file, peer, pf_off, (size_t)n);
-		}
+		for (unsigned i = 0; e && i < e->nh; i++)
+			if (e->h[i].rank == peer)
+				size = e->h[i].size;
+		for (int k = 0; k < SF_MPI_PF_DEPTH && pf_off < size;
+		     k++, pf_off += step)
+			pf_issue(mp, ck, name, file, peer, pf_off,
+				 (size_t)(size - pf_off < step ? size - pf_off :
+								 step));
 	}
 	return 0;
 }
