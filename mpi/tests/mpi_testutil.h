@@ -62,6 +62,17 @@ static inline int test_mpi_start(int *argc, char ***argv, const char *test,
 	return 0;
 }
 
+/* sf_mpi_finalize (collective in effect), printing its error: 1 when it
+ * succeeded, 0 when it failed. */
+static inline int test_mpi_finish(struct sf_mpi *mp, int rank)
+{
+	int ret = sf_mpi_finalize(mp);
+
+	if (ret)
+		fprintf(stderr, "rank %d: finalize: %s\n", rank, sf_strerror(ret));
+	return ret == 0;
+}
+
 /* Rank 0 creates a scratch directory and tells everyone (dir: PATH_MAX). */
 static inline int scratch_dir(int rank, char *dir, size_t cap)
 {

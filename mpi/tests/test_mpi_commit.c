@@ -194,11 +194,8 @@ int main(int argc, char **argv)
 
 out_finalize:
 	ok = sf_test_done("test_mpi_commit") == 0;
-	ret = sf_mpi_finalize(mp);
-	if (ret) {
-		fprintf(stderr, "rank %d: finalize: %s\n", rank, sf_strerror(ret));
+	if (!test_mpi_finish(mp, rank))
 		ok = 0;
-	}
 	if (rank == 0)
 		scratch_remove(base);
 	return ok ? 0 : 1;

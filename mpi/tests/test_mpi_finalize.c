@@ -80,12 +80,9 @@ int main(int argc, char **argv)
 
 out_finalize:
 	ok = sf_test_done("test_mpi_finalize") == 0;
-	ret = sf_mpi_finalize(mp);
-	dt = now_s() - t0;
-	if (ret) {
-		fprintf(stderr, "rank %d: finalize: %s\n", rank, sf_strerror(ret));
+	if (!test_mpi_finish(mp, rank))
 		ok = 0;
-	}
+	dt = now_s() - t0;
 	/* Nobody may leave before the last rank called finalize. */
 	if (dt < (NRANKS - 1) * STAGGER_MS / 1000.0 - 0.05) {
 		fprintf(stderr, "rank %d: finalize returned after %.2f s, before rank %d left\n",

@@ -355,11 +355,8 @@ out_close:
 out_finalize:
 	ok = sf_test_done("test_mpi_read") == 0;
 	MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-	ret = sf_mpi_finalize(mp);
-	if (ret) {
-		fprintf(stderr, "rank %d: finalize: %s\n", rank, sf_strerror(ret));
+	if (!test_mpi_finish(mp, rank))
 		ok = 0;
-	}
 	/* Everyone has left (finalize waits for all): rank 0 cleans up. */
 	if (rank == 0)
 		scratch_remove(base);
