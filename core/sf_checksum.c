@@ -6,6 +6,7 @@
  * fill < block_size between calls, and nsums == total / block_size.
  */
 #include "sf_checksum.h"
+#include "sf_array.h"
 #include "sf_error.h"
 
 #include <errno.h>
@@ -94,14 +95,11 @@ void sf_blockhash_destroy(struct sf_blockhash *bh)
 
 static int push_sum(struct sf_blockhash *bh)
 {
-	if (bh->nsums == bh->cap) {
-		size_t cap = bh->cap ? bh->cap * 2 : 16;
-		uint64_t *s = realloc(bh->sums, cap * sizeof(*s));
-		if (!s)
-			return -ENOMEM;
-		bh->sums = s;
-		bh->cap = cap;
-	}
+	int rc = sf_array_grow(&bh->sums, bh->nsums, &bh->cap,
+			       sizeof(*bh->sums), 16, 0);
+
+	if (rc < 0)
+		return rc;
 	bh->sums[bh->nsums++] = XXH3_64bits_digest(bh->st);
 	XXH3_64bits_reset(bh->st);
 	bh->fill = 0;

@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sf_array.h"
 #include "sf_checksum.h"
 #include "sf_error.h"
 #include "sf_log.h"
@@ -281,22 +282,6 @@ void sf_manifest_destroy(struct sf_manifest *m)
 	free(m);
 }
 
-/* Make room for one more element in *arr (count n, capacity *cap, element
- * size sz), doubling. -ENOMEM; *arr unchanged on failure. */
-static int grow(void *arr, size_t n, size_t *cap, size_t sz)
-{
-	void **p = arr;
-	if (n < *cap)
-		return 0;
-	size_t ncap = *cap ? *cap * 2 : 8;
-	void *q = reallocarray(*p, ncap, sz);
-	if (!q)
-		return -ENOMEM;
-	*p = q;
-	*cap = ncap;
-	return 0;
-}
-
 /* ------------------------------------------------------------------ */
 /* validation shared by the parser and the builder                     */
 
@@ -412,8 +397,9 @@ static int tensor_append(struct sf_manifest *m, bool is_file, const char *name,
 
 	if (m->ntensors + m->nfiles >= SF_MAX_TENSORS)
 		return -SF_ETOOBIG;
-	if (grow(arr, *n, cap, sizeof(**arr)) < 0)
-		return -ENOMEM;
+	int rc = sf_array_grow(arr, *n, cap, sizeof(**arr), 8, SF_MAX_TENSORS);
+	if (rc < 0)
+		return rc;
 	struct sf_tensor *t = &(*arr)[*n];
 	memset(t, 0, sizeof(*t));
 	t->name = strndup(name, len);
@@ -498,10 +484,10 @@ int sf_tensor_add_shard(const struct sf_manifest *m, struct sf_tensor *t,
 	int rc = shard_validate(&w, m, t, s);
 	if (rc < 0)
 		return builder_code(&w, rc);
-	if (t->nshards >= SF_MAX_SHARDS)
-		return -SF_ETOOBIG;
-	if (grow(&t->shards, t->nshards, &t->cap_shards, sizeof(*t->shards)) < 0)
-		return -ENOMEM;
+	rc = sf_array_grow(&t->shards, t->nshards, &t->cap_shards,
+			   sizeof(*t->shards), 8, SF_MAX_SHARDS);
+	if (rc < 0)
+		return rc;
 
 	struct sf_shard c = *s;
 	c.file = strdup(s->file);
@@ -548,17 +534,14 @@ struct cover {
 static int cover_grow(uint64_t **arr, size_t n, size_t *cap, size_t words,
 		      size_t other)
 {
+	size_t rec = words * sizeof(uint64_t);
+	size_t max = other < COVER_MAX_BYTES ? (COVER_MAX_BYTES - other) / rec : 0;
+
 	if (n < *cap)
 		return 0;
-	size_t ncap = *cap ? *cap * 2 : 64;
-	if (ncap * words * sizeof(uint64_t) + other > COVER_MAX_BYTES)
+	if (!max)
 		return -SF_ETOOBIG;
-	uint64_t *q = reallocarray(*arr, ncap * words, sizeof(uint64_t));
-	if (!q)
-		return -ENOMEM;
-	*arr = q;
-	*cap = ncap;
-	return 0;
+	return sf_array_grow(arr, n, cap, rec, 64, max);
 }
 
 static int cover_add_box(struct cover *c, const uint64_t *lo, const uint64_t *hi)

@@ -8,6 +8,7 @@
  * the others.
  */
 #include "sf_store.h"
+#include "sf_array.h"
 #include "sf_error.h"
 #include "sf_io.h"
 #include "sf_log.h"
@@ -165,16 +166,9 @@ int sf_store_scan(const char *store, sf_store_fn fn, void *arg, int *single)
 			continue;
 		if (stat(path, &sb) < 0 || !S_ISDIR(sb.st_mode))
 			continue;
-		if (n == cap) {
-			size_t nc = cap ? cap * 2 : 16;
-			char **nn = realloc(names, nc * sizeof(*nn));
-			if (!nn) {
-				ret = -ENOMEM;
-				goto out_free_names;
-			}
-			names = nn;
-			cap = nc;
-		}
+		ret = sf_array_grow(&names, n, &cap, sizeof(*names), 16, 0);
+		if (ret < 0)
+			goto out_free_names;
 		names[n] = strdup(de->d_name);
 		if (!names[n]) {
 			ret = -ENOMEM;

@@ -12,6 +12,7 @@
  *    when the array grows); all of it is under w->lock.
  */
 #include "sf_wckpt.h"
+#include "sf_array.h"
 #include "sf_checksum.h"
 #include "sf_error.h"
 #include "sf_io.h"
@@ -134,19 +135,14 @@ static int add_ent(struct sf_wckpt *w, const char *name, bool is_file,
 
 	if (!sf_name_valid(name) || (is_file && strchr(name, '/')))
 		return -EINVAL;
-	if (w->nents == w->cap) {
-		size_t cap = w->cap ? w->cap * 2 : 64;
-		struct went *ne;
-		if (cap > SF_MAX_TENSORS)
-			return -SF_ETOOBIG;
-		ne = realloc(w->ents, cap * sizeof(*ne));
-		if (!ne)
-			return -ENOMEM;
-		w->ents = ne;
-		w->cap = cap;
-		if (reindex(w, cap))
-			return -ENOMEM;
-	}
+	int rc = sf_array_grow(&w->ents, w->nents, &w->cap, sizeof(*w->ents),
+			       64, SF_MAX_TENSORS);
+	if (rc < 0)
+		return rc;
+	/* Keep the open-addressing index at most half full, whatever failed
+	 * before: a full index would make find() loop. */
+	if ((w->nents + 1) * 2 > w->nindex && reindex(w, w->nents + 1))
+		return -ENOMEM;
 	e = &w->ents[w->nents];
 	memset(e, 0, sizeof(*e));
 	e->name = strdup(name);
@@ -323,17 +319,11 @@ static int shard_fits(const struct sf_wckpt *w, const struct went *e,
 
 static int push_shard(struct went *e, const struct sf_shard *s)
 {
-	if (e->nshards == e->cap) {
-		size_t cap = e->cap ? e->cap * 2 : 4;
-		struct sf_shard *ns;
-		if (cap > SF_MAX_SHARDS)
-			return -SF_ETOOBIG;
-		ns = realloc(e->shards, cap * sizeof(*ns));
-		if (!ns)
-			return -ENOMEM;
-		e->shards = ns;
-		e->cap = cap;
-	}
+	int rc = sf_array_grow(&e->shards, e->nshards, &e->cap,
+			       sizeof(*e->shards), 4, SF_MAX_SHARDS);
+
+	if (rc < 0)
+		return rc;
 	e->shards[e->nshards++] = *s;
 	if (e->is_file && s->flat_off + s->flat_len > e->nbytes)
 		e->nbytes = s->flat_off + s->flat_len;

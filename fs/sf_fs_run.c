@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "sf_array.h"
 #include "sf_error.h"
 #include "sf_log.h"
 #include "sf_fs_internal.h"
@@ -41,17 +42,12 @@ static void scan_uncommitted(struct scan_list *l, const char *name,
 {
 	size_t nl = strlen(name), dl = strlen(dir);
 	char *pair;
+	int rc = sf_array_grow(&l->unc, l->nunc, &l->capunc, sizeof(*l->unc),
+			       8, 0);
 
-	if (l->nunc == l->capunc) {
-		size_t cap = l->capunc ? l->capunc * 2 : 8;
-		char **nc = realloc(l->unc, cap * sizeof(*nc));
-
-		if (!nc) {
-			l->err = -ENOMEM;
-			return;
-		}
-		l->unc = nc;
-		l->capunc = cap;
+	if (rc) {
+		l->err = rc;
+		return;
 	}
 	pair = malloc(nl + dl + 2);
 	if (!pair) {
@@ -67,6 +63,7 @@ static void scan_cb(void *arg, const char *name, const char *dir,
 		    struct sf_ckpt *ck, int err, const char *why)
 {
 	struct scan_list *l = arg;
+	int rc;
 
 	if (!ck) {
 		/* Uncommitted (err == 0: resumed if this rank wrote in it) or
@@ -75,17 +72,11 @@ static void scan_cb(void *arg, const char *name, const char *dir,
 			scan_uncommitted(l, name, dir);
 		return;
 	}
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 16;
-		struct sf_ckpt **nc = realloc(l->cks, cap * sizeof(*nc));
-
-		if (!nc) {
-			l->err = -ENOMEM;
-			sf_ckpt_close(ck);
-			return;
-		}
-		l->cks = nc;
-		l->cap = cap;
+	rc = sf_array_grow(&l->cks, l->n, &l->cap, sizeof(*l->cks), 16, 0);
+	if (rc) {
+		l->err = rc;
+		sf_ckpt_close(ck);
+		return;
 	}
 	l->cks[l->n++] = ck;
 }

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "sf_array.h"
 #include "sf_error.h"
 #include "sf_log.h"
 #include "sf_views.h"
@@ -203,18 +204,8 @@ static ptrdiff_t child_find(const struct sf_node *dir, const char *name,
 
 static int children_reserve(struct sf_node *dir)
 {
-	size_t cap;
-	struct sf_node **nc;
-
-	if (dir->nchildren < dir->cap_children)
-		return 0;
-	cap = dir->cap_children ? dir->cap_children * 2 : 8;
-	nc = realloc(dir->children, cap * sizeof(*nc));
-	if (!nc)
-		return -ENOMEM;
-	dir->children = nc;
-	dir->cap_children = cap;
-	return 0;
+	return sf_array_grow(&dir->children, dir->nchildren, &dir->cap_children,
+			     sizeof(*dir->children), 8, 0);
 }
 
 /* Append (build time: the caller sorts afterwards) or insert in order. */
@@ -896,7 +887,7 @@ static int wentry_add(struct sf_fs *fs, struct sf_node *cd,
 struct wlist {
 	char **names;
 	bool *is_file;
-	size_t n, cap;
+	size_t n, cap, cap_file;
 	int err;
 };
 
@@ -904,26 +895,19 @@ static void wlist_add(void *arg, const char *name,
 		      const struct sf_wentry_info *info)
 {
 	struct wlist *l = arg;
+	int rc;
 
 	if (l->err)
 		return;
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 64;
-		char **nn = realloc(l->names, cap * sizeof(*nn));
-		bool *nf;
-
-		if (!nn) {
-			l->err = -ENOMEM;
-			return;
-		}
-		l->names = nn;
-		nf = realloc(l->is_file, cap * sizeof(*nf));
-		if (!nf) {
-			l->err = -ENOMEM;
-			return;
-		}
-		l->is_file = nf;
-		l->cap = cap;
+	/* names and is_file grow in step: each keeps its own capacity, so a
+	 * failure between the two leaves both consistent. */
+	rc = sf_array_grow(&l->names, l->n, &l->cap, sizeof(*l->names), 64, 0);
+	if (!rc)
+		rc = sf_array_grow(&l->is_file, l->n, &l->cap_file,
+				   sizeof(*l->is_file), 64, 0);
+	if (rc) {
+		l->err = rc;
+		return;
 	}
 	l->names[l->n] = strdup(name);
 	if (!l->names[l->n]) {
