@@ -28,30 +28,17 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
+ME=bench.sh
 BIN=${SHARDFS_BIN:-$HERE/../../build/tools}
-KEEP=0
+# shellcheck source=benchlib.sh
+source "$HERE/benchlib.sh"
 REPS=3
 SIZE=2G
 [[ ${BENCH_QUICK:-0} == 1 ]] && SIZE=256M
-while [[ $# -gt 0 ]]; do
-	case $1 in
-	--bin) BIN=$2; shift 2 ;;
-	--keep) KEEP=1; shift ;;
-	--reps) REPS=$2; shift 2 ;;
-	-h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
-	-*) echo "bench.sh: unknown option $1" >&2; exit 2 ;;
-	*) SIZE=$1; shift ;;
-	esac
-done
-[[ $REPS =~ ^[1-9][0-9]?$ ]] || { echo "bench.sh: --reps wants 1..99" >&2; exit 2; }
+bench_parse_args "$@"
+[[ ${#ARGS[@]} -ge 1 ]] && SIZE=${ARGS[0]}
 PY=/usr/bin/python3
-SHARDFS=$BIN/shardfs
-SHARDCTL=$BIN/shardctl
-for t in "$SHARDFS" "$SHARDCTL"; do
-	[[ -x $t ]] || { echo "bench.sh: $t not built (use --bin)" >&2; exit 1; }
-done
-[[ -e /dev/fuse ]] && command -v fusermount3 >/dev/null ||
-	{ echo "bench.sh: needs /dev/fuse and fusermount3" >&2; exit 1; }
+bench_need_tools
 
 WORK=$(mktemp -d /tmp/sfbench-XXXXXX)
 CKPT=$WORK/ckpt
@@ -62,9 +49,12 @@ declare -A BEST  # what -> "bytes|seconds" of the fastest repetition
 MOUNTS=()        # mount rows (what), in first-seen order
 declare -A MBEST # what -> "ms|rss_kb|cpu_s" over the repetitions
 
-ME=bench.sh
-# shellcheck source=benchlib.sh
-source "$HERE/benchlib.sh"
+cleanup() {
+	stop_daemon
+	bench_remove_work
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
 
 # start_daemon LABEL [OPTS...]: fresh mount of $CKPT at $MNT, records its
 # start-up time
@@ -74,12 +64,7 @@ start_daemon() {
 	local t0; t0=$(now)
 	"$SHARDFS" -f "$@" "$CKPT" "$MNT" 2>>"$WORK/daemon.log" &
 	DPID=$!
-	for _ in $(seq 600); do
-		mounted && break
-		kill -0 "$DPID" 2>/dev/null || { echo "bench.sh: daemon died; log:" >&2; tail "$WORK/daemon.log" >&2; exit 1; }
-		sleep 0.01
-	done
-	mounted || { echo "bench.sh: no mount after 6s" >&2; exit 1; }
+	wait_mounted "$MNT" "$DPID" 6 "$WORK/daemon.log" || exit 1
 	MOUNT_MS=$(echo "($(now) - $t0) * 1000" | bc)
 	MOUNT_LABEL=$label
 }

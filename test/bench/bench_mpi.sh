@@ -31,33 +31,20 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
+ME=bench_mpi.sh
 BIN=${SHARDFS_BIN:-$HERE/../../build/tools}
-KEEP=0
+# shellcheck source=benchlib.sh
+source "$HERE/benchlib.sh"
 SIZE=1G
 NT=10000
 if [[ ${BENCH_QUICK:-0} == 1 ]]; then SIZE=128M; NT=1000; fi
-ARGS=()
-while [[ $# -gt 0 ]]; do
-	case $1 in
-	--bin) BIN=$2; shift 2 ;;
-	--keep) KEEP=1; shift ;;
-	-h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
-	-*) echo "bench_mpi.sh: unknown option $1" >&2; exit 2 ;;
-	*) ARGS+=("$1"); shift ;;
-	esac
-done
+bench_parse_args "$@"
 [[ ${#ARGS[@]} -ge 1 ]] && SIZE=${ARGS[0]}
 [[ ${#ARGS[@]} -ge 2 ]] && NT=${ARGS[1]}
 [[ $NT =~ ^[0-9]+$ && $NT -ge 1 && $NT -le 1000000 ]] ||
 	{ echo "bench_mpi.sh: NTENSORS must be 1..1000000" >&2; exit 2; }
 PY=/usr/bin/python3
-SHARDFS=$BIN/shardfs
-SHARDCTL=$BIN/shardctl
-for t in "$SHARDFS" "$SHARDCTL"; do
-	[[ -x $t ]] || { echo "bench_mpi.sh: $t not built (use --bin)" >&2; exit 1; }
-done
-[[ -e /dev/fuse ]] && command -v fusermount3 >/dev/null && command -v mpirun >/dev/null ||
-	{ echo "bench_mpi.sh: needs /dev/fuse, fusermount3 and mpirun" >&2; exit 1; }
+bench_need_tools mpirun
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_mpi_yield_when_idle=1
 
@@ -69,57 +56,24 @@ MPID=""          # mpirun of the current cluster
 MPAT=""          # its mountpoint pattern
 ROWS=()          # "what|bytes|seconds|ratio-to-row" rows
 
-mounted() { grep -q " $1 fuse" /proc/mounts; }
-
-wait_mounted() { # MNT PID SECONDS
-	local i
-	for i in $(seq $(($3 * 20))); do
-		mounted "$1" && return 0
-		kill -0 "$2" 2>/dev/null || return 1
-		sleep 0.05
-	done
-	return 1
-}
-
 stop_single() {
-	if mounted "$SMNT"; then fusermount3 -u "$SMNT" 2>/dev/null || true; fi
-	if [[ -n $SPID ]]; then
-		for _ in $(seq 100); do kill -0 "$SPID" 2>/dev/null || break; sleep 0.1; done
-		kill -0 "$SPID" 2>/dev/null && { kill -TERM "$SPID" 2>/dev/null || true; sleep 1; kill -KILL "$SPID" 2>/dev/null || true; }
-		wait "$SPID" 2>/dev/null || true
-		SPID=""
-	fi
-	if mounted "$SMNT"; then umount -l "$SMNT" || true; fi
+	stop_mounts "$SPID" 10 "$SMNT"
+	SPID=""
 }
 
 stop_cluster() {
-	local r m
+	local r mnts=()
 	[[ -n $MPAT ]] || return 0
-	for r in $(seq 0 $((N - 1))); do
-		m=${MPAT//%r/$r}
-		if mounted "$m"; then fusermount3 -u "$m" 2>/dev/null || true; fi
-	done
-	if [[ -n $MPID ]]; then
-		for _ in $(seq 300); do kill -0 "$MPID" 2>/dev/null || break; sleep 0.1; done
-		if kill -0 "$MPID" 2>/dev/null; then
-			echo "bench_mpi.sh: mpirun $MPID did not exit after unmount; killing" >&2
-			kill -TERM "$MPID" 2>/dev/null || true; sleep 2
-			kill -KILL "$MPID" 2>/dev/null || true
-		fi
-		wait "$MPID" 2>/dev/null || true
-		MPID=""
-	fi
-	for r in $(seq 0 $((N - 1))); do
-		m=${MPAT//%r/$r}
-		if mounted "$m"; then umount -l "$m" || true; fi
-	done
+	for r in $(seq 0 $((N - 1))); do mnts+=("${MPAT//%r/$r}"); done
+	stop_mounts "$MPID" 30 "${mnts[@]}"
+	MPID=""
 	MPAT=""
 }
 
 cleanup() {
 	stop_single
 	stop_cluster
-	if [[ $KEEP == 1 ]]; then echo "kept: $WORK"; else rm -rf "$WORK"; fi
+	bench_remove_work
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM

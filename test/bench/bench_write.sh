@@ -31,28 +31,16 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
+ME=bench_write.sh
 BIN=${SHARDFS_BIN:-$HERE/../../build/tools}
-KEEP=0
+# shellcheck source=benchlib.sh
+source "$HERE/benchlib.sh"
 SIZE=1G
 REPS=3
 [[ ${BENCH_QUICK:-0} == 1 ]] && SIZE=128M && REPS=1
-while [[ $# -gt 0 ]]; do
-	case $1 in
-	--bin) BIN=$2; shift 2 ;;
-	--keep) KEEP=1; shift ;;
-	--reps) REPS=$2; shift 2 ;;
-	-h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
-	-*) echo "bench_write.sh: unknown option $1" >&2; exit 2 ;;
-	*) SIZE=$1; shift ;;
-	esac
-done
-SHARDFS=$BIN/shardfs
-SHARDCTL=$BIN/shardctl
-for t in "$SHARDFS" "$SHARDCTL"; do
-	[[ -x $t ]] || { echo "bench_write.sh: $t not built (use --bin)" >&2; exit 1; }
-done
-[[ -e /dev/fuse ]] && command -v fusermount3 >/dev/null ||
-	{ echo "bench_write.sh: needs /dev/fuse and fusermount3" >&2; exit 1; }
+bench_parse_args "$@"
+[[ ${#ARGS[@]} -ge 1 ]] && SIZE=${ARGS[0]}
+bench_need_tools
 BYTES=$(numfmt --from=iec "$SIZE")
 MIBS=$((BYTES / 1048576))
 ((MIBS > 0 && MIBS * 1048576 == BYTES)) ||
@@ -67,9 +55,12 @@ MNT=$WORK/mnt
 DPID=""          # the running daemon, if any
 ROWS=()          # "what|column|seconds" rows
 
-ME=bench_write.sh
-# shellcheck source=benchlib.sh
-source "$HERE/benchlib.sh"
+cleanup() {
+	stop_daemon
+	bench_remove_work
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
 
 mkdir -p "$STORE" "$MNT"
 echo "making a $SIZE random source file ..." >&2
@@ -78,12 +69,7 @@ cat "$WORK/src.bin" >/dev/null          # in the page cache for every run
 
 "$SHARDFS" -f "$STORE" "$MNT" 2>>"$WORK/daemon.log" &
 DPID=$!
-for _ in $(seq 600); do
-	mounted && break
-	kill -0 "$DPID" 2>/dev/null || { echo "bench_write.sh: daemon died; log:" >&2; tail "$WORK/daemon.log" >&2; exit 1; }
-	sleep 0.01
-done
-mounted || { echo "bench_write.sh: no mount after 6s" >&2; exit 1; }
+wait_mounted "$MNT" "$DPID" 6 "$WORK/daemon.log" || exit 1
 
 # declare CKPT NAME DTYPE SHAPE: a fresh checkpoint with one tensor
 declare_tensor() {

@@ -1,38 +1,108 @@
-# benchlib.sh - what the single-daemon benchmark scripts share: stopping the
-# daemon and unmounting, cleanup of the work directory on every exit.
-# Sourced (not run). Expects: ME (script name for messages), MNT, WORK,
-# KEEP (1: keep WORK), DPID (pid of the running daemon, or empty).
-# Installs the EXIT/INT/TERM traps.
+# benchlib.sh - what the benchmark scripts share: option parsing, the tool
+# checks, waiting for a mount, stopping a daemon (or mpirun) and its
+# mounts, and removing the work directory. Sourced (not run), after
+# `set -euo pipefail`, by bench.sh, bench_write.sh and bench_mpi.sh.
+# The sourcing script sets ME (its name for messages) first, and BIN to
+# its default binary directory.
 
-mounted() { grep -q " $MNT fuse" /proc/mounts; }
+now() { date +%s.%N; }
 
-# Unmount, wait (bounded) for the daemon to exit, kill it if it does not.
-stop_daemon() {
-	if mounted; then
-		fusermount3 -u "$MNT" 2>/dev/null || true
-	fi
-	if [[ -n $DPID ]]; then
-		for _ in $(seq 100); do kill -0 "$DPID" 2>/dev/null || break; sleep 0.1; done
-		if kill -0 "$DPID" 2>/dev/null; then
-			echo "$ME: daemon $DPID did not exit after unmount; killing" >&2
-			kill -TERM "$DPID" 2>/dev/null || true; sleep 1
-			kill -KILL "$DPID" 2>/dev/null || true
-		fi
-		wait "$DPID" 2>/dev/null || true
-		DPID=""
-	fi
-	if mounted; then umount -l "$MNT" || true; fi
+# bench_parse_args "$@": --bin DIR (sets BIN), --keep (KEEP=1), --reps N
+# (only when the script set REPS; 1..99), -h (the script's header comment).
+# Positional arguments go to the array ARGS.
+bench_parse_args() {
+	KEEP=0
+	ARGS=()
+	while [[ $# -gt 0 ]]; do
+		case $1 in
+		--bin) BIN=$2; shift 2 ;;
+		--keep) KEEP=1; shift ;;
+		--reps)
+			[[ -n ${REPS:-} ]] || { echo "$ME: unknown option $1" >&2; exit 2; }
+			REPS=$2; shift 2
+			[[ $REPS =~ ^[1-9][0-9]?$ ]] || { echo "$ME: --reps wants 1..99" >&2; exit 2; } ;;
+		-h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
+		-*) echo "$ME: unknown option $1" >&2; exit 2 ;;
+		*) ARGS+=("$1"); shift ;;
+		esac
+	done
 }
 
-cleanup() {
-	stop_daemon
+# bench_need_tools [COMMAND...]: the built shardfs and shardctl in $BIN
+# (sets SHARDFS, SHARDCTL), /dev/fuse, fusermount3 and any COMMAND named;
+# exits 1 naming what is missing.
+bench_need_tools() {
+	local t
+	SHARDFS=$BIN/shardfs
+	SHARDCTL=$BIN/shardctl
+	for t in "$SHARDFS" "$SHARDCTL"; do
+		[[ -x $t ]] || { echo "$ME: $t not built (use --bin)" >&2; exit 1; }
+	done
+	[[ -e /dev/fuse ]] || { echo "$ME: needs /dev/fuse" >&2; exit 1; }
+	for t in fusermount3 "$@"; do
+		command -v "$t" >/dev/null || { echo "$ME: needs $t" >&2; exit 1; }
+	done
+}
+
+mounted() { grep -q " $1 fuse" /proc/mounts; }
+
+# wait_mounted MNT PID SECONDS [LOG]: until MNT is a FUSE mount; 1 (with
+# LOG's tail) if PID exits first or SECONDS pass.
+wait_mounted() {
+	local i
+	for i in $(seq $(($3 * 50))); do
+		mounted "$1" && return 0
+		kill -0 "$2" 2>/dev/null || {
+			echo "$ME: process $2 exited before $1 was mounted" >&2
+			[[ -n ${4:-} ]] && tail "$4" >&2
+			return 1
+		}
+		sleep 0.02
+	done
+	echo "$ME: $1 not mounted after $3 s" >&2
+	return 1
+}
+
+# reap_pid PID SECONDS: wait up to SECONDS for PID to exit, then TERM, then
+# KILL it; always reaps it.
+reap_pid() {
+	local i
+	for i in $(seq $(($2 * 10))); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
+	if kill -0 "$1" 2>/dev/null; then
+		echo "$ME: process $1 did not exit after unmount; killing" >&2
+		kill -TERM "$1" 2>/dev/null || true; sleep 1
+		kill -KILL "$1" 2>/dev/null || true
+	fi
+	wait "$1" 2>/dev/null || true
+}
+
+# stop_mounts PID SECONDS MNT...: unmount every MNT, reap PID (the daemon
+# or mpirun serving them; may be empty), and lazily unmount whatever is
+# still mounted.
+stop_mounts() {
+	local pid=$1 secs=$2 m
+	shift 2
+	for m in "$@"; do
+		if mounted "$m"; then fusermount3 -u "$m" 2>/dev/null || true; fi
+	done
+	[[ -z $pid ]] || reap_pid "$pid" "$secs"
+	for m in "$@"; do
+		if mounted "$m"; then umount -l "$m" || true; fi
+	done
+}
+
+# The single-daemon scripts: DPID serves MNT.
+stop_daemon() {
+	stop_mounts "${DPID:-}" 10 "$MNT"
+	DPID=""
+}
+
+# bench_remove_work: remove WORK, or name it when --keep was given. For the
+# script's EXIT trap, after it stopped its daemons.
+bench_remove_work() {
 	if [[ $KEEP == 1 ]]; then
 		echo "kept: $WORK"
 	else
 		rm -rf "$WORK"
 	fi
 }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-now() { date +%s.%N; }
