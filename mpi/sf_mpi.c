@@ -6,13 +6,16 @@
  * MPI_COMM_WORLD (errors return, never abort). Requests to a daemon go to
  * tag SF_TAG_REQ and are received by exactly one service thread per rank
  * (matched probe + MPI_Mrecv); each request names a reply tag, drawn by the
- * requester from an atomic counter in [SF_TAG_REPLY_BASE, MPI_TAG_UB], that
- * no other request in flight uses, so any thread may wait for its own reply
- * with MPI_Test polling against a deadline. Replies are [int64 status][bytes].
+ * requester from an atomic counter in [SF_MPI_WIRE_TAG_BASE, MPI_TAG_UB],
+ * that no other request in flight uses, so any thread may wait for its own
+ * reply with MPI_Test polling against a deadline. Replies are
+ * [int64 status][bytes].
  *
  * Invariants:
- *  - every received message is size-checked before any field is used, and
- *    every length inside it is checked against what was received;
+ *  - every received message is sized before it is received (anything over
+ *    the wire caps is drained and dropped) and decoded by sf_mpi_wire.c,
+ *    which checks every length inside it against what was received, before
+ *    this file uses any field;
  *  - a buffer under an MPI request is never freed before that request
  *    completed: a requester that gives up cancels its receive and, if the
  *    receive already matched, hands request and buffer to the "zombie" list
@@ -23,14 +26,17 @@
  *  - commit/commit-done rounds exist only on rank 0 and are touched only by
  *    its service thread.
  *
- * Wire format: fixed-width host-endian structs (all ranks of one job share
- * an architecture), sent as MPI_BYTE.
+ * Wire format: sf_mpi_wire.h describes every message (request headers,
+ * reply framing, verdicts, notices, inventories) and sf_mpi_wire.c encodes
+ * and validates them; this file only sends and receives the bytes, as
+ * MPI_BYTE.
  */
 #include "sf_mpi.h"
 #include "sf_error.h"
 #include "sf_io.h"
 #include "sf_log.h"
 #include "sf_manifest.h"
+#include "sf_mpi_wire.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -47,8 +53,6 @@
 #include <unistd.h>
 
 #define SF_TAG_REQ 1
-#define SF_TAG_REPLY_BASE 16
-#define SF_MPI_MAGIC 0x53464d31u          /* "SFM1" */
 #define SF_MPI_CHUNK (4u << 20)           /* bytes per read message */
 #define SF_MPI_INFLIGHT 8                 /* chunk requests in flight per read */
 #define SF_MPI_PF_SLOTS 8                 /* prefetch buffers per daemon */
@@ -61,37 +65,9 @@
 #define SF_MPI_STREAMS 32                 /* remembered sequential streams */
 #define SF_MPI_READ_TIMEOUT_MS 30000      /* default bound on one peer read */
 #define SF_MPI_SEND_DRAIN_MS 5000         /* bound on draining sends at exit */
-#define SF_MPI_MAX_INV_BYTES (64u << 20)  /* one rank's serialized inventory */
-#define SF_MPI_MAX_INV_FILES (1u << 22)   /* files in one rank's inventory */
 #define SF_MPI_MAX_DEPTH 16               /* directory depth walked */
 #define SF_MPI_MAX_TEXT 1024              /* error text in a verdict */
 #define SF_MPI_INV_BUCKETS 4096
-
-enum msg_kind {
-	MSG_READ = 1,
-	MSG_COMMIT_PART,
-	MSG_COMMIT_DONE,
-	MSG_NOTICE,
-	MSG_LEAVE,
-};
-
-/* Request header; followed by name_len + file_len bytes, then `len` bytes of
- * part data for MSG_COMMIT_PART. */
-struct wire_req {
-	uint32_t magic;
-	uint32_t kind;        /* enum msg_kind */
-	int32_t reply_tag;    /* 0 for messages without a reply */
-	int32_t status;       /* MSG_COMMIT_DONE: publish result */
-	uint64_t off;         /* MSG_READ: byte offset */
-	uint64_t len;         /* MSG_READ: bytes wanted; COMMIT_PART: part bytes */
-	uint32_t name_len;    /* checkpoint name, <= SF_MAX_COMPONENT */
-	uint32_t file_len;    /* file (READ) or what (NOTICE), <= SF_MAX_NAME */
-	uint32_t timeout_ms;  /* commit rounds */
-	uint32_t pad;
-};
-
-#define SF_MPI_MAX_REQ \
-	(sizeof(struct wire_req) + SF_MAX_COMPONENT + SF_MAX_NAME + SF_MPI_MAX_PART)
 
 /* A send buffer shared by several MPI_Isend (refcount under pend_lock). */
 struct sbuf {
@@ -130,7 +106,7 @@ struct pf_slot {
 	char *file;                      /* owned */
 	uint64_t off, len;               /* bytes of the file */
 	int peer;
-	unsigned char *buf;              /* 8 + len bytes, owned; under req */
+	unsigned char *buf;              /* reply of len bytes, owned; under req */
 	MPI_Request req;
 	uint64_t stamp;                  /* issue order, for eviction */
 };
@@ -145,7 +121,7 @@ struct stream {
 
 /* Commit coordination state on rank 0 (service thread only). */
 struct round {
-	enum msg_kind kind;              /* MSG_COMMIT_PART or MSG_COMMIT_DONE */
+	enum sf_mpi_msg kind;            /* SF_MPI_MSG_COMMIT_PART or _DONE */
 	char *name;                      /* checkpoint (owned) */
 	uint64_t deadline_ns;            /* CLOCK_MONOTONIC */
 	uint32_t timeout_ms;
@@ -245,63 +221,55 @@ static int mpi_fail(const char *what, int rc)
 	return -SF_EPEER;
 }
 
-/* A checkpoint name as it travels: one path component, or "" in single
- * mode. */
-static bool ckpt_name_ok(const char *s, size_t len)
-{
-	if (len == 0)
-		return true;
-	if (len > SF_MAX_COMPONENT || memchr(s, '/', len) ||
-	    (len == 1 && s[0] == '.') || (len == 2 && s[0] == '.' && s[1] == '.'))
-		return false;
-	for (size_t i = 0; i < len; i++)
-		if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
-			return false;
-	return true;
-}
-
 static int new_tag(struct sf_mpi *mp)
 {
-	unsigned span = (unsigned)(mp->tag_ub - SF_TAG_REPLY_BASE) + 1;
+	unsigned span = (unsigned)(mp->tag_ub - SF_MPI_WIRE_TAG_BASE) + 1;
 
-	return SF_TAG_REPLY_BASE + (int)(atomic_fetch_add(&mp->next_tag, 1) % span);
+	return SF_MPI_WIRE_TAG_BASE +
+	       (int)(atomic_fetch_add(&mp->next_tag, 1) % span);
 }
 
-/* Build a request: header + name + file (+ room for `extra` bytes). */
-static struct sbuf *req_build(const struct wire_req *h, const char *name,
-			      const char *file, size_t extra)
+/* A send buffer of len bytes, no references yet. */
+static struct sbuf *sbuf_new(size_t len)
 {
-	size_t nl = name ? strlen(name) : 0, fl = file ? strlen(file) : 0;
-	size_t len = sizeof(*h) + nl + fl + extra;
 	struct sbuf *sb = malloc(sizeof(*sb) + len);
-	struct wire_req *w;
 
 	if (!sb)
 		return NULL;
 	sb->refs = 0;
 	sb->len = len;
-	w = (struct wire_req *)sb->data;
-	*w = *h;
-	w->magic = SF_MPI_MAGIC;
-	w->name_len = (uint32_t)nl;
-	w->file_len = (uint32_t)fl;
-	memcpy(sb->data + sizeof(*h), name, nl);
-	memcpy(sb->data + sizeof(*h) + nl, file, fl);
+	return sb;
+}
+
+/* Encode request r, with name and file given as C strings (NULL: none),
+ * into a new send buffer. NULL when out of memory or when r breaks a wire
+ * cap (the callers check their arguments first). */
+static struct sbuf *req_build(struct sf_mpi_wire_req *r, const char *name,
+			      const char *file)
+{
+	struct sbuf *sb;
+	size_t len;
+
+	r->name = name;
+	r->name_len = name ? strlen(name) : 0;
+	r->file = file;
+	r->file_len = file ? strlen(file) : 0;
+	if (sf_mpi_wire_req_size(r, &len) < 0 || !(sb = sbuf_new(len)))
+		return NULL;
+	if (sf_mpi_wire_req_encode(r, sb->data, sb->len) < 0) {
+		free(sb);
+		return NULL;
+	}
 	return sb;
 }
 
 /* Reply buffer [int64 status][payload]. */
 static struct sbuf *reply_build(int64_t status, const void *data, size_t len)
 {
-	struct sbuf *sb = malloc(sizeof(*sb) + 8 + len);
+	struct sbuf *sb = sbuf_new(sf_mpi_wire_reply_size(len));
 
-	if (!sb)
-		return NULL;
-	sb->refs = 0;
-	sb->len = 8 + len;
-	memcpy(sb->data, &status, 8);
-	if (len)
-		memcpy(sb->data + 8, data, len);
+	if (sb)
+		sf_mpi_wire_reply_encode(sb->data, status, data, len);
 	return sb;
 }
 
@@ -510,55 +478,10 @@ static void inv_free(struct sf_mpi *mp)
 	}
 }
 
-/* Growing serialization buffer of inventory records
- * [u16 name_len][u16 file_len][u64 size][name][file]. */
-struct invbuf {
-	unsigned char *p;
-	size_t len, cap;
-	size_t nfiles;
-	int ret;              /* first error */
-};
-
-static void invbuf_put(struct invbuf *ib, const char *name, const char *file,
-		       uint64_t size)
-{
-	uint16_t nl = (uint16_t)strlen(name), fl = (uint16_t)strlen(file);
-	size_t need = 12 + (size_t)nl + fl;
-
-	if (ib->ret)
-		return;
-	if (ib->nfiles >= SF_MPI_MAX_INV_FILES ||
-	    ib->len + need > SF_MPI_MAX_INV_BYTES) {
-		ib->ret = -SF_ETOOBIG;
-		return;
-	}
-	if (ib->len + need > ib->cap) {
-		size_t cap = ib->cap ? ib->cap * 2 : 65536;
-		unsigned char *p;
-
-		while (cap < ib->len + need)
-			cap *= 2;
-		p = realloc(ib->p, cap);
-		if (!p) {
-			ib->ret = -ENOMEM;
-			return;
-		}
-		ib->p = p;
-		ib->cap = cap;
-	}
-	memcpy(ib->p + ib->len, &nl, 2);
-	memcpy(ib->p + ib->len + 2, &fl, 2);
-	memcpy(ib->p + ib->len + 4, &size, 8);
-	memcpy(ib->p + ib->len + 12, name, nl);
-	memcpy(ib->p + ib->len + 12 + nl, file, fl);
-	ib->len += need;
-	ib->nfiles++;
-}
-
 /* Walk dir (absolute) whose path relative to the checkpoint is rel, adding
- * every regular, non-hidden file. */
-static void walk_payloads(struct invbuf *ib, const char *ckpt, const char *dir,
-			  const char *rel, unsigned depth)
+ * every regular, non-hidden file to the serialized inventory. */
+static void walk_payloads(struct sf_mpi_wire_inv_buf *ib, const char *ckpt,
+			  const char *dir, const char *rel, unsigned depth)
 {
 	DIR *d;
 	struct dirent *de;
@@ -586,13 +509,15 @@ static void walk_payloads(struct invbuf *ib, const char *ckpt, const char *dir,
 		if (S_ISDIR(sb.st_mode))
 			walk_payloads(ib, ckpt, path, relp, depth + 1);
 		else if (S_ISREG(sb.st_mode) && sf_relpath_valid(relp))
-			invbuf_put(ib, ckpt, relp, (uint64_t)sb.st_size);
+			sf_mpi_wire_inv_put(ib, ckpt, strlen(ckpt), relp,
+					    strlen(relp), (uint64_t)sb.st_size);
 	}
 	closedir(d);
 }
 
 /* Add the rank-NNNNN directories of checkpoint dir `cdir` named `ckpt`. */
-static void scan_ckpt(struct invbuf *ib, const char *ckpt, const char *cdir)
+static void scan_ckpt(struct sf_mpi_wire_inv_buf *ib, const char *ckpt,
+		      const char *cdir)
 {
 	DIR *d = opendir(cdir);
 	struct dirent *de;
@@ -614,7 +539,8 @@ static void scan_ckpt(struct invbuf *ib, const char *ckpt, const char *cdir)
 	closedir(d);
 }
 
-static int build_inventory(const char *store, int single, struct invbuf *ib)
+static int build_inventory(const char *store, int single,
+			   struct sf_mpi_wire_inv_buf *ib)
 {
 	DIR *d;
 	struct dirent *de;
@@ -631,7 +557,7 @@ static int build_inventory(const char *store, int single, struct invbuf *ib)
 		struct stat sb;
 
 		if (de->d_name[0] == '.' ||
-		    !ckpt_name_ok(de->d_name, strlen(de->d_name)))
+		    !sf_mpi_wire_ckpt_name_ok(de->d_name, strlen(de->d_name)))
 			continue;
 		if ((size_t)snprintf(path, sizeof(path), "%s/%s", store,
 				     de->d_name) >= sizeof(path))
@@ -643,42 +569,33 @@ static int build_inventory(const char *store, int single, struct invbuf *ib)
 	return ib->ret;
 }
 
+/* One rank's records, as sf_mpi_wire_inv_parse hands them over. */
+struct inv_from {
+	struct sf_mpi *mp;
+	int rank;
+};
+
+static int inv_add_rec(void *arg, const struct sf_mpi_wire_inv_rec *rec)
+{
+	struct inv_from *from = arg;
+
+	return inv_add(from->mp, rec->name, rec->name_len, rec->file,
+		       rec->file_len, from->rank, rec->size);
+}
+
 /* Parse rank r's serialized inventory (untrusted bytes) into the map. */
 static int inv_parse(struct sf_mpi *mp, int r, const unsigned char *p,
 		     size_t len)
 {
-	size_t pos = 0;
+	struct inv_from from = { mp, r };
+	size_t bad_at = 0;
+	int ret;
 
-	while (pos < len) {
-		uint16_t nl, fl;
-		uint64_t size;
-		char file[SF_MAX_NAME + 1];
-		const char *name;
-		int ret;
-
-		if (len - pos < 12)
-			goto out_bad;
-		memcpy(&nl, p + pos, 2);
-		memcpy(&fl, p + pos + 2, 2);
-		memcpy(&size, p + pos + 4, 8);
-		if (nl > SF_MAX_COMPONENT || fl == 0 || fl > SF_MAX_NAME ||
-		    len - pos - 12 < (size_t)nl + fl)
-			goto out_bad;
-		name = (const char *)p + pos + 12;
-		memcpy(file, name + nl, fl);
-		file[fl] = '\0';
-		if (!ckpt_name_ok(name, nl) || memchr(name, '\0', nl) ||
-		    strlen(file) != fl || !sf_relpath_valid(file))
-			goto out_bad;
-		ret = inv_add(mp, name, nl, file, fl, r, size);
-		if (ret)
-			return ret;
-		pos += 12 + (size_t)nl + fl;
-	}
-	return 0;
-out_bad:
-	sf_err("mpi: rank %d sent a malformed inventory at byte %zu", r, pos);
-	return -SF_EPEER;
+	ret = sf_mpi_wire_inv_parse(p, len, inv_add_rec, &from, &bad_at);
+	if (ret == -SF_EPEER)
+		sf_err("mpi: rank %d sent a malformed inventory at byte %zu", r,
+		       bad_at);
+	return ret;
 }
 
 /* ------------------------------------------------------------------ */
@@ -697,9 +614,11 @@ static void reply(struct sf_mpi *mp, int dest, int tag, int64_t status,
 }
 
 /* Answer a READ: pread the file straight into the reply buffer. */
-static void serve_read(struct sf_mpi *mp, int src, const struct wire_req *h,
-		       const char *name, const char *file)
+static void serve_read(struct sf_mpi *mp, int src,
+		       const struct sf_mpi_wire_req *h, const char *name,
+		       const char *file)
 {
+	size_t len = (size_t)h->len; /* <= SF_MPI_MAX_MSG: decoded */
 	char path[4096];
 	struct sbuf *sb;
 	int fd, ret, n;
@@ -714,30 +633,23 @@ static void serve_read(struct sf_mpi *mp, int src, const struct wire_req *h,
 		reply(mp, src, h->reply_tag, -SF_ESHORT, NULL, 0);
 		return;
 	}
-	sb = malloc(sizeof(*sb) + 8 + h->len);
+	sb = sbuf_new(sf_mpi_wire_reply_size(len));
 	if (!sb) {
 		reply(mp, src, h->reply_tag, -ENOMEM, NULL, 0);
 		return;
 	}
-	sb->refs = 0;
 	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
 	if (fd < 0) {
 		ret = errno == ENOENT || errno == ENOTDIR ? -SF_ESHORT : -EIO;
 	} else {
-		ret = sf_pread_full(fd, sb->data + 8, h->len, h->off);
+		ret = sf_pread_full(fd, sb->data + SF_MPI_WIRE_REPLY_HDR, len,
+				    h->off);
 		close(fd);
 	}
-	if (ret < 0) {
-		int64_t st = ret;
-
-		memcpy(sb->data, &st, 8);
-		sb->len = 8;
-	} else {
-		int64_t st = 0;
-
-		memcpy(sb->data, &st, 8);
-		sb->len = 8 + h->len;
-	}
+	/* The payload is in place already: only the status is written. */
+	if (ret < 0)
+		sb->len = sf_mpi_wire_reply_size(0);
+	sf_mpi_wire_reply_encode(sb->data, ret < 0 ? ret : 0, NULL, 0);
 	if (send_async(mp, src, h->reply_tag, sb) < 0) {
 		sf_err("mpi: cannot answer rank %d's read of %s", src, file);
 		free(sb);
@@ -760,7 +672,7 @@ static void round_free(struct round *r, int size)
 	free(r);
 }
 
-static struct round *round_get(struct sf_mpi *mp, enum msg_kind kind,
+static struct round *round_get(struct sf_mpi *mp, enum sf_mpi_msg kind,
 			       const char *name, uint32_t timeout_ms)
 {
 	struct round *r;
@@ -839,7 +751,7 @@ static void round_complete(struct sf_mpi *mp, struct round *r)
 {
 	char err[SF_MPI_MAX_TEXT] = "";
 
-	if (r->kind == MSG_COMMIT_PART) {
+	if (r->kind == SF_MPI_MSG_COMMIT_PART) {
 		sf_merge_fn fn = NULL;
 		void *arg = NULL;
 		char *out = NULL;
@@ -929,7 +841,7 @@ static void rounds_expire(struct sf_mpi *mp)
 		rank_list(r->have, mp->size, false, ranks, sizeof(ranks));
 		snprintf(err, sizeof(err),
 			 "rank(s) %s did not %s \"%s\" within %.1f s", ranks,
-			 r->kind == MSG_COMMIT_PART ? "commit" : "report publishing",
+			 r->kind == SF_MPI_MSG_COMMIT_PART ? "commit" : "report publishing",
 			 r->name, r->timeout_ms / 1000.0);
 		sf_err("mpi: %s", err);
 		round_answer(mp, r, -ETIMEDOUT, err, strlen(err));
@@ -938,8 +850,8 @@ static void rounds_expire(struct sf_mpi *mp)
 	}
 }
 
-static void serve_commit(struct sf_mpi *mp, int src, const struct wire_req *h,
-			 const char *name, const unsigned char *data)
+static void serve_commit(struct sf_mpi *mp, int src,
+			 const struct sf_mpi_wire_req *h, const char *name)
 {
 	struct round *r;
 	char err[SF_MPI_MAX_TEXT];
@@ -950,7 +862,7 @@ static void serve_commit(struct sf_mpi *mp, int src, const struct wire_req *h,
 		reply(mp, src, h->reply_tag, -EINVAL, err, strlen(err));
 		return;
 	}
-	r = round_get(mp, (enum msg_kind)h->kind, name, h->timeout_ms);
+	r = round_get(mp, (enum sf_mpi_msg)h->kind, name, h->timeout_ms);
 	if (!r) {
 		reply(mp, src, h->reply_tag, -ENOMEM, "out of memory", 13);
 		return;
@@ -961,20 +873,18 @@ static void serve_commit(struct sf_mpi *mp, int src, const struct wire_req *h,
 		reply(mp, src, h->reply_tag, -EALREADY, err, strlen(err));
 		return;
 	}
-	if (h->kind == MSG_COMMIT_PART) {
+	if (h->kind == SF_MPI_MSG_COMMIT_PART) {
 		r->parts[src] = malloc(h->len + 1);
 		if (!r->parts[src]) {
 			reply(mp, src, h->reply_tag, -ENOMEM, "out of memory", 13);
 			return;
 		}
-		memcpy(r->parts[src], data, h->len);
+		if (h->len)
+			memcpy(r->parts[src], h->data, h->len);
 		r->parts[src][h->len] = '\0';
 		r->lens[src] = h->len;
 	} else {
-		/* A peer's code; anything outside the error ranges is EIO. */
-		r->status[src] = h->status > 0 ? 0 :
-				 h->status < -(int32_t)SF_ERR_LAST ? -EIO :
-				 h->status;
+		r->status[src] = sf_mpi_wire_publish_status(h->status);
 	}
 	r->have[src] = true;
 	r->tag[src] = h->reply_tag;
@@ -1000,71 +910,35 @@ static void serve_notice(struct sf_mpi *mp, int src, const char *name,
 static void serve_one(struct sf_mpi *mp, int src, const unsigned char *msg,
 		      size_t len)
 {
-	struct wire_req h;
+	struct sf_mpi_wire_req h;
+	struct sf_mpi_wire_reject rej;
 	char name[SF_MAX_COMPONENT + 1], file[SF_MAX_NAME + 1];
-	size_t want;
 
-	if (len < sizeof(h)) {
-		sf_err("mpi: %zu-byte request from rank %d is too short", len, src);
+	if (sf_mpi_wire_req_decode(msg, len, mp->tag_ub, &h, &rej) < 0) {
+		sf_err("mpi: request from rank %d: %s", src, rej.why);
+		if (rej.answer)
+			reply(mp, src, rej.reply_tag, rej.answer, rej.text,
+			      rej.text ? strlen(rej.text) : 0);
 		return;
 	}
-	memcpy(&h, msg, sizeof(h));
-	if (h.magic != SF_MPI_MAGIC || h.kind < MSG_READ || h.kind > MSG_LEAVE ||
-	    h.name_len > SF_MAX_COMPONENT || h.file_len > SF_MAX_NAME) {
-		sf_err("mpi: malformed request from rank %d", src);
-		return;
-	}
-	if (h.kind != MSG_LEAVE && h.kind != MSG_NOTICE &&
-	    (h.reply_tag < SF_TAG_REPLY_BASE || h.reply_tag > mp->tag_ub)) {
-		sf_err("mpi: request from rank %d has bad reply tag %d", src,
-		       h.reply_tag);
-		return;
-	}
-	want = sizeof(h) + h.name_len + h.file_len;
-	if (h.kind == MSG_COMMIT_PART) {
-		if (h.len > SF_MPI_MAX_PART) {
-			reply(mp, src, h.reply_tag, -SF_ETOOBIG, "part too big", 12);
-			return;
-		}
-		want += h.len;
-	}
-	if (len != want) {
-		sf_err("mpi: request from rank %d: %zu bytes, expected %zu", src,
-		       len, want);
-		if (h.kind != MSG_LEAVE && h.kind != MSG_NOTICE)
-			reply(mp, src, h.reply_tag, -SF_EPEER, NULL, 0);
-		return;
-	}
-	memcpy(name, msg + sizeof(h), h.name_len);
+	/* Decoded: both fit and hold no NUL. */
+	memcpy(name, h.name, h.name_len);
 	name[h.name_len] = '\0';
-	memcpy(file, msg + sizeof(h) + h.name_len, h.file_len);
+	memcpy(file, h.file, h.file_len);
 	file[h.file_len] = '\0';
-	if (strlen(name) != h.name_len || strlen(file) != h.file_len ||
-	    !ckpt_name_ok(name, h.name_len)) {
-		sf_err("mpi: request from rank %d has a bad name", src);
-		if (h.kind != MSG_LEAVE && h.kind != MSG_NOTICE)
-			reply(mp, src, h.reply_tag, -EINVAL, NULL, 0);
-		return;
-	}
 
 	switch (h.kind) {
-	case MSG_READ:
-		if (h.len == 0 || h.len > SF_MPI_MAX_MSG ||
-		    h.off > UINT64_MAX - h.len || !sf_relpath_valid(file)) {
-			sf_err("mpi: bad read request from rank %d (%s)", src, file);
-			reply(mp, src, h.reply_tag, -EINVAL, NULL, 0);
-			return;
-		}
+	case SF_MPI_MSG_READ:
 		serve_read(mp, src, &h, name, file);
 		break;
-	case MSG_COMMIT_PART:
-	case MSG_COMMIT_DONE:
-		serve_commit(mp, src, &h, name, msg + want - (h.kind == MSG_COMMIT_PART ? h.len : 0));
+	case SF_MPI_MSG_COMMIT_PART:
+	case SF_MPI_MSG_COMMIT_DONE:
+		serve_commit(mp, src, &h, name);
 		break;
-	case MSG_NOTICE:
+	case SF_MPI_MSG_NOTICE:
 		serve_notice(mp, src, name, file);
 		break;
-	case MSG_LEAVE:
+	case SF_MPI_MSG_LEAVE:
 		if (!mp->left[src]) {
 			mp->left[src] = true;
 			mp->nleft++;
@@ -1085,8 +959,8 @@ static int serve_poll(struct sf_mpi *mp)
 	if (rc != MPI_SUCCESS || !flag)
 		return 0;
 	MPI_Get_count(&st, MPI_BYTE, &count);
-	if (count < 0 || (size_t)count > SF_MPI_MAX_REQ) {
-		unsigned char sink[sizeof(struct wire_req)];
+	if (count < 0 || (size_t)count > SF_MPI_WIRE_MAX_REQ) {
+		unsigned char sink[sizeof(struct sf_mpi_wire_hdr)];
 
 		/* Drain it into a small buffer (truncated) and drop it. */
 		sf_err("mpi: dropping a %d-byte request from rank %d", count,
@@ -1097,7 +971,7 @@ static int serve_poll(struct sf_mpi *mp)
 	}
 	buf = malloc(count ? (size_t)count : 1);
 	if (!buf) {
-		unsigned char sink[sizeof(struct wire_req)];
+		unsigned char sink[sizeof(struct sf_mpi_wire_hdr)];
 
 		sf_err("mpi: out of memory for a request from rank %d",
 		       st.MPI_SOURCE);
@@ -1178,23 +1052,26 @@ static int pick_peer(const struct sf_mpi *mp, const char *name,
 }
 
 /* Post the receive for a chunk reply and send its request. *rbuf is a new
- * buffer of 8 + len bytes under *rreq. */
+ * buffer of sf_mpi_wire_reply_size(len) bytes under *rreq. */
 static int post_read(struct sf_mpi *mp, int peer, const char *name,
 		     const char *file, uint64_t off, size_t len,
 		     unsigned char **rbuf, MPI_Request *rreq)
 {
-	struct wire_req h = { .kind = MSG_READ, .off = off, .len = len };
+	struct sf_mpi_wire_req h = {
+		.kind = SF_MPI_MSG_READ, .off = off, .len = len
+	};
+	size_t rlen = sf_mpi_wire_reply_size(len);
 	struct sbuf *sb;
 	int rc;
 
 	h.reply_tag = new_tag(mp);
-	*rbuf = malloc(8 + len);
+	*rbuf = malloc(rlen);
 	if (!*rbuf)
 		return -ENOMEM;
-	sb = req_build(&h, name, file, 0);
+	sb = req_build(&h, name, file);
 	if (!sb)
 		goto out_free_rbuf;
-	rc = MPI_Irecv(*rbuf, (int)(8 + len), MPI_BYTE, peer, h.reply_tag,
+	rc = MPI_Irecv(*rbuf, (int)rlen, MPI_BYTE, peer, h.reply_tag,
 		       mp->comm, rreq);
 	if (rc != MPI_SUCCESS) {
 		free(sb);
@@ -1224,8 +1101,8 @@ static int finish_read(struct sf_mpi *mp, int peer, const char *file,
 		       unsigned char *rbuf, MPI_Request *rreq, size_t want,
 		       void *dst, size_t skip, size_t len, uint64_t deadline)
 {
+	struct sf_mpi_wire_reply rp;
 	MPI_Status st;
-	int64_t status;
 	int count = 0, ret;
 
 	ret = wait_req(rreq, deadline, &st);
@@ -1236,23 +1113,15 @@ static int finish_read(struct sf_mpi *mp, int peer, const char *file,
 		return -SF_EPEER;
 	}
 	MPI_Get_count(&st, MPI_BYTE, &count);
-	if (count < 8) {
+	ret = count < 0 ? -SF_EPEER :
+	      sf_mpi_wire_read_reply_decode(rbuf, (size_t)count, want, &rp);
+	if (ret == 0 && (skip > want || len > want - skip))
 		ret = -SF_EPEER;
-		goto out_free_rbuf;
-	}
-	memcpy(&status, rbuf, 8);
-	if (status == 0 && (size_t)count == 8 + want && skip <= want &&
-	    len <= want - skip) {
-		memcpy(dst, rbuf + 8 + skip, len);
-		ret = 0;
-	} else if (status < 0 && status > -SF_ERR_LAST && count == 8) {
-		ret = (int)status;
-	} else {
+	if (ret == 0)
+		memcpy(dst, rp.data + skip, len);
+	else if (ret == -SF_EPEER)
 		sf_err("mpi: rank %d answered a read of %s badly (%d bytes)",
 		       peer, file, count);
-		ret = -SF_EPEER;
-	}
-out_free_rbuf:
 	free(rbuf);
 	return ret;
 }
@@ -1455,7 +1324,8 @@ static int mpi_src_read(void *ctx, const struct sf_ckpt_ref *ck, uint32_t rank,
 	uint64_t pf_off;
 	int peer, ret;
 
-	if (!sf_relpath_valid(file) || !ckpt_name_ok(name, strlen(name)))
+	if (!sf_relpath_valid(file) ||
+	    !sf_mpi_wire_ckpt_name_ok(name, strlen(name)))
 		return -EINVAL;
 	if (len == 0)
 		return 0;
@@ -1629,7 +1499,7 @@ out_free_mp:
 
 int sf_mpi_start(struct sf_mpi *mp, const char *store, int single)
 {
-	struct invbuf ib = { 0 };
+	struct sf_mpi_wire_inv_buf ib = { 0 };
 	int *counts = NULL, *displs = NULL;
 	unsigned char *all = NULL;
 	int mine, rc, ret, anybad;
@@ -1674,7 +1544,7 @@ int sf_mpi_start(struct sf_mpi *mp, const char *store, int single)
 		goto out_free_counts;
 	}
 	for (int i = 0; i < mp->size; i++) {
-		if (counts[i] < 0 || counts[i] > (int)SF_MPI_MAX_INV_BYTES)
+		if (counts[i] < 0 || counts[i] > (int)SF_MPI_WIRE_MAX_INV_BYTES)
 			total = -1;
 		if (total < 0)
 			break;
@@ -1728,7 +1598,7 @@ out_free_counts:
 	free(counts);
 	free(displs);
 out_free_ib:
-	free(ib.p);
+	sf_mpi_wire_inv_release(&ib);
 	if (mp->started)
 		return 0;
 	sf_source_destroy(mp->local);
@@ -1749,8 +1619,8 @@ static int coord_call(struct sf_mpi *mp, struct sbuf *sb, int tag,
 	MPI_Request sreq;
 	MPI_Message msg;
 	MPI_Status st;
+	struct sf_mpi_wire_reply v;
 	unsigned char *buf;
-	int64_t status;
 	int rc, flag = 0, count = 0, ret;
 	unsigned us = 50;
 
@@ -1788,19 +1658,21 @@ static int coord_call(struct sf_mpi *mp, struct sbuf *sb, int tag,
 		backoff(&us, 2000);
 	}
 	MPI_Get_count(&st, MPI_BYTE, &count);
-	if (count < 8 || (size_t)count > 8 + (size_t)SF_MAX_MANIFEST_BYTES) {
-		unsigned char sink[8];
+	/* Sized before it is received: drain anything out of bounds. */
+	if (count < SF_MPI_WIRE_REPLY_HDR ||
+	    (size_t)count > SF_MPI_WIRE_MAX_VERDICT) {
+		unsigned char sink[SF_MPI_WIRE_REPLY_HDR];
 
-		MPI_Mrecv(sink, 8, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
-		snprintf(err, errlen, "bad %d-byte verdict from rank 0", count);
-		sf_err("mpi: %s", err);
-		return -SF_EPEER;
+		MPI_Mrecv(sink, (int)sizeof(sink), MPI_BYTE, &msg,
+			  MPI_STATUS_IGNORE);
+		goto out_bad;
 	}
 	buf = malloc((size_t)count + 1);
 	if (!buf) {
-		unsigned char sink[8];
+		unsigned char sink[SF_MPI_WIRE_REPLY_HDR];
 
-		MPI_Mrecv(sink, 8, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
+		MPI_Mrecv(sink, (int)sizeof(sink), MPI_BYTE, &msg,
+			  MPI_STATUS_IGNORE);
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
@@ -1810,31 +1682,29 @@ static int coord_call(struct sf_mpi *mp, struct sbuf *sb, int tag,
 		snprintf(err, errlen, "MPI error receiving rank 0's verdict");
 		return mpi_fail("MPI_Mrecv", rc);
 	}
-	buf[count] = '\0';
-	memcpy(&status, buf, 8);
-	if (status < 0) {
-		size_t n = (size_t)count - 8;
-
-		if (n >= errlen)
-			n = errlen ? errlen - 1 : 0;
-		if (errlen) {
-			memcpy(err, buf + 8, n);
-			err[n] = '\0';
-			for (size_t i = 0; i < n; i++)
-				if ((unsigned char)err[i] < 0x20)
-					err[i] = ' ';
-		}
+	if (sf_mpi_wire_verdict_decode(buf, (size_t)count, &v) < 0) {
 		free(buf);
-		return status < -(int64_t)SF_ERR_LAST ? -SF_EPEER : (int)status;
+		goto out_bad;
+	}
+	if (v.status < 0) {
+		sf_mpi_wire_text(err, errlen, v.data, v.len);
+		free(buf);
+		return sf_mpi_wire_verdict_error(v.status);
 	}
 	if (payload) {
-		memmove(buf, buf + 8, (size_t)count - 8 + 1);
+		/* The manifest moves to the front, NUL-terminated. */
+		memmove(buf, v.data, v.len);
+		buf[v.len] = '\0';
 		*payload = (char *)buf;
-		*plen = (size_t)count - 8;
+		*plen = v.len;
 	} else {
 		free(buf);
 	}
 	return 0;
+out_bad:
+	snprintf(err, errlen, "bad %d-byte verdict from rank 0", count);
+	sf_err("mpi: %s", err);
+	return -SF_EPEER;
 }
 
 int sf_mpi_commit(struct sf_mpi *mp, const char *ckpt, const char *part,
@@ -1842,7 +1712,7 @@ int sf_mpi_commit(struct sf_mpi *mp, const char *ckpt, const char *part,
 		  int timeout_ms, char **manifest, size_t *manifest_len,
 		  char *err, size_t errlen)
 {
-	struct wire_req h = { .kind = MSG_COMMIT_PART };
+	struct sf_mpi_wire_req h = { .kind = SF_MPI_MSG_COMMIT_PART };
 	struct merge_reg *reg = NULL;
 	struct sbuf *sb;
 	int ret;
@@ -1850,7 +1720,7 @@ int sf_mpi_commit(struct sf_mpi *mp, const char *ckpt, const char *part,
 	if (errlen)
 		err[0] = '\0';
 	if (!mp || !mp->started || !ckpt || !ckpt[0] ||
-	    !ckpt_name_ok(ckpt, strlen(ckpt)) || (!part && partlen) ||
+	    !sf_mpi_wire_ckpt_name_ok(ckpt, strlen(ckpt)) || (!part && partlen) ||
 	    timeout_ms <= 0 || !manifest || !manifest_len ||
 	    (mp->rank == 0 && !merge)) {
 		snprintf(err, errlen, "bad arguments to commit");
@@ -1862,15 +1732,14 @@ int sf_mpi_commit(struct sf_mpi *mp, const char *ckpt, const char *part,
 		return -SF_ETOOBIG;
 	}
 	h.len = partlen;
+	h.data = (const unsigned char *)part;
 	h.timeout_ms = (uint32_t)timeout_ms;
 	h.reply_tag = new_tag(mp);
-	sb = req_build(&h, ckpt, NULL, partlen);
+	sb = req_build(&h, ckpt, NULL);
 	if (!sb) {
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
-	if (partlen)
-		memcpy(sb->data + sb->len - partlen, part, partlen);
 	if (mp->rank == 0) {
 		reg = calloc(1, sizeof(*reg));
 		if (!reg || !(reg->name = strdup(ckpt))) {
@@ -1905,20 +1774,20 @@ int sf_mpi_commit(struct sf_mpi *mp, const char *ckpt, const char *part,
 int sf_mpi_commit_done(struct sf_mpi *mp, const char *ckpt, int publish_result,
 		       int timeout_ms, char *err, size_t errlen)
 {
-	struct wire_req h = { .kind = MSG_COMMIT_DONE };
+	struct sf_mpi_wire_req h = { .kind = SF_MPI_MSG_COMMIT_DONE };
 	struct sbuf *sb;
 
 	if (errlen)
 		err[0] = '\0';
 	if (!mp || !mp->started || !ckpt || !ckpt[0] ||
-	    !ckpt_name_ok(ckpt, strlen(ckpt)) || timeout_ms <= 0) {
+	    !sf_mpi_wire_ckpt_name_ok(ckpt, strlen(ckpt)) || timeout_ms <= 0) {
 		snprintf(err, errlen, "bad arguments to commit_done");
 		return -EINVAL;
 	}
 	h.status = publish_result < 0 ? publish_result : 0;
 	h.timeout_ms = (uint32_t)timeout_ms;
 	h.reply_tag = new_tag(mp);
-	sb = req_build(&h, ckpt, NULL, 0);
+	sb = req_build(&h, ckpt, NULL);
 	if (!sb) {
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
@@ -1938,11 +1807,11 @@ void sf_mpi_set_notice(struct sf_mpi *mp, sf_notice_fn fn, void *arg)
 }
 
 /* Send a body-less message of `kind` to every other rank, asynchronously. */
-static int broadcast(struct sf_mpi *mp, enum msg_kind kind, const char *what,
+static int broadcast(struct sf_mpi *mp, enum sf_mpi_msg kind, const char *what,
 		     const char *ckpt)
 {
-	struct wire_req h = { .kind = kind };
-	struct sbuf *sb = req_build(&h, ckpt, what, 0);
+	struct sf_mpi_wire_req h = { .kind = kind };
+	struct sbuf *sb = req_build(&h, ckpt, what);
 	int ret = 0;
 
 	if (!sb)
@@ -1965,10 +1834,10 @@ int sf_mpi_notify(struct sf_mpi *mp, const char *what, const char *ckpt)
 {
 	if (!mp || !mp->started || !what || !ckpt)
 		return -EINVAL;
-	if (!what[0] || strlen(what) > 64 || strchr(what, '/') ||
-	    !ckpt_name_ok(ckpt, strlen(ckpt)))
+	if (!sf_mpi_wire_what_ok(what, strnlen(what, SF_MPI_WIRE_MAX_WHAT + 1)) ||
+	    !sf_mpi_wire_ckpt_name_ok(ckpt, strlen(ckpt)))
 		return -EINVAL;
-	return broadcast(mp, MSG_NOTICE, what, ckpt);
+	return broadcast(mp, SF_MPI_MSG_NOTICE, what, ckpt);
 }
 
 /* Let every outstanding prefetch finish (bounded), so that the peers'
@@ -2035,7 +1904,7 @@ int sf_mpi_finalize(struct sf_mpi *mp)
 	if (mp->started) {
 		pf_drain(mp, SF_MPI_SEND_DRAIN_MS);
 		atomic_store(&mp->leaving, true);
-		ret = broadcast(mp, MSG_LEAVE, NULL, NULL);
+		ret = broadcast(mp, SF_MPI_MSG_LEAVE, NULL, NULL);
 		if (ret)
 			sf_err("mpi: cannot tell the peers that this rank leaves: %s",
 			       sf_strerror(ret));
