@@ -916,10 +916,24 @@ out_unlock_commit:
 	return rc;
 }
 
+/* Drop the kernel's cached entry for the checkpoint directory `name`.
+ * Call with no lock held and outside any unanswered request on the root:
+ * the kernel takes the root's lock and may send FORGETs meanwhile.
+ * -ENOENT from the kernel means it had nothing cached. */
+static void invalidate_root_entry(struct sf_fs *fs, const char *name)
+{
+	int rc = fuse_lowlevel_notify_inval_entry(fs->se, FUSE_ROOT_ID, name,
+						  strlen(name));
+
+	if (rc && rc != -ENOENT)
+		sf_debug("checkpoint %s: kernel entry not invalidated: %s", name,
+			 sf_strerror(rc));
+}
+
 int sf_fs_remove(struct sf_fs *fs, const char *name)
 {
 	struct sf_node *n;
-	int rc, nrc;
+	int rc;
 
 	if (fs->single)
 		return -EPERM;
@@ -930,13 +944,8 @@ int sf_fs_remove(struct sf_fs *fs, const char *name)
 	sf_fs_unref(fs, n, 1);
 	if (rc)
 		return rc;
-	/* Not from a request handler, no lock held: the kernel may take the
-	 * root's lock and send us FORGETs meanwhile. -ENOENT: not cached. */
-	nrc = fuse_lowlevel_notify_inval_entry(fs->se, FUSE_ROOT_ID, name,
-					       strlen(name));
-	if (nrc && nrc != -ENOENT)
-		sf_debug("checkpoint %s: kernel entry not invalidated: %s", name,
-			 sf_strerror(nrc));
+	/* Not from a request handler, no lock held. */
+	invalidate_root_entry(fs, name);
 	return 0;
 }
 
@@ -946,15 +955,19 @@ void sf_fs_w_setxattr(fuse_req_t req, struct sf_node *n, const char *name,
 		      const char *value, size_t size)
 {
 	struct sf_fs *fs = fuse_req_userdata(req);
+	char gone[SF_MAX_COMPONENT + 1] = "";
 	int rc;
 
 	if (strcmp(name, XA_COMMIT) == 0 || strcmp(name, XA_DELETE) == 0) {
-		if (n->kind != SF_NODE_CKPT)
+		if (n->kind != SF_NODE_CKPT) {
 			rc = -EINVAL;
-		else if (strcmp(name, XA_COMMIT) == 0)
+		} else if (strcmp(name, XA_COMMIT) == 0) {
 			rc = do_commit(fs, n->ck);
-		else
+		} else {
+			/* n may be forgotten once we reply: copy the name. */
+			snprintf(gone, sizeof(gone), "%s", n->ck->name);
 			rc = do_delete(fs, n->ck, RM_USER);
+		}
 	} else if (!sf_node_is_w(n)) {
 		rc = -SF_ECOMMITTED;
 	} else if (strcmp(name, XA_DTYPE) == 0 || strcmp(name, XA_SHAPE) == 0) {
@@ -963,4 +976,10 @@ void sf_fs_w_setxattr(fuse_req_t req, struct sf_node *n, const char *name,
 		rc = strncmp(name, "user.shardfs.", 13) == 0 ? -EINVAL : -ENOTSUP;
 	}
 	sf_fs_reply_err(req, rc);
+	/* The kernel caches the deleted directory's entry for up to the entry
+	 * timeout. Invalidate it only now: the request is answered and this
+	 * thread holds no lock, so the kernel may take the root's lock (held
+	 * by nobody waiting on us) and send FORGETs to other workers. */
+	if (!rc && gone[0])
+		invalidate_root_entry(fs, gone);
 }

@@ -398,6 +398,7 @@ def check_errors(env, ck, m, store):
     r = env.shardctl_run("rm", root, check=False)
     ck.eq(r.returncode, 0, "shardctl rm of an uncommitted checkpoint: %s" % r.stderr.decode()[-300:])
     ck.ok("ovl-ckpt" not in os.listdir(mnt), "discarded checkpoint gone from the mount")
+    ck.ok(not os.path.exists(root), "discarded checkpoint: stat fails at once (entry invalidated)")
     ck.ok(not os.path.exists(os.path.join(store, "ovl-ckpt")), "discarded checkpoint gone from the store")
     # ... and deletes a committed one
     sfs.save(mnt, "rm-ckpt", [sfs.Shard("x", np.arange(5, dtype=np.int32))])
@@ -405,6 +406,8 @@ def check_errors(env, ck, m, store):
     r = env.shardctl_run("rm", os.path.join(mnt, "rm-ckpt"), check=False)
     ck.eq(r.returncode, 0, "shardctl rm of a committed checkpoint: %s" % r.stderr.decode()[-300:])
     ck.ok("rm-ckpt" not in os.listdir(mnt), "deleted checkpoint gone from the mount")
+    ck.ok(not os.path.exists(os.path.join(mnt, "rm-ckpt")),
+          "deleted checkpoint: stat fails at once (entry invalidated)")
     ck.ok(not os.path.exists(os.path.join(store, "rm-ckpt")), "deleted checkpoint gone from the store")
 
 
