@@ -31,7 +31,10 @@ int sf_array_grow(void *arrp, size_t n, size_t *cap, size_t elem,
 		ncap = max;
 	if (ncap <= n)
 		ncap = n + 1;
-	q = reallocarray(*p, ncap, elem);
+	/* Checked here, not left to reallocarray: sanitizers abort on it. */
+	if (elem && ncap > SIZE_MAX / elem)
+		return -ENOMEM;
+	q = realloc(*p, ncap * elem);
 	if (!q)
 		return -ENOMEM;
 	*p = q;
