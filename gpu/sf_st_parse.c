@@ -34,6 +34,12 @@ static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
 		va_start(ap, fmt);
 		vsnprintf(err, errlen, fmt, ap);
 		va_end(ap);
+		/* Names and jansson's "near '...'" quote the input, which may
+		 * hold newlines and other control bytes: keep the message one
+		 * printable line (found by test/fuzz/fuzz_st_header). */
+		for (char *p = err; *p; p++)
+			if ((unsigned char)*p < 0x20 || *p == 0x7f)
+				*p = '?';
 	}
 	return rc;
 }
