@@ -311,8 +311,12 @@ static int shard_fits(const struct sf_wckpt *w, const struct went *e,
 		if (want != s->nbytes)
 			return -SF_EMANIFEST;
 	}
+	/* This rank's journal holds only its own shards: an empty shard
+	 * reads no payload, so verification alone would keep one of another
+	 * rank, and a rank past world_size would then fail the export at
+	 * every commit (found by test/fuzz/fuzz_journal). */
 	if (s->nblocks != sf_nblocks(s->nbytes, w->block_size) ||
-	    s->file_offset > UINT64_MAX - s->nbytes)
+	    s->file_offset > UINT64_MAX - s->nbytes || s->rank != w->rank)
 		return -SF_EMANIFEST;
 	return 0;
 }
@@ -413,6 +417,9 @@ static void replay_line(struct sf_wckpt *w, const char *line, size_t len,
 	} else if (strcmp(op, "truncate") == 0) {
 		e = find(w, json_string_value(nm));
 		if (e && e->is_file) {
+			/* The shards dropped here are no longer kept (the
+			 * resumed count was too high; found by fuzz_journal). */
+			*kept -= e->nshards;
 			for (size_t i = 0; i < e->nshards; i++)
 				sf_shard_clear(&e->shards[i]);
 			e->nshards = 0;
@@ -457,15 +464,20 @@ static int replay(struct sf_wckpt *w, const char *path, size_t *kept)
 	for (p = buf; p < end;) {
 		char *nl = memchr(p, '\n', (size_t)(end - p));
 		if (!nl) {
-			/* A torn last line: the write that made it never finished. */
+			/* A torn last line: the write that made it never finished.
+			 * Cut it off, or the next record appended would be glued
+			 * to it and lost at the next replay (found by
+			 * test/fuzz/fuzz_journal). */
 			sf_warn("checkpoint %s: ignoring a torn journal line", w->name);
+			if (truncate(path, (off_t)(p - buf)) != 0)
+				ret = -errno;
 			break;
 		}
 		replay_line(w, p, (size_t)(nl - p), kept);
 		p = nl + 1;
 	}
 	free(buf);
-	return 0;
+	return ret;
 }
 
 /* Highest N of rank dir's data-N.bin, plus one. */
@@ -561,6 +573,28 @@ void sf_wckpt_close(struct sf_wckpt *w)
 const char *sf_wckpt_dir(const struct sf_wckpt *w) { return w->dir; }
 const char *sf_wckpt_name(const struct sf_wckpt *w) { return w->name; }
 
+/*
+ * Would a manifest take this new entry? Its rules (reserved root file
+ * names, shapes whose bytes fit in off_t) must hold at declaration: a
+ * declaration cannot be taken back, so one that breaks them would make
+ * every commit's export fail (found by test/fuzz/fuzz_journal).
+ */
+static int manifest_takes(const char *name, bool is_file, enum sf_dtype dt,
+			  unsigned ndim, const uint64_t *shape)
+{
+	/* Name, world and block size do not matter to an entry's rules. */
+	struct sf_manifest *m = sf_manifest_new("check", 1, SF_MIN_BLOCK_SIZE);
+	uint64_t empty[1] = { 0 };
+	int ret;
+
+	if (!m)
+		return -ENOMEM;
+	ret = is_file ? sf_manifest_add_tensor(m, true, name, SF_DT_U8, 1, empty, NULL)
+		      : sf_manifest_add_tensor(m, false, name, dt, ndim, shape, NULL);
+	sf_manifest_destroy(m);
+	return ret;
+}
+
 /* Locked. */
 static int apply_decl(struct sf_wckpt *w, const char *name, bool is_file,
 		      enum sf_dtype dt, unsigned ndim, const uint64_t *shape,
@@ -587,6 +621,9 @@ static int apply_decl(struct sf_wckpt *w, const char *name, bool is_file,
 			return -SF_ECONFLICT;
 		return 0;
 	}
+	ret = manifest_takes(name, is_file, dt, ndim, shape);
+	if (ret)
+		return ret;
 	ret = add_ent(w, name, is_file, &e);
 	if (ret)
 		return ret;
