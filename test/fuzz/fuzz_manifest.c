@@ -14,10 +14,10 @@
  */
 #include <errno.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz_util.h"
 #include "manifest_cmp.h"
 #include "sf_error.h"
 #include "sf_log.h"
@@ -25,12 +25,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-__attribute__((noreturn))
-static void die(const char *what, const char *detail)
-{
-	fprintf(stderr, "fuzz_manifest: %s: %s\n", what, detail ? detail : "");
-	abort();
-}
+const char fuzz_target[] = "fuzz_manifest";
 
 static void check_tensor(const struct sf_manifest *m, const struct sf_tensor *t,
 			 bool is_file)
@@ -40,12 +35,12 @@ static void check_tensor(const struct sf_manifest *m, const struct sf_tensor *t,
 	const struct sf_tensor *f = is_file ? sf_manifest_find_file(m, t->name)
 					    : sf_manifest_find(m, t->name);
 	if (f != t)
-		die("find did not return the entry", t->name);
+		fuzz_die("find did not return the entry", t->name);
 	if (sf_tensor_shards_json(t, &js, &len) != 0 || !js || strlen(js) != len)
-		die("shards json failed", t->name);
+		fuzz_die("shards json failed", t->name);
 	free(js);
 	if (sf_tensor_check_coverage(t, err, sizeof(err)) != 0)
-		die("coverage changed its mind", err);
+		fuzz_die("coverage changed its mind", err);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -55,29 +50,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	char *d1 = NULL, *d2 = NULL;
 	size_t l1 = 0, l2 = 0;
 
-	memset(err, 'X', sizeof(err));
+	fuzz_poison(err, sizeof(err));
 	int rc = sf_manifest_parse((const char *)data, size, &m, err, sizeof(err));
 	if (rc < 0) {
 		if (m)
-			die("failed parse returned a manifest", err);
+			fuzz_die("failed parse returned a manifest", err);
 		if (rc != -SF_EMANIFEST && rc != -SF_EGAP && rc != -SF_ETOOBIG && rc != -ENOMEM)
-			die("undocumented error", sf_strerror(rc));
-		if (!memchr(err, '\0', sizeof(err)) || err[0] == '\0')
-			die("no error message", NULL);
-		if (strchr(err, '\n'))
-			die("error message is not one line", err);
+			fuzz_die("undocumented error", sf_strerror(rc));
+		fuzz_check_message(err, sizeof(err));
 		return 0;
 	}
 	if (rc != 0 || !m)
-		die("parse returned neither an error nor a manifest", NULL);
+		fuzz_die("parse returned neither an error nor a manifest", NULL);
 	if (sf_manifest_dump(m, &d1, &l1) != 0 || strlen(d1) != l1)
-		die("dump failed", m->name);
+		fuzz_die("dump failed", m->name);
 	if (sf_manifest_parse(d1, l1, &m2, err2, sizeof(err2)) != 0)
-		die("dump does not re-parse", err2);
+		fuzz_die("dump does not re-parse", err2);
 	if (!manifest_equal(m, m2, why, sizeof(why)))
-		die("parse(dump(m)) != m", why);
+		fuzz_die("parse(dump(m)) != m", why);
 	if (sf_manifest_dump(m2, &d2, &l2) != 0 || l1 != l2 || memcmp(d1, d2, l1) != 0)
-		die("second dump differs", m->name);
+		fuzz_die("second dump differs", m->name);
 	for (size_t i = 0; i < m->ntensors; i++)
 		check_tensor(m, &m->tensors[i], false);
 	for (size_t i = 0; i < m->nfiles; i++)
