@@ -187,10 +187,11 @@ int sf_mpi_wire_req_decode(const void *msg, size_t len, int32_t tag_ub,
 		if (h.len == 0 || h.len > SF_MPI_MAX_MSG ||
 		    h.off > UINT64_MAX - h.len || !sf_relpath_valid(file))
 			return refuse(rej, h.kind, -EINVAL, NULL,
-				      "bad read request (%" PRIu64 " bytes at %" PRIu64 ")",
-				      h.len, h.off);
+				      "bad read request (%" PRIu64
+				      " bytes at %" PRIu64 ")", h.len, h.off);
 	}
-	if (h.kind == SF_MPI_MSG_NOTICE && !sf_mpi_wire_what_ok(fname, h.file_len))
+	if (h.kind == SF_MPI_MSG_NOTICE &&
+	    !sf_mpi_wire_what_ok(fname, h.file_len))
 		return refuse(rej, h.kind, 0, NULL, "bad notice");
 
 	*out = (struct sf_mpi_wire_req){
