@@ -16,25 +16,16 @@
  */
 #include <errno.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz_util.h"
 #include "sf_error.h"
 #include "sf_mpi_wire.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-/* The target's name, as test/fuzz's shared harness code expects of every
- * target it is linked with. */
 const char fuzz_target[] = "fuzz_mpi_wire";
-
-__attribute__((noreturn))
-static void die(const char *what)
-{
-	fprintf(stderr, "%s: %s\n", fuzz_target, what);
-	abort();
-}
 
 /* [p, p + len) lies inside [base, base + size). */
 static int inside(const void *p, size_t len, const uint8_t *base, size_t size)
@@ -56,61 +47,61 @@ static void check_req(const uint8_t *data, size_t size, int32_t tag_ub)
 	ret = sf_mpi_wire_req_decode(data, size, tag_ub, &r, &rej);
 	if (ret < 0) {
 		if (ret != -SF_EPEER)
-			die("request: undocumented error");
+			fuzz_die("request", "undocumented error");
 		if (!memchr(rej.why, '\0', sizeof(rej.why)) || !rej.why[0])
-			die("request: no reason");
+			fuzz_die("request", "no reason");
 		if (rej.answer != 0 && rej.answer != -SF_EPEER &&
 		    rej.answer != -SF_ETOOBIG && rej.answer != -EINVAL)
-			die("request: undocumented answer");
+			fuzz_die("request", "undocumented answer");
 		if (rej.answer && (rej.reply_tag < SF_MPI_WIRE_TAG_BASE ||
 				   rej.reply_tag > tag_ub))
-			die("request: answer to an untrusted tag");
+			fuzz_die("request", "answer to an untrusted tag");
 		if (rej.text && rej.answer != -SF_ETOOBIG)
-			die("request: text without a reason for it");
+			fuzz_die("request", "text without a reason for it");
 		return;
 	}
 	if (r.kind < SF_MPI_MSG_READ || r.kind > SF_MPI_MSG_LEAVE ||
 	    r.name_len > SF_MAX_COMPONENT || r.file_len > SF_MAX_NAME)
-		die("request: field over its cap");
+		fuzz_die("request", "field over its cap");
 	if ((const uint8_t *)r.name != data + sizeof(struct sf_mpi_wire_hdr) ||
 	    !inside(r.name, r.name_len, data, size) ||
 	    r.file != r.name + r.name_len ||
 	    !inside(r.file, r.file_len, data, size))
-		die("request: name or file outside the input");
+		fuzz_die("request", "name or file outside the input");
 	if (memchr(r.name, '\0', r.name_len) || memchr(r.file, '\0', r.file_len) ||
 	    !sf_mpi_wire_ckpt_name_ok(r.name, r.name_len))
-		die("request: bad name accepted");
+		fuzz_die("request", "bad name accepted");
 	if (r.kind == SF_MPI_MSG_COMMIT_PART) {
 		if (r.data != (const unsigned char *)r.file + r.file_len ||
 		    r.len > SF_MPI_MAX_PART || !inside(r.data, r.len, data, size) ||
 		    r.data + r.len != data + size)
-			die("request: part outside the input");
+			fuzz_die("request", "part outside the input");
 	} else if (r.data || (const uint8_t *)r.file + r.file_len != data + size) {
-		die("request: bytes after the names");
+		fuzz_die("request", "bytes after the names");
 	}
 	if (r.kind == SF_MPI_MSG_READ &&
 	    (r.len == 0 || r.len > SF_MPI_MAX_MSG || r.off > UINT64_MAX - r.len))
-		die("request: bad read accepted");
+		fuzz_die("request", "bad read accepted");
 	if (r.kind <= SF_MPI_MSG_COMMIT_DONE &&
 	    (r.reply_tag < SF_MPI_WIRE_TAG_BASE || r.reply_tag > tag_ub))
-		die("request: bad reply tag accepted");
+		fuzz_die("request", "bad reply tag accepted");
 	if (r.kind == SF_MPI_MSG_NOTICE && !sf_mpi_wire_what_ok(r.file, r.file_len))
-		die("request: bad notice accepted");
+		fuzz_die("request", "bad notice accepted");
 	if (r.kind == SF_MPI_MSG_COMMIT_DONE) {
 		int st = sf_mpi_wire_publish_status(r.status);
 
 		if (st > 0 || (r.status >= 0 && st) ||
 		    (r.status < 0 && (st != r.status && st != -EIO)) ||
 		    st < -SF_ERR_LAST)
-			die("request: publish status out of its ranges");
+			fuzz_die("request", "publish status out of its ranges");
 	}
 	if (sf_mpi_wire_req_size(&r, &n) != 0 || n != size)
-		die("request: size of the re-encoding differs");
+		fuzz_die("request", "size of the re-encoding differs");
 	again = malloc(n);
 	if (!again)
-		die("out of memory");
+		fuzz_die("out of memory", NULL);
 	if (sf_mpi_wire_req_encode(&r, again, n) != 0 || memcmp(again, data, n))
-		die("request: re-encoding differs");
+		fuzz_die("request", "re-encoding differs");
 	free(again);
 }
 
@@ -127,21 +118,21 @@ static void check_read_reply(const uint8_t *data, size_t size, size_t want)
 			return;
 		/* the peer's own error: a bare status in its range */
 		if (size != 8)
-			die("read reply: undocumented error");
+			fuzz_die("read reply", "undocumented error");
 		memcpy(&status, data, 8);
 		if (status != ret || ret <= -SF_ERR_LAST)
-			die("read reply: undocumented error");
+			fuzz_die("read reply", "undocumented error");
 		return;
 	}
 	if (ret != 0 || rp.status != 0 || rp.len != want ||
 	    rp.data != data + 8 || size != 8 + want)
-		die("read reply: bad view");
+		fuzz_die("read reply", "bad view");
 	again = malloc(size);
 	if (!again)
-		die("out of memory");
+		fuzz_die("out of memory", NULL);
 	sf_mpi_wire_reply_encode(again, rp.status, rp.data, rp.len);
 	if (memcmp(again, data, size))
-		die("read reply: re-encoding differs");
+		fuzz_die("read reply", "re-encoding differs");
 	free(again);
 }
 
@@ -156,27 +147,27 @@ static void check_verdict(const uint8_t *data, size_t size)
 	if (ret < 0) {
 		if (ret != -SF_EPEER ||
 		    (size >= 8 && size <= SF_MPI_WIRE_MAX_VERDICT))
-			die("verdict: refused a framed verdict");
+			fuzz_die("verdict", "refused a framed verdict");
 		return;
 	}
 	if (size < 8 || v.data != data + 8 || v.len != size - 8)
-		die("verdict: bad view");
+		fuzz_die("verdict", "bad view");
 	err = sf_mpi_wire_verdict_error(v.status);
 	if (err > 0 || (v.status >= 0 && err) || (v.status < 0 && !err) ||
 	    err < -SF_ERR_LAST)
-		die("verdict: bad error");
+		fuzz_die("verdict", "bad error");
 	sf_mpi_wire_text(text, sizeof(text), v.data, v.len);
 	if (strlen(text) != (v.len < sizeof(text) ? v.len : sizeof(text) - 1))
-		die("verdict: text length");
+		fuzz_die("verdict", "text length");
 	for (size_t i = 0; text[i]; i++)
 		if ((unsigned char)text[i] < 0x20)
-			die("verdict: control character in the text");
+			fuzz_die("verdict", "control character in the text");
 	again = malloc(size);
 	if (!again)
-		die("out of memory");
+		fuzz_die("out of memory", NULL);
 	sf_mpi_wire_reply_encode(again, v.status, v.data, v.len);
 	if (memcmp(again, data, size))
-		die("verdict: re-encoding differs");
+		fuzz_die("verdict", "re-encoding differs");
 	free(again);
 }
 
@@ -196,16 +187,16 @@ static int inv_rec(void *arg, const struct sf_mpi_wire_inv_rec *rec)
 	    !inside(rec->name, rec->name_len, c->data, c->size) ||
 	    rec->file != rec->name + rec->name_len ||
 	    !inside(rec->file, rec->file_len, c->data, c->size))
-		die("inventory: record outside the input");
+		fuzz_die("inventory", "record outside the input");
 	if (rec->name_len > SF_MAX_COMPONENT || rec->file_len == 0 ||
 	    rec->file_len > SF_MAX_NAME ||
 	    !sf_mpi_wire_ckpt_name_ok(rec->name, rec->name_len) ||
 	    memchr(rec->name, '\0', rec->name_len))
-		die("inventory: bad name accepted");
+		fuzz_die("inventory", "bad name accepted");
 	memcpy(file, rec->file, rec->file_len);
 	file[rec->file_len] = '\0';
 	if (strlen(file) != rec->file_len || !sf_relpath_valid(file))
-		die("inventory: bad file accepted");
+		fuzz_die("inventory", "bad file accepted");
 	c->next += SF_MPI_WIRE_INV_REC + rec->name_len + rec->file_len;
 	sf_mpi_wire_inv_put(&c->again, rec->name, rec->name_len, rec->file,
 			    rec->file_len, rec->size);
@@ -221,11 +212,11 @@ static void check_inventory(const uint8_t *data, size_t size)
 	ret = sf_mpi_wire_inv_parse(data, size, inv_rec, &c, &bad_at);
 	if (ret < 0) {
 		if (ret != -SF_EPEER || bad_at != c.next || bad_at >= size)
-			die("inventory: bad refusal");
+			fuzz_die("inventory", "bad refusal");
 	} else if (ret != 0 || c.next != size || c.again.ret ||
 		   c.again.len != size ||
 		   (size && memcmp(c.again.p, data, size))) {
-		die("inventory: re-encoding differs");
+		fuzz_die("inventory", "re-encoding differs");
 	}
 	sf_mpi_wire_inv_release(&c.again);
 }
