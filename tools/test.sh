@@ -6,7 +6,8 @@
 #     (unit, corpus, fuzz replay, mount, mpi, e2e, gpu; GPU tests skip
 #     with a reason when no device is present)
 #  2. AddressSanitizer + UBSan build: unit, corpus, fuzz replay, mount
-#  3. stub build (no MPI, no CUDA): builds, and the stub tests pass
+#  3. stub build (no MPI, no CUDA): builds, and the stub tests and the
+#     MPI wire-format test (it needs no MPI) pass
 #
 # Environment: JOBS (parallel build jobs, default nproc), SKIP_SANITIZE=1,
 # SKIP_STUB=1 to leave out stages 2 and 3 during development.
@@ -45,7 +46,7 @@ if [ "${SKIP_STUB:-0}" != 1 ]; then
 		-DSHARDFS_WITH_MPI=OFF -DSHARDFS_WITH_CUDA=OFF
 	cmake --build "$top/build-stub" -j "$jobs"
 	stage "test (stubs)"
-	(cd "$top/build-stub" && ctest --output-on-failure -j 2 -R 'stub') || status=1
+	(cd "$top/build-stub" && ctest --output-on-failure -j 2 -R 'stub|mpi_wire') || status=1
 fi
 
 stage "result"
