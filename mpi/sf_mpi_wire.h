@@ -21,8 +21,9 @@
  * malformed (a read reply may instead carry the peer's own error, which is
  * passed on). What they return are views: pointers into the caller's
  * buffer, valid while that buffer is, never owned, not NUL-terminated. A
- * decoded request, reply or inventory re-encodes to the same bytes. The encoders cap the same lengths and write into buffers the
- * caller allocated (the sizes come from the *_size functions), except the
+ * decoded request, reply or inventory re-encodes to the same bytes. The
+ * encoders cap the same lengths and write into buffers the caller
+ * allocated (the sizes come from the *_size functions), except the
  * inventory builder, whose buffer the caller frees with
  * sf_mpi_wire_inv_release().
  */
