@@ -3,7 +3,7 @@
  * libFuzzer, so the fuzz corpus replays as an ordinary test with any
  * compiler.
  *
- * Usage: fuzz_manifest_replay PATH...   (files, or directories walked
+ * Usage: fuzz_NAME_replay PATH...   (files, or directories walked
  * recursively up to MAX_DEPTH levels; names starting with '.' skipped).
  * Each input is read whole (at most REPLAY_MAX_INPUT bytes, larger files are
  * skipped with a note) into a buffer of exactly its size, so over-reads
