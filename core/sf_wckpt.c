@@ -617,7 +617,7 @@ static int apply_decl(struct sf_wckpt *w, const char *name, bool is_file,
 		if (is_file || !e->declared)
 			goto out_set;
 		if (e->dtype != dt || e->ndim != ndim ||
-		    memcmp(e->shape, shape, ndim * sizeof(*shape)))
+		    (ndim && memcmp(e->shape, shape, ndim * sizeof(*shape))))
 			return -SF_ECONFLICT;
 		return 0;
 	}
@@ -634,7 +634,8 @@ out_set:
 		e->declared = true;
 		e->dtype = dt;
 		e->ndim = ndim;
-		memcpy(e->shape, shape, ndim * sizeof(*shape));
+		if (ndim) /* a scalar may come with shape NULL */
+			memcpy(e->shape, shape, ndim * sizeof(*shape));
 		e->nbytes = nbytes;
 	}
 	if (journal) {

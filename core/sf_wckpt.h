@@ -44,7 +44,8 @@ const char *sf_wckpt_name(const struct sf_wckpt *w); /* borrowed */
 
 /* Declare a tensor (is_file false) or register a root file (is_file true,
  * dtype U8, shape set at close from its size). Idempotent; a different
- * dtype or shape for a declared tensor gives -SF_ECONFLICT. */
+ * dtype or shape for a declared tensor gives -SF_ECONFLICT. shape holds
+ * ndim values (copied); it may be NULL for a scalar (ndim 0). */
 int sf_wckpt_declare(struct sf_wckpt *w, const char *name, enum sf_dtype dt,
 		     unsigned ndim, const uint64_t *shape);
 int sf_wckpt_add_file(struct sf_wckpt *w, const char *name);

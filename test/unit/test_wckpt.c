@@ -212,6 +212,10 @@ static void test_failures(const char *root)
 	CHECK_EQ(sf_wfile_close(f), 0);
 	CHECK_EQ(commit(&w, 1, err, sizeof(err)), -SF_ECONFLICT);
 	CHECK(strstr(err, "differ") != NULL);
+	/* a scalar may be declared without a shape array (UBSan watches) */
+	CHECK_EQ(sf_wckpt_declare(w, "s", SF_DT_F32, 0, NULL), 0);
+	CHECK_EQ(sf_wckpt_declare(w, "s", SF_DT_F32, 0, NULL), 0);
+	CHECK_EQ(sf_wckpt_declare(w, "s", SF_DT_F32, 1, shape), -SF_ECONFLICT);
 	sf_wckpt_close(w);
 }
 
