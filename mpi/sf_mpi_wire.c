@@ -51,8 +51,14 @@ bool sf_mpi_wire_ckpt_name_ok(const char *s, size_t len)
 
 bool sf_mpi_wire_what_ok(const char *s, size_t len)
 {
-	return len > 0 && len <= SF_MPI_WIRE_MAX_WHAT && !memchr(s, '/', len) &&
-	       !memchr(s, '\0', len);
+	if (len == 0 || len > SF_MPI_WIRE_MAX_WHAT)
+		return false;
+	/* Printable and without spaces: receivers log it as one word. */
+	for (size_t i = 0; i < len; i++)
+		if ((unsigned char)s[i] <= ' ' || (unsigned char)s[i] >= 0x7f ||
+		    s[i] == '/')
+			return false;
+	return true;
 }
 
 /* ------------------------------------------------------------------ */

@@ -121,7 +121,8 @@ struct sf_mpi_wire_reply {
  * (single-checkpoint stores). s need not be NUL-terminated. */
 bool sf_mpi_wire_ckpt_name_ok(const char *s, size_t len);
 
-/* A notice's "what": 1..SF_MPI_WIRE_MAX_WHAT bytes, no '/', no NUL. */
+/* A notice's "what": 1..SF_MPI_WIRE_MAX_WHAT printable ASCII bytes other
+ * than space and '/' (it is logged as one word). */
 bool sf_mpi_wire_what_ok(const char *s, size_t len);
 
 /*

@@ -175,6 +175,17 @@ static bool model_ckpt_name(const unsigned char *p, size_t n)
 	return true;
 }
 
+/* A notice's "what": printable, no space, no '/'. */
+static bool model_what(const unsigned char *p, size_t n)
+{
+	if (n == 0 || n > 64)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (p[i] <= ' ' || p[i] >= 0x7f || p[i] == '/')
+			return false;
+	return true;
+}
+
 static bool model_relpath(const unsigned char *p, size_t n)
 {
 	char s[2048];
@@ -234,8 +245,7 @@ static int model_req(const unsigned char *m, size_t n, int32_t tag_ub,
 		*answer = -EINVAL;
 		return -1;
 	}
-	if (kind == SF_MPI_MSG_NOTICE &&
-	    (fl == 0 || fl > 64 || has_byte(m + 48 + nl, fl, '/')))
+	if (kind == SF_MPI_MSG_NOTICE && !model_what(m + 48 + nl, fl))
 		return -1;
 	return 0;
 }
@@ -817,6 +827,9 @@ static void test_names(void)
 	CHECK(!sf_mpi_wire_what_ok("", 0));
 	CHECK(!sf_mpi_wire_what_ok("a/b", 3));
 	CHECK(!sf_mpi_wire_what_ok("a\0b", 3));
+	CHECK(!sf_mpi_wire_what_ok("a\nb", 3));  /* would forge a log line */
+	CHECK(!sf_mpi_wire_what_ok("a b", 3));
+	CHECK(!sf_mpi_wire_what_ok("\x1b[2J", 4));
 	CHECK(sf_mpi_wire_what_ok(big, SF_MPI_WIRE_MAX_WHAT));
 	CHECK(!sf_mpi_wire_what_ok(big, SF_MPI_WIRE_MAX_WHAT + 1));
 }
