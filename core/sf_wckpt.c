@@ -21,6 +21,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <pthread.h>
@@ -379,6 +380,24 @@ static int apply_decl(struct sf_wckpt *w, const char *name, bool is_file,
 		      enum sf_dtype dt, unsigned ndim, const uint64_t *shape,
 		      bool journal);
 
+/* Raise *next above N when base is exactly "data-N.bin" (N decimal, below
+ * UINT_MAX so that N + 1 cannot wrap). */
+static void bump_seq(const char *base, unsigned *next)
+{
+	const char *p = base + 5;
+	unsigned long n = 0;
+
+	if (strncmp(base, "data-", 5) != 0 || *p < '0' || *p > '9')
+		return;
+	for (; *p >= '0' && *p <= '9'; p++) {
+		n = n * 10 + (unsigned long)(*p - '0');
+		if (n >= UINT_MAX)
+			return;
+	}
+	if (strcmp(p, ".bin") == 0 && n + 1 > *next)
+		*next = (unsigned)n + 1;
+}
+
 /* Replay one journal line. Unknown or broken lines are skipped with a
  * warning: the shards they would add are then simply absent. */
 static void replay_line(struct sf_wckpt *w, const char *line, size_t len,
@@ -427,10 +446,13 @@ static void replay_line(struct sf_wckpt *w, const char *line, size_t len,
 		}
 	} else if (strcmp(op, "shard") == 0) {
 		struct sf_shard s;
+		const char *slash;
 		int ret;
 		e = find(w, json_string_value(nm));
 		if (!e || shard_from_json(json_object_get(o, "shard"), e->ndim, &s))
 			goto out_bad;
+		slash = strrchr(s.file, '/');
+		bump_seq(slash ? slash + 1 : s.file, &w->next_seq);
 		ret = shard_fits(w, e, &s);
 		if (!ret)
 			ret = verify_payload(w, &s);
@@ -480,22 +502,17 @@ static int replay(struct sf_wckpt *w, const char *path, size_t *kept)
 	return ret;
 }
 
-/* Highest N of rank dir's data-N.bin, plus one. */
-static unsigned next_seq_of(const char *rankdir)
+/* Raise *next above every data-N.bin in the rank dir. */
+static void bump_seq_dir(const char *rankdir, unsigned *next)
 {
 	DIR *d = opendir(rankdir);
 	struct dirent *de;
-	unsigned next = 0;
 
 	if (!d)
-		return 0;
-	while ((de = readdir(d))) {
-		unsigned n;
-		if (sscanf(de->d_name, "data-%u.bin", &n) == 1 && n + 1 > next)
-			next = n + 1;
-	}
+		return;
+	while ((de = readdir(d)))
+		bump_seq(de->d_name, next);
 	closedir(d);
-	return next;
 }
 
 int sf_wckpt_open(const char *dir, const char *name, uint32_t rank,
@@ -535,7 +552,11 @@ int sf_wckpt_open(const char *dir, const char *name, uint32_t rank,
 	ret = replay(w, jpath, &kept);
 	if (ret)
 		goto out_close;
-	w->next_seq = next_seq_of(w->rankdir);
+	/* New payload files get names no journal line mentions (replay
+	 * counted those) and no file on disk has: a shard discarded because
+	 * its file was missing must not come back when a later write creates
+	 * a file of that name (found by test/fuzz/fuzz_journal). */
+	bump_seq_dir(w->rankdir, &w->next_seq);
 	w->jfd = open(jpath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
 	if (w->jfd < 0) {
 		ret = -errno;
@@ -865,9 +886,13 @@ int sf_wfile_write(struct sf_wfile *f, const void *buf, size_t len,
 		pthread_mutex_lock(&f->w->lock);
 		if (f->w->nidle > 0)
 			f->p = f->w->idle[--f->w->nidle];
-		else
+		else if (f->w->next_seq < UINT_MAX)
 			seq = f->w->next_seq++;
+		else
+			seq = UINT_MAX; /* never wrap onto (and truncate) data-0.bin */
 		pthread_mutex_unlock(&f->w->lock);
+		if (!f->p && seq == UINT_MAX)
+			return -SF_ETOOBIG;
 		if (!f->p) {
 			snprintf(fname, sizeof(fname), "data-%u.bin", seq);
 			ret = sf_payload_open(f->w->dir, f->w->rank, fname,
