@@ -146,4 +146,52 @@ int sf_fs_run(const struct sf_fs_config *cfg);
  */
 int sf_fs_remove(struct sf_fs *fs, const char *name);
 
+/*
+ * The transfer settings of the daemon, shared with the benchmark's
+ * test/bench/fuse_ceiling.c so that both ask the kernel for exactly the
+ * same FUSE transfer: one definition each, used by both.
+ */
+struct fuse_args;
+struct fuse_conn_info;
+struct fuse_file_info;
+struct fuse_session;
+
+/* Bytes per read (and write) request. */
+size_t sf_fs_max_read(void);
+
+/* Entry and attribute cache timeout of committed (immutable) files, s. */
+double sf_fs_ro_timeout(void);
+
+/* Append the mount options that set the transfer (-omax_read) to args.
+ * Returns 0 or -ENOMEM. */
+int sf_fs_add_transfer_args(struct fuse_args *args);
+
+/* In the INIT handler: request sizes, background queue, async reads, and
+ * no AUTO_INVAL_DATA (the data never changes). */
+void sf_fs_tune_conn(struct fuse_conn_info *conn);
+
+/* In OPEN of a read-only, immutable file: keep_cache, noflush, no
+ * direct_io. */
+void sf_fs_tune_ro_open(struct fuse_file_info *fi);
+
+/*
+ * Raise read_ahead_kb of the bdi of the FUSE mount at mnt_abs (an absolute
+ * path, as realpath gives it), found in /proc/self/mountinfo; warns and
+ * goes on when it cannot. The kernel sets the bdi's readahead when it gets
+ * the INIT reply, so call this from the first request handler after INIT
+ * (once); it never stats the mountpoint, which could deadlock there.
+ */
+void sf_fs_raise_readahead(const char *mnt_abs);
+
+/* Worker threads the daemon serves with when not told otherwise. */
+unsigned sf_fs_default_threads(void);
+
+/*
+ * Serve se on the multithreaded loop with nthreads workers (0: the
+ * default), all kept when idle, no cloned /dev/fuse descriptors, until the
+ * session ends. Returns what fuse_session_loop_mt returns: 0, a negative
+ * error, or the signal that ended it.
+ */
+int sf_fs_session_loop(struct fuse_session *se, unsigned nthreads);
+
 #endif

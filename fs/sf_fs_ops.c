@@ -76,7 +76,17 @@ void sf_fs_fill_entry(struct sf_fs *fs, struct sf_node *n,
 
 /* --- session --- */
 
-static void op_init(void *userdata, struct fuse_conn_info *conn)
+size_t sf_fs_max_read(void)
+{
+	return SF_FS_MAX_READ;
+}
+
+double sf_fs_ro_timeout(void)
+{
+	return SF_FS_TIMEOUT;
+}
+
+void sf_fs_tune_conn(struct fuse_conn_info *conn)
 {
 	/* Requests of up to 1 MiB each way; the kernel's readahead maximum
 	 * (conn->max_readahead arrives as the most the kernel allows). */
@@ -97,6 +107,20 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
 	sf_debug("fs: init: max_readahead %u max_write %u", conn->max_readahead,
 		 conn->max_write);
+}
+
+void sf_fs_tune_ro_open(struct fuse_file_info *fi)
+{
+	/* The page cache survives across opens (the data never changes). */
+	fi->keep_cache = 1;
+	fi->direct_io = 0;
+	/* Nothing to report at close: spare the FLUSH round trip. */
+	fi->noflush = 1;
+}
+
+static void op_init(void *userdata, struct fuse_conn_info *conn)
+{
+	sf_fs_tune_conn(conn);
 }
 
 /* --- inodes --- */
@@ -329,10 +353,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	} else if (writable || (fi->flags & O_TRUNC)) {
 		rc = -EROFS;
 	} else {
-		fi->keep_cache = 1;
-		fi->direct_io = 0;
-		/* Nothing to report at close: spare the FLUSH round trip. */
-		fi->noflush = 1;
+		sf_fs_tune_ro_open(fi);
 		rc = 0;
 	}
 	if (!rc)

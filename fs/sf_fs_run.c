@@ -142,12 +142,12 @@ static void unescape_mountinfo(char *s)
 }
 
 /*
- * Find our mount's device in /proc/self/mountinfo (the last fuse mount on
- * our mountpoint: stat()ing the mountpoint from the daemon could deadlock)
- * and raise /sys/class/bdi/MAJ:MIN/read_ahead_kb. The kernel caps the bdi's
+ * Find the mount's device in /proc/self/mountinfo (the last fuse mount on
+ * mnt_abs: stat()ing the mountpoint from the daemon could deadlock) and
+ * raise /sys/class/bdi/MAJ:MIN/read_ahead_kb. The kernel caps the bdi's
  * readahead at INIT, so this must run after INIT has been answered.
  */
-void sf_fs_tune_bdi(struct sf_fs *fs)
+void sf_fs_raise_readahead(const char *mnt_abs)
 {
 	char devid[32] = "";
 	char path[96];
@@ -174,14 +174,14 @@ void sf_fs_tune_bdi(struct sf_fs *fs)
 		if (strncmp(fstype, "fuse", 4) != 0)
 			continue;
 		unescape_mountinfo(mnt);
-		if (strcmp(mnt, fs->mnt_abs) == 0)
+		if (strcmp(mnt, mnt_abs) == 0)
 			snprintf(devid, sizeof(devid), "%s", dev);
 	}
 	free(line);
 	fclose(f);
 	if (!devid[0]) {
 		sf_warn("fs: mount %s not found in /proc/self/mountinfo; readahead left as is",
-			fs->mnt_abs);
+			mnt_abs);
 		return;
 	}
 	snprintf(path, sizeof(path), "/sys/class/bdi/%s/read_ahead_kb", devid);
@@ -194,6 +194,19 @@ void sf_fs_tune_bdi(struct sf_fs *fs)
 		close(fd);
 }
 
+void sf_fs_tune_bdi(struct sf_fs *fs)
+{
+	sf_fs_raise_readahead(fs->mnt_abs);
+}
+
+int sf_fs_add_transfer_args(struct fuse_args *args)
+{
+	char opt[32];
+
+	snprintf(opt, sizeof(opt), "-omax_read=%u", SF_FS_MAX_READ);
+	return fuse_opt_add_arg(args, opt) ? -ENOMEM : 0;
+}
+
 /* argv for fuse_session_new: program name, -d, and every -o option. */
 static int build_args(const struct sf_fs_config *cfg, struct fuse_args *args)
 {
@@ -202,7 +215,7 @@ static int build_args(const struct sf_fs_config *cfg, struct fuse_args *args)
 	if (fuse_opt_add_arg(args, "shardfs") ||
 	    (cfg->debug && fuse_opt_add_arg(args, "-d")) ||
 	    fuse_opt_add_arg(args, "-osubtype=shardfs,fsname=shardfs") ||
-	    fuse_opt_add_arg(args, "-omax_read=1048576"))
+	    sf_fs_add_transfer_args(args))
 		return -ENOMEM;
 	for (i = 0; i < cfg->nfuse_opts; i++) {
 		if (fuse_opt_add_arg(args, "-o") ||
@@ -217,7 +230,7 @@ static int build_args(const struct sf_fs_config *cfg, struct fuse_args *args)
  * cold 1 GiB file ~1.3x faster than 16). Idle workers are kept, so their
  * read buffers stay allocated and warm.
  */
-static unsigned default_threads(void)
+unsigned sf_fs_default_threads(void)
 {
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	unsigned n = ncpu > 0 ? 2 * (unsigned)ncpu : 4;
@@ -225,25 +238,29 @@ static unsigned default_threads(void)
 	return n < 4 ? 4 : n > 16 ? 16 : n;
 }
 
-static int serve(struct sf_fs *fs, struct fuse_session *se)
+int sf_fs_session_loop(struct fuse_session *se, unsigned nthreads)
 {
-	const struct sf_fs_config *cfg = fs->cfg;
 	struct fuse_loop_config *lc;
-	unsigned nthreads;
 	int rc;
 
-	if (cfg->single_thread)
-		return fuse_session_loop(se);
 	lc = fuse_loop_cfg_create();
 	if (!lc)
 		return -ENOMEM;
-	nthreads = cfg->max_threads ? cfg->max_threads : default_threads();
+	if (!nthreads)
+		nthreads = sf_fs_default_threads();
 	fuse_loop_cfg_set_clone_fd(lc, 0);
 	fuse_loop_cfg_set_max_threads(lc, nthreads);
 	fuse_loop_cfg_set_idle_threads(lc, nthreads);
 	rc = fuse_session_loop_mt(se, lc);
 	fuse_loop_cfg_destroy(lc);
 	return rc;
+}
+
+static int serve(struct sf_fs *fs, struct fuse_session *se)
+{
+	if (fs->cfg->single_thread)
+		return fuse_session_loop(se);
+	return sf_fs_session_loop(se, fs->cfg->max_threads);
 }
 
 int sf_fs_run(const struct sf_fs_config *cfg)
