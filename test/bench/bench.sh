@@ -1,10 +1,13 @@
 #!/bin/bash
 # bench.sh - read throughput of shardfs against raw reads of the payloads.
 #
-# Usage: test/bench/bench.sh [--bin DIR] [--reps N] [--keep] [SIZE]
+# Usage: test/bench/bench.sh [--bin DIR] [--ceiling PATH] [--reps N] [--keep] [SIZE]
 #   SIZE      checkpoint size for `shardctl gen --layout llama` (default 2G)
 #   --bin DIR directory with the shardfs and shardctl binaries
 #             (default: $SHARDFS_BIN, else build/tools next to this tree)
+#   --ceiling PATH  the fuse_ceiling binary (default: DIR/../test/bench/
+#             fuse_ceiling, which the same build makes); when it is not
+#             there the FUSE ceiling row is left out with a line saying why
 #   --reps N  time every row N times (each fresh-mount row on its own fresh
 #             daemon) and report the fastest (default 3; single runs vary
 #             2-3x on a shared 2-core machine)
@@ -13,16 +16,21 @@
 #
 # Generates one checkpoint, reads every payload file once so the page cache
 # is warm for both sides, then times (best of --reps runs, on this machine):
-#   raw      the payload files with dd bs=1M, summed across files
+#   raw      the payload files with dd bs=1M, summed across files, and
+#            with readfiles.py (the reader of every row below)
+#   ceiling  files of the sizes of the tensor files (same count, same bytes)
+#            through a fresh mount of fuse_ceiling, a daemon that replies
+#            from one buffer in memory and does no work, with the transfer
+#            settings shardfs uses: what FUSE itself allows a first read
 #   tensors/ every tensor file, model.safetensors, and one slice path per
 #            shard box of each dim-1-sharded weight, each first through a
 #            fresh mount (the daemon assembles) and then again (kernel page
 #            cache, keep_cache); and tensors/ again on a --no-verify mount
 # and prints a markdown table (what, bytes, seconds, GB/s, ratio vs raw),
-# then each mount's start-up time (start to mountpoint ready), the daemon's
-# peak RSS (VmHWM) and its CPU time (user + system): the smallest start-up
-# time and CPU time and the largest peak RSS over the repetitions. Not a
-# ctest test.
+# each fresh-mount row's ratio to the FUSE ceiling, then each mount's
+# start-up time (start to mountpoint ready), the daemon's peak RSS (VmHWM)
+# and its CPU time (user + system): the smallest start-up time and CPU time
+# and the largest peak RSS over the repetitions. Not a ctest test.
 # Always unmounts, stops the daemon and (unless --keep) removes its
 # temporary data, also on ^C.
 set -euo pipefail
@@ -35,10 +43,26 @@ source "$HERE/benchlib.sh"
 REPS=3
 SIZE=2G
 [[ ${BENCH_QUICK:-0} == 1 ]] && SIZE=256M
-bench_parse_args "$@"
+# --ceiling PATH is ours; benchlib parses the rest
+CEILING=""
+rest=()
+while [[ $# -gt 0 ]]; do
+	case $1 in
+	--ceiling) [[ $# -ge 2 ]] || { echo "$ME: --ceiling wants a PATH" >&2; exit 2; }
+		CEILING=$2; shift 2 ;;
+	*) rest+=("$1"); shift ;;
+	esac
+done
+bench_parse_args ${rest[@]+"${rest[@]}"}
 [[ ${#ARGS[@]} -ge 1 ]] && SIZE=${ARGS[0]}
 PY=/usr/bin/python3
 bench_need_tools
+[[ -n $CEILING ]] || CEILING=$BIN/../test/bench/fuse_ceiling
+CEILING_SKIP=""
+[[ -x $CEILING ]] ||
+	CEILING_SKIP="$CEILING not built (make fuse_ceiling, or --ceiling PATH)"
+[[ -z $CEILING_SKIP ]] ||
+	echo "bench.sh: skipping the FUSE ceiling row: $CEILING_SKIP" >&2
 
 WORK=$(mktemp -d /tmp/sfbench-XXXXXX)
 CKPT=$WORK/ckpt
@@ -56,17 +80,23 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# start_daemon LABEL [OPTS...]: fresh mount of $CKPT at $MNT, records its
-# start-up time
-start_daemon() {
+# start_mount LABEL COMMAND...: run COMMAND (a daemon in the foreground
+# that mounts $MNT), wait for the mount, record its start-up time
+start_mount() {
 	local label=$1; shift
 	mkdir -p "$MNT"
 	local t0; t0=$(now)
-	"$SHARDFS" -f "$@" "$CKPT" "$MNT" 2>>"$WORK/daemon.log" &
+	"$@" 2>>"$WORK/daemon.log" &
 	DPID=$!
 	wait_mounted "$MNT" "$DPID" 6 "$WORK/daemon.log" || exit 1
 	MOUNT_MS=$(echo "($(now) - $t0) * 1000" | bc)
 	MOUNT_LABEL=$label
+}
+
+# start_daemon LABEL [OPTS...]: fresh shardfs mount of $CKPT at $MNT
+start_daemon() {
+	local label=$1; shift
+	start_mount "$label" "$SHARDFS" -f "$@" "$CKPT" "$MNT"
 }
 
 # end_daemon: record the daemon's peak RSS and CPU time, unmount
@@ -138,6 +168,27 @@ $PY "$HERE/bench_plan.py" "$CKPT" "$MNT" slices >"$WORK/slices"
 echo "$MNT/model.safetensors" >"$WORK/st"
 [[ -s $WORK/slices ]] || echo "bench.sh: no dim-1-sharded weights found" >&2
 
+# The FUSE ceiling: one flat file per tensor file, of its size (the BYTES
+# column of `shardctl info`), read by the same reader on a fresh daemon.
+CEILING_ROW="FUSE ceiling (daemon replies from memory, no work), fresh mount"
+if [[ -z $CEILING_SKIP ]]; then
+	"$SHARDCTL" info "$CKPT" |
+		awk '/^NAME / {on = 1; next} on && NF == 0 {exit}
+		     on {printf "%s t%05d\n", $NF, n++}' >"$WORK/ceiling.list"
+	awk -v m="$MNT" '{print m "/" $2}' "$WORK/ceiling.list" >"$WORK/ceiling"
+	if [[ $(wc -l <"$WORK/ceiling") != $(wc -l <"$WORK/tensors") ]]; then
+		echo "bench.sh: shardctl info lists $(wc -l <"$WORK/ceiling") tensors," \
+			"bench_plan.py $(wc -l <"$WORK/tensors")" >&2
+		exit 1
+	fi
+	for _ in $(seq "$REPS"); do
+		start_mount "FUSE ceiling (fresh read only)" \
+			"$CEILING" -f "$WORK/ceiling.list" "$MNT"
+		timed_read "$CEILING_ROW" "$WORK/ceiling"
+		end_daemon
+	done
+fi
+
 for kind in tensors st slices; do
 	case $kind in
 	tensors) what="tensors/ (all tensors)" ;;
@@ -170,7 +221,22 @@ for what in "${ROWS[@]}"; do
 		'BEGIN { g = b / s / 1e9; printf "| %s | %d | %.3f | %.2f | %.2f |\n", w, b, s, g, g / raw }'
 done
 echo
-echo "| mount | start-up ms | daemon peak RSS MiB | daemon CPU s (both reads) |"
+if [[ -n $CEILING_SKIP ]]; then
+	echo "FUSE ceiling row left out: $CEILING_SKIP"
+else
+	# fresh-mount rows against the ceiling, GB/s over GB/s
+	cgbs=$(echo "${BEST[$CEILING_ROW]}" | awk -F'|' '{printf "%.6f", $1 / $2 / 1e9}')
+	line="fresh mounts vs the FUSE ceiling ($(awk -v g="$cgbs" 'BEGIN {printf "%.2f", g}') GB/s):"
+	for what in "${ROWS[@]}"; do
+		[[ $what == *", fresh mount" && $what != "$CEILING_ROW" ]] || continue
+		IFS='|' read -r bytes secs <<<"${BEST[$what]}"
+		line+=$(awk -v w="${what%, fresh mount}" -v b="$bytes" -v s="$secs" -v c="$cgbs" \
+			'BEGIN { printf " %s %.2f;", w, b / s / 1e9 / c }')
+	done
+	echo "${line%;}"
+fi
+echo
+echo "| mount | start-up ms | daemon peak RSS MiB | daemon CPU s (its reads) |"
 echo "|---|---:|---:|---:|"
 for what in "${MOUNTS[@]}"; do
 	IFS='|' read -r ms rss cpu <<<"${MBEST[$what]}"
