@@ -6,8 +6,12 @@ always unmount (fusermount3 -u, then umount -l as a last resort), stop the
 daemon (SIGTERM, then SIGKILL) and fail the test if the daemon crashed (died
 by a signal we did not send, exited non-zero, or left sanitizer reports in
 its log). Also: generating checkpoints with `shardctl gen --ref`, loading
-the unsharded reference, and a soft-assertion checker so one run reports
-every mismatch instead of stopping at the first.
+the unsharded reference, a soft-assertion checker so one run reports
+every mismatch instead of stopping at the first, a deliberate kill -9 of
+the daemon (Mount.kill9) that teardown does not count as a crash, and the
+helpers several tests share: random slice paths, random arrays, and the
+Reference of a checkpoint written through the mount with the full
+read-back check of it (check_written).
 
 Invariants: every mount started through Mount is unmounted and its daemon
 reaped before the test process exits (context manager + atexit); every
@@ -23,6 +27,7 @@ import os
 import random
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -30,6 +35,11 @@ import time
 import traceback
 
 import numpy as np
+
+# tools/shardfs_save.py (the Python writer; stdlib + numpy)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "..", "tools"))
+import shardfs_save as sfs  # noqa: E402
 
 SKIP = 77
 MOUNT_WAIT_S = 20.0     # bound on daemon start-up until the mount appears
@@ -92,6 +102,7 @@ class Env:
         self.keep = args.keep
         seed = args.seed if args.seed is not None else int(time.time()) % 100000
         print("random seed: %d (rerun with --seed %d)" % (seed, seed))
+        self.seed = seed
         self.rng = random.Random(seed)
         self.tmp = tempfile.mkdtemp(prefix="sfmount-", dir="/tmp")
         if self.keep:
@@ -203,6 +214,7 @@ class Mount:
         self.proc = None
         self.mount_s = None
         self.stopped = False
+        self.killed = False     # kill9() was called: SIGKILL is no crash
 
     def __enter__(self):
         if self.proc is None:  # a test may start() first to catch mount errors
@@ -233,6 +245,15 @@ class Mount:
     def log_text(self):
         return read_text(self.logpath)
 
+    def kill9(self):
+        """kill -9 the daemon on purpose (a crash test). stop() still
+        cleans up the dead mount and still reports sanitizer reports and any
+        other problem, but not the death by our SIGKILL."""
+        if self.proc.poll() is None:
+            self.killed = True
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
     def log_lines(self):
         return self.log_text().splitlines()
 
@@ -246,7 +267,7 @@ class Mount:
         self.stopped = True
         problems = []
         was_alive = self.proc.poll() is None
-        if not was_alive:
+        if not was_alive and not self.killed:
             problems.append("daemon was already dead before unmount (rc %s)"
                             % self.proc.returncode)
         if is_mounted(self.mnt):
@@ -271,7 +292,7 @@ class Mount:
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.log.close()
         rc = self.proc.returncode
-        if not killed and rc != 0:
+        if not killed and rc != 0 and not (self.killed and rc == -signal.SIGKILL):
             if rc < 0:
                 problems.append("daemon died by signal %d" % -rc)
             else:
@@ -301,6 +322,22 @@ class Mount:
         except OSError:
             pass
         return None
+
+
+    def open_fds(self):
+        """How many file descriptors the daemon holds now (None if gone)."""
+        try:
+            return len(os.listdir("/proc/%d/fd" % self.proc.pid))
+        except OSError:
+            return None
+
+    def sanitized(self):
+        """Whether the daemon runs with AddressSanitizer (libasan mapped)."""
+        try:
+            with open("/proc/%d/maps" % self.proc.pid) as f:
+                return "libasan" in f.read()
+        except OSError:
+            return False
 
 
 class Ref:
@@ -349,16 +386,21 @@ class Ref:
 class Checker:
     """Soft assertions: record every failure, report them all at the end."""
 
-    def __init__(self):
+    def __init__(self, quiet=False):
         self.failures = []
         self.passed = 0
+        self.quiet = quiet      # do not print failures as they happen
+
+    def _fail(self, msg):
+        self.failures.append(msg)
+        if not self.quiet:
+            print("FAIL:", msg)
 
     def ok(self, cond, msg):
         if cond:
             self.passed += 1
         else:
-            self.failures.append(msg)
-            print("FAIL:", msg)
+            self._fail(msg)
         return bool(cond)
 
     def eq(self, got, want, msg):
@@ -366,8 +408,7 @@ class Checker:
             self.passed += 1
             return True
         g, w = repr(got), repr(want)
-        self.failures.append("%s: got %s, want %s" % (msg, g[:300], w[:300]))
-        print("FAIL:", self.failures[-1])
+        self._fail("%s: got %s, want %s" % (msg, g[:300], w[:300]))
         return False
 
     def bytes_eq(self, got, want, msg):
@@ -381,8 +422,7 @@ class Checker:
             ndiff = sum(1 for i in range(len(got)) if got[i] != want[i]) \
                 if len(got) < (1 << 20) else -1
             detail = "first difference at byte %d (%d bytes differ)" % (first, ndiff)
-        self.failures.append("%s: %s" % (msg, detail))
-        print("FAIL:", self.failures[-1])
+        self._fail("%s: %s" % (msg, detail))
         return False
 
     def raises(self, errnos, fn, msg):
@@ -395,14 +435,14 @@ class Checker:
             if e.errno in errnos:
                 self.passed += 1
                 return True
-            self.failures.append("%s: failed with %s, want %s" % (
+            failure = ("%s: failed with %s, want %s" % (
                 msg, errno.errorcode.get(e.errno, e.errno),
                 "/".join(errno.errorcode[x] for x in errnos)))
         else:
-            self.failures.append("%s: succeeded (returned %r), want %s" % (
+            failure = ("%s: succeeded (returned %r), want %s" % (
                 msg, r if not isinstance(r, bytes) else "%d bytes" % len(r),
                 "/".join(errno.errorcode[x] for x in errnos)))
-        print("FAIL:", self.failures[-1])
+        self._fail(failure)
         return False
 
 
@@ -545,3 +585,127 @@ def classify(man, ref, name, bad_shard):
         if not bad_shard(s):
             cover[shard_positions(t["shape"], ref.itemsize(name), s)] = True
     return "either" if cover.all() else "broken"
+
+
+# --- random slices, written checkpoints (shared by several tests) ---
+
+def random_dim(rng, n):
+    """One dimension's slice text and the python slice it means."""
+    k = rng.random()
+    if k < 0.2:
+        return ":", slice(None)
+    s = rng.randrange(0, n + 1)
+    if k < 0.3:
+        return "%d:%d" % (s, s), slice(s, s)            # empty
+    e = rng.randrange(s, n + 1)
+    if k < 0.4:
+        return "%d:" % s, slice(s, None)                 # open stop
+    if k < 0.5:
+        return ":%d" % e, slice(None, e)                 # open start
+    return "%d:%d" % (s, e), slice(s, e)
+
+
+def random_array(rng, shape, dtype):
+    """Random values of a numpy dtype, from a numpy Generator (bit patterns for BF16 / F8 as ints)."""
+    n = int(np.prod(shape)) if shape else 1
+    raw = np.frombuffer(rng.bytes(n * np.dtype(dtype).itemsize), dtype=np.uint8)
+    if np.dtype(dtype).kind == "f":   # no NaNs: keep comparisons simple
+        return rng.standard_normal(n).astype(dtype).reshape(shape)
+    if np.dtype(dtype) == np.bool_:
+        return (raw & 1).astype(np.bool_).reshape(shape)
+    return raw.view(dtype).reshape(shape).copy()
+
+
+class Reference:
+    """The expected contents of a checkpoint written through the mount:
+    NAME -> (dtype, shape, bytes), and root files NAME -> bytes."""
+
+    def __init__(self):
+        self.tensors = {}
+        self.files = {}
+
+    def add(self, name, dtype, data):
+        dt, shape, buf = sfs.as_bytes(data, dtype)
+        self.tensors[name] = (dt, list(shape), bytes(buf))
+        return data
+
+    def array(self, name):
+        """Bit-exact view as an unsigned type of the itemsize."""
+        dt, shape, buf = self.tensors[name]
+        u = UINT_OF_SIZE[DTYPES[dt][0]]
+        return np.frombuffer(buf, dtype=u).reshape(tuple(shape))
+
+
+def parse_safetensors(buf):
+    (n,) = struct.unpack_from("<Q", buf, 0)
+    header = json.loads(buf[8:8 + n])
+    header.pop("__metadata__", None)
+    return header, 8 + n
+
+
+def check_written(rng, ck, root, ref, label):
+    """Every byte of a committed checkpoint written through the mount against
+    its Reference: state, tensors/ listing, every tensor with its size and
+    dtype/shape xattrs, random slices (rng: a random.Random), npy/,
+    model.safetensors and root files."""
+    ck.eq(os.getxattr(root, "user.shardfs.state"), b"committed", "%s: state" % label)
+    names = sorted(ref.tensors)
+    listed = []
+    for dirpath, _, fnames in os.walk(os.path.join(root, "tensors")):
+        rel = os.path.relpath(dirpath, os.path.join(root, "tensors"))
+        listed += [f if rel == "." else os.path.join(rel, f) for f in fnames]
+    ck.eq(sorted(listed), names, "%s: tensors/ listing" % label)
+    for name in names:
+        dt, shape, want = ref.tensors[name]
+        p = tensor_path(root, name)
+        try:
+            ck.bytes_eq(read_file(p), want, "%s: tensors/%s" % (label, name))
+            ck.eq(os.stat(p).st_size, len(want), "%s: size of %s" % (label, name))
+            ck.eq(os.getxattr(p, "user.shardfs.dtype").decode(), dt, "%s: dtype of %s" % (label, name))
+            ck.eq(json.loads(os.getxattr(p, "user.shardfs.shape")), shape,
+                  "%s: shape of %s" % (label, name))
+        except OSError as e:
+            ck.ok(False, "%s: tensors/%s: %s" % (label, name, e))
+            continue
+        # random slices vs numpy
+        arr = ref.array(name)
+        for _ in range(3 if shape else 0):
+            box = []
+            for d in shape:
+                lo = rng.randrange(d)
+                box.append((lo, rng.randrange(lo + 1, d + 1)))
+            spec = format_slice(box)
+            want_sl = arr[tuple(slice(a, b) for a, b in box)].tobytes()
+            try:
+                ck.bytes_eq(read_file(tensor_path(root, name, spec)), want_sl,
+                            "%s: slice %s@%s" % (label, name, spec))
+            except OSError as e:
+                ck.ok(False, "%s: slice %s@%s: %s" % (label, name, spec, e))
+        # npy/ for numpy-native dtypes
+        if DTYPES[dt][1] is not None:
+            try:
+                got = np.load(npy_path(root, name))
+                ck.ok(got.dtype == np.dtype(DTYPES[dt][1]) and list(got.shape) == shape
+                      and got.tobytes() == want, "%s: npy/%s.npy" % (label, name))
+            except (OSError, ValueError) as e:
+                ck.ok(False, "%s: npy/%s.npy: %s" % (label, name, e))
+    # model.safetensors, parsed by hand
+    try:
+        buf = read_file(os.path.join(root, "model.safetensors"))
+        header, base = parse_safetensors(buf)
+        ck.eq(sorted(header), names, "%s: model.safetensors names" % label)
+        for name in names:
+            e = header.get(name)
+            if e is None:
+                continue
+            dt, shape, want = ref.tensors[name]
+            ck.eq((e["dtype"], e["shape"]), (dt, shape), "%s: safetensors %s header" % (label, name))
+            b, end = e["data_offsets"]
+            ck.bytes_eq(buf[base + b:base + end], want, "%s: safetensors %s bytes" % (label, name))
+    except (OSError, ValueError, KeyError) as e:
+        ck.ok(False, "%s: model.safetensors: %s" % (label, e))
+    for fname, want in sorted(ref.files.items()):
+        try:
+            ck.bytes_eq(read_file(os.path.join(root, fname)), want, "%s: %s" % (label, fname))
+        except OSError as e:
+            ck.ok(False, "%s: root file %s: %s" % (label, fname, e))

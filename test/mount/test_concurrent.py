@@ -11,7 +11,6 @@ import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sfmount as sm  # noqa: E402
-from test_slices import random_dim  # noqa: E402
 
 NTHREADS = 4
 
@@ -44,7 +43,7 @@ def reader(tid, root, ref, names, shared, seed, barrier, out):
                     tid, name, len(got), len(want)))
             shape = ref.tensors[name]["shape"]
             if shape:
-                dims = [random_dim(rng, n) for n in shape]
+                dims = [sm.random_dim(rng, n) for n in shape]
                 spec = ",".join(d[0] for d in dims)
                 sw = ref.array(name)[tuple(d[1] for d in dims)].tobytes()
                 nchecks += 1

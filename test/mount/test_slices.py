@@ -13,22 +13,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sfmount as sm  # noqa: E402
 
 
-def random_dim(rng, n):
-    """One dimension's slice text and the python slice it means."""
-    k = rng.random()
-    if k < 0.2:
-        return ":", slice(None)
-    s = rng.randrange(0, n + 1)
-    if k < 0.3:
-        return "%d:%d" % (s, s), slice(s, s)            # empty
-    e = rng.randrange(s, n + 1)
-    if k < 0.4:
-        return "%d:" % s, slice(s, None)                 # open stop
-    if k < 0.5:
-        return ":%d" % e, slice(None, e)                 # open start
-    return "%d:%d" % (s, e), slice(s, e)
-
-
 def check_slice(ck, root, ref, name, spec, sl, label, rng=None):
     p = sm.tensor_path(root, name, spec)
     want = ref.array(name)[sl].tobytes() if sl != () else ref.array(name).tobytes()
@@ -124,7 +108,7 @@ def run(env, ck):
                             tuple(slice(None) for _ in shape), cname)
                 nrand = 6 if len(ref.tensors) < 40 else 2
                 for _ in range(nrand):
-                    dims = [random_dim(rng, n) for n in shape]
+                    dims = [sm.random_dim(rng, n) for n in shape]
                     check_slice(ck, root, ref, name, ",".join(d[0] for d in dims),
                                 tuple(d[1] for d in dims), cname, rng)
             check_errors(ck, root, ref, cname)

@@ -27,7 +27,6 @@ import argparse
 import errno
 import json
 import os
-import struct
 import subprocess
 import sys
 import time
@@ -50,44 +49,14 @@ CONFIG_JSON = b'{"model": "tiny", "layers": 2}\n'
 TOKENIZER_JSON = b'{"vocab": ["a", "b", "c"]}' * 50
 
 
-class Reference:
-    """The expected checkpoint: NAME -> (dtype, shape, bytes), root files."""
-
-    def __init__(self):
-        self.tensors = {}
-        self.files = {}
-
-    def add(self, name, dtype, data):
-        dt, shape, buf = sfs.as_bytes(data, dtype)
-        self.tensors[name] = (dt, list(shape), bytes(buf))
-        return data
-
-    def array(self, name):
-        """Bit-exact view as an unsigned type of the itemsize."""
-        dt, shape, buf = self.tensors[name]
-        u = sm.UINT_OF_SIZE[sm.DTYPES[dt][0]]
-        return np.frombuffer(buf, dtype=u).reshape(tuple(shape))
-
-
 # ----------------------------------------------------------- the writers
-
-def rand(rng, shape, dtype):
-    """Random values of a numpy dtype (bit patterns for BF16 / F8 as ints)."""
-    n = int(np.prod(shape)) if shape else 1
-    raw = np.frombuffer(rng.bytes(n * np.dtype(dtype).itemsize), dtype=np.uint8)
-    if np.dtype(dtype).kind == "f":   # no NaNs: keep comparisons simple
-        return rng.standard_normal(n).astype(dtype).reshape(shape)
-    if np.dtype(dtype) == np.bool_:
-        return (raw & 1).astype(np.bool_).reshape(shape)
-    return raw.view(dtype).reshape(shape).copy()
-
 
 def write_py_ckpt(mnt, ref, seed):
     """py-ckpt through shardfs_save (no commit yet); returns the Shards."""
     rng = np.random.default_rng(seed)
     shards = []
     # dim-0 boxes (column parallel), uneven rows
-    a = ref.add("layers/0/attn.wq", None, rand(rng, (64, 48), np.float32))
+    a = ref.add("layers/0/attn.wq", None, sm.random_array(rng, (64, 48), np.float32))
     for lo, hi in ((0, 20), (20, 41), (41, 64)):
         shards.append(sfs.Shard("layers/0/attn.wq", a[lo:hi], shape=a.shape, offsets=[lo, 0]))
     # dim-1 boxes of a BF16 tensor (torch when we have it, else uint16 bits)
@@ -97,34 +66,34 @@ def write_py_ckpt(mnt, ref, seed):
         cols = [b[:, lo:hi] for lo, hi in ((0, 32), (32, 64), (64, 96))]
         bdt = None
     else:
-        b = ref.add("layers/0/attn.wo", "BF16", rand(rng, (32, 96), np.uint16))
+        b = ref.add("layers/0/attn.wo", "BF16", sm.random_array(rng, (32, 96), np.uint16))
         cols = [b[:, lo:hi] for lo, hi in ((0, 32), (32, 64), (64, 96))]
         bdt = "BF16"
     for k, piece in enumerate(cols):
         shards.append(sfs.Shard("layers/0/attn.wo", piece, shape=[32, 96],
                                 offsets=[0, 32 * k], dtype=bdt))
     # 3-d boxes split along the last dimension (I32)
-    c = ref.add("layers/0/conv", None, rand(rng, (3, 5, 7), np.int32))
+    c = ref.add("layers/0/conv", None, sm.random_array(rng, (3, 5, 7), np.int32))
     shards.append(sfs.Shard("layers/0/conv", c[:, :, :4], shape=c.shape, offsets=[0, 0, 0]))
     shards.append(sfs.Shard("layers/0/conv", c[:, :, 4:], shape=c.shape, offsets=[0, 0, 4]))
     # flat ranges cut inside elements (FSDP style), F16
-    e = ref.add("embed.weight", None, rand(rng, (100, 30), np.float16))
+    e = ref.add("embed.weight", None, sm.random_array(rng, (100, 30), np.float16))
     raw = e.tobytes()
     for lo, hi in ((0, 1777), (1777, 4001), (4001, len(raw))):
         shards.append(sfs.Shard("embed.weight", raw[lo:hi], shape=e.shape, flat=lo, dtype="F16"))
     # replicated: every "rank" saves the whole tensor
-    n = ref.add("layers/0/norm", None, rand(rng, (48,), np.float64))
+    n = ref.add("layers/0/norm", None, sm.random_array(rng, (48,), np.float64))
     shards += [sfs.Shard("layers/0/norm", n), sfs.Shard("layers/0/norm", n)]
     # replicated as a whole box over a whole flat copy (same bytes)
     s = ref.add("step", None, np.array([3000, -1], dtype=np.int64))
     shards += [sfs.Shard("step", s), sfs.Shard("step", s, offsets=[0])]
     # small dtypes
-    q = ref.add("quant.f8", "F8_E4M3", rand(rng, (16, 16), np.uint8))
+    q = ref.add("quant.f8", "F8_E4M3", sm.random_array(rng, (16, 16), np.uint8))
     shards += [sfs.Shard("quant.f8", q[:8], shape=q.shape, offsets=[0, 0], dtype="F8_E4M3"),
                sfs.Shard("quant.f8", q[8:], shape=q.shape, offsets=[8, 0], dtype="F8_E4M3")]
-    m = ref.add("mask", None, rand(rng, (10, 3), np.bool_))
+    m = ref.add("mask", None, sm.random_array(rng, (10, 3), np.bool_))
     shards.append(sfs.Shard("mask", m))
-    u = ref.add("bytes.u8", None, rand(rng, (1000,), np.uint8))
+    u = ref.add("bytes.u8", None, sm.random_array(rng, (1000,), np.uint8))
     shards.append(sfs.Shard("bytes.u8", u))
     files = {"config.json": CONFIG_JSON, "tokenizer.json": TOKENIZER_JSON}
     ref.files.update(files)
@@ -137,7 +106,7 @@ def write_pwrite_ranges(ck, mnt, ckpt, ref, seed):
     flat.two: two handles open at once, interleaved ranges."""
     rng = np.random.default_rng(seed)
     for name, nhandles in (("flat.one", 1), ("flat.two", 2)):
-        data = ref.add(name, None, rand(rng, (3000,), np.uint32))
+        data = ref.add(name, None, sm.random_array(rng, (3000,), np.uint32))
         raw = data.tobytes()
         sfs.declare(mnt, ckpt, name, "U32", [3000])
         cuts = sorted(set([0, len(raw)] + [int(x) for x in rng.integers(1, len(raw), 9)]))
@@ -156,82 +125,9 @@ def write_pwrite_ranges(ck, mnt, ckpt, ref, seed):
 
 # ----------------------------------------------------------- the checks
 
-def parse_safetensors(buf):
-    (n,) = struct.unpack_from("<Q", buf, 0)
-    header = json.loads(buf[8:8 + n])
-    header.pop("__metadata__", None)
-    return header, 8 + n
-
-
-def check_ckpt(env, ck, root, ref, label):
-    """Every byte of a committed checkpoint against ref."""
-    rng = env.rng
-    ck.eq(os.getxattr(root, "user.shardfs.state"), b"committed", "%s: state" % label)
-    names = sorted(ref.tensors)
-    listed = []
-    for dirpath, _, fnames in os.walk(os.path.join(root, "tensors")):
-        rel = os.path.relpath(dirpath, os.path.join(root, "tensors"))
-        listed += [f if rel == "." else os.path.join(rel, f) for f in fnames]
-    ck.eq(sorted(listed), names, "%s: tensors/ listing" % label)
-    for name in names:
-        dt, shape, want = ref.tensors[name]
-        p = sm.tensor_path(root, name)
-        try:
-            ck.bytes_eq(sm.read_file(p), want, "%s: tensors/%s" % (label, name))
-            ck.eq(os.stat(p).st_size, len(want), "%s: size of %s" % (label, name))
-            ck.eq(os.getxattr(p, "user.shardfs.dtype").decode(), dt, "%s: dtype of %s" % (label, name))
-            ck.eq(json.loads(os.getxattr(p, "user.shardfs.shape")), shape,
-                  "%s: shape of %s" % (label, name))
-        except OSError as e:
-            ck.ok(False, "%s: tensors/%s: %s" % (label, name, e))
-            continue
-        # random slices vs numpy
-        arr = ref.array(name)
-        for _ in range(3 if shape else 0):
-            box = []
-            for d in shape:
-                lo = rng.randrange(d)
-                box.append((lo, rng.randrange(lo + 1, d + 1)))
-            spec = sm.format_slice(box)
-            want_sl = arr[tuple(slice(a, b) for a, b in box)].tobytes()
-            try:
-                ck.bytes_eq(sm.read_file(sm.tensor_path(root, name, spec)), want_sl,
-                            "%s: slice %s@%s" % (label, name, spec))
-            except OSError as e:
-                ck.ok(False, "%s: slice %s@%s: %s" % (label, name, spec, e))
-        # npy/ for numpy-native dtypes
-        if sm.DTYPES[dt][1] is not None:
-            try:
-                got = np.load(sm.npy_path(root, name))
-                ck.ok(got.dtype == np.dtype(sm.DTYPES[dt][1]) and list(got.shape) == shape
-                      and got.tobytes() == want, "%s: npy/%s.npy" % (label, name))
-            except (OSError, ValueError) as e:
-                ck.ok(False, "%s: npy/%s.npy: %s" % (label, name, e))
-    # model.safetensors, parsed by hand
-    try:
-        buf = sm.read_file(os.path.join(root, "model.safetensors"))
-        header, base = parse_safetensors(buf)
-        ck.eq(sorted(header), names, "%s: model.safetensors names" % label)
-        for name in names:
-            e = header.get(name)
-            if e is None:
-                continue
-            dt, shape, want = ref.tensors[name]
-            ck.eq((e["dtype"], e["shape"]), (dt, shape), "%s: safetensors %s header" % (label, name))
-            b, end = e["data_offsets"]
-            ck.bytes_eq(buf[base + b:base + end], want, "%s: safetensors %s bytes" % (label, name))
-    except (OSError, ValueError, KeyError) as e:
-        ck.ok(False, "%s: model.safetensors: %s" % (label, e))
-    for fname, want in sorted(ref.files.items()):
-        try:
-            ck.bytes_eq(sm.read_file(os.path.join(root, fname)), want, "%s: %s" % (label, fname))
-        except OSError as e:
-            ck.ok(False, "%s: root file %s: %s" % (label, fname, e))
-
-
 def c_reference():
     """What write_ckpt.c writes (its value_* functions, in numpy)."""
-    ref = Reference()
+    ref = sm.Reference()
     i = np.arange(40 * 24, dtype=np.int64)
     ref.add("c/w0", None, ((i * 7 % 1009) - 500).astype(np.float32).reshape(40, 24))
     i = np.arange(10 * 33, dtype=np.int64)
@@ -249,7 +145,7 @@ def write_cp_ckpt(env, ck, mnt, ref):
     rng = np.random.default_rng(7)
     for name, shape, tool in (("big/cp.f32", (700, 1031), "cp"),
                               ("big/dd.f16", (1000, 1537), "dd")):
-        data = ref.add(name, None, rand(rng, shape, np.float32 if tool == "cp" else np.float16))
+        data = ref.add(name, None, sm.random_array(rng, shape, np.float32 if tool == "cp" else np.float16))
         src = env.path("src-" + tool)
         with open(src, "wb") as f:
             f.write(data.tobytes())
@@ -416,7 +312,7 @@ def check_errors(env, ck, m, store):
 def run(env, ck):
     store = env.path("store")
     os.makedirs(store)
-    refs = {"py-ckpt": Reference(), "c-ckpt": c_reference(), "cp-ckpt": Reference()}
+    refs = {"py-ckpt": sm.Reference(), "c-ckpt": c_reference(), "cp-ckpt": sm.Reference()}
     with sm.Mount(env, store, name="write") as m:
         ck.eq(os.listdir(m.mnt), [], "empty store mounts empty")
         # py-ckpt: the Python example, committed separately
@@ -434,7 +330,7 @@ def run(env, ck):
         ck.eq(r.returncode, 0, "write_ckpt: %s" % r.stderr.decode(errors="replace")[-500:])
         write_cp_ckpt(env, ck, m.mnt, refs["cp-ckpt"])
         for name, ref in sorted(refs.items()):
-            check_ckpt(env, ck, os.path.join(m.mnt, name), ref, name)
+            sm.check_written(env.rng, ck, os.path.join(m.mnt, name), ref, name)
         check_errors(env, ck, m, store)
         ck.ok(m.alive(), "daemon alive after the writes and the errors")
     # remount the same store: everything committed reads the same
@@ -442,7 +338,7 @@ def run(env, ck):
         ck.eq(sorted(os.listdir(m.mnt)), sorted(list(refs) + ["err-ckpt"]),
               "checkpoints after remount")
         for name, ref in sorted(refs.items()):
-            check_ckpt(env, ck, os.path.join(m.mnt, name), ref, name + " (remount)")
+            sm.check_written(env.rng, ck, os.path.join(m.mnt, name), ref, name + " (remount)")
         ck.ok(m.alive(), "daemon alive after reading back")
 
 
