@@ -1,11 +1,14 @@
 /*
  * sf_local_source.c - a payload source that reads ck->dir/file with pread.
  *
- * Open descriptors are kept in a small hash table keyed by the full path,
- * at most SF_LOCAL_MAX_FDS of them; past that, reads open and close their
- * file each time. Entries are only removed by forget() (after the engine
- * dropped the checkpoint, so no reader uses them) and destroy(), so a
- * descriptor is never closed under a concurrent pread.
+ * Open descriptors are kept in a small hash table keyed by checkpoint and
+ * full path, at most SF_LOCAL_MAX_FDS of them; past that, reads open and
+ * close their file each time. Entries are only removed by forget() of
+ * their own checkpoint (after the engine dropped it, so no reader uses
+ * them) and destroy(), so a descriptor is never closed under a concurrent
+ * pread. The checkpoint is part of the key because a path outlives the
+ * file behind it: a checkpoint deleted while a handle still reads it and a
+ * new one written under the same name share paths, not files.
  */
 #include "sf_engine.h"
 #include "sf_error.h"
@@ -62,6 +65,18 @@ static int open_payload(const char *path)
 	return fd;
 }
 
+/* The entry of (ck, path) in bucket h, or NULL. Locked. */
+static struct fd_ent *find_ent(struct local_src *ls, unsigned h,
+			       const struct sf_ckpt_ref *ck, const char *path)
+{
+	struct fd_ent *e;
+
+	for (e = ls->buckets[h]; e; e = e->next)
+		if (e->ck == ck && strcmp(e->path, path) == 0)
+			return e;
+	return NULL;
+}
+
 static int local_read(void *ctx, const struct sf_ckpt_ref *ck, uint32_t rank,
 		      const char *file, uint64_t off, void *buf, size_t len)
 {
@@ -76,9 +91,7 @@ static int local_read(void *ctx, const struct sf_ckpt_ref *ck, uint32_t rank,
 		return -ENAMETOOLONG;
 	h = hash_path(path);
 	pthread_mutex_lock(&ls->lock);
-	for (e = ls->buckets[h]; e; e = e->next)
-		if (strcmp(e->path, path) == 0)
-			break;
+	e = find_ent(ls, h, ck, path);
 	if (e) {
 		fd = e->fd;
 		pthread_mutex_unlock(&ls->lock);
@@ -92,9 +105,7 @@ static int local_read(void *ctx, const struct sf_ckpt_ref *ck, uint32_t rank,
 		return fd;
 	pthread_mutex_lock(&ls->lock);
 	/* Another reader may have opened it meanwhile; keep one entry. */
-	for (e = ls->buckets[h]; e; e = e->next)
-		if (strcmp(e->path, path) == 0)
-			break;
+	e = find_ent(ls, h, ck, path);
 	if (!e && ls->nfds < SF_LOCAL_MAX_FDS) {
 		e = calloc(1, sizeof(*e));
 		if (e && (e->path = strdup(path))) {
