@@ -267,7 +267,9 @@ static int journal_append(struct sf_wckpt *w, json_t *rec)
 		return -ENOMEM;
 	n = strlen(text);
 	text[n] = '\n'; /* json_dumps leaves room for its NUL; reuse it */
-	if (write(w->jfd, text, n + 1) != (ssize_t)(n + 1))
+	if (w->jfd < 0)  /* sf_wckpt_release_files() ran */
+		ret = -EBADF;
+	else if (write(w->jfd, text, n + 1) != (ssize_t)(n + 1))
 		ret = -EIO;
 	free(text);
 	return ret;
@@ -570,6 +572,20 @@ int sf_wckpt_open(const char *dir, const char *name, uint32_t rank,
 out_close:
 	sf_wckpt_close(w);
 	return ret;
+}
+
+void sf_wckpt_release_files(struct sf_wckpt *w)
+{
+	if (!w)
+		return;
+	pthread_mutex_lock(&w->lock);
+	for (unsigned i = 0; i < w->nidle; i++)
+		(void)sf_payload_close(w->idle[i], false);
+	w->nidle = 0;
+	if (w->jfd >= 0)
+		close(w->jfd);
+	w->jfd = -1;
+	pthread_mutex_unlock(&w->lock);
 }
 
 void sf_wckpt_close(struct sf_wckpt *w)
@@ -1237,6 +1253,12 @@ int sf_commit_merge(const char *name, const char *const *parts,
 		goto out_free;
 	ret = sf_manifest_dump(m, out, outlen);
 out_free:
+	/* What src opened for ck (payload descriptors, cached by path) must
+	 * not outlive ck, which is often the caller's stack variable: a later
+	 * read of the same path would find a descriptor of a file that may
+	 * have been deleted and written again since. */
+	if (src && src->ops->forget)
+		src->ops->forget(src->ctx, ck);
 	sf_manifest_destroy(m);
 	for (int i = 0; i < nparts; i++)
 		sf_manifest_destroy(pm[i]);

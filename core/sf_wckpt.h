@@ -39,6 +39,12 @@ int sf_wckpt_open(const char *dir, const char *name, uint32_t rank,
 /* Free the in-memory state; files stay. Accepts NULL. */
 void sf_wckpt_close(struct sf_wckpt *w);
 
+/* Close the descriptors w keeps while no handle writes (idle payload files,
+ * the journal), e.g. once its directory is deleted, so the deleted files
+ * free their space. w stays usable for lookups; a later declaration or
+ * shard fails (-EBADF). Call only with no sf_wfile open. Accepts NULL. */
+void sf_wckpt_release_files(struct sf_wckpt *w);
+
 const char *sf_wckpt_dir(const struct sf_wckpt *w);  /* borrowed */
 const char *sf_wckpt_name(const struct sf_wckpt *w); /* borrowed */
 
@@ -101,7 +107,8 @@ int sf_wckpt_export_part(struct sf_wckpt *w, char **out, size_t *len);
  * that declarations agree (-SF_ECONFLICT), that every tensor is covered
  * (-SF_EGAP), and that overlapping shards hold the same bytes (identical
  * shards by checksum lists, others by reading both through src and ck;
- * -SF_ECONFLICT). One-line reason in err.
+ * -SF_ECONFLICT). One-line reason in err. Before it returns, src forgets
+ * ck (closes what it opened for it), so ck may be a short-lived value.
  */
 int sf_commit_merge(const char *name, const char *const *parts,
 		    const size_t *lens, int nparts, struct sf_source *src,

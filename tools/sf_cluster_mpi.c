@@ -123,8 +123,6 @@ static int merge_parts(void *arg, const char *ckpt, const char *const *parts,
 	ref.name = ckpt;
 	ret = sf_commit_merge(ckpt, parts, lens, nparts, src, &ref, out,
 			      outlen, err, errlen);
-	if (src->ops->forget)
-		src->ops->forget(src->ctx, &ref);
 	free(dir);
 	if (ret >= 0)
 		sf_info("mpi: merged %d parts of %s in %.3f s (%zu-byte manifest)",
