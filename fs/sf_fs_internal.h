@@ -87,6 +87,8 @@ struct sf_fs_ckpt {
 	char *why;                    /* tree_lock; owned: last failed commit */
 	unsigned nwfiles;             /* tree_lock: write handles with an open
 	                               * sf_wfile (commit waits for 0) */
+	unsigned nopen;               /* tree_lock: open handles on its nodes;
+	                               * the only way payload reads happen */
 	bool busy;                    /* tree_lock: a commit or delete runs */
 	uint64_t ref;                 /* tree_lock: 1 per node of it + 1 while listed */
 	struct sf_fs_ckpt *next;      /* tree_lock: sf_fs.ckpts list */

@@ -229,13 +229,54 @@ void sf_fs_w_mkdir(fuse_req_t req, struct sf_node *parent, const char *name)
 	sf_fs_reply_entry(req, fs, n); /* timeouts 0: it changes */
 }
 
+/*
+ * A deleted checkpoint's descriptors (the payload files its reads use, the
+ * idle payload files and journal of its writer) are closed as soon as no
+ * handle is open on it, not when the kernel forgets its last inode, which
+ * may be much later: until then the deleted files would keep their disk
+ * space. Reads and writes only come through open handles, so with none
+ * open nothing uses them. Call without tree_lock; c stays alive (the
+ * caller holds a node of it).
+ */
+static void forget_if_closed(struct sf_fs *fs, struct sf_fs_ckpt *c)
+{
+	bool now;
+
+	pthread_mutex_lock(&fs->tree_lock);
+	now = c->state == SF_CK_GONE && c->nopen == 0;
+	pthread_mutex_unlock(&fs->tree_lock);
+	if (!now)
+		return;
+	if (c->ck)
+		sf_engine_forget(fs->engine, &c->ck->ref);
+	sf_wckpt_release_files(c->w);
+}
+
 int sf_fs_handle_new(struct sf_fs *fs, struct sf_node *n, bool writable,
 		     struct sf_fs_handle **out)
 {
-	struct sf_fs_handle *h = calloc(1, sizeof(*h));
+	struct sf_fs_handle *h;
 
-	if (!h)
+	/* Checked with the count under one lock, so a delete either sees
+	 * this handle or this open sees the delete (forget_if_closed). */
+	if (n->ck) {
+		pthread_mutex_lock(&fs->tree_lock);
+		if (n->ck->state == SF_CK_GONE) {
+			pthread_mutex_unlock(&fs->tree_lock);
+			return -ENOENT;
+		}
+		n->ck->nopen++;
+		pthread_mutex_unlock(&fs->tree_lock);
+	}
+	h = calloc(1, sizeof(*h));
+	if (!h) {
+		if (n->ck) {
+			pthread_mutex_lock(&fs->tree_lock);
+			n->ck->nopen--;
+			pthread_mutex_unlock(&fs->tree_lock);
+		}
 		return -ENOMEM;
+	}
 	h->n = n;
 	h->writable = writable;
 	pthread_mutex_init(&h->lock, NULL);
@@ -251,6 +292,12 @@ void sf_fs_handle_free(struct sf_fs *fs, struct sf_fs_handle *h)
 	if (h->writable)
 		(void)sf_fs_w_flush(fs, h, true);
 	pthread_mutex_destroy(&h->lock);
+	if (h->n->ck) {
+		pthread_mutex_lock(&fs->tree_lock);
+		h->n->ck->nopen--;
+		pthread_mutex_unlock(&fs->tree_lock);
+		forget_if_closed(fs, h->n->ck);
+	}
 	sf_fs_unref(fs, h->n, 1);
 	free(h);
 }
@@ -767,6 +814,12 @@ static int commit_publish(struct sf_fs *fs, struct sf_fs_ckpt *c, char *why,
 	if (!rc && sf_wckpt_finish(c->w) != 0)
 		sf_warn("checkpoint %s: committed, but its journal could not be removed",
 			c->name);
+	/* Committed: nothing writes through c->w again (no sf_wfile is open,
+	 * commit waited for that). Its idle payload files and the removed
+	 * journal would otherwise stay open until the kernel forgets the last
+	 * node of this writing struct, keeping a later rm's space. */
+	if (!rc)
+		sf_wckpt_release_files(c->w);
 out_free:
 	free(man);
 	free(part);
@@ -895,6 +948,7 @@ static int do_delete(struct sf_fs *fs, struct sf_fs_ckpt *c,
 		goto out_unbusy;
 	}
 	sf_fs_drop_ckpt(fs, c);
+	forget_if_closed(fs, c);
 	if (nftw(gone, rm_one, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT) != 0)
 		sf_warn("delete: %s: %s", gone, strerror(errno));
 	if (committed && origin == RM_USER && cl && cl->removed)

@@ -331,6 +331,24 @@ class Mount:
         except OSError:
             return None
 
+    def deleted_fds(self):
+        """Targets of the daemon's descriptors on deleted files (their
+        space is not freed while they are open); None if it is gone."""
+        fddir = "/proc/%d/fd" % self.proc.pid
+        out = []
+        try:
+            fds = os.listdir(fddir)
+        except OSError:
+            return None
+        for fd in fds:
+            try:
+                target = os.readlink(os.path.join(fddir, fd))
+            except OSError:
+                continue
+            if target.endswith(" (deleted)"):
+                out.append(target)
+        return out
+
     def sanitized(self):
         """Whether the daemon runs with AddressSanitizer (libasan mapped)."""
         try:

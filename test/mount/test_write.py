@@ -296,15 +296,27 @@ def check_errors(env, ck, m, store):
     ck.ok("ovl-ckpt" not in os.listdir(mnt), "discarded checkpoint gone from the mount")
     ck.ok(not os.path.exists(root), "discarded checkpoint: stat fails at once (entry invalidated)")
     ck.ok(not os.path.exists(os.path.join(store, "ovl-ckpt")), "discarded checkpoint gone from the store")
-    # ... and deletes a committed one
-    sfs.save(mnt, "rm-ckpt", [sfs.Shard("x", np.arange(5, dtype=np.int32))])
+    # ... and deletes a committed one, whose payloads the daemon has open:
+    # a handle opened before rm keeps reading right bytes, and once it is
+    # closed the daemon holds no descriptor on the deleted payloads (they
+    # would keep their disk space).
+    x = np.arange(1 << 16, dtype=np.int32)
+    sfs.save(mnt, "rm-ckpt", [sfs.Shard("x", x)])
     ck.eq(sfs.state(mnt, "rm-ckpt"), "committed", "rm-ckpt committed")
+    xpath = sm.tensor_path(os.path.join(mnt, "rm-ckpt"), "x")
+    ck.bytes_eq(sm.read_file(xpath), x.tobytes(), "rm-ckpt: x before rm")
+    held = open(xpath, "rb", buffering=0)
+    first = held.read(1000)
     r = env.shardctl_run("rm", os.path.join(mnt, "rm-ckpt"), check=False)
     ck.eq(r.returncode, 0, "shardctl rm of a committed checkpoint: %s" % r.stderr.decode()[-300:])
     ck.ok("rm-ckpt" not in os.listdir(mnt), "deleted checkpoint gone from the mount")
     ck.ok(not os.path.exists(os.path.join(mnt, "rm-ckpt")),
           "deleted checkpoint: stat fails at once (entry invalidated)")
     ck.ok(not os.path.exists(os.path.join(store, "rm-ckpt")), "deleted checkpoint gone from the store")
+    rest = os.pread(held.fileno(), len(x.tobytes()), 1000)
+    ck.bytes_eq(first + rest, x.tobytes(), "rm-ckpt: a handle opened before rm reads on")
+    held.close()
+    ck.eq(m.deleted_fds(), [], "no daemon descriptor on a deleted file once no handle is open")
 
 
 # ----------------------------------------------------------- the test
