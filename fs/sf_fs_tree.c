@@ -488,7 +488,11 @@ static void ckpt_retire(struct sf_fs *fs, struct sf_fs_ckpt *old,
 		child_remove_at(fs->root, (size_t)i);
 		subtree_unlink(fs, cd);
 	}
-	if (old->ck && fs->engine)
+	/* With handles open its reads go on (a deleted file stays readable
+	 * while open); the last close forgets it then (forget_if_closed in
+	 * sf_fs_write.c). Forgetting now would close descriptors under
+	 * their reads. */
+	if (old->ck && fs->engine && old->nopen == 0)
 		sf_engine_forget(fs->engine, &old->ck->ref);
 	if (old->state != SF_CK_REPLACED && old->state != SF_CK_GONE) {
 		old->state = to;

@@ -230,20 +230,22 @@ void sf_fs_w_mkdir(fuse_req_t req, struct sf_node *parent, const char *name)
 }
 
 /*
- * A deleted checkpoint's descriptors (the payload files its reads use, the
- * idle payload files and journal of its writer) are closed as soon as no
- * handle is open on it, not when the kernel forgets its last inode, which
- * may be much later: until then the deleted files would keep their disk
- * space. Reads and writes only come through open handles, so with none
- * open nothing uses them. Call without tree_lock; c stays alive (the
- * caller holds a node of it).
+ * A deleted (or replaced) checkpoint's descriptors (the payload files its
+ * reads use, the idle payload files and journal of its writer) are closed
+ * as soon as no handle is open on it, not when the kernel forgets its last
+ * inode, which may be much later: until then the deleted files would keep
+ * their disk space. Reads and writes only come through open handles, so
+ * with none open nothing uses them; with some open, they read on (as a
+ * deleted file stays readable while open). Call without tree_lock; c stays
+ * alive (the caller holds a node of it).
  */
 static void forget_if_closed(struct sf_fs *fs, struct sf_fs_ckpt *c)
 {
 	bool now;
 
 	pthread_mutex_lock(&fs->tree_lock);
-	now = c->state == SF_CK_GONE && c->nopen == 0;
+	now = (c->state == SF_CK_GONE || c->state == SF_CK_REPLACED) &&
+	      c->nopen == 0;
 	pthread_mutex_unlock(&fs->tree_lock);
 	if (!now)
 		return;

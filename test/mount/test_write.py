@@ -313,9 +313,20 @@ def check_errors(env, ck, m, store):
     ck.ok(not os.path.exists(os.path.join(mnt, "rm-ckpt")),
           "deleted checkpoint: stat fails at once (entry invalidated)")
     ck.ok(not os.path.exists(os.path.join(store, "rm-ckpt")), "deleted checkpoint gone from the store")
+    # A new checkpoint under the same name has the same payload paths but
+    # other files: it reads its own bytes while the old handle reads the old.
+    y = x[::-1].copy()
+    sfs.save(mnt, "rm-ckpt", [sfs.Shard("x", y)])
+    ck.bytes_eq(sm.read_file(xpath), y.tobytes(), "rm-ckpt again: new bytes beside an old handle")
+    # drop the kernel's cached pages of the old file: the rest must come
+    # from the daemon, through the deleted checkpoint's own descriptors
+    os.posix_fadvise(held.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
     rest = os.pread(held.fileno(), len(x.tobytes()), 1000)
     ck.bytes_eq(first + rest, x.tobytes(), "rm-ckpt: a handle opened before rm reads on")
     held.close()
+    ck.bytes_eq(sm.read_file(xpath), y.tobytes(), "rm-ckpt again: new bytes after the old handle closed")
+    r = env.shardctl_run("rm", os.path.join(mnt, "rm-ckpt"), check=False)
+    ck.eq(r.returncode, 0, "shardctl rm of the second rm-ckpt")
     ck.eq(m.deleted_fds(), [], "no daemon descriptor on a deleted file once no handle is open")
 
 
