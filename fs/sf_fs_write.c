@@ -236,14 +236,17 @@ void sf_fs_w_mkdir(fuse_req_t req, struct sf_node *parent, const char *name)
  * inode, which may be much later: until then the deleted files would keep
  * their disk space. Reads and writes only come through open handles, so
  * with none open nothing uses them; with some open, they read on (as a
- * deleted file stays readable while open). Call without tree_lock; c stays
- * alive (the caller holds a node of it).
+ * deleted file stays readable while open). `closing` is 1 when a handle of
+ * c closes (its count drops under the same lock), else 0. Call without
+ * tree_lock; c stays alive (the caller holds a node of it).
  */
-static void forget_if_closed(struct sf_fs *fs, struct sf_fs_ckpt *c)
+static void forget_if_closed(struct sf_fs *fs, struct sf_fs_ckpt *c,
+			     unsigned closing)
 {
 	bool now;
 
 	pthread_mutex_lock(&fs->tree_lock);
+	c->nopen -= closing;
 	now = (c->state == SF_CK_GONE || c->state == SF_CK_REPLACED) &&
 	      c->nopen == 0;
 	pthread_mutex_unlock(&fs->tree_lock);
@@ -257,27 +260,23 @@ static void forget_if_closed(struct sf_fs *fs, struct sf_fs_ckpt *c)
 int sf_fs_handle_new(struct sf_fs *fs, struct sf_node *n, bool writable,
 		     struct sf_fs_handle **out)
 {
-	struct sf_fs_handle *h;
+	struct sf_fs_handle *h = calloc(1, sizeof(*h));
+	bool gone = false;
 
+	if (!h)
+		return -ENOMEM;
 	/* Checked with the count under one lock, so a delete either sees
 	 * this handle or this open sees the delete (forget_if_closed). */
 	if (n->ck) {
 		pthread_mutex_lock(&fs->tree_lock);
-		if (n->ck->state == SF_CK_GONE) {
-			pthread_mutex_unlock(&fs->tree_lock);
-			return -ENOENT;
-		}
-		n->ck->nopen++;
+		gone = n->ck->state == SF_CK_GONE;
+		if (!gone)
+			n->ck->nopen++;
 		pthread_mutex_unlock(&fs->tree_lock);
 	}
-	h = calloc(1, sizeof(*h));
-	if (!h) {
-		if (n->ck) {
-			pthread_mutex_lock(&fs->tree_lock);
-			n->ck->nopen--;
-			pthread_mutex_unlock(&fs->tree_lock);
-		}
-		return -ENOMEM;
+	if (gone) {
+		free(h);
+		return -ENOENT;
 	}
 	h->n = n;
 	h->writable = writable;
@@ -294,12 +293,8 @@ void sf_fs_handle_free(struct sf_fs *fs, struct sf_fs_handle *h)
 	if (h->writable)
 		(void)sf_fs_w_flush(fs, h, true);
 	pthread_mutex_destroy(&h->lock);
-	if (h->n->ck) {
-		pthread_mutex_lock(&fs->tree_lock);
-		h->n->ck->nopen--;
-		pthread_mutex_unlock(&fs->tree_lock);
-		forget_if_closed(fs, h->n->ck);
-	}
+	if (h->n->ck)
+		forget_if_closed(fs, h->n->ck, 1);
 	sf_fs_unref(fs, h->n, 1);
 	free(h);
 }
@@ -950,7 +945,7 @@ static int do_delete(struct sf_fs *fs, struct sf_fs_ckpt *c,
 		goto out_unbusy;
 	}
 	sf_fs_drop_ckpt(fs, c);
-	forget_if_closed(fs, c);
+	forget_if_closed(fs, c, 0);
 	if (nftw(gone, rm_one, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT) != 0)
 		sf_warn("delete: %s: %s", gone, strerror(errno));
 	if (committed && origin == RM_USER && cl && cl->removed)
