@@ -105,10 +105,24 @@ static void check_req(const uint8_t *data, size_t size, int32_t tag_ub)
 	free(again);
 }
 
+/* A decoded reply or verdict must re-encode to exactly its input. */
+static void check_reply_reencodes(const uint8_t *data, size_t size,
+				  const struct sf_mpi_wire_reply *rp,
+				  const char *what)
+{
+	unsigned char *again = malloc(size);
+
+	if (!again)
+		fuzz_die("out of memory", NULL);
+	sf_mpi_wire_reply_encode(again, rp->status, rp->data, rp->len);
+	if (memcmp(again, data, size))
+		fuzz_die(what, "re-encoding differs");
+	free(again);
+}
+
 static void check_read_reply(const uint8_t *data, size_t size, size_t want)
 {
 	struct sf_mpi_wire_reply rp;
-	unsigned char *again;
 	int64_t status;
 	int ret;
 
@@ -127,19 +141,12 @@ static void check_read_reply(const uint8_t *data, size_t size, size_t want)
 	if (ret != 0 || rp.status != 0 || rp.len != want ||
 	    rp.data != data + 8 || size != 8 + want)
 		fuzz_die("read reply", "bad view");
-	again = malloc(size);
-	if (!again)
-		fuzz_die("out of memory", NULL);
-	sf_mpi_wire_reply_encode(again, rp.status, rp.data, rp.len);
-	if (memcmp(again, data, size))
-		fuzz_die("read reply", "re-encoding differs");
-	free(again);
+	check_reply_reencodes(data, size, &rp, "read reply");
 }
 
 static void check_verdict(const uint8_t *data, size_t size)
 {
 	struct sf_mpi_wire_reply v;
-	unsigned char *again;
 	char text[SF_MPI_WIRE_MAX_WHAT];
 	int ret, err;
 
@@ -162,13 +169,7 @@ static void check_verdict(const uint8_t *data, size_t size)
 	for (size_t i = 0; text[i]; i++)
 		if ((unsigned char)text[i] < 0x20)
 			fuzz_die("verdict", "control character in the text");
-	again = malloc(size);
-	if (!again)
-		fuzz_die("out of memory", NULL);
-	sf_mpi_wire_reply_encode(again, v.status, v.data, v.len);
-	if (memcmp(again, data, size))
-		fuzz_die("verdict", "re-encoding differs");
-	free(again);
+	check_reply_reencodes(data, size, &v, "verdict");
 }
 
 struct inv_check {
