@@ -30,6 +30,8 @@ static const struct sf_err_row sf_err_table[SF_ERR_LAST - SF_ERR_BASE] = {
 	[SF_ECUDA - SF_ERR_BASE] = { "CUDA runtime error", EIO },
 	[SF_ECOMMITTED - SF_ERR_BASE] = { "checkpoint is committed (read-only)", EROFS },
 	[SF_ETOOBIG - SF_ERR_BASE] = { "size or count exceeds a shardfs limit", EFBIG },
+	[SF_EFORMAT - SF_ERR_BASE] = { "malformed checkpoint data", EIO },
+	[SF_EREFUSED - SF_ERR_BASE] = { "refused: names something outside what shardfs reads", EIO },
 };
 
 const char *sf_strerror(int err)

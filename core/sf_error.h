@@ -29,6 +29,10 @@ enum sf_err {
 	SF_ECUDA,      /* a CUDA runtime call failed */
 	SF_ECOMMITTED, /* the checkpoint is committed and immutable */
 	SF_ETOOBIG,    /* a size or count exceeds a shardfs limit */
+	SF_EFORMAT,    /* a foreign checkpoint's data is malformed (pickle, zip, metadata) */
+	SF_EREFUSED,   /* data names something shardfs never decodes or follows
+	                * (a pickle global outside the allowlist, a path outside
+	                * the checkpoint, an unknown transform) */
 	SF_ERR_LAST
 };
 

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -72,4 +73,48 @@ int sf_read_file(const char *path, size_t max, char **out, size_t *len)
 out_close_fd:
 	close(fd);
 	return ret;
+}
+
+struct sf_input sf_input_mem(const void *buf, size_t len)
+{
+	struct sf_input in = { .mem = buf, .fd = -1, .base = 0, .size = len };
+
+	return in;
+}
+
+struct sf_input sf_input_fd(int fd, uint64_t base, uint64_t size)
+{
+	struct sf_input in = { .mem = NULL, .fd = fd, .base = base, .size = size };
+
+	return in;
+}
+
+int sf_input_read(const struct sf_input *in, void *buf, size_t len,
+		  uint64_t off)
+{
+	if (off > in->size || len > in->size - off)
+		return -SF_ESHORT;
+	if (len == 0)
+		return 0;
+	if (in->mem) {
+		memcpy(buf, in->mem + off, len);
+		return 0;
+	}
+	if (in->base > UINT64_MAX - off)
+		return -SF_ESHORT;
+	return sf_pread_full(in->fd, buf, len, in->base + off);
+}
+
+int sf_input_sub(const struct sf_input *in, uint64_t off, uint64_t len,
+		 struct sf_input *out)
+{
+	if (off > in->size || len > in->size - off)
+		return -SF_ESHORT;
+	*out = *in;
+	if (in->mem)
+		out->mem = in->mem + off;
+	else
+		out->base = in->base + off;
+	out->size = len;
+	return 0;
 }

@@ -1,8 +1,9 @@
 /*
- * sf_io.h - the two file reads every layer needs: an exact pread and a
- * bounded whole-file read. Used by the store, the write path, the local
- * payload source and the MPI peer layer, so a short read or a planted FIFO
- * means the same thing everywhere.
+ * sf_io.h - the file reads every layer needs: an exact pread, a bounded
+ * whole-file read, and the byte source the decoders of foreign formats
+ * (pickle, zip) read through. Used by the store, the write path, the local
+ * payload source, the format adapters and the MPI peer layer, so a short
+ * read or a planted FIFO means the same thing everywhere.
  */
 #ifndef SF_IO_H
 #define SF_IO_H
@@ -20,5 +21,35 @@ int sf_pread_full(int fd, void *buf, size_t len, uint64_t off);
  * -errno from open (-ENOENT ...), -SF_ETOOBIG over max, -EIO on a read
  * error or a file that shrank while read. */
 int sf_read_file(const char *path, size_t max, char **out, size_t *len);
+
+/*
+ * A read-only byte source for decoders: a memory buffer, or the region
+ * [base, base+size) of an open file. A plain value, copied freely; it
+ * borrows the buffer or the descriptor, which must outlive every copy.
+ * Decoders read only through sf_input_read(), so a region can never be
+ * read past its end, whatever offsets the data inside it claims.
+ */
+struct sf_input {
+	const unsigned char *mem;  /* the bytes; NULL: read from fd */
+	int fd;                    /* with mem NULL */
+	uint64_t base;             /* fd: file offset of byte 0 */
+	uint64_t size;             /* bytes readable: [0, size) */
+};
+
+/* The input over buf[0..len) (borrowed). */
+struct sf_input sf_input_mem(const void *buf, size_t len);
+/* The input over bytes [base, base+size) of fd (borrowed). */
+struct sf_input sf_input_fd(int fd, uint64_t base, uint64_t size);
+
+/* Read exactly len bytes at off of in. 0; -SF_ESHORT when [off, off+len)
+ * is not inside the input or the file is shorter than it says; -EIO on a
+ * read error. */
+int sf_input_read(const struct sf_input *in, void *buf, size_t len,
+		  uint64_t off);
+
+/* The sub-range [off, off+len) of in as an input of its own: 0, or
+ * -SF_ESHORT when it is not inside in (overflow-checked). */
+int sf_input_sub(const struct sf_input *in, uint64_t off, uint64_t len,
+		 struct sf_input *out);
 
 #endif
