@@ -3,7 +3,8 @@
  *
  * Invariant: each sf_log() call emits exactly one line with one write(2),
  * so lines from concurrent threads (and ranks sharing a terminal) never
- * interleave mid-line. The prefix and level are set once before threads
+ * interleave mid-line, and no byte of the message can start another
+ * (control characters are replaced). The prefix and level are set once before threads
  * start and only read afterwards.
  */
 #include "sf_log.h"
@@ -38,9 +39,14 @@ void sf_vlog(enum sf_log_level level, const char *fmt, va_list ap)
 	m = vsnprintf(line + n, sizeof(line) - n - 1, fmt, ap);
 	if (m < 0)
 		m = 0;
+	if ((size_t)(n + m) > sizeof(line) - 2)
+		m = (int)(sizeof(line) - 2) - n;
+	/* One line per event, whatever names from disk, peers or users hold:
+	 * control characters become '?'. */
+	for (int i = n; i < n + m; i++)
+		if ((unsigned char)line[i] < 0x20 || line[i] == 0x7f)
+			line[i] = '?';
 	n += m;
-	if ((size_t)n > sizeof(line) - 2)
-		n = sizeof(line) - 2;
 	line[n++] = '\n';
 	/* Best effort: a failed log write has nowhere to be reported. */
 	if (write(STDERR_FILENO, line, n) < 0)

@@ -93,6 +93,62 @@ void sf_ckpt_close(struct sf_ckpt *ck)
 	free(ck);
 }
 
+/* AND the modes of the regular files in dir (and, with depth 1, of its
+ * subdirectories' files) into *mode; *budget counts entries looked at. */
+static void and_file_modes(int dirfd, int depth, unsigned *mode,
+			   unsigned *budget)
+{
+	struct dirent *de;
+	DIR *d = fdopendir(dirfd);
+
+	if (!d) {
+		close(dirfd);
+		return;
+	}
+	while (*budget > 0 && (de = readdir(d))) {
+		struct stat sb;
+
+		if (de->d_name[0] == '.')
+			continue;
+		(*budget)--;
+		if (fstatat(dirfd, de->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0)
+			continue;
+		if (S_ISREG(sb.st_mode)) {
+			*mode &= (unsigned)sb.st_mode & 0777;
+		} else if (S_ISDIR(sb.st_mode) && depth > 0) {
+			int sub = openat(dirfd, de->d_name,
+					 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+
+			if (sub >= 0)
+				and_file_modes(sub, depth - 1, mode, budget);
+		}
+	}
+	closedir(d);
+}
+
+int sf_store_perms(const char *dir, struct sf_perms *out)
+{
+	unsigned budget = SF_PERMS_MAX_FILES;
+	struct stat sb;
+	int fd;
+
+	fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &sb) != 0) {
+		int rc = -errno;
+
+		close(fd);
+		return rc;
+	}
+	out->uid = sb.st_uid;
+	out->gid = sb.st_gid;
+	out->dir_mode = (unsigned)sb.st_mode & 07777;
+	out->file_mode = 0777;
+	and_file_modes(fd, 1, &out->file_mode, &budget); /* closes fd */
+	return 0;
+}
+
 static int has_manifest(const char *dir)
 {
 	char path[4096];
@@ -160,12 +216,16 @@ int sf_store_scan(const char *store, sf_store_fn fn, void *arg, int *single)
 		struct stat sb;
 
 		if (de->d_name[0] == '.')
-			continue;
+			continue; /* hidden: shardfs's own .deleted-* and .creating-* */
 		if ((size_t)snprintf(path, sizeof(path), "%s/%s", store,
-				     de->d_name) >= sizeof(path))
+				     de->d_name) >= sizeof(path)) {
+			sf_warn("store: %s skipped: path too long", de->d_name);
 			continue;
-		if (stat(path, &sb) < 0 || !S_ISDIR(sb.st_mode))
+		}
+		if (stat(path, &sb) < 0 || !S_ISDIR(sb.st_mode)) {
+			sf_info("store: %s skipped: not a directory", de->d_name);
 			continue;
+		}
 		ret = sf_array_grow(&names, n, &cap, sizeof(*names), 16, 0);
 		if (ret < 0)
 			goto out_free_names;

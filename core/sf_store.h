@@ -39,6 +39,23 @@ void sf_ckpt_close(struct sf_ckpt *ck); /* accepts NULL */
 typedef void (*sf_store_fn)(void *arg, const char *name, const char *dir,
 			    struct sf_ckpt *ck, int err, const char *why);
 
+/*
+ * Who may see a checkpoint through the mount, as its directory in the store
+ * says: the directory's owner, group and mode, and the AND of the mode bits
+ * of the regular files below it (two levels deep, hidden entries skipped,
+ * at most SF_PERMS_MAX_FILES looked at), so the mount never shows a file
+ * more readable than the least readable file it may be assembled from
+ * (Hugging Face writes its shards 0600 inside 0755 directories).
+ */
+#define SF_PERMS_MAX_FILES 4096
+struct sf_perms {
+	unsigned uid, gid;      /* owner and group of the directory */
+	unsigned dir_mode;      /* permission bits of the directory (07777) */
+	unsigned file_mode;     /* AND of the files' permission bits (0777 when none) */
+};
+/* 0, or -errno when dir cannot be stat'ed (files that vanish are skipped). */
+int sf_store_perms(const char *dir, struct sf_perms *out);
+
 /* Scan a store. If store itself holds manifest.json it is the only
  * checkpoint; otherwise each subdirectory is one (hidden names skipped).
  * Rejected checkpoints are also logged. Returns 0, or a negative error if

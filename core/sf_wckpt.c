@@ -517,6 +517,115 @@ static void bump_seq_dir(const char *rankdir, unsigned *next)
 	closedir(d);
 }
 
+bool sf_wckpt_dir_is_ours(const char *dir)
+{
+	char path[4096];
+	struct dirent *de;
+	struct stat sb;
+	unsigned seen = 0;
+	bool ours = false;
+	DIR *d;
+
+	if ((size_t)snprintf(path, sizeof(path), "%s/" SF_WCKPT_MARKER, dir) >=
+	    sizeof(path))
+		return false;
+	if (lstat(path, &sb) == 0 && S_ISREG(sb.st_mode))
+		return true;
+	d = opendir(dir);
+	if (!d)
+		return false;
+	/* Bounded: a directory shardfs made holds a few rank directories. */
+	while (!ours && seen++ < 4096 && (de = readdir(d))) {
+		unsigned r;
+		char tail;
+
+		if (sscanf(de->d_name, "rank-%5u%c", &r, &tail) != 1 ||
+		    strlen(de->d_name) != 10)
+			continue;
+		if ((size_t)snprintf(path, sizeof(path), "%s/%s/journal.jsonl", dir,
+				     de->d_name) >= sizeof(path))
+			continue;
+		ours = lstat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+	}
+	closedir(d);
+	return ours;
+}
+
+/* Is dir a committed checkpoint? */
+static bool dir_has_manifest(const char *dir)
+{
+	char path[4096];
+	struct stat sb;
+
+	if ((size_t)snprintf(path, sizeof(path), "%s/manifest.json", dir) >=
+	    sizeof(path))
+		return false;
+	return lstat(path, &sb) == 0;
+}
+
+/* An existing dir: ours to write into, or -EEXIST. */
+static int claim_existing(const char *dir)
+{
+	struct stat sb;
+
+	if (lstat(dir, &sb) != 0)
+		return -errno;
+	if (!S_ISDIR(sb.st_mode) || dir_has_manifest(dir) ||
+	    !sf_wckpt_dir_is_ours(dir))
+		return -EEXIST;
+	return 0;
+}
+
+int sf_wckpt_claim_dir(const char *dir)
+{
+	static const char marker[] = "{\"format\": \"shardfs/1\"}\n";
+	static _Atomic unsigned seq;
+	const char *slash = strrchr(dir, '/');
+	char *tmp = NULL, *mpath = NULL;
+	int fd, rc;
+
+	if (!slash || !slash[1])
+		return -EINVAL;
+	if (access(dir, F_OK) == 0)
+		return claim_existing(dir);
+	if (asprintf(&tmp, "%.*s/.creating-%s-%d-%u", (int)(slash - dir), dir,
+		     slash + 1, (int)getpid(), seq++) < 0) {
+		tmp = NULL;
+		return -ENOMEM;
+	}
+	if (asprintf(&mpath, "%s/" SF_WCKPT_MARKER, tmp) < 0) {
+		mpath = NULL;
+		rc = -ENOMEM;
+		goto out_free;
+	}
+	if (mkdir(tmp, 0755) != 0) {
+		rc = -errno;
+		goto out_free;
+	}
+	fd = open(mpath, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	if (fd < 0) {
+		rc = -errno;
+		goto out_remove_tmp;
+	}
+	rc = write(fd, marker, sizeof(marker) - 1) == (ssize_t)(sizeof(marker) - 1) ?
+	     0 : -EIO;
+	close(fd);
+	if (rc)
+		goto out_remove_tmp;
+	if (renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_NOREPLACE) == 0)
+		goto out_free;
+	rc = -errno;
+	if (rc == -EEXIST || rc == -ENOTEMPTY) /* made meanwhile: by whom? */
+		rc = claim_existing(dir);
+out_remove_tmp:
+	(void)unlink(mpath);
+	(void)rmdir(tmp);
+out_free:
+	free(mpath);
+	free(tmp);
+	return rc;
+}
+
 int sf_wckpt_open(const char *dir, const char *name, uint32_t rank,
 		  uint32_t world_size, uint64_t block_size,
 		  struct sf_wckpt **out, size_t *resumed)

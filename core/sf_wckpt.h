@@ -30,6 +30,28 @@
 struct sf_wckpt;
 struct sf_wfile;
 
+/* The marker file a checkpoint directory that shardfs made holds from its
+ * first moment on (docs/FORMAT.md). */
+#define SF_WCKPT_MARKER ".shardfs"
+
+/*
+ * Make dir (STORE/NAME) a new checkpoint directory, or find one that a
+ * shardfs writer (another rank sharing the store, or an earlier life of
+ * this daemon) already made. A new directory appears atomically with its
+ * marker: it is made under a hidden temporary name in the store, the
+ * marker written, then renamed into place without replacing anything, so
+ * nobody ever sees a shardfs directory without its marker. Returns 0 when
+ * dir is a directory shardfs writes into; -EEXIST when dir is a committed
+ * checkpoint (manifest.json) or anything shardfs did not make (never
+ * adopted, never written into); another negative errno.
+ */
+int sf_wckpt_claim_dir(const char *dir);
+
+/* Did shardfs make directory dir for writing: it holds the marker, or a
+ * rank's journal (rank-NNNNN/journal.jsonl, from versions before the
+ * marker)? */
+bool sf_wckpt_dir_is_ours(const char *dir);
+
 /* Open (creating CKPT/rank-NNNNN/ as needed) the writable checkpoint in
  * dir, replaying its journal if one exists (*resumed set to the number of
  * shards kept). */

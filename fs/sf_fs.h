@@ -111,6 +111,11 @@ struct sf_fs_config {
 	bool debug;              /* FUSE request tracing (implies foreground) */
 	bool single_thread;      /* serve requests on one thread */
 	unsigned max_threads;    /* worker cap for the multithreaded loop; 0: default */
+	/* The kernel checks every access against the modes shown (FUSE's
+	 * default_permissions) unless this is set (--no-default-permissions).
+	 * Changes are limited to root, the daemon's user and the store's owner
+	 * either way. */
+	bool no_default_permissions;
 
 	struct sf_engine_opts engine; /* block cache size, checksum verification */
 

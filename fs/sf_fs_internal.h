@@ -92,6 +92,12 @@ struct sf_fs_ckpt {
 	bool busy;                    /* tree_lock: a commit or delete runs */
 	uint64_t ref;                 /* tree_lock: 1 per node of it + 1 while listed */
 	struct sf_fs_ckpt *next;      /* tree_lock: sf_fs.ckpts list */
+	/* immutable: who may see it, from its directory in the store
+	 * (sf_store_perms): owner, group, the directory's mode and the AND of
+	 * its files' modes. sf_fs_stat masks the write bits. */
+	uid_t uid;
+	gid_t gid;
+	mode_t dir_mode, file_mode;
 };
 
 struct sf_node {
@@ -132,8 +138,12 @@ struct sf_fs {
 	struct sf_node *all;            /* tree_lock: every allocated node */
 	struct sf_fs_ckpt *ckpts;       /* tree_lock: every checkpoint */
 	bool single;                    /* immutable: the store is one checkpoint */
-	uid_t uid;                      /* immutable: owner shown for every inode */
-	gid_t gid;
+	uid_t uid;                      /* immutable: the store directory's owner:
+	                                 * with root and the daemon's own user the
+	                                 * only one who may change anything */
+	gid_t gid;                      /* immutable: the store directory's group */
+	mode_t root_mode;               /* immutable: the store directory's mode */
+	uid_t daemon_uid;               /* immutable: geteuid() of the daemon */
 	struct timespec root_mtime;     /* immutable: store dir mtime */
 
 	struct sf_source *local_src;    /* owned; NULL when the cluster gives one */
@@ -250,6 +260,14 @@ int sf_fs_swap_committed(struct sf_fs *fs, struct sf_fs_ckpt *c,
 void sf_fs_drop_ckpt(struct sf_fs *fs, struct sf_fs_ckpt *c);
 
 /* --- sf_fs_write.c --- */
+
+/* May the user behind req change this store (create, write, commit or
+ * delete checkpoints)? Root, the daemon's own user and the store's owner
+ * may; anyone else gets -EACCES and one log line naming uid and `what`.
+ * The kernel checks the modes too (default_permissions); this holds even
+ * when a mount turns that off. */
+int sf_fs_may_change(fuse_req_t req, struct sf_fs *fs, const char *what,
+		     const char *name);
 
 /* Resume the uncommitted checkpoint found by the store scan, if this rank
  * wrote into it (its rank-NNNNN/journal.jsonl exists). Logs and returns 0

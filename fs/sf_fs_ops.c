@@ -369,7 +369,10 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return;
 	}
 	if (sf_node_is_w(n)) {
-		rc = sf_fs_w_open(fs, n, fi);
+		rc = writable || (fi->flags & O_TRUNC) ?
+		     sf_fs_may_change(req, fs, "open for writing", n->name) : 0;
+		if (!rc)
+			rc = sf_fs_w_open(fs, n, fi);
 	} else if (ck_gone(fs, n)) {
 		/* `shardctl rm` returns before the kernel drops its cached entry
 		 * of the checkpoint (that invalidation must follow the reply), so
@@ -378,7 +381,9 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		 * delete keep reading. Found by test/mount/test_soak.py. */
 		rc = -ENOENT;
 	} else if (writable || (fi->flags & O_TRUNC)) {
-		rc = -EROFS;
+		rc = sf_fs_may_change(req, fs, "open for writing", n->name);
+		if (!rc)
+			rc = -EROFS;
 	} else {
 		sf_fs_tune_ro_open(fi);
 		rc = 0;
@@ -716,9 +721,18 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	sf_fs_w_setxattr(req, sf_fs_node(fs, ino), name, value, size);
 }
 
+/* A change nothing takes: EACCES for a user who may change nothing (so
+ * the answer does not depend on default_permissions), else EROFS. */
+static void reply_no_change(fuse_req_t req, const char *what, const char *name)
+{
+	int rc = sf_fs_may_change(req, fs_of(req), what, name);
+
+	sf_fs_reply_err(req, rc ? rc : -SF_ECOMMITTED);
+}
+
 static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 {
-	sf_fs_reply_err(req, -SF_ECOMMITTED);
+	reply_no_change(req, "removexattr", name);
 }
 
 static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
@@ -730,13 +744,13 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 	if (sf_node_is_w(n))
 		sf_fs_w_setattr(req, n, attr, to_set);
 	else
-		sf_fs_reply_err(req, -SF_ECOMMITTED);
+		reply_no_change(req, "setattr", n->name);
 }
 
 static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
 		     mode_t mode, dev_t rdev)
 {
-	sf_fs_reply_err(req, -SF_ECOMMITTED);
+	reply_no_change(req, "mknod", name);
 }
 
 static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
@@ -753,28 +767,31 @@ static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct sf_fs *fs = fs_of(req);
 	struct sf_node *p = sf_fs_node(fs, parent);
+	int rc = sf_fs_may_change(req, fs, "unlink", name);
 
-	sf_fs_reply_err(req, sf_node_is_w(p) || (p == fs->root && !fs->single) ?
-		  -EPERM : -SF_ECOMMITTED);
+	if (!rc)
+		rc = sf_node_is_w(p) || (p == fs->root && !fs->single) ?
+		     -EPERM : -SF_ECOMMITTED;
+	sf_fs_reply_err(req, rc);
 }
 
 static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 		      fuse_ino_t newparent, const char *newname,
 		      unsigned int flags)
 {
-	sf_fs_reply_err(req, -SF_ECOMMITTED);
+	reply_no_change(req, "rename", name);
 }
 
 static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent,
 		       const char *name)
 {
-	sf_fs_reply_err(req, -SF_ECOMMITTED);
+	reply_no_change(req, "symlink", name);
 }
 
 static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
 		    const char *newname)
 {
-	sf_fs_reply_err(req, -SF_ECOMMITTED);
+	reply_no_change(req, "link", newname);
 }
 
 static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,

@@ -207,22 +207,55 @@ int sf_fs_add_transfer_args(struct fuse_args *args)
 	return fuse_opt_add_arg(args, opt) ? -ENOMEM : 0;
 }
 
-/* argv for fuse_session_new: program name, -d, and every -o option. */
-static int build_args(const struct sf_fs_config *cfg, struct fuse_args *args)
+/* "-ofsname=shardfs:STORE" with ',' and '\\' escaped as libfuse wants, so
+ * /proc/mounts (and df, and `shardctl gen`) tell which store a mount
+ * serves. malloc'd. */
+static char *fsname_arg(const char *store_abs)
 {
-	size_t i;
+	static const char head[] = "-ofsname=shardfs:";
+	size_t n = strlen(store_abs), i, o = sizeof(head) - 1;
+	char *arg = malloc(sizeof(head) + 2 * n);
 
-	if (fuse_opt_add_arg(args, "shardfs") ||
+	if (!arg)
+		return NULL;
+	memcpy(arg, head, o);
+	for (i = 0; i < n; i++) {
+		if (store_abs[i] == ',' || store_abs[i] == '\\')
+			arg[o++] = '\\';
+		arg[o++] = store_abs[i];
+	}
+	arg[o] = '\0';
+	return arg;
+}
+
+/* argv for fuse_session_new: program name, -d, the subtype and fsname,
+ * default_permissions (unless turned off), the transfer settings and
+ * every -o option. */
+static int build_args(const struct sf_fs_config *cfg, const char *store_abs,
+		      struct fuse_args *args)
+{
+	char *fsname = fsname_arg(store_abs);
+	size_t i;
+	int rc = -ENOMEM;
+
+	if (!fsname ||
+	    fuse_opt_add_arg(args, "shardfs") ||
 	    (cfg->debug && fuse_opt_add_arg(args, "-d")) ||
-	    fuse_opt_add_arg(args, "-osubtype=shardfs,fsname=shardfs") ||
+	    fuse_opt_add_arg(args, "-osubtype=shardfs") ||
+	    fuse_opt_add_arg(args, fsname) ||
+	    (!cfg->no_default_permissions &&
+	     fuse_opt_add_arg(args, "-odefault_permissions")) ||
 	    sf_fs_add_transfer_args(args))
-		return -ENOMEM;
+		goto out_free_fsname;
 	for (i = 0; i < cfg->nfuse_opts; i++) {
 		if (fuse_opt_add_arg(args, "-o") ||
 		    fuse_opt_add_arg(args, cfg->fuse_opts[i]))
-			return -ENOMEM;
+			goto out_free_fsname;
 	}
-	return 0;
+	rc = 0;
+out_free_fsname:
+	free(fsname);
+	return rc;
 }
 
 /*
@@ -284,6 +317,8 @@ int sf_fs_run(const struct sf_fs_config *cfg)
 	atomic_init(&fs->bdi_done, false);
 	fs->uid = getuid();
 	fs->gid = getgid();
+	fs->daemon_uid = geteuid();
+	fs->root_mode = 0755;
 
 	store_abs = realpath(cfg->store, NULL);
 	if (!store_abs) {
@@ -295,6 +330,7 @@ int sf_fs_run(const struct sf_fs_config *cfg)
 	if (stat(store_abs, &st) == 0) {
 		fs->uid = st.st_uid;
 		fs->gid = st.st_gid;
+		fs->root_mode = st.st_mode & 07777;
 	}
 	fs->mnt_abs = realpath(cfg->mountpoint, NULL);
 	if (!fs->mnt_abs) {
@@ -309,7 +345,7 @@ int sf_fs_run(const struct sf_fs_config *cfg)
 	if (rc)
 		goto out_free_tree;
 
-	rc = build_args(cfg, &args);
+	rc = build_args(cfg, store_abs, &args);
 	if (rc)
 		goto out_free_args;
 	se = fuse_session_new(&args, &sf_fs_ops, sizeof(sf_fs_ops), fs);

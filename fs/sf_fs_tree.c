@@ -500,6 +500,25 @@ static void ckpt_retire(struct sf_fs *fs, struct sf_fs_ckpt *old,
 	}
 }
 
+/* Take c's owner and modes from its directory (the store root's when it
+ * cannot be read: the scan just opened it, so that is a race). */
+static void ckpt_perms(struct sf_fs *fs, struct sf_fs_ckpt *c)
+{
+	struct sf_perms p;
+
+	if (sf_store_perms(c->dir, &p) == 0) {
+		c->uid = p.uid;
+		c->gid = p.gid;
+		c->dir_mode = p.dir_mode;
+		c->file_mode = p.file_mode;
+		return;
+	}
+	c->uid = fs->uid;
+	c->gid = fs->gid;
+	c->dir_mode = fs->root_mode;
+	c->file_mode = fs->root_mode;
+}
+
 static int add_committed(struct sf_fs *fs, struct sf_ckpt *ck,
 			 struct sf_fs_ckpt *replace);
 
@@ -548,6 +567,7 @@ static int add_committed(struct sf_fs *fs, struct sf_ckpt *ck,
 	else
 		c->mtime = fs->root_mtime;
 	free(mpath);
+	ckpt_perms(fs, c);
 
 	pthread_mutex_lock(&fs->tree_lock);
 	c->ref = 1; /* listed */
@@ -781,23 +801,36 @@ void sf_fs_dir_snap_free(struct sf_fs *fs, struct sf_dir_snap *s)
 
 /* --- attributes --- */
 
+/*
+ * Owner and modes come from the store (SPEC 3, README "Several users"):
+ * a checkpoint's nodes show its directory's owner and group; directories
+ * its directory's mode, files the read bits its directory and all its
+ * files share. Write bits are only ever shown to the owner, and only where
+ * changes are taken (the store root, checkpoints being written); committed
+ * checkpoints are at most 0555/0444. The kernel enforces these modes
+ * (default_permissions), so the mount never lets a user read more than the
+ * store does.
+ */
 void sf_fs_stat(struct sf_fs *fs, struct sf_node *n, struct stat *st)
 {
 	bool w = sf_node_is_w(n) || (n == fs->root && !fs->single);
+	const struct sf_fs_ckpt *c = n->ck;
+	mode_t dmode = c ? c->dir_mode : fs->root_mode;
+	mode_t fmode = c ? c->file_mode : fs->root_mode;
 
 	memset(st, 0, sizeof(*st));
 	st->st_ino = sf_fs_ino(fs, n);
-	st->st_uid = fs->uid;
-	st->st_gid = fs->gid;
+	st->st_uid = c ? c->uid : fs->uid;
+	st->st_gid = c ? c->gid : fs->gid;
 	if (sf_node_is_dir(n)) {
 		/* The store root takes new checkpoints (mkdir). */
-		st->st_mode = S_IFDIR | (w ? 0755 : 0555);
+		st->st_mode = S_IFDIR | (dmode & (w ? 0755 : 0555));
 		pthread_mutex_lock(&fs->tree_lock);
 		st->st_nlink = 2 + n->nsubdirs;
 		pthread_mutex_unlock(&fs->tree_lock);
 		st->st_size = 4096;
 	} else {
-		st->st_mode = S_IFREG | (w ? 0644 : 0444);
+		st->st_mode = S_IFREG | (dmode & fmode & (w ? 0644 : 0444));
 		st->st_nlink = 1;
 		st->st_size = (off_t)(sf_node_is_w(n) ? sf_fs_w_size(fs, n) :
 				      n->size);
@@ -952,6 +985,7 @@ int sf_fs_add_writing(struct sf_fs *fs, const char *name, const char *dir,
 		rc = -ENOMEM;
 		goto out_free_ckpt;
 	}
+	ckpt_perms(fs, c);
 	sf_wckpt_foreach(w, wlist_add, &l);
 	rc = l.err;
 	if (rc)

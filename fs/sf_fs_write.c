@@ -56,6 +56,19 @@
 
 /* --- small helpers --- */
 
+int sf_fs_may_change(fuse_req_t req, struct sf_fs *fs, const char *what,
+		     const char *name)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+
+	if (ctx->uid == 0 || ctx->uid == fs->daemon_uid || ctx->uid == fs->uid)
+		return 0;
+	sf_warn("%s %s: refused for uid %u (pid %d): only root, the daemon's user (uid %u) and the store's owner (uid %u) change this store",
+		what, name, (unsigned)ctx->uid, (int)ctx->pid,
+		(unsigned)fs->daemon_uid, (unsigned)fs->uid);
+	return -EACCES;
+}
+
 /* 0 if c takes changes now; else why not. Under tree_lock. */
 static int ck_writable_locked(const struct sf_fs_ckpt *c, bool need_idle)
 {
@@ -126,11 +139,16 @@ int sf_fs_resume(struct sf_fs *fs, const char *name, const char *dir)
 
 	if (fs->single)
 		return 0;
+	if (!sf_wckpt_dir_is_ours(dir)) {
+		sf_warn("store: %s skipped: not a checkpoint shardfs can show (no manifest.json) and not one it is writing; left alone",
+			name);
+		return 0;
+	}
 	snprintf(journal, sizeof(journal), "%s/rank-%05" PRIu32 "/journal.jsonl",
 		 dir, fs->rank);
 	if (access(journal, F_OK) != 0) {
-		sf_debug("store: %s is not committed and this rank wrote nothing in it; not shown",
-			 name);
+		sf_info("store: %s skipped: not committed, and this rank wrote nothing in it",
+			name);
 		return 0;
 	}
 	rc = sf_wckpt_open(dir, name, fs->rank, fs->world, SF_DEFAULT_BLOCK_SIZE,
@@ -157,7 +175,7 @@ int sf_fs_resume(struct sf_fs *fs, const char *name, const char *dir)
 static int new_ckpt(struct sf_fs *fs, const char *name, struct sf_node **out)
 {
 	struct sf_wckpt *w = NULL;
-	char *dir = NULL, *mpath = NULL;
+	char *dir = NULL;
 	size_t resumed = 0;
 	int rc;
 
@@ -167,33 +185,30 @@ static int new_ckpt(struct sf_fs *fs, const char *name, struct sf_node **out)
 	}
 	if (asprintf(&dir, "%s/%s", fs->store_abs, name) < 0)
 		return -ENOMEM;
-	if (asprintf(&mpath, "%s/manifest.json", dir) < 0) {
-		rc = -ENOMEM;
+	rc = sf_wckpt_claim_dir(dir);
+	if (rc == -EEXIST) {
+		/* A committed checkpoint the scan left out, or a directory
+		 * shardfs did not make (another framework's checkpoint, anything
+		 * a user put there): never adopted, never written into. */
+		sf_warn("mkdir %s: the store already holds %s, which is not a checkpoint shardfs is writing; left alone",
+			name, dir);
 		goto out_free_dir;
 	}
-	if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
-		rc = -errno;
-		sf_err("mkdir %s: %s", dir, strerror(errno));
-		goto out_free_mpath;
-	}
-	if (access(mpath, F_OK) == 0) {
-		/* A committed checkpoint the scan left out (it was rejected). */
-		rc = -EEXIST;
-		goto out_free_mpath;
+	if (rc) {
+		sf_err("mkdir %s: %s", dir, sf_strerror(rc));
+		goto out_free_dir;
 	}
 	rc = sf_wckpt_open(dir, name, fs->rank, fs->world, SF_DEFAULT_BLOCK_SIZE,
 			   &w, &resumed);
 	if (rc) {
 		sf_err("checkpoint %s: cannot start writing: %s", name,
 		       sf_strerror(rc));
-		goto out_free_mpath;
+		goto out_free_dir;
 	}
 	rc = sf_fs_add_writing(fs, name, dir, w, out);
 	if (!rc)
 		sf_info("checkpoint %s: writing (rank %" PRIu32 ", %zu shards resumed)",
 			name, fs->rank, resumed);
-out_free_mpath:
-	free(mpath);
 out_free_dir:
 	free(dir);
 	return rc;
@@ -205,7 +220,9 @@ void sf_fs_w_mkdir(fuse_req_t req, struct sf_node *parent, const char *name)
 	struct sf_node *n = NULL;
 	int rc;
 
-	if (parent == fs->root && !fs->single) {
+	if ((rc = sf_fs_may_change(req, fs, "mkdir", name)) != 0) {
+		/* rc says why */
+	} else if (parent == fs->root && !fs->single) {
 		rc = new_ckpt(fs, name, &n);
 	} else if (!sf_node_is_w(parent)) {
 		rc = -SF_ECOMMITTED;
@@ -309,6 +326,9 @@ void sf_fs_w_create(fuse_req_t req, struct sf_node *parent, const char *name,
 	enum sf_node_kind kind;
 	int rc;
 
+	rc = sf_fs_may_change(req, fs, "create", name);
+	if (rc)
+		goto out_reply_err;
 	if (!sf_node_is_w(parent)) {
 		rc = parent == fs->root && !fs->single ? -EPERM : -SF_ECOMMITTED;
 		if (rc == -EPERM)
@@ -496,7 +516,9 @@ void sf_fs_w_setattr(fuse_req_t req, struct sf_node *n, struct stat *attr,
 	struct stat st;
 	int rc;
 
-	rc = ck_writable(fs, n->ck, false);
+	rc = sf_fs_may_change(req, fs, "setattr", n->name);
+	if (!rc)
+		rc = ck_writable(fs, n->ck, false);
 	if (!rc && (to_set & FUSE_SET_ATTR_SIZE) && n->kind == SF_NODE_FILE) {
 		if (attr->st_size == 0) {
 			rc = restart_file(n);
@@ -1002,6 +1024,37 @@ int sf_fs_remove(struct sf_fs *fs, const char *name)
 
 /* --- setxattr --- */
 
+/* user.shardfs.delete=NAME on the store root: delete checkpoint NAME as
+ * `shardctl rm` asks; its name goes to gone[] for the entry invalidation
+ * after the reply. */
+static int delete_by_name(struct sf_fs *fs, const char *value, size_t size,
+			  char *gone, size_t gonelen)
+{
+	char name[SF_MAX_COMPONENT + 1];
+	struct sf_node *n;
+	int rc;
+
+	if (size == 0 || size > SF_MAX_COMPONENT || memchr(value, '\0', size)) {
+		sf_warn("delete: the value of user.shardfs.delete on the store root must be a checkpoint's name");
+		return -EINVAL;
+	}
+	memcpy(name, value, size);
+	name[size] = '\0';
+	if (!component_ok(name) || name[0] == '.')
+		return -ENOENT;
+	rc = sf_fs_lookup(fs, fs->root, name, &n); /* the reference do_delete needs */
+	if (rc)
+		return rc;
+	if (n->kind != SF_NODE_CKPT) {
+		rc = -ENOENT;
+	} else {
+		snprintf(gone, gonelen, "%s", name);
+		rc = do_delete(fs, n->ck, RM_USER);
+	}
+	sf_fs_unref(fs, n, 1);
+	return rc;
+}
+
 void sf_fs_w_setxattr(fuse_req_t req, struct sf_node *n, const char *name,
 		      const char *value, size_t size)
 {
@@ -1009,8 +1062,19 @@ void sf_fs_w_setxattr(fuse_req_t req, struct sf_node *n, const char *name,
 	char gone[SF_MAX_COMPONENT + 1] = "";
 	int rc;
 
-	if (strcmp(name, XA_COMMIT) == 0 || strcmp(name, XA_DELETE) == 0) {
-		if (n->kind != SF_NODE_CKPT) {
+	if (strncmp(name, "user.shardfs.", 13) == 0 &&
+	    (rc = sf_fs_may_change(req, fs, "setxattr", name)) != 0) {
+		/* rc says why */
+	} else if (strcmp(name, XA_DELETE) == 0 && n == fs->root && !fs->single) {
+		/* `shardctl rm MOUNT/CKPT` asks the store root, which only the
+		 * store's owner may change, even though a committed checkpoint's
+		 * directory is read-only (0555) */
+		rc = delete_by_name(fs, value, size, gone, sizeof(gone));
+	} else if (strcmp(name, XA_COMMIT) == 0 || strcmp(name, XA_DELETE) == 0) {
+		/* a delete on the checkpoint itself says "1" (setfattr -v 1):
+		 * any other value is a name, meant for the store root */
+		if (n->kind != SF_NODE_CKPT ||
+		    (strcmp(name, XA_DELETE) == 0 && (size != 1 || value[0] != '1'))) {
 			rc = -EINVAL;
 		} else if (strcmp(name, XA_COMMIT) == 0) {
 			rc = do_commit(fs, n->ck);

@@ -100,7 +100,8 @@ static const char usage_commit[] =
 static const char usage_rm[] =
 	"usage: shardctl rm MOUNT/CKPT\n"
 	"\n"
-	"Delete a committed checkpoint through a shardfs mount.\n";
+	"Delete a committed checkpoint (or discard an unfinished one) through a\n"
+	"shardfs mount. Only root, the daemon's user and the store's owner may.\n";
 
 /* Print "shardctl: " fmt(arg) and the usage to stderr; returns 2. */
 __attribute__((format(printf, 2, 0)))
@@ -1047,8 +1048,50 @@ out_free_tmp:
 /* commit, rm                                                          */
 /* ------------------------------------------------------------------ */
 
-/* Set attr to "1" on a checkpoint of a mount; on failure print the errno
- * and the daemon's user.shardfs.state. */
+/*
+ * Delete MOUNT/CKPT: set attr to CKPT on the mount's root (MOUNT), which
+ * only the store's owner may change, since a committed checkpoint's own
+ * directory is read-only (0555) and the kernel checks that. When MOUNT is
+ * not a shardfs mount's root (the store is one checkpoint, mounted as is)
+ * the attribute goes to the path itself and the daemon says why it will
+ * not. 0 or an errno.
+ */
+static int ask_store_root(const char *path, const char *attr)
+{
+	char parent[PATH_MAX], name[PATH_MAX];
+	struct statfs fs;
+	size_t n = strlen(path);
+	const char *slash;
+
+	while (n > 1 && path[n - 1] == '/')
+		n--;
+	if (n >= sizeof(name))
+		return ENAMETOOLONG;
+	memcpy(name, path, n);
+	name[n] = '\0';
+	slash = strrchr(name, '/');
+	if (slash) {
+		snprintf(parent, sizeof(parent), "%.*s",
+			 slash == name ? 1 : (int)(slash - name), name);
+		slash++;
+	} else {
+		snprintf(parent, sizeof(parent), ".");
+		slash = name;
+	}
+	if (strcmp(slash, ".") == 0 || strcmp(slash, "..") == 0 ||
+	    statfs(parent, &fs) != 0 || fs.f_type != FUSE_SUPER_MAGIC) {
+		/* path is a mount's root: a store's (no state: refuse here) or
+		 * one checkpoint's (the daemon says why it will not) */
+		if (getxattr(path, "user.shardfs.state", NULL, 0) < 0 &&
+		    errno == ENODATA)
+			return EISDIR;
+		return setxattr(path, attr, "1", 1, 0) == 0 ? 0 : errno;
+	}
+	return setxattr(parent, attr, slash, strlen(slash), 0) == 0 ? 0 : errno;
+}
+
+/* Set attr on a checkpoint of a mount (rm: on its store root); on failure
+ * print the errno and the daemon's user.shardfs.state. */
 static int xattr_cmd(const char *cmd, const char *usage, const char *attr,
 		     int argc, char **argv)
 {
@@ -1075,11 +1118,19 @@ static int xattr_cmd(const char *cmd, const char *usage, const char *attr,
 			path);
 		return 1;
 	}
-	if (setxattr(path, attr, "1", 1, 0) == 0) {
+	if (strcmp(attr, "user.shardfs.delete") == 0)
+		err = ask_store_root(path, attr);
+	else
+		err = setxattr(path, attr, "1", 1, 0) == 0 ? 0 : errno;
+	if (err == 0) {
 		printf("%s: %s: done\n", cmd, path);
 		return 0;
 	}
-	err = errno;
+	if (err == EISDIR) {
+		fprintf(stderr, "shardctl %s: %s: is the mount of a store; name one of its checkpoints (MOUNT/CKPT)\n",
+			cmd, path);
+		return 1;
+	}
 	n = getxattr(path, "user.shardfs.state", state, sizeof(state) - 1);
 	if (n > 0) {
 		state[n] = '\0';

@@ -88,6 +88,10 @@ static void usage(FILE *f)
 		"  --no-verify         skip XXH3 checksum verification of payloads\n"
 		"  --cache-mb N        block cache size in MiB (default 256)\n"
 		"  --log-level LEVEL   error, warn, info or debug (default warn)\n"
+		"  --no-default-permissions\n"
+		"                      do not have the kernel check the modes shown (with\n"
+		"                      -o allow_other every user may then read everything;\n"
+		"                      changes stay limited to root and the store's owner)\n"
 		"  --mpi               one daemon per MPI rank, always in the foreground;\n"
 		"                      %%r in STORE and MOUNTPOINT is the rank (%%%% is %%)\n"
 		"  --commit-timeout S  MPI: bound on a collective commit (default 60)\n"
@@ -208,7 +212,7 @@ out_finalize:
 int main(int argc, char **argv)
 {
 	enum { OPT_NO_VERIFY = 256, OPT_CACHE_MB, OPT_LOG_LEVEL, OPT_MPI,
-	       OPT_COMMIT_TIMEOUT, OPT_PEER_TIMEOUT };
+	       OPT_COMMIT_TIMEOUT, OPT_PEER_TIMEOUT, OPT_NO_DEFAULT_PERMS };
 	static const struct option longopts[] = {
 		{ "no-verify", no_argument, NULL, OPT_NO_VERIFY },
 		{ "cache-mb", required_argument, NULL, OPT_CACHE_MB },
@@ -216,6 +220,7 @@ int main(int argc, char **argv)
 		{ "mpi", no_argument, NULL, OPT_MPI },
 		{ "commit-timeout", required_argument, NULL, OPT_COMMIT_TIMEOUT },
 		{ "peer-timeout", required_argument, NULL, OPT_PEER_TIMEOUT },
+		{ "no-default-permissions", no_argument, NULL, OPT_NO_DEFAULT_PERMS },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -267,6 +272,9 @@ int main(int argc, char **argv)
 			break;
 		case OPT_MPI:
 			mpi = true;
+			break;
+		case OPT_NO_DEFAULT_PERMS:
+			cfg.no_default_permissions = true;
 			break;
 		case OPT_COMMIT_TIMEOUT:
 			if (parse_seconds(optarg, &commit_timeout_ms))

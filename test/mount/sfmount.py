@@ -22,11 +22,13 @@ temporary directory lives under /tmp/sfmount-* and is removed at exit unless
 import argparse
 import atexit
 import errno
+import hashlib
 import json
 import os
 import random
 import shutil
 import signal
+import stat
 import struct
 import subprocess
 import sys
@@ -559,6 +561,48 @@ def shard_positions(shape, itemsize, shard):
     idx = np.arange(nbytes, dtype=np.int64).reshape(tuple(shape) + (itemsize,))
     sl = tuple(slice(o, o + l) for o, l in zip(shard["offsets"], shard["lengths"]))
     return idx[sl].reshape(-1)
+
+
+def store_snapshot(top):
+    """Everything a change to a store could touch, as a comparable dict:
+    {relative path: (kind, mode, size, mtime_ns, sha256 or link target)}
+    for every directory, file and symlink under top (top itself too)."""
+    out = {}
+    for dirpath, dns, fns in os.walk(top):
+        dns.sort()
+        paths = [os.path.join(dirpath, n) for n in sorted(dns + fns)]
+        if dirpath == top:
+            paths.insert(0, top)
+        for p in paths:
+            st = os.lstat(p)
+            rel = os.path.relpath(p, top)
+            if stat.S_ISLNK(st.st_mode):
+                what = os.readlink(p)
+            elif stat.S_ISREG(st.st_mode):
+                h = hashlib.sha256()
+                with open(p, "rb") as f:
+                    for chunk in iter(lambda: f.read(1 << 20), b""):
+                        h.update(chunk)
+                what = h.hexdigest()
+            else:
+                what = None
+            out[rel] = (stat.S_IFMT(st.st_mode), stat.S_IMODE(st.st_mode),
+                        st.st_size if not stat.S_ISDIR(st.st_mode) else 0,
+                        st.st_mtime_ns, what)
+    return out
+
+
+def snapshot_diff(before, after):
+    """Human-readable differences between two store_snapshot()s."""
+    out = []
+    for k in sorted(set(before) | set(after)):
+        if k not in after:
+            out.append("removed: %s" % k)
+        elif k not in before:
+            out.append("added: %s" % k)
+        elif before[k] != after[k]:
+            out.append("changed: %s %r -> %r" % (k, before[k], after[k]))
+    return out
 
 
 def format_slice(box):
