@@ -24,6 +24,7 @@
 #include "sf_array.h"
 #include "sf_error.h"
 #include "sf_log.h"
+#include "sf_mounts.h"
 #include "sf_fs_internal.h"
 
 #define SF_FS_READ_AHEAD_KB "4096"
@@ -123,24 +124,6 @@ out_close:
 	return rc;
 }
 
-/* Undo the octal escapes (\040 etc.) of a /proc/self/mountinfo field. */
-static void unescape_mountinfo(char *s)
-{
-	char *out = s;
-
-	while (*s) {
-		if (s[0] == '\\' && s[1] >= '0' && s[1] <= '3' &&
-		    s[2] >= '0' && s[2] <= '7' && s[3] >= '0' && s[3] <= '7') {
-			*out++ = (char)((s[1] - '0') * 64 + (s[2] - '0') * 8 +
-					(s[3] - '0'));
-			s += 4;
-		} else {
-			*out++ = *s++;
-		}
-	}
-	*out = '\0';
-}
-
 /*
  * Find the mount's device in /proc/self/mountinfo (the last fuse mount on
  * mnt_abs: stat()ing the mountpoint from the daemon could deadlock) and
@@ -149,36 +132,21 @@ static void unescape_mountinfo(char *s)
  */
 void sf_fs_raise_readahead(const char *mnt_abs)
 {
+	struct sf_mount_ent *v = NULL;
 	char devid[32] = "";
 	char path[96];
-	char *line = NULL;
-	size_t cap = 0;
-	FILE *f;
-	int fd;
+	size_t n = 0, i;
+	int fd, rc;
 
-	f = fopen("/proc/self/mountinfo", "re");
-	if (!f) {
-		sf_warn("fs: cannot read /proc/self/mountinfo: %s", strerror(errno));
+	rc = sf_mounts_list("fuse", &v, &n);
+	if (rc) {
+		sf_warn("fs: cannot read /proc/self/mountinfo: %s", sf_strerror(rc));
 		return;
 	}
-	while (getline(&line, &cap, f) > 0) {
-		char dev[32], mnt[PATH_MAX], *sep;
-		char fstype[64];
-
-		/* id parent MAJ:MIN root MOUNTPOINT ... - FSTYPE SOURCE ... */
-		if (sscanf(line, "%*u %*u %31s %*s %4095s", dev, mnt) != 2)
-			continue;
-		sep = strstr(line, " - ");
-		if (!sep || sscanf(sep + 3, "%63s", fstype) != 1)
-			continue;
-		if (strncmp(fstype, "fuse", 4) != 0)
-			continue;
-		unescape_mountinfo(mnt);
-		if (strcmp(mnt, mnt_abs) == 0)
-			snprintf(devid, sizeof(devid), "%s", dev);
-	}
-	free(line);
-	fclose(f);
+	for (i = 0; i < n; i++)
+		if (strcmp(v[i].mnt, mnt_abs) == 0)
+			snprintf(devid, sizeof(devid), "%s", v[i].dev);
+	sf_mounts_free(v, n);
 	if (!devid[0]) {
 		sf_warn("fs: mount %s not found in /proc/self/mountinfo; readahead left as is",
 			mnt_abs);

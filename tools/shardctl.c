@@ -14,9 +14,11 @@
  * Only core's public API is used, so what shardctl accepts is exactly what
  * the daemon accepts.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <jansson.h>
 #include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -33,10 +35,13 @@
 #include "sf_engine.h"
 #include "sf_error.h"
 #include "sf_gen.h"
+#include "sf_io.h"
 #include "sf_log.h"
 #include "sf_manifest.h"
+#include "sf_mounts.h"
 #include "sf_store.h"
 #include "sf_views.h"
+#include "sf_wckpt.h"
 #include "sf_writer.h"
 
 #define EXIT_USAGE 2
@@ -74,7 +79,9 @@ static const char usage_gen[] =
 	"  --seed N        value seed (default 1)\n"
 	"  --block-size S  checksum block size (default 4M)\n"
 	"  --ref DIR       also write the unsharded reference into DIR\n"
-	"  --no-blobs      no config.json / tokenizer_config.json\n";
+	"  --no-blobs      no config.json / tokenizer_config.json\n"
+	"  --force         overwrite an existing shardfs checkpoint in CKPT_DIR\n"
+	"                  (never one a mount serves, never anything else)\n";
 
 static const char usage_info[] =
 	"usage: shardctl info PATH\n"
@@ -309,6 +316,105 @@ static bool has_manifest(const char *dir)
 /* gen                                                                 */
 /* ------------------------------------------------------------------ */
 
+/* Is dir a checkpoint shardfs wrote: its marker, a rank's journal, or a
+ * manifest.json of format shardfs/1? */
+static bool is_shardfs_ckpt(const char *dir)
+{
+	char path[PATH_MAX], *text = NULL;
+	size_t len = 0;
+	json_t *root, *fmt;
+	bool ours;
+
+	if (sf_wckpt_dir_is_ours(dir))
+		return true;
+	if ((size_t)snprintf(path, sizeof(path), "%s/manifest.json", dir) >=
+	    sizeof(path) ||
+	    sf_read_file(path, SF_MAX_MANIFEST_BYTES, &text, &len) != 0)
+		return false;
+	root = json_loadb(text, len, 0, NULL);
+	fmt = root ? json_object_get(root, "format") : NULL;
+	ours = fmt && json_is_string(fmt) &&
+	       strcmp(json_string_value(fmt), SF_FORMAT) == 0;
+	json_decref(root);
+	free(text);
+	return ours;
+}
+
+/* The mountpoint of a shardfs mount serving dir (its store is dir, or
+ * holds it), copied into mnt; false when none does. */
+static bool served_by_mount(const char *dir, char *mnt, size_t mntlen)
+{
+	struct sf_mount_ent *v = NULL;
+	char *real = realpath(dir, NULL);
+	size_t n = 0;
+	bool found = false;
+
+	if (!real || sf_mounts_list("fuse.shardfs", &v, &n) != 0) {
+		free(real);
+		return false;
+	}
+	for (size_t i = 0; i < n && !found; i++) {
+		const char *store = sf_mount_shardfs_store(&v[i]);
+		size_t sl = store ? strlen(store) : 0;
+
+		if (store && strncmp(real, store, sl) == 0 &&
+		    (real[sl] == '\0' || real[sl] == '/' || sl == 1)) {
+			snprintf(mnt, mntlen, "%s", v[i].mnt);
+			found = true;
+		}
+	}
+	sf_mounts_free(v, n);
+	free(real);
+	return found;
+}
+
+/*
+ * May gen write into dir? A new or empty directory, yes. An existing
+ * shardfs checkpoint only with --force, and never while a mount serves it;
+ * anything else never. Prints why not; 0 or EXIT 1.
+ */
+static int gen_target_ok(const char *dir, bool force)
+{
+	char mnt[PATH_MAX];
+	struct stat sb;
+	struct dirent *de;
+	bool empty = true;
+	DIR *d;
+
+	if (lstat(dir, &sb) != 0)
+		return 0; /* new: made by gen */
+	if (!S_ISDIR(sb.st_mode)) {
+		fprintf(stderr, "shardctl gen: %s: exists and is not a directory\n", dir);
+		return 1;
+	}
+	d = opendir(dir);
+	if (!d) {
+		fprintf(stderr, "shardctl gen: %s: %s\n", dir, strerror(errno));
+		return 1;
+	}
+	while (empty && (de = readdir(d)))
+		empty = strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0;
+	closedir(d);
+	if (empty)
+		return 0;
+	if (!is_shardfs_ckpt(dir)) {
+		fprintf(stderr, "shardctl gen: %s: exists and is not a shardfs checkpoint; never overwritten\n",
+			dir);
+		return 1;
+	}
+	if (!force) {
+		fprintf(stderr, "shardctl gen: %s: a checkpoint exists there; --force overwrites it\n",
+			dir);
+		return 1;
+	}
+	if (served_by_mount(dir, mnt, sizeof(mnt))) {
+		fprintf(stderr, "shardctl gen: %s: served by the shardfs mount at %s; unmount it first\n",
+			dir, mnt);
+		return 1;
+	}
+	return 0;
+}
+
 static int cmd_gen(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -320,9 +426,11 @@ static int cmd_gen(int argc, char **argv)
 		{ "block-size", required_argument, NULL, 'b' },
 		{ "ref", required_argument, NULL, 'R' },
 		{ "no-blobs", no_argument, NULL, 'n' },
+		{ "force", no_argument, NULL, 'f' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
+	bool force = false;
 	struct sf_gen_opts o = {
 		.layout = SF_GEN_MIXED, .ranks = 4, .size = 64u << 20,
 		.dtype = SF_DT_BF16, .seed = 1,
@@ -376,6 +484,9 @@ static int cmd_gen(int argc, char **argv)
 		case 'n':
 			o.blobs = false;
 			break;
+		case 'f':
+			force = true;
+			break;
 		case 'h':
 			fputs(usage_gen, stdout);
 			return 0;
@@ -386,6 +497,8 @@ static int cmd_gen(int argc, char **argv)
 	}
 	if (optind != argc - 1)
 		return usage_error(usage_gen, "%s", "want exactly one CKPT_DIR");
+	if (gen_target_ok(argv[optind], force) != 0)
+		return 1;
 
 	rc = sf_gen_checkpoint(argv[optind], &o, &st);
 	if (rc < 0) {

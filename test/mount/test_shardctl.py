@@ -1,0 +1,79 @@
+#!/usr/bin/python3
+"""Mount test: shardctl as a user meets it (issue "safe and at home").
+
+gen never destroys what it did not write: an existing checkpoint is
+refused without --force (exit 1, bytes unchanged), --force overwrites a
+shardfs checkpoint but never one a mount serves nor anything else (a
+directory of files, a PyTorch DCP checkpoint), and an empty directory is
+fine. The mount's source in /proc/mounts names its store.
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sfmount as sm  # noqa: E402
+
+
+def mount_source(mnt):
+    with open("/proc/mounts") as f:
+        for line in f:
+            fields = line.split()
+            if len(fields) >= 3 and fields[1] == os.path.abspath(mnt):
+                return fields[0], fields[2]
+    return None, None
+
+
+def check_gen(env, ck):
+    store = env.path("store")
+    os.makedirs(store)
+    a = os.path.join(store, "ck-a")
+    env.gen(a, size="128K", ref=False)
+    snap = sm.store_snapshot(a)
+    r = env.shardctl_run("gen", "--size", "128K", "--seed", "2", a, check=False)
+    ck.eq(r.returncode, 1, "gen over an existing checkpoint without --force fails")
+    ck.ok(b"--force" in r.stderr, "and says --force: %r" % r.stderr)
+    ck.eq(sm.snapshot_diff(snap, sm.store_snapshot(a)), [],
+          "the existing checkpoint is unchanged")
+
+    junk = os.path.join(store, "junk")
+    os.makedirs(junk)
+    with open(os.path.join(junk, "notes.txt"), "w") as f:
+        f.write("mine\n")
+    snap_junk = sm.store_snapshot(junk)
+    r = env.shardctl_run("gen", "--force", "--size", "128K", junk, check=False)
+    ck.eq(r.returncode, 1, "gen --force over a directory of files fails")
+    ck.ok(b"not a shardfs checkpoint" in r.stderr, "and says why: %r" % r.stderr)
+    ck.eq(sm.snapshot_diff(snap_junk, sm.store_snapshot(junk)), [],
+          "the directory of files is unchanged")
+
+    empty = os.path.join(store, "empty")
+    os.makedirs(empty)
+    r = env.shardctl_run("gen", "--size", "128K", empty, check=False)
+    ck.eq(r.returncode, 0, "gen into an empty directory works")
+
+    with sm.Mount(env, store) as m:
+        src, fstype = mount_source(m.mnt)
+        ck.eq((src, fstype), ("shardfs:" + os.path.realpath(store), "fuse.shardfs"),
+              "/proc/mounts names the store")
+        r = env.shardctl_run("gen", "--force", "--size", "128K", "--seed", "3", a,
+                             check=False)
+        ck.eq(r.returncode, 1, "gen --force over a served checkpoint fails")
+        ck.ok(m.mnt.encode() in r.stderr, "and names the mount: %r" % r.stderr)
+        ck.eq(sm.snapshot_diff(snap, sm.store_snapshot(a)), [],
+              "the served checkpoint is unchanged")
+
+    r = env.shardctl_run("gen", "--force", "--size", "128K", "--seed", "3", a,
+                         check=False)
+    ck.eq(r.returncode, 0, "gen --force over an unserved shardfs checkpoint works: %r"
+          % r.stderr)
+    ck.ok(sm.snapshot_diff(snap, sm.store_snapshot(a)) != [],
+          "and rewrote it")
+
+
+def test(env, ck):
+    check_gen(env, ck)
+
+
+if __name__ == "__main__":
+    sys.exit(sm.main(test))
