@@ -296,7 +296,7 @@ static void unpin_locked(struct sf_engine *e, struct sf_block *b)
 struct read_ctx {
 	struct sf_engine *e;
 	const struct sf_ckpt_ref *ck;
-	const struct sf_manifest *m;
+	const struct sf_model *m;
 	const struct sf_tensor *t;
 	unsigned char *buf;
 	uint64_t base;                  /* view offset of buf[0] */
@@ -593,7 +593,7 @@ static void unpin_all(struct sf_engine *e, struct sf_block **pins, unsigned n)
 }
 
 int sf_engine_read(struct sf_engine *e, const struct sf_ckpt_ref *ck,
-		   const struct sf_manifest *m, const struct sf_tensor *t,
+		   const struct sf_model *m, const struct sf_tensor *t,
 		   const struct sf_box *view, uint64_t off, void *buf,
 		   size_t len)
 {
@@ -610,7 +610,7 @@ int sf_engine_read(struct sf_engine *e, const struct sf_ckpt_ref *ck,
 }
 
 int sf_engine_readv(struct sf_engine *e, const struct sf_ckpt_ref *ck,
-		    const struct sf_manifest *m, const struct sf_tensor *t,
+		    const struct sf_model *m, const struct sf_tensor *t,
 		    const struct sf_box *view, uint64_t off, size_t len,
 		    struct iovec *iov, unsigned maxiov,
 		    struct sf_engine_hold *hold)

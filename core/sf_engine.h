@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 #include "sf_box.h"
-#include "sf_manifest.h"
+#include "sf_model.h"
 
 /* Where a checkpoint lives. Borrowed by the engine for the duration of a
  * call; cached blocks are keyed by its address until sf_engine_forget(). */
@@ -77,7 +77,7 @@ void sf_engine_destroy(struct sf_engine *e); /* accepts NULL */
  * -SF_EPEER, -SF_EGAP (no shard covers a byte), -EIO, -ENOMEM.
  */
 int sf_engine_read(struct sf_engine *e, const struct sf_ckpt_ref *ck,
-		   const struct sf_manifest *m, const struct sf_tensor *t,
+		   const struct sf_model *m, const struct sf_tensor *t,
 		   const struct sf_box *view, uint64_t off, void *buf,
 		   size_t len);
 
@@ -103,7 +103,7 @@ struct sf_engine_hold {
  */
 struct iovec;
 int sf_engine_readv(struct sf_engine *e, const struct sf_ckpt_ref *ck,
-		    const struct sf_manifest *m, const struct sf_tensor *t,
+		    const struct sf_model *m, const struct sf_tensor *t,
 		    const struct sf_box *view, uint64_t off, size_t len,
 		    struct iovec *iov, unsigned maxiov,
 		    struct sf_engine_hold *hold);

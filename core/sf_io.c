@@ -33,44 +33,41 @@ int sf_pread_full(int fd, void *buf, size_t len, uint64_t off)
 	return 0;
 }
 
-int sf_read_file(const char *path, size_t max, char **out, size_t *len)
+int sf_read_fd(int fd, size_t max, char **out, size_t *len)
 {
 	struct stat sb;
 	char *buf;
+	int ret;
+
+	if (fstat(fd, &sb) < 0)
+		return -errno;
+	if (!S_ISREG(sb.st_mode))
+		return -EINVAL;
+	if ((uint64_t)sb.st_size > max)
+		return -SF_ETOOBIG;
+	buf = malloc((size_t)sb.st_size + 1);
+	if (!buf)
+		return -ENOMEM;
+	ret = sf_pread_full(fd, buf, (size_t)sb.st_size, 0);
+	if (ret) {
+		free(buf);
+		return -EIO;
+	}
+	buf[sb.st_size] = '\0';
+	*out = buf;
+	*len = (size_t)sb.st_size;
+	return 0;
+}
+
+int sf_read_file(const char *path, size_t max, char **out, size_t *len)
+{
 	int fd, ret;
 
 	/* O_NONBLOCK: a FIFO must not block; it then fails S_ISREG. */
 	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
 	if (fd < 0)
 		return -errno;
-	if (fstat(fd, &sb) < 0) {
-		ret = -errno;
-		goto out_close_fd;
-	}
-	if (!S_ISREG(sb.st_mode)) {
-		ret = -EINVAL;
-		goto out_close_fd;
-	}
-	fcntl(fd, F_SETFL, 0);
-	if ((uint64_t)sb.st_size > max) {
-		ret = -SF_ETOOBIG;
-		goto out_close_fd;
-	}
-	buf = malloc((size_t)sb.st_size + 1);
-	if (!buf) {
-		ret = -ENOMEM;
-		goto out_close_fd;
-	}
-	ret = sf_pread_full(fd, buf, (size_t)sb.st_size, 0);
-	if (ret) {
-		free(buf);
-		ret = -EIO;
-		goto out_close_fd;
-	}
-	buf[sb.st_size] = '\0';
-	*out = buf;
-	*len = (size_t)sb.st_size;
-out_close_fd:
+	ret = sf_read_fd(fd, max, out, len);
 	close(fd);
 	return ret;
 }

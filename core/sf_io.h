@@ -21,6 +21,9 @@ int sf_pread_full(int fd, void *buf, size_t len, uint64_t off);
  * -errno from open (-ENOENT ...), -SF_ETOOBIG over max, -EIO on a read
  * error or a file that shrank while read. */
 int sf_read_file(const char *path, size_t max, char **out, size_t *len);
+/* The same for an open descriptor (read from offset 0; not closed). It
+ * must be a regular file (-EINVAL otherwise). */
+int sf_read_fd(int fd, size_t max, char **out, size_t *len);
 
 /*
  * A read-only byte source for decoders: a memory buffer, or the region

@@ -1,11 +1,12 @@
 /*
- * sf_store.c - scanning a store and opening committed checkpoints.
+ * sf_store.c - scanning a store and opening checkpoints through the format
+ * seam (see sf_store.h).
  *
- * A checkpoint directory is committed iff it holds manifest.json (the
- * writer publishes it last, atomically). Opening reads the manifest with a
- * size bound, validates it completely and precomputes the safetensors
- * layout; a checkpoint that fails is reported (and logged) but never stops
- * the others.
+ * Which directories are checkpoints is the adapters' call (sf_format.h):
+ * a complete one is opened (its model built and validated, the
+ * safetensors layout precomputed); one shardfs is writing goes to the
+ * caller to resume; anything else is left out with one log line. A
+ * checkpoint that fails to open never stops the others.
  */
 #include "sf_store.h"
 #include "sf_array.h"
@@ -25,10 +26,13 @@
 int sf_ckpt_open(const char *dir, const char *name, struct sf_ckpt **out,
 		 char *err, size_t errlen)
 {
+	struct sf_format_result res = { 0 };
+	struct sf_dirlist ls = { 0 };
+	enum sf_probe how;
 	struct sf_ckpt *ck;
-	char path[4096];
+	struct stat sb;
 	const char *base;
-	int ret;
+	int dirfd = -1, ret;
 
 	if (errlen)
 		err[0] = '\0';
@@ -48,23 +52,35 @@ int sf_ckpt_open(const char *dir, const char *name, struct sf_ckpt **out,
 		ret = -ENOMEM;
 		goto out_close;
 	}
-	if ((size_t)snprintf(path, sizeof(path), "%s/manifest.json", ck->dir) >=
-	    sizeof(path)) {
-		ret = -ENAMETOOLONG;
-		snprintf(err, errlen, "path too long");
+	dirfd = open(ck->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dirfd < 0 || fstat(dirfd, &sb) != 0) {
+		ret = -errno;
+		snprintf(err, errlen, "%s: %s", ck->dir, sf_strerror(ret));
 		goto out_close;
 	}
-	ret = sf_read_file(path, SF_MAX_MANIFEST_BYTES, &ck->manifest_json,
-			&ck->manifest_len);
+	ck->mtime = sb.st_mtim;
+	ret = sf_dirlist_read(dirfd, &ls);
 	if (ret) {
-		snprintf(err, errlen, "manifest.json: %s",
-			 ret == -EINVAL ? "not a regular file" : sf_strerror(ret));
+		snprintf(err, errlen, "cannot list it: %s", sf_strerror(ret));
 		goto out_close;
 	}
-	ret = sf_manifest_parse(ck->manifest_json, ck->manifest_len, &ck->m,
-				err, errlen);
+	ck->fmt = sf_format_probe(&ls, &how);
+	sf_dirlist_free(&ls);
+	if (how != SF_PROBE_YES) {
+		ret = -ENOENT;
+		snprintf(err, errlen, "%s", how == SF_PROBE_PARTIAL ?
+			 "not complete yet (still being written)" :
+			 "no format shardfs reads recognizes it");
+		goto out_close;
+	}
+	ret = ck->fmt->open(dirfd, ck->dir, ck->name, &res, err, errlen);
 	if (ret)
 		goto out_close;
+	ck->m = res.model;
+	ck->manifest_json = res.meta;
+	ck->manifest_len = res.metalen;
+	res.model = NULL;
+	res.meta = NULL;
 	ret = sf_st_layout_build(ck->m, &ck->st);
 	if (ret) {
 		snprintf(err, errlen, "model.safetensors layout: %s",
@@ -73,10 +89,14 @@ int sf_ckpt_open(const char *dir, const char *name, struct sf_ckpt **out,
 	}
 	ck->ref.dir = ck->dir;
 	ck->ref.name = ck->name;
+	close(dirfd);
 	*out = ck;
 	return 0;
 
 out_close:
+	sf_format_result_clear(&res);
+	if (dirfd >= 0)
+		close(dirfd);
 	sf_ckpt_close(ck);
 	return ret;
 }
@@ -86,7 +106,7 @@ void sf_ckpt_close(struct sf_ckpt *ck)
 	if (!ck)
 		return;
 	sf_st_layout_destroy(ck->st);
-	sf_manifest_destroy(ck->m);
+	sf_model_destroy(ck->m);
 	free(ck->manifest_json);
 	free(ck->name);
 	free(ck->dir);
@@ -149,15 +169,21 @@ int sf_store_perms(const char *dir, struct sf_perms *out)
 	return 0;
 }
 
-static int has_manifest(const char *dir)
+/* What the adapters say of directory dir: *how, and the format. */
+static const struct sf_format *probe_dir(const char *dir, enum sf_probe *how)
 {
-	char path[4096];
-	struct stat sb;
+	struct sf_dirlist ls = { 0 };
+	const struct sf_format *fmt = NULL;
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 
-	if ((size_t)snprintf(path, sizeof(path), "%s/manifest.json", dir) >=
-	    sizeof(path))
-		return 0;
-	return lstat(path, &sb) == 0;
+	*how = SF_PROBE_NO;
+	if (fd < 0)
+		return NULL;
+	if (sf_dirlist_read(fd, &ls) == 0)
+		fmt = sf_format_probe(&ls, how);
+	sf_dirlist_free(&ls);
+	close(fd);
+	return fmt;
 }
 
 static int cmp_names(const void *a, const void *b)
@@ -169,11 +195,22 @@ static void open_one(const char *dir, const char *name, sf_store_fn fn,
 		     void *arg)
 {
 	struct sf_ckpt *ck = NULL;
+	const struct sf_format *fmt;
+	enum sf_probe how;
 	char why[512];
 	int ret;
 
-	if (!has_manifest(dir)) {
-		fn(arg, name, dir, NULL, 0, NULL);
+	fmt = probe_dir(dir, &how);
+	if (how == SF_PROBE_NO) {
+		sf_warn("store: %s skipped: no format shardfs reads recognizes it", name);
+		return;
+	}
+	if (how == SF_PROBE_PARTIAL) {
+		if (fmt->writable)
+			fn(arg, name, dir, NULL, 0, NULL);
+		else
+			sf_warn("store: %s skipped: a %s checkpoint still being written; shown once complete",
+				name, fmt->name);
 		return;
 	}
 	ret = sf_ckpt_open(dir, name, &ck, why, sizeof(why));
@@ -185,6 +222,14 @@ static void open_one(const char *dir, const char *name, sf_store_fn fn,
 	fn(arg, name, dir, ck, 0, NULL);
 }
 
+bool sf_store_is_single(const char *store)
+{
+	enum sf_probe how;
+
+	(void)probe_dir(store, &how);
+	return how == SF_PROBE_YES;
+}
+
 int sf_store_scan(const char *store, sf_store_fn fn, void *arg, int *single)
 {
 	struct dirent *de;
@@ -194,7 +239,7 @@ int sf_store_scan(const char *store, sf_store_fn fn, void *arg, int *single)
 	int ret = 0;
 
 	*single = 0;
-	if (has_manifest(store)) {
+	if (sf_store_is_single(store)) {
 		char *real = realpath(store, NULL);
 		const char *base;
 		const char *nm;

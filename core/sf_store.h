@@ -2,42 +2,63 @@
  * sf_store.h - finding and opening the checkpoints of a store.
  *
  * A store is a directory of checkpoints (each a subdirectory) or one
- * checkpoint directory itself (it has manifest.json). A checkpoint is
- * committed iff its manifest.json exists; opening one reads the manifest
- * (bounded by SF_MAX_MANIFEST_BYTES), validates it and precomputes the
- * safetensors layout.
+ * checkpoint directory itself. Which directories are checkpoints, of which
+ * format, and whether they are complete, the format adapters say from the
+ * names inside (core/formats/sf_format.h); opening one builds its model
+ * through its adapter (every read bounded) and precomputes the safetensors
+ * layout.
  */
 #ifndef SF_STORE_H
 #define SF_STORE_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <time.h>
 
 #include "sf_engine.h"
-#include "sf_manifest.h"
+#include "sf_format.h"
+#include "sf_model.h"
 #include "sf_views.h"
 
 struct sf_ckpt {
 	struct sf_ckpt_ref ref;    /* ref.dir, ref.name point into this struct */
 	char *dir;                 /* absolute path */
 	char *name;
-	struct sf_manifest *m;     /* owned */
-	char *manifest_json;       /* the bytes as stored (owned) */
+	const struct sf_format *fmt; /* the adapter that opened it (static) */
+	struct sf_model *m;        /* owned */
+	char *manifest_json;       /* manifest.json as the mount shows it (owned) */
 	size_t manifest_len;
 	struct sf_st_layout *st;   /* owned */
+	struct timespec mtime;     /* the checkpoint directory's, at open */
 };
 
-/* Open the committed checkpoint in dir, named name (if NULL, the basename
- * of dir). On failure returns a negative error and a one-line reason. */
+/* Open the complete checkpoint in dir, named name (if NULL, the basename
+ * of dir), of whatever format its adapter recognizes. On failure returns a
+ * negative error and a one-line reason. */
 int sf_ckpt_open(const char *dir, const char *name, struct sf_ckpt **out,
 		 char *err, size_t errlen);
 void sf_ckpt_close(struct sf_ckpt *ck); /* accepts NULL */
 
 /* Called by sf_store_scan for each checkpoint found. ck is NULL for a
- * directory without manifest.json (an uncommitted checkpoint: name and dir
- * given). For a committed one that failed to open, ck is NULL and err is
- * set. Ownership of ck passes to the callback. */
+ * directory that shardfs is writing (an uncommitted shardfs/1 checkpoint:
+ * name and dir given, err 0). For a complete one that failed to open, ck
+ * is NULL and err is set (already logged). Ownership of ck passes to the
+ * callback. */
 typedef void (*sf_store_fn)(void *arg, const char *name, const char *dir,
 			    struct sf_ckpt *ck, int err, const char *why);
+
+/* Is store itself one complete checkpoint (of any format)? */
+bool sf_store_is_single(const char *store);
+
+/* Scan a store. If a format recognizes the store itself as a complete
+ * checkpoint, it is the only one; otherwise each subdirectory may be one
+ * (hidden names skipped). Every entry left out gets one log line saying
+ * why (rejected checkpoints at error level, directories no format
+ * recognizes and checkpoints still being written by another program at
+ * warning level, plain files at info level). Returns 0, or a negative
+ * error if the store itself cannot be read. *single is set to 1 when the
+ * store is one checkpoint. */
+int sf_store_scan(const char *store, sf_store_fn fn, void *arg, int *single);
 
 /*
  * Who may see a checkpoint through the mount, as its directory in the store

@@ -25,7 +25,7 @@ static json_t *shape_json(const struct sf_tensor *t)
 	return a;
 }
 
-int sf_st_layout_build(const struct sf_manifest *m, struct sf_st_layout **out)
+int sf_st_layout_build(const struct sf_model *m, struct sf_st_layout **out)
 {
 	struct sf_st_layout *st;
 	json_t *root, *meta;
@@ -124,7 +124,7 @@ void sf_st_layout_destroy(struct sf_st_layout *st)
 }
 
 int sf_st_read(struct sf_engine *e, const struct sf_ckpt_ref *ck,
-	       const struct sf_manifest *m, const struct sf_st_layout *st,
+	       const struct sf_model *m, const struct sf_st_layout *st,
 	       uint64_t off, void *buf, size_t len)
 {
 	unsigned char *dst = buf;
@@ -207,4 +207,17 @@ int sf_npy_header(const struct sf_tensor *t, char **out, size_t *len)
 	*out = h;
 	*len = total;
 	return 0;
+}
+
+bool sf_view_name_reserved(const char *name, size_t len)
+{
+	static const char *const views[] = {
+		SF_VIEW_TENSORS, SF_VIEW_NPY, SF_VIEW_OBJECTS,
+		SF_VIEW_SAFETENSORS, SF_VIEW_MANIFEST,
+	};
+
+	for (size_t i = 0; i < sizeof(views) / sizeof(views[0]); i++)
+		if (len == strlen(views[i]) && memcmp(name, views[i], len) == 0)
+			return true;
+	return false;
 }

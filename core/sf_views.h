@@ -11,13 +11,25 @@
 #ifndef SF_VIEWS_H
 #define SF_VIEWS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "sf_engine.h"
-#include "sf_manifest.h"
+#include "sf_model.h"
 
 #define SF_MAX_ST_HEADER (100u << 20) /* safetensors' own header limit */
+
+/* The entries a checkpoint's directory shows beside its root files
+ * (SPEC 3): no root file may take one of these names. */
+#define SF_VIEW_TENSORS "tensors"            /* tensors/NAME, slices NAME@... */
+#define SF_VIEW_NPY "npy"                    /* npy/NAME.npy */
+#define SF_VIEW_OBJECTS "objects"            /* objects/NAME: non-tensor items */
+#define SF_VIEW_SAFETENSORS "model.safetensors"
+#define SF_VIEW_MANIFEST "manifest.json"     /* as stored, or synthesized */
+
+/* Is name (len bytes) one of the view names above? */
+bool sf_view_name_reserved(const char *name, size_t len);
 
 struct sf_st_layout {
 	char *head;            /* the 8-byte length + JSON header + padding */
@@ -29,14 +41,14 @@ struct sf_st_layout {
 
 /* Build the layout of m's model.safetensors. Caller frees with
  * sf_st_layout_destroy(). The manifest must outlive the layout. */
-int sf_st_layout_build(const struct sf_manifest *m,
+int sf_st_layout_build(const struct sf_model *m,
 		       struct sf_st_layout **out);
 void sf_st_layout_destroy(struct sf_st_layout *st); /* accepts NULL */
 
 /* Fill buf with bytes [off, off+len) of model.safetensors (clamped by the
  * caller to st->total), reading tensor bytes through the engine. */
 int sf_st_read(struct sf_engine *e, const struct sf_ckpt_ref *ck,
-	       const struct sf_manifest *m, const struct sf_st_layout *st,
+	       const struct sf_model *m, const struct sf_st_layout *st,
 	       uint64_t off, void *buf, size_t len);
 
 /* The npy header of t into a malloc'd buffer (*out, *len; caller frees).

@@ -15,7 +15,9 @@
 #include "sf_array.h"
 #include "sf_checksum.h"
 #include "sf_error.h"
+#include "sf_shardfs.h"
 #include "sf_io.h"
+#include "sf_journal.h"
 #include "sf_log.h"
 #include "sf_writer.h"
 
@@ -23,7 +25,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <fcntl.h>
-#include <jansson.h>
+#include <ftw.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,8 +34,6 @@
 #include <unistd.h>
 
 #define SF_MAX_FILE_BYTES (1ull << 40)   /* a root file's largest size */
-#define SF_MAX_JOURNAL (1ull << 30)      /* journal bytes replayed */
-#define CMP_CHUNK (1u << 20)             /* overlap comparison reads */
 
 struct went {
 	char *name;                 /* owned */
@@ -57,7 +57,7 @@ struct sf_wckpt {
 	char *rankdir;              /* dir/rank-NNNNN, owned */
 	uint32_t rank, world_size;
 	uint64_t block_size;
-	int jfd;                    /* journal, O_APPEND */
+	struct sf_journal *journal; /* NULL once the files are released */
 	unsigned next_seq;          /* next data-N.bin */
 	struct sf_payload *idle[SF_WCKPT_IDLE]; /* payload files no handle
 	                             * appends to now; the next handle takes one
@@ -162,134 +162,7 @@ static int add_ent(struct sf_wckpt *w, const char *name, bool is_file,
 	return 0;
 }
 
-/* ---- journal ---- */
-
-static json_t *shard_to_json(const struct sf_shard *s)
-{
-	json_t *o = json_object(), *x = json_array();
-	char hex[17];
-
-	json_object_set_new(o, "rank", json_integer(s->rank));
-	if (s->flat) {
-		json_t *f = json_array();
-		json_array_append_new(f, json_integer((json_int_t)s->flat_off));
-		json_array_append_new(f, json_integer((json_int_t)s->flat_len));
-		json_object_set_new(o, "flat", f);
-	} else {
-		json_t *a = json_array(), *b = json_array();
-		for (unsigned i = 0; i < s->box.ndim; i++) {
-			json_array_append_new(a, json_integer((json_int_t)s->box.off[i]));
-			json_array_append_new(b, json_integer((json_int_t)s->box.len[i]));
-		}
-		json_object_set_new(o, "offsets", a);
-		json_object_set_new(o, "lengths", b);
-	}
-	json_object_set_new(o, "file", json_string(s->file));
-	json_object_set_new(o, "file_offset", json_integer((json_int_t)s->file_offset));
-	json_object_set_new(o, "nbytes", json_integer((json_int_t)s->nbytes));
-	for (uint64_t i = 0; i < s->nblocks; i++) {
-		sf_xxh3_hex(s->xxh3[i], hex);
-		json_array_append_new(x, json_string(hex));
-	}
-	json_object_set_new(o, "xxh3", x);
-	return o;
-}
-
-static bool get_u64(json_t *v, uint64_t *out)
-{
-	if (!json_is_integer(v) || json_integer_value(v) < 0)
-		return false;
-	*out = (uint64_t)json_integer_value(v);
-	return true;
-}
-
-/* Parse a journal shard (shape checks happen in the caller). The result
- * owns file and xxh3 (sf_shard_clear). */
-static int shard_from_json(json_t *o, unsigned ndim, struct sf_shard *s)
-{
-	json_t *flat = json_object_get(o, "flat"), *x = json_object_get(o, "xxh3");
-	json_t *file = json_object_get(o, "file");
-	uint64_t rank;
-
-	memset(s, 0, sizeof(*s));
-	if (!get_u64(json_object_get(o, "rank"), &rank) || rank > UINT32_MAX ||
-	    !json_is_string(file) || !json_is_array(x) ||
-	    !get_u64(json_object_get(o, "file_offset"), &s->file_offset) ||
-	    !get_u64(json_object_get(o, "nbytes"), &s->nbytes) ||
-	    !sf_relpath_valid(json_string_value(file)))
-		return -SF_EMANIFEST;
-	s->rank = (uint32_t)rank;
-	if (flat) {
-		if (!json_is_array(flat) || json_array_size(flat) != 2 ||
-		    !get_u64(json_array_get(flat, 0), &s->flat_off) ||
-		    !get_u64(json_array_get(flat, 1), &s->flat_len))
-			return -SF_EMANIFEST;
-		s->flat = true;
-	} else {
-		json_t *a = json_object_get(o, "offsets"), *b = json_object_get(o, "lengths");
-		if (!json_is_array(a) || !json_is_array(b) ||
-		    json_array_size(a) != ndim || json_array_size(b) != ndim)
-			return -SF_EMANIFEST;
-		s->box.ndim = ndim;
-		for (unsigned i = 0; i < ndim; i++)
-			if (!get_u64(json_array_get(a, i), &s->box.off[i]) ||
-			    !get_u64(json_array_get(b, i), &s->box.len[i]))
-				return -SF_EMANIFEST;
-	}
-	if (json_array_size(x) > (1u << 24))
-		return -SF_ETOOBIG;
-	s->nblocks = json_array_size(x);
-	s->xxh3 = malloc((s->nblocks ? s->nblocks : 1) * sizeof(uint64_t));
-	s->file = strdup(json_string_value(file));
-	if (!s->xxh3 || !s->file) {
-		sf_shard_clear(s);
-		return -ENOMEM;
-	}
-	for (size_t i = 0; i < s->nblocks; i++) {
-		json_t *h = json_array_get(x, i);
-		if (!json_is_string(h) ||
-		    sf_xxh3_parse(json_string_value(h), strlen(json_string_value(h)),
-				  &s->xxh3[i])) {
-			sf_shard_clear(s);
-			return -SF_EMANIFEST;
-		}
-	}
-	return 0;
-}
-
-static int journal_append(struct sf_wckpt *w, json_t *rec)
-{
-	char *text = json_dumps(rec, JSON_COMPACT);
-	size_t n;
-	int ret = 0;
-
-	if (!text)
-		return -ENOMEM;
-	n = strlen(text);
-	text[n] = '\n'; /* json_dumps leaves room for its NUL; reuse it */
-	if (w->jfd < 0)  /* sf_wckpt_release_files() ran */
-		ret = -EBADF;
-	else if (write(w->jfd, text, n + 1) != (ssize_t)(n + 1))
-		ret = -EIO;
-	free(text);
-	return ret;
-}
-
-static json_t *decl_record(const struct went *e)
-{
-	json_t *o = json_object();
-
-	json_object_set_new(o, "op", json_string(e->is_file ? "file" : "declare"));
-	json_object_set_new(o, "name", json_string(e->name));
-	if (!e->is_file) {
-		json_t *sh = json_array();
-		for (unsigned i = 0; i < e->ndim; i++)
-			json_array_append_new(sh, json_integer((json_int_t)e->shape[i]));
-		json_object_set_new(o, "dtype", json_string(sf_dtype_name(e->dtype)));
-		json_object_set_new(o, "shape", sh);
-	}
-	return o;
-}
+/* ---- resume ---- */
 
 /* Check a shard against its entry; 0 if it fits. */
 static int shard_fits(const struct sf_wckpt *w, const struct went *e,
@@ -400,59 +273,46 @@ static void bump_seq(const char *base, unsigned *next)
 		*next = (unsigned)n + 1;
 }
 
-/* Replay one journal line. Unknown or broken lines are skipped with a
- * warning: the shards they would add are then simply absent. */
-static void replay_line(struct sf_wckpt *w, const char *line, size_t len,
-			size_t *kept)
-{
-	json_error_t jerr;
-	json_t *o = json_loadb(line, len, 0, &jerr), *nm;
-	const char *op;
-	struct went *e;
+/* What replay needs besides the checkpoint. */
+struct replay_ctx {
+	struct sf_wckpt *w;
+	size_t kept;                /* shards kept so far */
+};
 
-	if (!o) {
-		sf_warn("checkpoint %s: journal line skipped: %s", w->name, jerr.text);
-		return;
-	}
-	op = json_string_value(json_object_get(o, "op"));
-	nm = json_object_get(o, "name");
-	if (!op || !json_is_string(nm))
-		goto out_bad;
-	if (strcmp(op, "declare") == 0) {
-		json_t *sh = json_object_get(o, "shape");
-		const char *dts = json_string_value(json_object_get(o, "dtype"));
-		uint64_t shape[SF_MAX_NDIM];
-		size_t nd;
-		if (!dts || !json_is_array(sh) || (nd = json_array_size(sh)) > SF_MAX_NDIM)
-			goto out_bad;
-		for (size_t i = 0; i < nd; i++)
-			if (!get_u64(json_array_get(sh, i), &shape[i]))
-				goto out_bad;
-		if (apply_decl(w, json_string_value(nm), false,
-			       sf_dtype_from_name(dts, strlen(dts)), (unsigned)nd,
-			       shape, false))
-			goto out_bad;
-	} else if (strcmp(op, "file") == 0) {
-		if (apply_decl(w, json_string_value(nm), true, SF_DT_U8, 1, NULL, false))
-			goto out_bad;
-	} else if (strcmp(op, "truncate") == 0) {
-		e = find(w, json_string_value(nm));
+/* Apply one journal record (sf_journal_replay's callback). Non-zero for a
+ * record that makes no sense here (logged as skipped by the replay); a
+ * shard whose payload is gone or damaged is discarded with its own line. */
+static int replay_rec(void *arg, const struct sf_journal_rec *r)
+{
+	struct replay_ctx *rc = arg;
+	struct sf_wckpt *w = rc->w;
+	struct sf_shard s;
+	const char *slash;
+	struct went *e;
+	int ret;
+
+	switch (r->op) {
+	case SF_JOP_DECLARE:
+		return apply_decl(w, r->name, false, r->dtype, r->ndim, r->shape,
+				  false);
+	case SF_JOP_FILE:
+		return apply_decl(w, r->name, true, SF_DT_U8, 1, NULL, false);
+	case SF_JOP_TRUNCATE:
+		e = find(w, r->name);
 		if (e && e->is_file) {
 			/* The shards dropped here are no longer kept (the
 			 * resumed count was too high; found by fuzz_journal). */
-			*kept -= e->nshards;
+			rc->kept -= e->nshards;
 			for (size_t i = 0; i < e->nshards; i++)
 				sf_shard_clear(&e->shards[i]);
 			e->nshards = 0;
 			e->nbytes = 0;
 		}
-	} else if (strcmp(op, "shard") == 0) {
-		struct sf_shard s;
-		const char *slash;
-		int ret;
-		e = find(w, json_string_value(nm));
-		if (!e || shard_from_json(json_object_get(o, "shard"), e->ndim, &s))
-			goto out_bad;
+		return 0;
+	case SF_JOP_SHARD:
+		e = find(w, r->name);
+		if (!e || sf_shardfs_get_shard(r->shard, e->ndim, &s))
+			return -EINVAL;
 		slash = strrchr(s.file, '/');
 		bump_seq(slash ? slash + 1 : s.file, &w->next_seq);
 		ret = shard_fits(w, e, &s);
@@ -465,43 +325,11 @@ static void replay_line(struct sf_wckpt *w, const char *line, size_t len,
 				w->name, e->name, s.file, sf_strerror(ret));
 			sf_shard_clear(&s);
 		} else {
-			(*kept)++;
+			rc->kept++;
 		}
+		return 0;
 	}
-	json_decref(o);
-	return;
-out_bad:
-	sf_warn("checkpoint %s: journal line skipped: malformed record", w->name);
-	json_decref(o);
-}
-
-static int replay(struct sf_wckpt *w, const char *path, size_t *kept)
-{
-	char *buf, *p, *end;
-	size_t size;
-	int ret;
-
-	ret = sf_read_file(path, SF_MAX_JOURNAL, &buf, &size);
-	if (ret)
-		return ret == -ENOENT ? 0 : ret;
-	end = buf + size;
-	for (p = buf; p < end;) {
-		char *nl = memchr(p, '\n', (size_t)(end - p));
-		if (!nl) {
-			/* A torn last line: the write that made it never finished.
-			 * Cut it off, or the next record appended would be glued
-			 * to it and lost at the next replay (found by
-			 * test/fuzz/fuzz_journal). */
-			sf_warn("checkpoint %s: ignoring a torn journal line", w->name);
-			if (truncate(path, (off_t)(p - buf)) != 0)
-				ret = -errno;
-			break;
-		}
-		replay_line(w, p, (size_t)(nl - p), kept);
-		p = nl + 1;
-	}
-	free(buf);
-	return ret;
+	return -EINVAL;
 }
 
 /* Raise *next above every data-N.bin in the rank dir. */
@@ -526,7 +354,7 @@ bool sf_wckpt_dir_is_ours(const char *dir)
 	bool ours = false;
 	DIR *d;
 
-	if ((size_t)snprintf(path, sizeof(path), "%s/" SF_WCKPT_MARKER, dir) >=
+	if ((size_t)snprintf(path, sizeof(path), "%s/" SF_SHARDFS_MARKER, dir) >=
 	    sizeof(path))
 		return false;
 	if (lstat(path, &sb) == 0 && S_ISREG(sb.st_mode))
@@ -539,10 +367,10 @@ bool sf_wckpt_dir_is_ours(const char *dir)
 		unsigned r;
 		char tail;
 
-		if (sscanf(de->d_name, "rank-%5u%c", &r, &tail) != 1 ||
+		if (sscanf(de->d_name, SF_SHARDFS_RANK_PREFIX "%5u%c", &r, &tail) != 1 ||
 		    strlen(de->d_name) != 10)
 			continue;
-		if ((size_t)snprintf(path, sizeof(path), "%s/%s/journal.jsonl", dir,
+		if ((size_t)snprintf(path, sizeof(path), "%s/%s/" SF_SHARDFS_JOURNAL, dir,
 				     de->d_name) >= sizeof(path))
 			continue;
 		ours = lstat(path, &sb) == 0 && S_ISREG(sb.st_mode);
@@ -557,7 +385,7 @@ static bool dir_has_manifest(const char *dir)
 	char path[4096];
 	struct stat sb;
 
-	if ((size_t)snprintf(path, sizeof(path), "%s/manifest.json", dir) >=
+	if ((size_t)snprintf(path, sizeof(path), "%s/" SF_SHARDFS_MANIFEST, dir) >=
 	    sizeof(path))
 		return false;
 	return lstat(path, &sb) == 0;
@@ -593,7 +421,7 @@ int sf_wckpt_claim_dir(const char *dir)
 		tmp = NULL;
 		return -ENOMEM;
 	}
-	if (asprintf(&mpath, "%s/" SF_WCKPT_MARKER, tmp) < 0) {
+	if (asprintf(&mpath, "%s/" SF_SHARDFS_MARKER, tmp) < 0) {
 		mpath = NULL;
 		rc = -ENOMEM;
 		goto out_free;
@@ -626,13 +454,73 @@ out_free:
 	return rc;
 }
 
+bool sf_wckpt_rank_wrote(const char *dir, uint32_t rank)
+{
+	char path[4096];
+
+	if ((size_t)snprintf(path, sizeof(path), "%s/" SF_SHARDFS_RANK_FMT "/"
+			     SF_SHARDFS_JOURNAL, dir, rank) >= sizeof(path))
+		return false;
+	return access(path, F_OK) == 0;
+}
+
+int sf_wckpt_retire(const char *store, const char *dir, const char *name,
+		    char **gone, char *why, size_t whylen)
+{
+	static _Atomic unsigned seq;
+	char *mpath = NULL;
+	int rc = 0;
+
+	*gone = NULL;
+	if (asprintf(&mpath, "%s/" SF_SHARDFS_MANIFEST, dir) < 0) {
+		mpath = NULL;
+		return -ENOMEM;
+	}
+	if (asprintf(gone, "%s/.deleted-%s-%d-%u", store, name, (int)getpid(),
+		     seq++) < 0) {
+		*gone = NULL;
+		rc = -ENOMEM;
+		goto out_free;
+	}
+	if (unlink(mpath) != 0 && errno != ENOENT) {
+		rc = -errno;
+		snprintf(why, whylen, "%s: %s", mpath, strerror(errno));
+		goto out_free;
+	}
+	if (rename(dir, *gone) != 0) {
+		rc = -errno;
+		snprintf(why, whylen, "rename %s: %s", dir, strerror(errno));
+	}
+out_free:
+	if (rc) {
+		free(*gone);
+		*gone = NULL;
+	}
+	free(mpath);
+	return rc;
+}
+
+static int rm_one(const char *path, const struct stat *st, int type,
+		  struct FTW *ftw)
+{
+	if (type == FTW_DP ? rmdir(path) : unlink(path))
+		sf_warn("delete: %s: %s", path, strerror(errno));
+	return 0; /* go on: remove what can be removed */
+}
+
+void sf_wckpt_remove_retired(const char *gone)
+{
+	if (nftw(gone, rm_one, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT) != 0)
+		sf_warn("delete: %s: %s", gone, strerror(errno));
+}
+
 int sf_wckpt_open(const char *dir, const char *name, uint32_t rank,
 		  uint32_t world_size, uint64_t block_size,
 		  struct sf_wckpt **out, size_t *resumed)
 {
 	struct sf_wckpt *w;
 	char jpath[4096];
-	size_t kept = 0;
+	struct replay_ctx rctx = { .kept = 0 };
 	int ret;
 
 	if (block_size < SF_MIN_BLOCK_SIZE || block_size > SF_MAX_BLOCK_SIZE ||
@@ -642,10 +530,9 @@ int sf_wckpt_open(const char *dir, const char *name, uint32_t rank,
 	if (!w)
 		return -ENOMEM;
 	pthread_mutex_init(&w->lock, NULL);
-	w->jfd = -1;
 	w->dir = strdup(dir);
 	w->name = strdup(name);
-	if (!w->dir || !w->name || asprintf(&w->rankdir, "%s/rank-%05u", dir, rank) < 0) {
+	if (!w->dir || !w->name || asprintf(&w->rankdir, "%s/" SF_SHARDFS_RANK_FMT, dir, rank) < 0) {
 		w->rankdir = NULL;
 		ret = -ENOMEM;
 		goto out_close;
@@ -653,14 +540,15 @@ int sf_wckpt_open(const char *dir, const char *name, uint32_t rank,
 	w->rank = rank;
 	w->world_size = world_size;
 	w->block_size = block_size;
+	rctx.w = w;
 	ret = sf_mkdir_p(w->rankdir);
 	if (ret)
 		goto out_close;
 	ret = reindex(w, 64);
 	if (ret)
 		goto out_close;
-	snprintf(jpath, sizeof(jpath), "%s/journal.jsonl", w->rankdir);
-	ret = replay(w, jpath, &kept);
+	snprintf(jpath, sizeof(jpath), "%s/" SF_SHARDFS_JOURNAL, w->rankdir);
+	ret = sf_journal_replay(jpath, w->name, replay_rec, &rctx);
 	if (ret)
 		goto out_close;
 	/* New payload files get names no journal line mentions (replay
@@ -668,13 +556,11 @@ int sf_wckpt_open(const char *dir, const char *name, uint32_t rank,
 	 * its file was missing must not come back when a later write creates
 	 * a file of that name (found by test/fuzz/fuzz_journal). */
 	bump_seq_dir(w->rankdir, &w->next_seq);
-	w->jfd = open(jpath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-	if (w->jfd < 0) {
-		ret = -errno;
+	ret = sf_journal_open(jpath, &w->journal);
+	if (ret)
 		goto out_close;
-	}
 	if (resumed)
-		*resumed = kept;
+		*resumed = rctx.kept;
 	*out = w;
 	return 0;
 
@@ -691,9 +577,8 @@ void sf_wckpt_release_files(struct sf_wckpt *w)
 	for (unsigned i = 0; i < w->nidle; i++)
 		(void)sf_payload_close(w->idle[i], false);
 	w->nidle = 0;
-	if (w->jfd >= 0)
-		close(w->jfd);
-	w->jfd = -1;
+	sf_journal_close(w->journal);
+	w->journal = NULL;
 	pthread_mutex_unlock(&w->lock);
 }
 
@@ -707,8 +592,7 @@ void sf_wckpt_close(struct sf_wckpt *w)
 		(void)sf_payload_close(w->idle[i], false);
 	free(w->ents);
 	free(w->index);
-	if (w->jfd >= 0)
-		close(w->jfd);
+	sf_journal_close(w->journal);
 	pthread_mutex_destroy(&w->lock);
 	free(w->rankdir);
 	free(w->dir);
@@ -729,15 +613,18 @@ static int manifest_takes(const char *name, bool is_file, enum sf_dtype dt,
 			  unsigned ndim, const uint64_t *shape)
 {
 	/* Name, world and block size do not matter to an entry's rules. */
-	struct sf_manifest *m = sf_manifest_new("check", 1, SF_MIN_BLOCK_SIZE);
+	struct sf_model *m = sf_model_new("check", 1, SF_MIN_BLOCK_SIZE);
 	uint64_t empty[1] = { 0 };
 	int ret;
 
 	if (!m)
 		return -ENOMEM;
-	ret = is_file ? sf_manifest_add_tensor(m, true, name, SF_DT_U8, 1, empty, NULL)
-		      : sf_manifest_add_tensor(m, false, name, dt, ndim, shape, NULL);
-	sf_manifest_destroy(m);
+	ret = is_file ? sf_model_add_tensor(m, true, name, SF_DT_U8, 1, empty, NULL)
+		      : sf_model_add_tensor(m, false, name, dt, ndim, shape, NULL);
+	sf_model_destroy(m);
+	/* and the native format's own rule */
+	if (!ret && is_file && !sf_shardfs_file_name_ok(name, strlen(name)))
+		ret = -EINVAL;
 	return ret;
 }
 
@@ -785,10 +672,9 @@ out_set:
 		e->nbytes = nbytes;
 	}
 	if (journal) {
-		json_t *rec = decl_record(e);
-		ret = rec ? journal_append(w, rec) : -ENOMEM;
-		json_decref(rec);
-		return ret;
+		return is_file ? sf_journal_file(w->journal, e->name) :
+				 sf_journal_declare(w->journal, e->name, e->dtype,
+						    e->ndim, e->shape);
 	}
 	return 0;
 }
@@ -867,7 +753,6 @@ void sf_wckpt_foreach(struct sf_wckpt *w,
 int sf_wckpt_truncate_file(struct sf_wckpt *w, const char *name)
 {
 	struct went *e;
-	json_t *rec;
 	int ret;
 
 	pthread_mutex_lock(&w->lock);
@@ -880,9 +765,7 @@ int sf_wckpt_truncate_file(struct sf_wckpt *w, const char *name)
 		sf_shard_clear(&e->shards[i]);
 	e->nshards = 0;
 	e->nbytes = 0;
-	rec = json_pack("{s:s, s:s}", "op", "truncate", "name", name);
-	ret = rec ? journal_append(w, rec) : -ENOMEM;
-	json_decref(rec);
+	ret = sf_journal_truncate(w->journal, name);
 out_unlock:
 	pthread_mutex_unlock(&w->lock);
 	return ret;
@@ -939,7 +822,6 @@ static int end_run(struct sf_wfile *f)
 	struct sf_wckpt *w = f->w;
 	struct sf_shard s;
 	struct went *e;
-	json_t *rec;
 	int ret;
 
 	if (!f->in_run)
@@ -966,12 +848,7 @@ static int end_run(struct sf_wfile *f)
 	e = find(w, f->name);
 	ret = e ? 0 : -ENOENT;
 	if (!ret) {
-		rec = json_object();
-		json_object_set_new(rec, "op", json_string("shard"));
-		json_object_set_new(rec, "name", json_string(f->name));
-		json_object_set_new(rec, "shard", shard_to_json(&s));
-		ret = journal_append(w, rec);
-		json_decref(rec);
+		ret = sf_journal_shard(w->journal, f->name, e->ndim, &s);
 	}
 	if (!ret)
 		ret = push_shard(e, &s);
@@ -1078,9 +955,9 @@ int sf_wfile_close(struct sf_wfile *f)
 
 /* ---- commit ---- */
 
-static struct sf_manifest *build_part(struct sf_wckpt *w, int *err)
+static struct sf_model *build_part(struct sf_wckpt *w, int *err)
 {
-	struct sf_manifest *m = sf_manifest_new(w->name, w->world_size, w->block_size);
+	struct sf_model *m = sf_model_new(w->name, w->world_size, w->block_size);
 	int ret = m ? 0 : -ENOMEM;
 
 	for (size_t i = 0; !ret && i < w->nents; i++) {
@@ -1093,13 +970,13 @@ static struct sf_manifest *build_part(struct sf_wckpt *w, int *err)
 				w->name, e->name);
 			continue;
 		}
-		ret = sf_manifest_add_tensor(m, e->is_file, e->name, e->dtype,
+		ret = sf_model_add_tensor(m, e->is_file, e->name, e->dtype,
 					     e->ndim, e->is_file ? shape : e->shape, &t);
 		for (size_t k = 0; !ret && k < e->nshards; k++)
 			ret = sf_tensor_add_shard(m, t, &e->shards[k]);
 	}
 	if (ret) {
-		sf_manifest_destroy(m);
+		sf_model_destroy(m);
 		*err = ret;
 		return NULL;
 	}
@@ -1108,7 +985,7 @@ static struct sf_manifest *build_part(struct sf_wckpt *w, int *err)
 
 int sf_wckpt_export_part(struct sf_wckpt *w, char **out, size_t *len)
 {
-	struct sf_manifest *m;
+	struct sf_model *m;
 	int ret = 0;
 
 	pthread_mutex_lock(&w->lock);
@@ -1116,262 +993,8 @@ int sf_wckpt_export_part(struct sf_wckpt *w, char **out, size_t *len)
 	pthread_mutex_unlock(&w->lock);
 	if (!m)
 		return ret;
-	ret = sf_manifest_dump(m, out, len);
-	sf_manifest_destroy(m);
-	return ret;
-}
-
-static bool same_shape(const struct sf_tensor *a, const struct sf_tensor *b)
-{
-	return a->dtype == b->dtype && a->ndim == b->ndim &&
-	       memcmp(a->shape, b->shape, a->ndim * sizeof(a->shape[0])) == 0;
-}
-
-static bool same_geometry(const struct sf_shard *a, const struct sf_shard *b)
-{
-	if (a->flat != b->flat || a->nbytes != b->nbytes)
-		return false;
-	if (a->flat)
-		return a->flat_off == b->flat_off;
-	return memcmp(a->box.off, b->box.off, a->box.ndim * sizeof(uint64_t)) == 0 &&
-	       memcmp(a->box.len, b->box.len, a->box.ndim * sizeof(uint64_t)) == 0;
-}
-
-struct cmp_ctx {
-	const struct sf_tensor *t;
-	const struct sf_shard *a, *b;
-	struct sf_source *src;
-	const struct sf_ckpt_ref *ck;
-	unsigned char *ba, *bb;
-	uint64_t flo, fhi;          /* clip to this tensor byte range */
-	uint64_t differ_at;         /* tensor byte of the first difference */
-};
-
-/* Compare tensor bytes [p, p+n) as held by shards a and b. */
-static int cmp_segment(void *arg, uint64_t p, uint64_t unused, uint64_t n)
-{
-	struct cmp_ctx *c = arg;
-	uint64_t end = p + n;
-
-	if (p < c->flo)
-		p = c->flo;
-	if (end > c->fhi)
-		end = c->fhi;
-	while (p < end) {
-		uint64_t pa, ra, pb, rb, k = end - p;
-		int ret;
-
-		if (!sf_shard_locate(c->t, c->a, p, &pa, &ra) ||
-		    !sf_shard_locate(c->t, c->b, p, &pb, &rb)) {
-			p++;
-			continue;
-		}
-		if (k > ra)
-			k = ra;
-		if (k > rb)
-			k = rb;
-		if (k > CMP_CHUNK)
-			k = CMP_CHUNK;
-		ret = c->src->ops->read(c->src->ctx, c->ck, c->a->rank, c->a->file,
-					c->a->file_offset + pa, c->ba, (size_t)k);
-		if (!ret)
-			ret = c->src->ops->read(c->src->ctx, c->ck, c->b->rank,
-						c->b->file, c->b->file_offset + pb,
-						c->bb, (size_t)k);
-		if (ret)
-			return ret;
-		if (memcmp(c->ba, c->bb, (size_t)k)) {
-			c->differ_at = p;
-			return -SF_ECONFLICT;
-		}
-		p += k;
-	}
-	return 0;
-}
-
-/* Do overlapping shards a and b of t hold the same bytes? */
-static int check_overlap(const struct sf_tensor *t, const struct sf_shard *a,
-			 const struct sf_shard *b, uint64_t block_size,
-			 struct sf_source *src, const struct sf_ckpt_ref *ck,
-			 char *err, size_t errlen)
-{
-	size_t isz = sf_dtype_size(t->dtype);
-	struct cmp_ctx c = { .t = t, .a = a, .b = b, .src = src, .ck = ck,
-			     .flo = 0, .fhi = t->nbytes };
-	struct sf_box full, ib;
-	int ret;
-
-	if (a->flat && b->flat) {
-		c.flo = a->flat_off > b->flat_off ? a->flat_off : b->flat_off;
-		c.fhi = a->flat_off + a->flat_len < b->flat_off + b->flat_len ?
-			a->flat_off + a->flat_len : b->flat_off + b->flat_len;
-		if (c.flo >= c.fhi)
-			return 0;
-	} else if (!a->flat && !b->flat && !sf_box_intersect(&a->box, &b->box, &ib)) {
-		return 0;
-	}
-	if (same_geometry(a, b)) {
-		if (memcmp(a->xxh3, b->xxh3, a->nblocks * sizeof(uint64_t)) == 0)
-			return 0;
-		snprintf(err, errlen, "tensor %s: replicated shards on ranks %u and %u hold different bytes",
-			 t->name, a->rank, b->rank);
-		return -SF_ECONFLICT;
-	}
-	if (!src) {
-		sf_warn("tensor %s: overlapping shards not compared (no payload source)", t->name);
-		return 0;
-	}
-	c.ba = malloc(CMP_CHUNK);
-	c.bb = malloc(CMP_CHUNK);
-	if (!c.ba || !c.bb) {
-		ret = -ENOMEM;
-		goto out_free;
-	}
-	sf_box_full(&full, t->ndim, t->shape);
-	if (!a->flat && !b->flat)
-		ret = sf_box_runs(t->ndim, t->shape, isz, &ib, 0,
-				  sf_box_numel(&ib) * isz, cmp_segment, &c);
-	else if (a->flat && b->flat)
-		ret = cmp_segment(&c, c.flo, 0, c.fhi - c.flo);
-	else {
-		const struct sf_shard *bx = a->flat ? b : a, *fl = a->flat ? a : b;
-		c.flo = fl->flat_off;
-		c.fhi = fl->flat_off + fl->flat_len;
-		ret = sf_box_runs(t->ndim, t->shape, isz, &bx->box, 0, bx->nbytes,
-				  cmp_segment, &c);
-	}
-	if (ret == -SF_ECONFLICT)
-		snprintf(err, errlen, "tensor %s: overlapping shards on ranks %u and %u differ at byte %llu",
-			 t->name, a->rank, b->rank, (unsigned long long)c.differ_at);
-	else if (ret)
-		snprintf(err, errlen, "tensor %s: comparing overlapping shards: %s",
-			 t->name, sf_strerror(ret));
-	(void)block_size;
-out_free:
-	free(c.ba);
-	free(c.bb);
-	return ret;
-}
-
-static const struct sf_tensor *find_kind(const struct sf_manifest *m,
-					 int kind, const char *name)
-{
-	return kind ? sf_manifest_find_file(m, name) : sf_manifest_find(m, name);
-}
-
-/* Merge tensor t, first seen in part i, with its twins in parts > i. */
-static int merge_one(struct sf_manifest *const *pm, int nparts, int i,
-		     int kind, const struct sf_tensor *t, struct sf_manifest *m,
-		     char *err, size_t errlen)
-{
-	struct sf_tensor *dst;
-	int ret;
-
-	for (int j = 0; j < i; j++)
-		if (find_kind(pm[j], kind, t->name))
-			return 0; /* merged with part j already */
-	ret = sf_manifest_add_tensor(m, kind, t->name, t->dtype, t->ndim,
-				     t->shape, &dst);
-	if (ret) {
-		snprintf(err, errlen, "%s: %s", t->name, sf_strerror(ret));
-		return ret;
-	}
-	for (int j = i; j < nparts; j++) {
-		const struct sf_tensor *u = find_kind(pm[j], kind, t->name);
-		if (!u)
-			continue;
-		if (!same_shape(t, u)) {
-			snprintf(err, errlen, "%s %s: declared %s on rank %d but %s on rank %d (or another shape)",
-				 kind ? "file" : "tensor", t->name,
-				 sf_dtype_name(t->dtype), i, sf_dtype_name(u->dtype), j);
-			return -SF_ECONFLICT;
-		}
-		for (size_t s = 0; s < u->nshards; s++) {
-			ret = sf_tensor_add_shard(m, dst, &u->shards[s]);
-			if (ret) {
-				snprintf(err, errlen, "%s: shard from rank %d: %s",
-					 t->name, j, sf_strerror(ret));
-				return ret;
-			}
-		}
-	}
-	return 0;
-}
-
-int sf_commit_merge(const char *name, const char *const *parts,
-		    const size_t *lens, int nparts, struct sf_source *src,
-		    const struct sf_ckpt_ref *ck, char **out, size_t *outlen,
-		    char *err, size_t errlen)
-{
-	struct sf_manifest **pm, *m = NULL;
-	int ret = 0;
-
-	err[0] = '\0';
-	pm = calloc((size_t)nparts, sizeof(*pm));
-	if (!pm)
-		return -ENOMEM;
-	for (int i = 0; i < nparts; i++) {
-		char why[512];
-		ret = sf_manifest_parse_part(parts[i], lens[i], &pm[i], why, sizeof(why));
-		if (ret) {
-			snprintf(err, errlen, "part of rank %d: %s", i, why);
-			goto out_free;
-		}
-		if (pm[i]->block_size != pm[0]->block_size ||
-		    pm[i]->world_size != pm[0]->world_size) {
-			snprintf(err, errlen, "rank %d uses block_size %llu world_size %u, rank 0 %llu %u",
-				 i, (unsigned long long)pm[i]->block_size, pm[i]->world_size,
-				 (unsigned long long)pm[0]->block_size, pm[0]->world_size);
-			ret = -SF_ECONFLICT;
-			goto out_free;
-		}
-	}
-	m = sf_manifest_new(name, nparts ? pm[0]->world_size : 1,
-			    nparts ? pm[0]->block_size : SF_DEFAULT_BLOCK_SIZE);
-	if (!m) {
-		ret = -ENOMEM;
-		goto out_free;
-	}
-	/* Each name is added when first seen (in rank order), with the shards
-	 * of every part that has it; later parts must declare it the same. */
-	for (int i = 0; i < nparts && !ret; i++) {
-		for (int kind = 0; kind < 2 && !ret; kind++) {
-			const struct sf_tensor *ts = kind ? pm[i]->files : pm[i]->tensors;
-			size_t nt = kind ? pm[i]->nfiles : pm[i]->ntensors;
-			for (size_t k = 0; k < nt && !ret; k++)
-				ret = merge_one(pm, nparts, i, kind, &ts[k], m, err, errlen);
-		}
-	}
-	if (ret)
-		goto out_free;
-	err[0] = '\0';
-	ret = sf_manifest_finish(m, err, errlen);
-	if (ret)
-		goto out_free;
-	for (int kind = 0; kind < 2 && !ret; kind++) {
-		const struct sf_tensor *ts = kind ? m->files : m->tensors;
-		size_t nt = kind ? m->nfiles : m->ntensors;
-		for (size_t k = 0; k < nt && !ret; k++)
-			for (size_t a = 0; a < ts[k].nshards && !ret; a++)
-				for (size_t b = a + 1; b < ts[k].nshards && !ret; b++)
-					ret = check_overlap(&ts[k], &ts[k].shards[a],
-							    &ts[k].shards[b], m->block_size,
-							    src, ck, err, errlen);
-	}
-	if (ret)
-		goto out_free;
-	ret = sf_manifest_dump(m, out, outlen);
-out_free:
-	/* What src opened for ck (payload descriptors, cached by path) must
-	 * not outlive ck, which is often the caller's stack variable: a later
-	 * read of the same path would find a descriptor of a file that may
-	 * have been deleted and written again since. */
-	if (src && src->ops->forget)
-		src->ops->forget(src->ctx, ck);
-	sf_manifest_destroy(m);
-	for (int i = 0; i < nparts; i++)
-		sf_manifest_destroy(pm[i]);
-	free(pm);
+	ret = sf_shardfs_dump(m, out, len);
+	sf_model_destroy(m);
 	return ret;
 }
 
@@ -1410,7 +1033,7 @@ int sf_wckpt_publish(struct sf_wckpt *w, const char *manifest, size_t len)
 	if (!ret)
 		ret = fsync_path(w->rankdir, O_RDONLY | O_DIRECTORY);
 	if (!ret)
-		ret = sf_write_atomic(w->dir, "manifest.json", manifest, len);
+		ret = sf_write_atomic(w->dir, SF_SHARDFS_MANIFEST, manifest, len);
 out_unlock:
 	pthread_mutex_unlock(&w->lock);
 	return ret;
@@ -1435,10 +1058,10 @@ static int unlink_durable(struct sf_wckpt *w, const char *dir,
 
 int sf_wckpt_unpublish(struct sf_wckpt *w)
 {
-	return unlink_durable(w, w->dir, "manifest.json");
+	return unlink_durable(w, w->dir, SF_SHARDFS_MANIFEST);
 }
 
 int sf_wckpt_finish(struct sf_wckpt *w)
 {
-	return unlink_durable(w, w->rankdir, "journal.jsonl");
+	return unlink_durable(w, w->rankdir, SF_SHARDFS_JOURNAL);
 }

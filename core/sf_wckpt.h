@@ -1,6 +1,7 @@
 /*
- * sf_wckpt.h - a checkpoint being written by this daemon (one rank), its
- * journal, and the commit merge.
+ * sf_wckpt.h - a checkpoint being written by this daemon (one rank): its
+ * declarations, write handles, resume from its journal (sf_journal.h),
+ * the export of its part and publishing (the merge is sf_commit.h).
  *
  * A writable checkpoint lives in CKPT/ (no manifest.json yet). This rank's
  * payloads and journal live in CKPT/rank-NNNNN/. The journal
@@ -25,14 +26,10 @@
 #include "sf_box.h"
 #include "sf_dtype.h"
 #include "sf_engine.h"
-#include "sf_manifest.h"
+#include "sf_model.h"
 
 struct sf_wckpt;
 struct sf_wfile;
-
-/* The marker file a checkpoint directory that shardfs made holds from its
- * first moment on (docs/FORMAT.md). */
-#define SF_WCKPT_MARKER ".shardfs"
 
 /*
  * Make dir (STORE/NAME) a new checkpoint directory, or find one that a
@@ -51,6 +48,24 @@ int sf_wckpt_claim_dir(const char *dir);
  * rank's journal (rank-NNNNN/journal.jsonl, from versions before the
  * marker)? */
 bool sf_wckpt_dir_is_ours(const char *dir);
+
+/* Did rank write into checkpoint directory dir (its journal exists)? */
+bool sf_wckpt_rank_wrote(const char *dir, uint32_t rank);
+
+/*
+ * Deleting a shardfs/1 checkpoint directory from its store, in two steps
+ * so the caller can drop it from its own state in between:
+ *   sf_wckpt_retire  remove manifest.json first (a crash from here on
+ *                    leaves an uncommitted directory, never a committed
+ *                    checkpoint with missing payloads), then rename dir to
+ *                    a hidden STORE/.deleted-NAME-PID-N (*gone, malloc'd);
+ *   sf_wckpt_remove_retired  remove that directory tree (best effort:
+ *                    what cannot be removed is logged, nothing else).
+ * retire returns 0, or a negative errno with a one-line reason in why.
+ */
+int sf_wckpt_retire(const char *store, const char *dir, const char *name,
+		    char **gone, char *why, size_t whylen);
+void sf_wckpt_remove_retired(const char *gone);
 
 /* Open (creating CKPT/rank-NNNNN/ as needed) the writable checkpoint in
  * dir, replaying its journal if one exists (*resumed set to the number of
@@ -123,19 +138,6 @@ int sf_wfile_close(struct sf_wfile *f);
 /* This rank's part: a manifest-shaped JSON document (malloc'd) holding its
  * declarations and shards; coverage is not required. */
 int sf_wckpt_export_part(struct sf_wckpt *w, char **out, size_t *len);
-
-/*
- * Merge the parts of all ranks into the checkpoint's manifest text: checks
- * that declarations agree (-SF_ECONFLICT), that every tensor is covered
- * (-SF_EGAP), and that overlapping shards hold the same bytes (identical
- * shards by checksum lists, others by reading both through src and ck;
- * -SF_ECONFLICT). One-line reason in err. Before it returns, src forgets
- * ck (closes what it opened for it), so ck may be a short-lived value.
- */
-int sf_commit_merge(const char *name, const char *const *parts,
-		    const size_t *lens, int nparts, struct sf_source *src,
-		    const struct sf_ckpt_ref *ck, char **out, size_t *outlen,
-		    char *err, size_t errlen);
 
 /*
  * Publishing is three steps so that a collective commit can still back out

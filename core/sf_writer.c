@@ -9,6 +9,7 @@
 #include "sf_writer.h"
 #include "sf_checksum.h"
 #include "sf_error.h"
+#include "sf_shardfs.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -74,7 +75,7 @@ int sf_payload_open(const char *ckpt_dir, uint32_t rank, const char *fname,
 	if (!fname[0] || strchr(fname, '/') || fname[0] == '.' ||
 	    block_size < SF_MIN_BLOCK_SIZE || block_size > SF_MAX_BLOCK_SIZE)
 		return -EINVAL;
-	if ((size_t)snprintf(dir, sizeof(dir), "%s/rank-%05u", ckpt_dir, rank) >=
+	if ((size_t)snprintf(dir, sizeof(dir), "%s/" SF_SHARDFS_RANK_FMT, ckpt_dir, rank) >=
 	    sizeof(dir) ||
 	    (size_t)snprintf(path, sizeof(path), "%s/%s", dir, fname) >= sizeof(path))
 		return -ENAMETOOLONG;
@@ -84,7 +85,7 @@ int sf_payload_open(const char *ckpt_dir, uint32_t rank, const char *fname,
 	p = calloc(1, sizeof(*p));
 	if (!p)
 		return -ENOMEM;
-	if (asprintf(&p->relpath, "rank-%05u/%s", rank, fname) < 0) {
+	if (asprintf(&p->relpath, SF_SHARDFS_RANK_FMT "/%s", rank, fname) < 0) {
 		p->relpath = NULL;
 		ret = -ENOMEM;
 		goto out_free;
@@ -173,14 +174,6 @@ int sf_payload_close(struct sf_payload *p, bool do_fsync)
 	return ret;
 }
 
-void sf_shard_clear(struct sf_shard *s)
-{
-	free(s->file);
-	free(s->xxh3);
-	s->file = NULL;
-	s->xxh3 = NULL;
-}
-
 static int fsync_dir(const char *dir)
 {
 	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -226,16 +219,16 @@ out_unlink_tmp:
 	return ret;
 }
 
-int sf_manifest_publish(const char *ckpt_dir, const struct sf_manifest *m)
+int sf_shardfs_publish(const char *ckpt_dir, const struct sf_model *m)
 {
 	char *text = NULL;
 	size_t len;
 	int ret;
 
-	ret = sf_manifest_dump(m, &text, &len);
+	ret = sf_shardfs_dump(m, &text, &len);
 	if (ret)
 		return ret;
-	ret = sf_write_atomic(ckpt_dir, "manifest.json", text, len);
+	ret = sf_write_atomic(ckpt_dir, SF_SHARDFS_MANIFEST, text, len);
 	free(text);
 	return ret;
 }

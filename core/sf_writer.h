@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "sf_manifest.h"
+#include "sf_model.h"
 
 struct sf_payload;
 
@@ -34,11 +34,9 @@ int sf_payload_end(struct sf_payload *p, struct sf_shard *out);
 /* fsync (if asked) and close; frees p. Accepts NULL. */
 int sf_payload_close(struct sf_payload *p, bool do_fsync);
 
-/* Free what sf_payload_end allocated in a shard. */
-void sf_shard_clear(struct sf_shard *s);
 
 /* Write m as ckpt_dir/manifest.json atomically and durably. */
-int sf_manifest_publish(const char *ckpt_dir, const struct sf_manifest *m);
+int sf_shardfs_publish(const char *ckpt_dir, const struct sf_model *m);
 
 /* Write len bytes as dir/fname by write-to-temp, fsync, rename, fsync of
  * the directory. */

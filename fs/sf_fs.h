@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #include "sf_engine.h"
-#include "sf_manifest.h"
+#include "sf_model.h"
 
 struct sf_fs;
 

@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "sf_error.h"
+#include "sf_shardfs.h"
 #include "sf_log.h"
 #include "sf_views.h"
 #include "sf_fs_internal.h"

@@ -368,24 +368,24 @@ static int add_child(struct sf_fs *fs, struct sf_node *dir,
 static int build_ckpt(struct sf_fs *fs, struct sf_node *cd)
 {
 	struct sf_ckpt *ck = cd->ck->ck;
-	const struct sf_manifest *m = ck->m;
+	const struct sf_model *m = ck->m;
 	struct sf_node *tdir, *ndir, *n;
 	size_t i;
 	int rc;
 
-	rc = add_child(fs, cd, SF_NODE_DIR, "tensors", &tdir);
+	rc = add_child(fs, cd, SF_NODE_DIR, SF_VIEW_TENSORS, &tdir);
 	if (rc)
 		return rc;
 	tdir->area = SF_AREA_TENSORS;
-	rc = add_child(fs, cd, SF_NODE_DIR, "npy", &ndir);
+	rc = add_child(fs, cd, SF_NODE_DIR, SF_VIEW_NPY, &ndir);
 	if (rc)
 		return rc;
 	ndir->area = SF_AREA_NPY;
-	rc = add_child(fs, cd, SF_NODE_ST, "model.safetensors", &n);
+	rc = add_child(fs, cd, SF_NODE_ST, SF_VIEW_SAFETENSORS, &n);
 	if (rc)
 		return rc;
 	n->size = ck->st->total;
-	rc = add_child(fs, cd, SF_NODE_MANIFEST, "manifest.json", &n);
+	rc = add_child(fs, cd, SF_NODE_MANIFEST, SF_VIEW_MANIFEST, &n);
 	if (rc)
 		return rc;
 	n->size = ck->manifest_len;
@@ -545,8 +545,6 @@ static int add_committed(struct sf_fs *fs, struct sf_ckpt *ck,
 {
 	struct sf_fs_ckpt *c;
 	struct sf_node *cd;
-	struct stat st;
-	char *mpath = NULL;
 	int rc;
 
 	c = calloc(1, sizeof(*c));
@@ -558,15 +556,11 @@ static int add_committed(struct sf_fs *fs, struct sf_ckpt *ck,
 	c->state = SF_CK_COMMITTED;
 	c->name = strdup(ck->name);
 	c->dir = strdup(ck->dir);
-	if (!c->name || !c->dir || asprintf(&mpath, "%s/manifest.json", ck->dir) < 0) {
+	if (!c->name || !c->dir) {
 		rc = -ENOMEM;
 		goto out_free_ckpt;
 	}
-	if (stat(mpath, &st) == 0)
-		c->mtime = st.st_mtim;
-	else
-		c->mtime = fs->root_mtime;
-	free(mpath);
+	c->mtime = ck->mtime;
 	ckpt_perms(fs, c);
 
 	pthread_mutex_lock(&fs->tree_lock);
@@ -625,7 +619,6 @@ out_unlist:
 	return rc;
 
 out_free_ckpt:
-	free(mpath);
 	free(c->name);
 	free(c->dir);
 	free(c);

@@ -40,9 +40,10 @@
 #include <unistd.h>
 
 #include "sf_checksum.h"
+#include "sf_commit.h"
 #include "sf_error.h"
 #include "sf_log.h"
-#include "sf_manifest.h"
+#include "sf_model.h"
 #include "sf_fs_internal.h"
 
 #define XA_DTYPE "user.shardfs.dtype"
@@ -104,15 +105,6 @@ static bool component_ok(const char *name)
 	       sf_name_valid(name);
 }
 
-/* Names a root file may not take: the committed tree's own entries. */
-static bool reserved_root_name(const char *name)
-{
-	return strcmp(name, "tensors") == 0 || strcmp(name, "npy") == 0 ||
-	       strcmp(name, "model.safetensors") == 0 ||
-	       strcmp(name, "manifest.json") == 0 ||
-	       strncmp(name, "rank-", 5) == 0;
-}
-
 uint64_t sf_fs_w_size(struct sf_fs *fs, const struct sf_node *n)
 {
 	struct sf_wentry_info info;
@@ -133,20 +125,12 @@ uint64_t sf_fs_w_size(struct sf_fs *fs, const struct sf_node *n)
 int sf_fs_resume(struct sf_fs *fs, const char *name, const char *dir)
 {
 	struct sf_wckpt *w = NULL;
-	char journal[4096];
 	size_t resumed = 0;
 	int rc;
 
 	if (fs->single)
 		return 0;
-	if (!sf_wckpt_dir_is_ours(dir)) {
-		sf_warn("store: %s skipped: not a checkpoint shardfs can show (no manifest.json) and not one it is writing; left alone",
-			name);
-		return 0;
-	}
-	snprintf(journal, sizeof(journal), "%s/rank-%05" PRIu32 "/journal.jsonl",
-		 dir, fs->rank);
-	if (access(journal, F_OK) != 0) {
+	if (!sf_wckpt_rank_wrote(dir, fs->rank)) {
 		sf_info("store: %s skipped: not committed, and this rank wrote nothing in it",
 			name);
 		return 0;
@@ -341,13 +325,13 @@ void sf_fs_w_create(fuse_req_t req, struct sf_node *parent, const char *name,
 		goto out_reply_err;
 	if (parent->kind == SF_NODE_CKPT) {
 		kind = SF_NODE_FILE;
-		if (!component_ok(name) || reserved_root_name(name)) {
+		/* the checkpoint knows the names a root file may not take
+		 * (the views beside it, the format's own) */
+		rc = component_ok(name) ? sf_wckpt_add_file(parent->ck->w, name) :
+		     -EINVAL;
+		if (rc == -EINVAL)
 			sf_warn("checkpoint %s: %s: not a name a root file can take",
 				parent->ck->name, name);
-			rc = -EINVAL;
-			goto out_reply_err;
-		}
-		rc = sf_wckpt_add_file(parent->ck->w, name);
 		if (rc)
 			goto out_reply_err;
 	} else {
@@ -894,16 +878,6 @@ out_unlock_commit:
 
 /* --- delete --- */
 
-static int rm_one(const char *path, const struct stat *st, int type,
-		  struct FTW *ftw)
-{
-	if (type == FTW_DP ? rmdir(path) : unlink(path)) {
-		sf_warn("delete: %s: %s", path, strerror(errno));
-		return 0; /* go on: remove what can be removed */
-	}
-	return 0;
-}
-
 /* Who asked for a delete. */
 enum rm_origin {
 	RM_USER,  /* `shardctl rm` on this mount: any state; a committed
@@ -921,9 +895,8 @@ static int do_delete(struct sf_fs *fs, struct sf_fs_ckpt *c,
 		     enum rm_origin origin)
 {
 	const struct sf_fs_cluster *cl = fs->cfg->cluster;
-	static atomic_uint seq;
 	char why[SF_FS_WHY] = "";
-	char *mpath = NULL, *gone = NULL;
+	char *gone = NULL;
 	bool committed;
 	int rc;
 
@@ -948,28 +921,13 @@ static int do_delete(struct sf_fs *fs, struct sf_fs_ckpt *c,
 				"a peer deleted it, but it is not committed here (left alone)");
 		goto out_unlock_commit;
 	}
-	/* manifest.json first: a crash from here on leaves an uncommitted
-	 * directory, never a committed checkpoint with missing payloads. */
-	if (asprintf(&mpath, "%s/manifest.json", c->dir) < 0 ||
-	    asprintf(&gone, "%s/.deleted-%s-%d-%u", fs->store_abs, c->name,
-		     (int)getpid(), atomic_fetch_add(&seq, 1)) < 0) {
-		rc = -ENOMEM;
+	rc = sf_wckpt_retire(fs->store_abs, c->dir, c->name, &gone, why,
+			     sizeof(why));
+	if (rc)
 		goto out_unbusy;
-	}
-	if (unlink(mpath) != 0 && errno != ENOENT) {
-		rc = -errno;
-		snprintf(why, sizeof(why), "%s: %s", mpath, strerror(errno));
-		goto out_unbusy;
-	}
-	if (rename(c->dir, gone) != 0) {
-		rc = -errno;
-		snprintf(why, sizeof(why), "rename %s: %s", c->dir, strerror(errno));
-		goto out_unbusy;
-	}
 	sf_fs_drop_ckpt(fs, c);
 	forget_if_closed(fs, c, 0);
-	if (nftw(gone, rm_one, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT) != 0)
-		sf_warn("delete: %s: %s", gone, strerror(errno));
+	sf_wckpt_remove_retired(gone);
 	if (committed && origin == RM_USER && cl && cl->removed)
 		cl->removed(cl->ctx, c->name);
 	sf_info("checkpoint %s: %s%s", c->name,
@@ -984,7 +942,6 @@ out_unbusy:
 		       why[0] ? why : sf_strerror(rc));
 out_unlock_commit:
 	pthread_mutex_unlock(&fs->commit_lock);
-	free(mpath);
 	free(gone);
 	return rc;
 }

@@ -38,7 +38,7 @@
 #include <unistd.h>
 
 #include "sf_error.h"
-#include "sf_manifest.h"
+#include "sf_model.h"
 #include "sf_st_parse.h"
 
 #define SF_GPU_ALIGN 256u /* packing alignment inside a PER_FILE allocation */

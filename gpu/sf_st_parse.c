@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "sf_error.h"
-#include "sf_manifest.h"
+#include "sf_model.h"
 #include "sf_views.h"
 
 static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)

@@ -35,7 +35,7 @@
 #include "sf_error.h"
 #include "sf_io.h"
 #include "sf_log.h"
-#include "sf_manifest.h"
+#include "sf_model.h"
 #include "sf_mpi_wire.h"
 
 #include <dirent.h>
@@ -501,8 +501,8 @@ static void walk_payloads(struct sf_mpi_wire_inv_buf *ib, const char *ckpt,
 			continue; /* ".", "..", temp and hidden files */
 		if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir,
 				     de->d_name) >= sizeof(path) ||
-		    (size_t)snprintf(relp, sizeof(relp), "%s/%s", rel,
-				     de->d_name) >= sizeof(relp))
+		    (size_t)snprintf(relp, sizeof(relp), "%s%s%s", rel,
+				     rel[0] ? "/" : "", de->d_name) >= sizeof(relp))
 			continue;
 		if (lstat(path, &sb) < 0)
 			continue;
@@ -515,28 +515,12 @@ static void walk_payloads(struct sf_mpi_wire_inv_buf *ib, const char *ckpt,
 	closedir(d);
 }
 
-/* Add the rank-NNNNN directories of checkpoint dir `cdir` named `ckpt`. */
+/* Add every file of checkpoint dir `cdir` named `ckpt`, whatever its
+ * format: the payloads a peer may ask for are files inside it. */
 static void scan_ckpt(struct sf_mpi_wire_inv_buf *ib, const char *ckpt,
 		      const char *cdir)
 {
-	DIR *d = opendir(cdir);
-	struct dirent *de;
-
-	if (!d)
-		return;
-	while (!ib->ret && (de = readdir(d))) {
-		char path[4096];
-		struct stat sb;
-
-		if (strncmp(de->d_name, "rank-", 5) != 0)
-			continue;
-		if ((size_t)snprintf(path, sizeof(path), "%s/%s", cdir,
-				     de->d_name) >= sizeof(path))
-			continue;
-		if (lstat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
-			walk_payloads(ib, ckpt, path, de->d_name, 1);
-	}
-	closedir(d);
+	walk_payloads(ib, ckpt, cdir, "", 0);
 }
 
 static int build_inventory(const char *store, int single,

@@ -34,7 +34,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "sf_manifest.h" /* SF_MAX_COMPONENT, SF_MAX_NAME, ... */
+#include "sf_model.h" /* SF_MAX_COMPONENT, SF_MAX_NAME, ... */
 #include "sf_mpi.h"      /* SF_MPI_MAX_MSG, SF_MPI_MAX_PART */
 
 #define SF_MPI_WIRE_MAGIC 0x53464d31u         /* "SFM1" */

@@ -50,7 +50,8 @@
 
 #include "sf_error.h"
 #include "sf_log.h"
-#include "sf_manifest.h"
+#include "sf_model.h"
+#include "sf_commit.h"
 #include "sf_wckpt.h"
 
 #define SF_CLUSTER_RM_QUEUE 64  /* peers' removals waiting for rm_main */
@@ -402,17 +403,6 @@ void sf_cluster_mpi_destroy(struct sf_cluster_mpi *c)
 struct sf_fs_cluster *sf_cluster_mpi_fs(struct sf_cluster_mpi *c)
 {
 	return &c->fs;
-}
-
-int sf_cluster_mpi_store_is_single(const char *store)
-{
-	char path[PATH_MAX];
-	struct stat sb;
-
-	if ((size_t)snprintf(path, sizeof(path), "%s/manifest.json", store) >=
-	    sizeof(path))
-		return 0;
-	return lstat(path, &sb) == 0;
 }
 
 int sf_cluster_mpi_expand(const char *pattern, int rank, char *out,

@@ -28,7 +28,7 @@ struct sf_cluster_mpi;
 
 /*
  * Wire mp into a cluster for sf_fs_run. single is 1 when STORE is itself
- * one checkpoint (as decided by sf_cluster_mpi_store_is_single; such a
+ * one checkpoint (as decided by sf_store_is_single; such a
  * store has nothing to commit), commit_timeout_ms bounds each commit round
  * (> 0). Returns 0 or a negative error (-SF_ENOMPI in a build without MPI).
  */
@@ -39,12 +39,6 @@ void sf_cluster_mpi_destroy(struct sf_cluster_mpi *c);
 
 /* The interface to hand to sf_fs_run (owned by c). */
 struct sf_fs_cluster *sf_cluster_mpi_fs(struct sf_cluster_mpi *c);
-
-/*
- * 1 when STORE is itself one checkpoint, exactly as fs/ decides it
- * (sf_store_scan: STORE/manifest.json exists, lstat), else 0.
- */
-int sf_cluster_mpi_store_is_single(const char *store);
 
 /*
  * Expand `%r` in pattern to rank (any number of occurrences; `%%` is a

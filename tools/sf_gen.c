@@ -11,7 +11,7 @@
  *      chunks and streamed into core's payload writer (sf_payload_*),
  *      which checksums them block by block; sf_box_runs maps each chunk
  *      of a box's own bytes to the tensor byte ranges it covers. The
- *      manifest is then built with sf_manifest_* and published last.
+ *      manifest is then built with sf_model_* and published last.
  *   3. reference (--ref): each tensor is walked element by element in
  *      flat order and fwrite()n, with no box math and no core writer, so
  *      a bug in either cannot hide in the comparison.
@@ -34,7 +34,8 @@
 #include "sf_checksum.h"
 #include "sf_error.h"
 #include "sf_log.h"
-#include "sf_manifest.h"
+#include "sf_model.h"
+#include "sf_shardfs.h"
 #include "sf_writer.h"
 
 #define GEN_CHUNK (1u << 20)                     /* bytes generated at a time */
@@ -859,18 +860,18 @@ static int write_rank(const char *dir, const struct sf_gen_opts *o,
 static int publish(const char *dir, const char *name,
 		   const struct sf_gen_opts *o, struct gen_plan *p)
 {
-	struct sf_manifest *m;
+	struct sf_model *m;
 	char err[512] = "";
 	int rc = 0;
 
-	m = sf_manifest_new(name, o->ranks, o->block_size);
+	m = sf_model_new(name, o->ranks, o->block_size);
 	if (!m)
 		return -ENOMEM;
 	for (size_t i = 0; rc == 0 && i < p->n; i++) {
 		const struct gen_tensor *g = &p->t[i];
 		struct sf_tensor *t;
 
-		rc = sf_manifest_add_tensor(m, g->is_file, g->name, g->dt,
+		rc = sf_model_add_tensor(m, g->is_file, g->name, g->dt,
 					    g->ndim, g->shape, &t);
 		for (size_t k = 0; rc == 0 && k < g->nshards; k++)
 			rc = sf_tensor_add_shard(m, t, &g->shards[k]);
@@ -878,17 +879,17 @@ static int publish(const char *dir, const char *name,
 			sf_err("gen: manifest: %s: %s", g->name, sf_strerror(rc));
 	}
 	if (rc == 0) {
-		rc = sf_manifest_finish(m, err, sizeof(err));
+		rc = sf_model_finish(m, err, sizeof(err));
 		if (rc < 0)
 			sf_err("gen: manifest: %s", err);
 	}
 	if (rc == 0) {
-		rc = sf_manifest_publish(dir, m);
+		rc = sf_shardfs_publish(dir, m);
 		if (rc < 0)
 			sf_err("gen: publishing %s/manifest.json: %s", dir,
 			       sf_strerror(rc));
 	}
-	sf_manifest_destroy(m);
+	sf_model_destroy(m);
 	return rc;
 }
 
@@ -1107,7 +1108,7 @@ int sf_gen_checkpoint(const char *ckpt_dir, const struct sf_gen_opts *o,
 		sf_err("gen: mkdir %s: %s", ckpt_dir, sf_strerror(rc));
 		goto out_clear_plan;
 	}
-	if (asprintf(&mpath, "%s/manifest.json", ckpt_dir) < 0) {
+	if (asprintf(&mpath, "%s/" SF_SHARDFS_MANIFEST, ckpt_dir) < 0) {
 		rc = -ENOMEM;
 		goto out_clear_plan;
 	}

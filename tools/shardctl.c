@@ -34,10 +34,11 @@
 #include "sf_dtype.h"
 #include "sf_engine.h"
 #include "sf_error.h"
+#include "sf_shardfs.h"
 #include "sf_gen.h"
 #include "sf_io.h"
 #include "sf_log.h"
-#include "sf_manifest.h"
+#include "sf_model.h"
 #include "sf_mounts.h"
 #include "sf_store.h"
 #include "sf_views.h"
@@ -209,94 +210,30 @@ static const char *fmt_shape(const struct sf_tensor *t, char *buf, size_t size)
 	return buf;
 }
 
-/*
- * Read dir/manifest.json, at most SF_MAX_MANIFEST_BYTES (the size is not
- * trusted: a file in a mount or one being replaced may differ from stat).
- * *out is malloc'd and NUL-terminated; caller frees.
- */
-static int read_manifest(const char *dir, char **out, size_t *len)
-{
-	size_t cap = 1 << 16, n = 0;
-	char *path, *buf;
-	int fd, rc = 0;
-
-	if (asprintf(&path, "%s/manifest.json", dir) < 0)
-		return -ENOMEM;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	free(path);
-	if (fd < 0)
-		return -errno;
-	buf = malloc(cap + 1);
-	if (!buf) {
-		rc = -ENOMEM;
-		goto out_close_fd;
-	}
-	for (;;) {
-		ssize_t r;
-
-		if (n == cap) {
-			char *nb;
-
-			if (cap > SF_MAX_MANIFEST_BYTES) {
-				rc = -SF_ETOOBIG;
-				goto out_free_buf;
-			}
-			cap *= 2;
-			nb = realloc(buf, cap + 1);
-			if (!nb) {
-				rc = -ENOMEM;
-				goto out_free_buf;
-			}
-			buf = nb;
-		}
-		r = read(fd, buf + n, cap - n);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0) {
-			rc = -errno;
-			goto out_free_buf;
-		}
-		if (r == 0)
-			break;
-		n += (size_t)r;
-	}
-	if (n > SF_MAX_MANIFEST_BYTES) {
-		rc = -SF_ETOOBIG;
-		goto out_free_buf;
-	}
-	buf[n] = '\0';
-	*out = buf;
-	*len = n;
-	close(fd);
-	return 0;
-
-out_free_buf:
-	free(buf);
-out_close_fd:
-	close(fd);
-	return rc;
-}
-
 /* Read and validate dir/manifest.json; prints the reason on failure. */
 static int load_manifest(const char *cmd, const char *dir,
-			 struct sf_manifest **m)
+			 struct sf_model **m)
 {
-	char err[512] = "";
+	char err[512] = "", path[PATH_MAX];
 	size_t len = 0;
 	char *json = NULL;
 	int rc;
 
-	rc = read_manifest(dir, &json, &len);
+	if ((size_t)snprintf(path, sizeof(path), "%s/" SF_SHARDFS_MANIFEST, dir) >=
+	    sizeof(path))
+		return -ENAMETOOLONG;
+	/* bounded, and a FIFO planted there fails instead of blocking */
+	rc = sf_read_file(path, SF_MAX_MANIFEST_BYTES, &json, &len);
 	if (rc < 0) {
-		fprintf(stderr, "shardctl %s: %s/manifest.json: %s\n", cmd, dir,
-			sf_strerror(rc));
+		fprintf(stderr, "shardctl %s: %s: %s\n", cmd, path,
+			rc == -EINVAL ? "not a regular file" : sf_strerror(rc));
 		return rc;
 	}
-	rc = sf_manifest_parse(json, len, m, err, sizeof(err));
+	rc = sf_shardfs_parse(json, len, m, err, sizeof(err));
 	free(json);
 	if (rc < 0)
-		fprintf(stderr, "shardctl %s: %s/manifest.json: invalid manifest: %s\n",
-			cmd, dir, err[0] ? err : sf_strerror(rc));
+		fprintf(stderr, "shardctl %s: %s: invalid manifest: %s\n",
+			cmd, path, err[0] ? err : sf_strerror(rc));
 	return rc;
 }
 
@@ -305,7 +242,7 @@ static bool has_manifest(const char *dir)
 	char *path;
 	bool yes;
 
-	if (asprintf(&path, "%s/manifest.json", dir) < 0)
+	if (asprintf(&path, "%s/" SF_SHARDFS_MANIFEST, dir) < 0)
 		return false;
 	yes = access(path, F_OK) == 0;
 	free(path);
@@ -327,14 +264,14 @@ static bool is_shardfs_ckpt(const char *dir)
 
 	if (sf_wckpt_dir_is_ours(dir))
 		return true;
-	if ((size_t)snprintf(path, sizeof(path), "%s/manifest.json", dir) >=
+	if ((size_t)snprintf(path, sizeof(path), "%s/" SF_SHARDFS_MANIFEST, dir) >=
 	    sizeof(path) ||
 	    sf_read_file(path, SF_MAX_MANIFEST_BYTES, &text, &len) != 0)
 		return false;
 	root = json_loadb(text, len, 0, NULL);
 	fmt = root ? json_object_get(root, "format") : NULL;
 	ours = fmt && json_is_string(fmt) &&
-	       strcmp(json_string_value(fmt), SF_FORMAT) == 0;
+	       strcmp(json_string_value(fmt), SF_SHARDFS_FORMAT) == 0;
 	json_decref(root);
 	free(text);
 	return ours;
@@ -516,7 +453,7 @@ static int cmd_gen(int argc, char **argv)
 /* info                                                                */
 /* ------------------------------------------------------------------ */
 
-static void print_tensor_table(const struct sf_manifest *m)
+static void print_tensor_table(const struct sf_model *m)
 {
 	int wn = 4, wd = 5, ws = 5, wk = 6;
 	uint64_t tbytes = 0, fbytes = 0;
@@ -684,7 +621,7 @@ out_free_rows:
 
 static int cmd_info(int argc, char **argv)
 {
-	struct sf_manifest *m;
+	struct sf_model *m;
 	struct stat sb;
 	const char *path;
 
@@ -709,7 +646,7 @@ static int cmd_info(int argc, char **argv)
 		return 1;
 	printf("checkpoint %s (%s)\n\n", m->name, path);
 	print_tensor_table(m);
-	sf_manifest_destroy(m);
+	sf_model_destroy(m);
 	return 0;
 }
 
@@ -812,7 +749,7 @@ static int cmd_verify(int argc, char **argv)
 	struct verify v = { .last_pct = -1 };
 	struct sf_ckpt_ref ref;
 	struct statfs fs;
-	struct sf_manifest *m;
+	struct sf_model *m;
 	char *dir;
 	char hb[32];
 	int rc, status = 1;
@@ -880,7 +817,7 @@ static int cmd_verify(int argc, char **argv)
 out_destroy_source:
 	sf_source_destroy(v.src);
 out_destroy_manifest:
-	sf_manifest_destroy(m);
+	sf_model_destroy(m);
 out_free_dir:
 	free(dir);
 	return status;
@@ -987,7 +924,7 @@ static int export_from_mount(const char *dir, int out_fd, uint8_t *buf,
 			     uint64_t *written)
 {
 	struct sf_st_layout *st;
-	struct sf_manifest *m;
+	struct sf_model *m;
 	char *path;
 	int fd, rc;
 
@@ -1039,7 +976,7 @@ out_free_path:
 out_destroy_layout:
 	sf_st_layout_destroy(st);
 out_destroy_manifest:
-	sf_manifest_destroy(m);
+	sf_model_destroy(m);
 	return rc;
 }
 

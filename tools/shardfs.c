@@ -27,6 +27,7 @@
 #include "sf_fs.h"
 #include "sf_log.h"
 #include "sf_mpi.h"
+#include "sf_store.h"
 
 #define MAX_FUSE_OPTS 64
 #define MAX_CACHE_MB (1ull << 20) /* 1 TiB of cached blocks */
@@ -177,7 +178,7 @@ static int run_mpi(int *argc, char ***argv, struct sf_fs_config *cfg,
 				    sizeof(mnt));
 	/* Resolved now: the peer layer answers reads relative to it. */
 	store_abs = realpath(store, NULL);
-	single = store_abs && sf_cluster_mpi_store_is_single(store_abs);
+	single = store_abs && sf_store_is_single(store_abs);
 	ret = sf_mpi_start(mp, store_abs ? store_abs : store, single);
 	free(store_abs);
 	if (ret) {

@@ -17,7 +17,7 @@
 
 #include "sf_engine.h"
 #include "sf_error.h"
-#include "sf_manifest.h"
+#include "sf_model.h"
 #include "sf_mpi.h"
 #include "sf_store.h"
 #include "sf_writer.h"
@@ -57,11 +57,11 @@ static int gen_run(void *arg, uint64_t tensor_off, uint64_t box_off,
 }
 
 /* Write one shard (a box, or a flat range when flat_len > 0) of t into p. */
-static int add_shard(struct sf_manifest *m, const char *name,
+static int add_shard(struct sf_model *m, const char *name,
 		     struct sf_payload *p, const struct sf_box *box,
 		     uint64_t flat_off, uint64_t flat_len)
 {
-	const struct sf_tensor *t = sf_manifest_find(m, name);
+	const struct sf_tensor *t = sf_model_find(m, name);
 	struct sf_tensor *tw = NULL;
 	struct gen_ctx g = { .p = p, .name = name };
 	struct sf_shard s = { 0 };
@@ -115,7 +115,7 @@ static struct sf_box box2(uint64_t o0, uint64_t l0, uint64_t o1, uint64_t l1)
 /* Rank 0: write BASE/gen/ckpt-a. */
 static int generate(const char *dir)
 {
-	struct sf_manifest *m = sf_manifest_new("ckpt-a", NRANKS, BLOCK);
+	struct sf_model *m = sf_model_new("ckpt-a", NRANKS, BLOCK);
 	struct sf_payload *p[NRANKS] = { 0 }, *big = NULL;
 	struct sf_tensor *t;
 	char err[256];
@@ -125,15 +125,15 @@ static int generate(const char *dir)
 	if (!m)
 		return -ENOMEM;
 	shape[0] = 256, shape[1] = 384;
-	ret = sf_manifest_add_tensor(m, false, "w.box", SF_DT_F32, 2, shape, &t);
+	ret = sf_model_add_tensor(m, false, "w.box", SF_DT_F32, 2, shape, &t);
 	shape[0] = 1000, shape[1] = 130;
-	ret = ret ? ret : sf_manifest_add_tensor(m, false, "w.rowpar", SF_DT_BF16, 2, shape, &t);
+	ret = ret ? ret : sf_model_add_tensor(m, false, "w.rowpar", SF_DT_BF16, 2, shape, &t);
 	shape[0] = 300007;
-	ret = ret ? ret : sf_manifest_add_tensor(m, false, "flat.t", SF_DT_F16, 1, shape, &t);
+	ret = ret ? ret : sf_model_add_tensor(m, false, "flat.t", SF_DT_F16, 1, shape, &t);
 	shape[0] = 4096;
-	ret = ret ? ret : sf_manifest_add_tensor(m, false, "rep.norm", SF_DT_F32, 1, shape, &t);
+	ret = ret ? ret : sf_model_add_tensor(m, false, "rep.norm", SF_DT_F32, 1, shape, &t);
 	shape[0] = 3, shape[1] = BIG_BYTES / 3;
-	ret = ret ? ret : sf_manifest_add_tensor(m, false, "big", SF_DT_U8, 2, shape, &t);
+	ret = ret ? ret : sf_model_add_tensor(m, false, "big", SF_DT_U8, 2, shape, &t);
 	if (ret)
 		goto out_destroy;
 	for (uint32_t r = 0; r < NRANKS && !ret; r++)
@@ -161,7 +161,7 @@ static int generate(const char *dir)
 	}
 	if (ret)
 		goto out_close;
-	ret = sf_manifest_finish(m, err, sizeof(err));
+	ret = sf_model_finish(m, err, sizeof(err));
 	if (ret) {
 		fprintf(stderr, "manifest: %s\n", err);
 		goto out_close;
@@ -171,9 +171,9 @@ out_close:
 		sf_payload_close(p[r], false);
 	sf_payload_close(big, false);
 	if (!ret)
-		ret = sf_manifest_publish(dir, m);
+		ret = sf_shardfs_publish(dir, m);
 out_destroy:
-	sf_manifest_destroy(m);
+	sf_model_destroy(m);
 	return ret;
 }
 

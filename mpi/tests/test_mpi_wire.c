@@ -18,7 +18,7 @@
 #include "sf_test.h"
 
 #include "sf_error.h"
-#include "sf_manifest.h"
+#include "sf_model.h"
 #include "sf_mpi_wire.h"
 
 #include <errno.h>

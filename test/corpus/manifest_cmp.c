@@ -77,7 +77,7 @@ static bool tensors_equal(const struct sf_tensor *a, const struct sf_tensor *b,
 	return true;
 }
 
-bool manifest_equal(const struct sf_manifest *a, const struct sf_manifest *b,
+bool manifest_equal(const struct sf_model *a, const struct sf_model *b,
 		    char *why, size_t whylen)
 {
 	if (whylen)

@@ -8,12 +8,12 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "sf_manifest.h"
+#include "sf_model.h"
 
 /* True if a and b describe the same checkpoint (builder bookkeeping such
  * as capacities is ignored). Otherwise false, with the first difference
  * named in why (always NUL-terminated when whylen > 0). */
-bool manifest_equal(const struct sf_manifest *a, const struct sf_manifest *b,
+bool manifest_equal(const struct sf_model *a, const struct sf_model *b,
 		    char *why, size_t whylen);
 
 #endif

@@ -30,7 +30,8 @@
 #include "manifest_cmp.h"
 #include "sf_checksum.h"
 #include "sf_error.h"
-#include "sf_manifest.h"
+#include "sf_shardfs.h"
+#include "sf_model.h"
 
 #define MIN_VALID 10
 #define MIN_INVALID 35
@@ -174,7 +175,7 @@ static void run_valid(const char *dir, const char *name)
 	char path[4096], err[ERRLEN], why[256];
 	char *buf = NULL, *d1 = NULL, *d2 = NULL;
 	size_t len, l1, l2;
-	struct sf_manifest *m = NULL, *m2 = NULL, *m3 = NULL;
+	struct sf_model *m = NULL, *m2 = NULL, *m3 = NULL;
 
 	int rc = join(path, sizeof(path), dir, name, "");
 	if (rc == 0)
@@ -182,42 +183,42 @@ static void run_valid(const char *dir, const char *name)
 	check(rc == 0, "%s: cannot read (%s)", path, sf_strerror(rc));
 	if (rc)
 		return;
-	rc = sf_manifest_parse(buf, len, &m, err, sizeof(err));
+	rc = sf_shardfs_parse(buf, len, &m, err, sizeof(err));
 	check(rc == 0 && m, "valid/%s: parse failed: %s: %s", name, sf_strerror(rc), err);
 	if (rc)
 		goto out_free;
-	rc = sf_manifest_dump(m, &d1, &l1);
+	rc = sf_shardfs_dump(m, &d1, &l1);
 	check(rc == 0 && d1 && strlen(d1) == l1, "valid/%s: dump failed: %s", name, sf_strerror(rc));
 	if (rc)
 		goto out_free;
-	rc = sf_manifest_parse(d1, l1, &m2, err, sizeof(err));
+	rc = sf_shardfs_parse(d1, l1, &m2, err, sizeof(err));
 	check(rc == 0, "valid/%s: re-parse of dump failed: %s", name, err);
 	if (rc)
 		goto out_free;
 	check(manifest_equal(m, m2, why, sizeof(why)), "valid/%s: parse(dump(m)) != m: %s", name, why);
-	rc = sf_manifest_dump(m2, &d2, &l2);
+	rc = sf_shardfs_dump(m2, &d2, &l2);
 	check(rc == 0 && l1 == l2 && memcmp(d1, d2, l1) == 0, "valid/%s: second dump differs", name);
 	/* The dump is also accepted without a trailing NUL in the length. */
-	rc = sf_manifest_parse(d1, l1, &m3, err, sizeof(err));
+	rc = sf_shardfs_parse(d1, l1, &m3, err, sizeof(err));
 	check(rc == 0 && manifest_equal(m, m3, why, sizeof(why)), "valid/%s: third parse", name);
 	for (size_t i = 0; i < m->ntensors; i++) {
 		const struct sf_tensor *t = &m->tensors[i];
-		check(sf_manifest_find(m, t->name) == t, "valid/%s: find(\"%s\")", name, t->name);
+		check(sf_model_find(m, t->name) == t, "valid/%s: find(\"%s\")", name, t->name);
 		check(i == 0 || strcmp(m->tensors[i - 1].name, t->name) < 0,
 		      "valid/%s: tensors not sorted at %zu", name, i);
 		check(shards_json_ok(t), "valid/%s: shards json of \"%s\"", name, t->name);
 	}
 	for (size_t i = 0; i < m->nfiles; i++) {
-		check(sf_manifest_find_file(m, m->files[i].name) == &m->files[i],
+		check(sf_model_find_file(m, m->files[i].name) == &m->files[i],
 		      "valid/%s: find_file(\"%s\")", name, m->files[i].name);
-		check(sf_manifest_find(m, m->files[i].name) == NULL,
+		check(sf_model_find(m, m->files[i].name) == NULL,
 		      "valid/%s: file \"%s\" found as a tensor", name, m->files[i].name);
 	}
-	check(sf_manifest_find(m, "no such tensor") == NULL, "valid/%s: find of a missing name", name);
+	check(sf_model_find(m, "no such tensor") == NULL, "valid/%s: find of a missing name", name);
 out_free:
-	sf_manifest_destroy(m3);
-	sf_manifest_destroy(m2);
-	sf_manifest_destroy(m);
+	sf_model_destroy(m3);
+	sf_model_destroy(m2);
+	sf_model_destroy(m);
 	free(d2);
 	free(d1);
 	free(buf);
@@ -240,7 +241,7 @@ static void run_invalid(const char *dir, const char *name)
 	char path[4096], err[ERRLEN];
 	char *buf = NULL, *exp = NULL;
 	size_t len, elen;
-	struct sf_manifest *m = NULL;
+	struct sf_model *m = NULL;
 
 	int rc = join(path, sizeof(path), dir, name, "");
 	if (rc == 0)
@@ -267,14 +268,14 @@ static void run_invalid(const char *dir, const char *name)
 	check(*sub != '\0', "%s: empty substring", path);
 
 	memset(err, 'X', sizeof(err));
-	rc = sf_manifest_parse(buf, len, &m, err, sizeof(err));
+	rc = sf_shardfs_parse(buf, len, &m, err, sizeof(err));
 	check(rc < 0 && m == NULL, "invalid/%s: parsed successfully", name);
 	check(strcmp(code_name(rc), code) == 0, "invalid/%s: got %s (%s), expected %s",
 	      name, code_name(rc), err, code);
 	check(memchr(err, '\0', sizeof(err)) && strstr(err, sub),
 	      "invalid/%s: message \"%s\" lacks \"%s\"", name, err, sub);
 	check(!strchr(err, '\n'), "invalid/%s: message is not one line", name);
-	sf_manifest_destroy(m);
+	sf_model_destroy(m);
 out_free:
 	free(exp);
 	free(buf);
@@ -341,37 +342,38 @@ static void test_builder(void)
 	for (size_t i = 0; i < 64; i++)
 		sums[i] = 0x0123456789abcdefull * (i + 1);
 
-	check(sf_manifest_new("a/b", 1, bs) == NULL, "new: name with '/'");
-	check(sf_manifest_new("..", 1, bs) == NULL, "new: name \"..\"");
-	check(sf_manifest_new("x", 0, bs) == NULL, "new: world_size 0");
-	check(sf_manifest_new("x", SF_MAX_WORLD + 1, bs) == NULL, "new: world_size too big");
-	check(sf_manifest_new("x", 1, SF_MIN_BLOCK_SIZE - 1) == NULL, "new: block too small");
-	check(sf_manifest_new("x", 1, SF_MAX_BLOCK_SIZE + 1ull) == NULL, "new: block too big");
-	sf_manifest_destroy(NULL);
+	check(sf_model_new("a/b", 1, bs) == NULL, "new: name with '/'");
+	check(sf_model_new("..", 1, bs) == NULL, "new: name \"..\"");
+	check(sf_model_new("x", 0, bs) == NULL, "new: world_size 0");
+	check(sf_model_new("x", SF_MAX_WORLD + 1, bs) == NULL, "new: world_size too big");
+	check(sf_model_new("x", 1, SF_MIN_BLOCK_SIZE - 1) == NULL, "new: block too small");
+	check(sf_model_new("x", 1, SF_MAX_BLOCK_SIZE + 1ull) == NULL, "new: block too big");
+	sf_model_destroy(NULL);
 
-	struct sf_manifest *m = sf_manifest_new("step-3000", 4, bs);
+	struct sf_model *m = sf_model_new("step-3000", 4, bs);
 	check(m != NULL, "new");
 	if (!m)
 		return;
 	struct sf_tensor *t;
 	uint64_t shape[2] = { 320, 40 }, big[3] = { 1ull << 32, 1ull << 32, 16 };
 	uint64_t ones[17] = { 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1 };
-	check(sf_manifest_add_tensor(m, false, "bad@name", SF_DT_F32, 2, shape, &t) == -EINVAL, "add: '@'");
-	check(sf_manifest_add_tensor(m, false, "a//b", SF_DT_F32, 2, shape, &t) == -EINVAL, "add: empty component");
-	check(sf_manifest_add_tensor(m, false, "a\x01", SF_DT_F32, 2, shape, &t) == -EINVAL, "add: control char");
-	check(sf_manifest_add_tensor(m, false, "bad\xff", SF_DT_F32, 2, shape, &t) == -EINVAL, "add: invalid UTF-8");
-	check(sf_manifest_add_tensor(m, false, "x", SF_DT_INVALID, 2, shape, &t) == -EINVAL, "add: dtype");
-	check(sf_manifest_add_tensor(m, false, "x", SF_DT_U8, 17, ones, &t) == -SF_ETOOBIG, "add: ndim 17");
-	check(sf_manifest_add_tensor(m, false, "x", SF_DT_U8, 3, big, &t) == -SF_ETOOBIG, "add: overflow");
-	check(sf_manifest_add_tensor(m, true, "cfg", SF_DT_F32, 1, shape, &t) == -EINVAL, "add: file F32");
-	check(sf_manifest_add_tensor(m, true, "cfg", SF_DT_U8, 2, shape, &t) == -EINVAL, "add: file 2-d");
-	check(sf_manifest_add_tensor(m, true, "npy", SF_DT_U8, 1, shape, &t) == -EINVAL, "add: file npy");
-	check(sf_manifest_add_tensor(m, true, "rank-1", SF_DT_U8, 1, shape, &t) == -EINVAL, "add: file rank-");
+	check(sf_model_add_tensor(m, false, "bad@name", SF_DT_F32, 2, shape, &t) == -EINVAL, "add: '@'");
+	check(sf_model_add_tensor(m, false, "a//b", SF_DT_F32, 2, shape, &t) == -EINVAL, "add: empty component");
+	check(sf_model_add_tensor(m, false, "a\x01", SF_DT_F32, 2, shape, &t) == -EINVAL, "add: control char");
+	check(sf_model_add_tensor(m, false, "bad\xff", SF_DT_F32, 2, shape, &t) == -EINVAL, "add: invalid UTF-8");
+	check(sf_model_add_tensor(m, false, "x", SF_DT_INVALID, 2, shape, &t) == -EINVAL, "add: dtype");
+	check(sf_model_add_tensor(m, false, "x", SF_DT_U8, 17, ones, &t) == -SF_ETOOBIG, "add: ndim 17");
+	check(sf_model_add_tensor(m, false, "x", SF_DT_U8, 3, big, &t) == -SF_ETOOBIG, "add: overflow");
+	check(sf_model_add_tensor(m, true, "cfg", SF_DT_F32, 1, shape, &t) == -EINVAL, "add: file F32");
+	check(sf_model_add_tensor(m, true, "cfg", SF_DT_U8, 2, shape, &t) == -EINVAL, "add: file 2-d");
+	check(sf_model_add_tensor(m, true, "npy", SF_DT_U8, 1, shape, &t) == -EINVAL, "add: file npy");
+	check(!sf_shardfs_file_name_ok("rank-1", 6) && sf_shardfs_file_name_ok("rank1", 5),
+	      "shardfs/1: no root file named like a rank directory");
 	check(m->ntensors == 0 && m->nfiles == 0, "rejected adds left entries");
 
 	/* SPEC's example, scaled down: half the rows as a box, the rest as
 	 * one flat range; plus a replicated copy of a middle box. */
-	check(sf_manifest_add_tensor(m, false, "model.embed.weight", SF_DT_BF16, 2, shape, &t) == 0, "add embed");
+	check(sf_model_add_tensor(m, false, "model.embed.weight", SF_DT_BF16, 2, shape, &t) == 0, "add embed");
 	uint64_t o0[2] = { 0, 0 }, l0[2] = { 160, 40 };
 	struct sf_shard s = mk_box(0, 2, o0, l0, 2, bs);
 	check(sf_tensor_add_shard(m, t, &s) == 0, "add box shard");
@@ -405,61 +407,61 @@ static void test_builder(void)
 	check(t->nshards == 3, "rejected shards left entries (%zu)", t->nshards);
 
 	uint64_t fshape[1] = { 532 };
-	check(sf_manifest_add_tensor(m, true, "config.json", SF_DT_U8, 1, fshape, &t) == 0, "add file");
+	check(sf_model_add_tensor(m, true, "config.json", SF_DT_U8, 1, fshape, &t) == 0, "add file");
 	s = mk_flat(2, 0, 532, bs);
 	check(sf_tensor_add_shard(m, t, &s) == 0, "add file shard");
 	/* Added after the file, sorts before the embed. */
 	uint64_t sc[1] = { 0 };
-	check(sf_manifest_add_tensor(m, false, "a.scalar", SF_DT_F64, 0, sc, &t) == 0, "add scalar");
+	check(sf_model_add_tensor(m, false, "a.scalar", SF_DT_F64, 0, sc, &t) == 0, "add scalar");
 	s = mk_box(0, 0, sc, sc, 8, bs);
 	check(sf_tensor_add_shard(m, t, &s) == 0, "add scalar shard");
 	/* A name the dump must escape ('"', '\\') or pass through (UTF-8). */
-	check(sf_manifest_add_tensor(m, false, "we\"ird\\name/\xc3\xa9", SF_DT_F64, 0, sc,
+	check(sf_model_add_tensor(m, false, "we\"ird\\name/\xc3\xa9", SF_DT_F64, 0, sc,
 				     &t) == 0, "add escaped name");
 	s = mk_box(0, 0, sc, sc, 8, bs);
 	check(sf_tensor_add_shard(m, t, &s) == 0, "add escaped-name shard");
 
-	check(sf_manifest_finish(m, err, sizeof(err)) == 0, "finish: %s", err);
+	check(sf_model_finish(m, err, sizeof(err)) == 0, "finish: %s", err);
 	check(m->ntensors == 3 && strcmp(m->tensors[0].name, "a.scalar") == 0, "finish sorts");
-	const struct sf_tensor *e = sf_manifest_find(m, "model.embed.weight");
+	const struct sf_tensor *e = sf_model_find(m, "model.embed.weight");
 	check(e && e->nshards == 3 && e->nbytes == 320 * 40 * 2, "find embed");
 	check(e && e->shards[0].xxh3 != sums && e->shards[0].xxh3[0] == sums[0], "shard checksums deep-copied");
-	check(sf_manifest_find_file(m, "config.json") != NULL, "find_file");
+	check(sf_model_find_file(m, "config.json") != NULL, "find_file");
 
 	char *js = NULL;
 	size_t jl;
-	struct sf_manifest *m2 = NULL;
-	check(sf_manifest_dump(m, &js, &jl) == 0, "dump built manifest");
-	check(js && sf_manifest_parse(js, jl, &m2, err, sizeof(err)) == 0, "parse built dump: %s", err);
+	struct sf_model *m2 = NULL;
+	check(sf_shardfs_dump(m, &js, &jl) == 0, "dump built manifest");
+	check(js && sf_shardfs_parse(js, jl, &m2, err, sizeof(err)) == 0, "parse built dump: %s", err);
 	check(m2 && manifest_equal(m, m2, why, sizeof(why)), "built round trip: %s", why);
 	check(js && strstr(js, "\"flat\"") && strstr(js, "\"offsets\"") && strstr(js, "\"xxh3\""),
 	      "dump has the SPEC keys");
 	check(js && strstr(js, "\"we\\\"ird\\\\name/\xc3\xa9\": {"), "dump escapes names");
-	check(m2 && sf_manifest_find(m2, "we\"ird\\name/\xc3\xa9") != NULL, "escaped name round trip");
-	sf_manifest_destroy(m2);
+	check(m2 && sf_model_find(m2, "we\"ird\\name/\xc3\xa9") != NULL, "escaped name round trip");
+	sf_model_destroy(m2);
 	free(js);
 
 	/* duplicates and directory prefixes are caught at finish */
 	uint64_t one[1] = { 1 };
-	check(sf_manifest_add_tensor(m, false, "a.scalar", SF_DT_U8, 1, one, &t) == 0, "add duplicate");
-	check(sf_manifest_finish(m, err, sizeof(err)) == -SF_EMANIFEST && strstr(err, "duplicate tensor name \"a.scalar\""),
+	check(sf_model_add_tensor(m, false, "a.scalar", SF_DT_U8, 1, one, &t) == 0, "add duplicate");
+	check(sf_model_finish(m, err, sizeof(err)) == -SF_EMANIFEST && strstr(err, "duplicate tensor name \"a.scalar\""),
 	      "finish: duplicate (%s)", err);
-	sf_manifest_destroy(m);
+	sf_model_destroy(m);
 
-	m = sf_manifest_new("p", 1, bs);
+	m = sf_model_new("p", 1, bs);
 	check(m != NULL, "new p");
 	if (!m)
 		return;
 	const char *names[] = { "x/y/z", "x.y", "x/y" };
 	for (size_t i = 0; i < 3; i++) {
-		check(sf_manifest_add_tensor(m, false, names[i], SF_DT_U8, 1, one, &t) == 0, "add %s", names[i]);
+		check(sf_model_add_tensor(m, false, names[i], SF_DT_U8, 1, one, &t) == 0, "add %s", names[i]);
 		s = mk_flat(0, 0, 1, bs);
 		check(sf_tensor_add_shard(m, t, &s) == 0, "shard %s", names[i]);
 	}
-	check(sf_manifest_finish(m, err, sizeof(err)) == -SF_EMANIFEST &&
+	check(sf_model_finish(m, err, sizeof(err)) == -SF_EMANIFEST &&
 	      strstr(err, "tensor \"x/y\" is also a directory of tensor \"x/y/z\""),
 	      "finish: prefix (%s)", err);
-	sf_manifest_destroy(m);
+	sf_model_destroy(m);
 
 	check(sf_name_valid("layers/0/wq") && !sf_name_valid("wq@0:1") && !sf_name_valid("a/../b") &&
 	      !sf_name_valid("") && !sf_name_valid("/a") && !sf_name_valid(NULL), "sf_name_valid");
@@ -507,16 +509,16 @@ static void test_coverage_random(void)
 	int gaps = 0, covered = 0;
 
 	for (int iter = 0; iter < 3000; iter++) {
-		struct sf_manifest *m = sf_manifest_new("c", 4, bs);
+		struct sf_model *m = sf_model_new("c", 4, bs);
 		struct sf_tensor *t;
 		uint64_t shape[4];
 		unsigned ndim = (unsigned)rnd(5);
 		for (unsigned d = 0; d < ndim; d++)
 			shape[d] = 1 + rnd(5);
 		enum sf_dtype dt = dts[rnd(4)];
-		if (!m || sf_manifest_add_tensor(m, false, "t", dt, ndim, shape, &t) != 0) {
+		if (!m || sf_model_add_tensor(m, false, "t", dt, ndim, shape, &t) != 0) {
 			check(false, "coverage setup");
-			sf_manifest_destroy(m);
+			sf_model_destroy(m);
 			return;
 		}
 		unsigned char *map = calloc(1, t->nbytes);
@@ -570,7 +572,7 @@ static void test_coverage_random(void)
 			      iter, want, rc, err);
 		}
 		free(map);
-		sf_manifest_destroy(m);
+		sf_model_destroy(m);
 	}
 	check(gaps > 100 && covered > 100, "random cases exercise both outcomes (%d gaps, %d covered)",
 	      gaps, covered);
@@ -583,12 +585,12 @@ static void test_coverage_large(void)
 {
 	char err[ERRLEN];
 	const uint64_t bs = 4096;
-	struct sf_manifest *m = sf_manifest_new("big", 1, bs);
+	struct sf_model *m = sf_model_new("big", 1, bs);
 	struct sf_tensor *t;
 	uint64_t shape[2] = { 256, 256 };
-	if (!m || sf_manifest_add_tensor(m, false, "grid", SF_DT_U8, 2, shape, &t) != 0) {
+	if (!m || sf_model_add_tensor(m, false, "grid", SF_DT_U8, 2, shape, &t) != 0) {
 		check(false, "large setup");
-		sf_manifest_destroy(m);
+		sf_model_destroy(m);
 		return;
 	}
 	for (uint64_t i = 256; i-- > 0;)
@@ -611,7 +613,7 @@ static void test_coverage_large(void)
 	check(rc == 0, "65536-shard grid covered: %d %s", rc, err);
 	check(sf_tensor_add_shard(m, t, &s) == -SF_ETOOBIG, "shard count limit");
 out_destroy:
-	sf_manifest_destroy(m);
+	sf_model_destroy(m);
 }
 
 int main(int argc, char **argv)

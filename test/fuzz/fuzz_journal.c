@@ -15,7 +15,7 @@
  *     sf_wckpt_foreach;
  *   - sf_wckpt_export_part succeeds (every shard kept passes the manifest's
  *     own shard rules, so the checkpoint can still be committed), and
- *     sf_manifest_parse_part either accepts the part with exactly these
+ *     sf_shardfs_parse_part either accepts the part with exactly these
  *     entries and shard counts or fails with a documented code and a
  *     one-line message;
  *   - what is journaled after the resume survives the next one: a probe
@@ -36,8 +36,9 @@
 #include "fuzz_journal_kit.h"
 #include "fuzz_util.h"
 #include "sf_error.h"
+#include "sf_shardfs.h"
 #include "sf_log.h"
-#include "sf_manifest.h"
+#include "sf_model.h"
 #include "sf_wckpt.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -97,7 +98,7 @@ static const struct sf_tensor *find_any(const struct sf_tensor *arr, size_t n,
 static void match_entry(void *arg, const char *name,
 			const struct sf_wentry_info *info)
 {
-	const struct sf_manifest *m = arg;
+	const struct sf_model *m = arg;
 	const struct sf_tensor *t = info->is_file ?
 		find_any(m->files, m->nfiles, name) :
 		find_any(m->tensors, m->ntensors, name);
@@ -113,7 +114,7 @@ static void match_entry(void *arg, const char *name,
 static char *check_state(struct sf_wckpt *w, size_t resumed, size_t *plen)
 {
 	struct tally t = { 0 };
-	struct sf_manifest *m = NULL;
+	struct sf_model *m = NULL;
 	char err[512], *part = NULL;
 
 	sf_wckpt_foreach(w, tally_entry, &t);
@@ -127,7 +128,7 @@ static char *check_state(struct sf_wckpt *w, size_t resumed, size_t *plen)
 	if (!part || strlen(part) != *plen)
 		fuzz_die("export returned a bad text", NULL);
 	fuzz_poison(err, sizeof(err));
-	rc = sf_manifest_parse_part(part, *plen, &m, err, sizeof(err));
+	rc = sf_shardfs_parse_part(part, *plen, &m, err, sizeof(err));
 	if (rc < 0) {
 		if (m)
 			fuzz_die("failed parse returned a manifest", err);
@@ -140,7 +141,7 @@ static char *check_state(struct sf_wckpt *w, size_t resumed, size_t *plen)
 	if (m->ntensors + m->nfiles != t.nentries)
 		fuzz_die("part has a different number of entries", NULL);
 	sf_wckpt_foreach(w, match_entry, m);
-	sf_manifest_destroy(m);
+	sf_model_destroy(m);
 	return part;
 }
 

@@ -1,7 +1,7 @@
 /*
  * fuzz_manifest.c - libFuzzer target for the manifest parser.
  *
- * For any input: sf_manifest_parse either fails with a documented code
+ * For any input: sf_shardfs_parse either fails with a documented code
  * (-SF_EMANIFEST, -SF_EGAP, -SF_ETOOBIG, -ENOMEM), no manifest and a
  * non-empty one-line message, or succeeds with a manifest that
  *   - dumps, and re-parses to a field-by-field identical manifest whose
@@ -20,20 +20,21 @@
 #include "fuzz_util.h"
 #include "manifest_cmp.h"
 #include "sf_error.h"
+#include "sf_shardfs.h"
 #include "sf_log.h"
-#include "sf_manifest.h"
+#include "sf_model.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 const char fuzz_target[] = "fuzz_manifest";
 
-static void check_tensor(const struct sf_manifest *m, const struct sf_tensor *t,
+static void check_tensor(const struct sf_model *m, const struct sf_tensor *t,
 			 bool is_file)
 {
 	char err[512], *js = NULL;
 	size_t len = 0;
-	const struct sf_tensor *f = is_file ? sf_manifest_find_file(m, t->name)
-					    : sf_manifest_find(m, t->name);
+	const struct sf_tensor *f = is_file ? sf_model_find_file(m, t->name)
+					    : sf_model_find(m, t->name);
 	if (f != t)
 		fuzz_die("find did not return the entry", t->name);
 	if (sf_tensor_shards_json(t, &js, &len) != 0 || !js || strlen(js) != len)
@@ -46,12 +47,12 @@ static void check_tensor(const struct sf_manifest *m, const struct sf_tensor *t,
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	char err[512], err2[512], why[256];
-	struct sf_manifest *m = NULL, *m2 = NULL;
+	struct sf_model *m = NULL, *m2 = NULL;
 	char *d1 = NULL, *d2 = NULL;
 	size_t l1 = 0, l2 = 0;
 
 	fuzz_poison(err, sizeof(err));
-	int rc = sf_manifest_parse((const char *)data, size, &m, err, sizeof(err));
+	int rc = sf_shardfs_parse((const char *)data, size, &m, err, sizeof(err));
 	if (rc < 0) {
 		if (m)
 			fuzz_die("failed parse returned a manifest", err);
@@ -62,13 +63,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	if (rc != 0 || !m)
 		fuzz_die("parse returned neither an error nor a manifest", NULL);
-	if (sf_manifest_dump(m, &d1, &l1) != 0 || strlen(d1) != l1)
+	if (sf_shardfs_dump(m, &d1, &l1) != 0 || strlen(d1) != l1)
 		fuzz_die("dump failed", m->name);
-	if (sf_manifest_parse(d1, l1, &m2, err2, sizeof(err2)) != 0)
+	if (sf_shardfs_parse(d1, l1, &m2, err2, sizeof(err2)) != 0)
 		fuzz_die("dump does not re-parse", err2);
 	if (!manifest_equal(m, m2, why, sizeof(why)))
 		fuzz_die("parse(dump(m)) != m", why);
-	if (sf_manifest_dump(m2, &d2, &l2) != 0 || l1 != l2 || memcmp(d1, d2, l1) != 0)
+	if (sf_shardfs_dump(m2, &d2, &l2) != 0 || l1 != l2 || memcmp(d1, d2, l1) != 0)
 		fuzz_die("second dump differs", m->name);
 	for (size_t i = 0; i < m->ntensors; i++)
 		check_tensor(m, &m->tensors[i], false);
@@ -76,7 +77,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		check_tensor(m, &m->files[i], true);
 	free(d2);
 	free(d1);
-	sf_manifest_destroy(m2);
-	sf_manifest_destroy(m);
+	sf_model_destroy(m2);
+	sf_model_destroy(m);
 	return 0;
 }

@@ -25,7 +25,7 @@
 
 #include "fuzz_util.h"
 #include "sf_error.h"
-#include "sf_manifest.h"
+#include "sf_model.h"
 #include "sf_st_parse.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

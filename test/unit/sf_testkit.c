@@ -400,7 +400,7 @@ int kit_create(uint64_t seed, size_t ntensors, bool exclusive,
 	k->src.ctx = k;
 
 	uint32_t world = 1 + (uint32_t)rnd(&rng, 4);
-	k->m = sf_manifest_new(k->name, world, rnd(&rng, 2) ? 4096 : 8192);
+	k->m = sf_model_new(k->name, world, rnd(&rng, 2) ? 4096 : 8192);
 	pend = calloc(ntensors ? ntensors : 1, sizeof(*pend));
 	if (!k->m || !pend)
 		goto out_free_pending;
@@ -446,9 +446,9 @@ int kit_create(uint64_t seed, size_t ntensors, bool exclusive,
 		for (uint64_t j = 0; j < nbytes; j++)
 			p->bytes[j] = (unsigned char)sf_rand_r(&rng);
 
-		rc = sf_manifest_add_tensor(k->m, false, p->name, dt, ndim, shape, &t);
+		rc = sf_model_add_tensor(k->m, false, p->name, dt, ndim, shape, &t);
 		if (rc) {
-			fprintf(stderr, "testkit: sf_manifest_add_tensor(%s): %s\n",
+			fprintf(stderr, "testkit: sf_model_add_tensor(%s): %s\n",
 				p->name, sf_strerror(rc));
 			goto out_free_pending;
 		}
@@ -465,9 +465,9 @@ int kit_create(uint64_t seed, size_t ntensors, bool exclusive,
 		if (rc)
 			goto out_free_pending;
 	}
-	rc = sf_manifest_finish(k->m, err, sizeof(err));
+	rc = sf_model_finish(k->m, err, sizeof(err));
 	if (rc) {
-		fprintf(stderr, "testkit: sf_manifest_finish: %s: %s\n",
+		fprintf(stderr, "testkit: sf_model_finish: %s: %s\n",
 			sf_strerror(rc), err);
 		goto out_free_pending;
 	}
@@ -522,6 +522,6 @@ void kit_destroy(struct kit *k)
 	free(k->tensors);
 	for (size_t i = 0; i < k->nfiles; i++)
 		free(k->files[i].data);
-	sf_manifest_destroy(k->m);
+	sf_model_destroy(k->m);
 	free(k);
 }

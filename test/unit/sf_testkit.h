@@ -2,7 +2,7 @@
  * sf_testkit.h - random sharded checkpoints held in memory, and their naive
  * model, shared by test_engine and test_views.
  *
- * A kit is one checkpoint: a finished struct sf_manifest built through the
+ * A kit is one checkpoint: a finished struct sf_model built through the
  * public builder, an in-memory struct sf_source whose payload "files" hold
  * the shard bytes, and for every tensor the whole tensor bytes as one array
  * (the model every read is compared against). Shard bytes are cut out of
@@ -18,7 +18,7 @@
 
 #include "sf_box.h"
 #include "sf_engine.h"
-#include "sf_manifest.h"
+#include "sf_model.h"
 
 #define KIT_MAX_FILES 64      /* payload files per kit */
 #define KIT_MAX_TENSOR_BYTES (160u << 10) /* model bytes per tensor */
@@ -41,7 +41,7 @@ struct kit_tensor {
 };
 
 struct kit {
-	struct sf_manifest *m;      /* owned, finished */
+	struct sf_model *m;      /* owned, finished */
 	struct sf_ckpt_ref ref;     /* dir "/mem/NAME", name NAME */
 	char dir[96], name[32];
 	struct kit_file files[KIT_MAX_FILES];

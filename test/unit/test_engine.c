@@ -22,7 +22,7 @@
 #include "sf_engine.h"
 #include "sf_error.h"
 #include "sf_log.h"
-#include "sf_manifest.h"
+#include "sf_model.h"
 #include "sf_test.h"
 #include "sf_testkit.h"
 
@@ -501,7 +501,7 @@ out_destroy_kit:
  * (below the pool's 64 KiB minimum, a partial pool class, whole blocks).
  */
 struct big_fix {
-	struct sf_manifest *m;
+	struct sf_model *m;
 	const struct sf_tensor *t;
 	struct sf_ckpt_ref ref;
 	struct sf_source src;
@@ -548,12 +548,12 @@ static int big_create(uint64_t bs, struct big_fix **out)
 	for (size_t i = 0; i < 3; i++)
 		f->nbytes += sizes[i];
 	f->payload = malloc(f->nbytes);
-	f->m = sf_manifest_new("big", 1, bs);
+	f->m = sf_model_new("big", 1, bs);
 	if (!f->payload || !f->m)
 		goto out_free;
 	for (uint64_t i = 0; i < f->nbytes; i++)
 		f->payload[i] = pat_byte(i);
-	rc = sf_manifest_add_tensor(f->m, false, "big", SF_DT_U8, 1, &f->nbytes, &t);
+	rc = sf_model_add_tensor(f->m, false, "big", SF_DT_U8, 1, &f->nbytes, &t);
 	for (size_t i = 0; i < 3 && rc == 0; i++) {
 		struct sf_shard s = { .flat = true, .flat_off = off,
 				      .flat_len = sizes[i], .file = "rank-00000/p",
@@ -570,16 +570,16 @@ static int big_create(uint64_t bs, struct big_fix **out)
 		off += sizes[i];
 	}
 	if (rc == 0)
-		rc = sf_manifest_finish(f->m, err, sizeof(err));
+		rc = sf_model_finish(f->m, err, sizeof(err));
 	if (rc)
 		goto out_free;
-	f->t = sf_manifest_find(f->m, "big");
+	f->t = sf_model_find(f->m, "big");
 	f->ref = (struct sf_ckpt_ref){ .dir = "/mem/big", .name = "big" };
 	f->src = (struct sf_source){ .ops = &big_ops, .ctx = f };
 	*out = f;
 	return 0;
 out_free:
-	sf_manifest_destroy(f->m);
+	sf_model_destroy(f->m);
 	free(f->payload);
 	free(f);
 	return rc;
@@ -589,7 +589,7 @@ static void big_destroy(struct big_fix *f)
 {
 	if (!f)
 		return;
-	sf_manifest_destroy(f->m);
+	sf_model_destroy(f->m);
 	free(f->payload);
 	free(f);
 }
@@ -911,19 +911,19 @@ static void test_threads(void)
 /* Zero-byte tensors need no shards and read as nothing. */
 static void test_empty_tensor(void)
 {
-	struct sf_manifest *m = sf_manifest_new("empty", 1, 4096);
+	struct sf_model *m = sf_model_new("empty", 1, 4096);
 	uint64_t shape[2] = { 3, 0 };
 	struct sf_tensor *t;
 	char err[256];
 
 	if (!CHECK(m != NULL))
 		return;
-	CHECK_EQ(sf_manifest_add_tensor(m, false, "z", SF_DT_F32, 2, shape, &t), 0);
-	CHECK_EQ(sf_manifest_finish(m, err, sizeof(err)), 0);
-	const struct sf_tensor *z = sf_manifest_find(m, "z");
+	CHECK_EQ(sf_model_add_tensor(m, false, "z", SF_DT_F32, 2, shape, &t), 0);
+	CHECK_EQ(sf_model_finish(m, err, sizeof(err)), 0);
+	const struct sf_tensor *z = sf_model_find(m, "z");
 	if (CHECK(z != NULL))
 		CHECK_EQ(z->nbytes, 0);
-	sf_manifest_destroy(m);
+	sf_model_destroy(m);
 }
 
 int main(void)

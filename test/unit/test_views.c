@@ -19,7 +19,7 @@
 #include "sf_dtype.h"
 #include "sf_engine.h"
 #include "sf_error.h"
-#include "sf_manifest.h"
+#include "sf_model.h"
 #include "sf_test.h"
 #include "sf_testkit.h"
 #include "sf_views.h"

@@ -12,6 +12,7 @@
 #include "sf_error.h"
 #include "sf_log.h"
 #include "sf_store.h"
+#include "sf_commit.h"
 #include "sf_wckpt.h"
 
 #include <errno.h>
@@ -81,7 +82,7 @@ static bool read_back(const char *dir, const char *name, bool is_file,
 		fprintf(stderr, "open: %s\n", err);
 		goto out;
 	}
-	t = is_file ? sf_manifest_find_file(ck->m, name) : sf_manifest_find(ck->m, name);
+	t = is_file ? sf_model_find_file(ck->m, name) : sf_model_find(ck->m, name);
 	if (!t || t->nbytes != len)
 		goto out;
 	if (sf_local_source_create(&src) || sf_engine_create(&o, src, &e))

@@ -25,8 +25,9 @@
 #include "sf_dtype.h"
 #include "sf_engine.h"
 #include "sf_error.h"
+#include "sf_shardfs.h"
 #include "sf_log.h"
-#include "sf_manifest.h"
+#include "sf_model.h"
 #include "sf_store.h"
 #include "sf_test.h"
 #include "sf_testkit.h"
@@ -91,7 +92,7 @@ out_close_file:
 
 /* Write one shard (payload bytes from the model via the naive map) in
  * random chunks, and add it to t. */
-static int write_shard(struct sf_manifest *m, struct sf_tensor *t,
+static int write_shard(struct sf_model *m, struct sf_tensor *t,
 		       struct sf_payload *p, struct sf_shard *proto,
 		       const unsigned char *model)
 {
@@ -158,12 +159,12 @@ static int write_ckpt(const char *store, const char *name, struct ckpt_model *cm
 					     SF_DT_U8, SF_DT_F16, SF_DT_BOOL };
 	char dir[512];
 	struct sf_payload *pay[2] = { NULL, NULL };
-	struct sf_manifest *m;
+	struct sf_model *m;
 	char err[256];
 	int rc;
 
 	snprintf(dir, sizeof(dir), "%s/%s", store, name);
-	m = sf_manifest_new(name, 2, SF_MIN_BLOCK_SIZE);
+	m = sf_model_new(name, 2, SF_MIN_BLOCK_SIZE);
 	if (!CHECK(m != NULL))
 		return -ENOMEM;
 	CHECK_EQ(sf_mkdir_p(dir), 0);
@@ -188,7 +189,7 @@ static int write_ckpt(const char *store, const char *name, struct ckpt_model *cm
 		snprintf(w->name, sizeof(w->name), is_file ? "config.json" : "layer%zu/w",
 			 NT - i);
 		w->is_file = is_file;
-		rc = sf_manifest_add_tensor(m, is_file, w->name, dt, ndim, shape, &t);
+		rc = sf_model_add_tensor(m, is_file, w->name, dt, ndim, shape, &t);
 		if (!CHECK_EQ(rc, 0))
 			goto out_close_payloads;
 		w->nbytes = t->nbytes;
@@ -229,12 +230,12 @@ static int write_ckpt(const char *store, const char *name, struct ckpt_model *cm
 		if (!CHECK_EQ(rc, 0))
 			goto out_destroy_manifest;
 	}
-	rc = sf_manifest_finish(m, err, sizeof(err));
+	rc = sf_model_finish(m, err, sizeof(err));
 	if (!CHECK_EQ(rc, 0)) {
 		fprintf(stderr, "  finish: %s\n", err);
 		goto out_destroy_manifest;
 	}
-	rc = sf_manifest_publish(dir, m);
+	rc = sf_shardfs_publish(dir, m);
 	CHECK_EQ(rc, 0);
 	goto out_destroy_manifest;
 
@@ -242,7 +243,7 @@ out_close_payloads:
 	sf_payload_close(pay[0], false);
 	sf_payload_close(pay[1], false);
 out_destroy_manifest:
-	sf_manifest_destroy(m);
+	sf_model_destroy(m);
 	return rc;
 }
 
@@ -262,8 +263,8 @@ static void check_ckpt(struct sf_ckpt *ck, const struct ckpt_model *cm)
 	for (size_t i = 0; i < cm->n; i++) {
 		const struct written *w = &cm->w[i];
 		const struct sf_tensor *t = w->is_file
-			? sf_manifest_find_file(ck->m, w->name)
-			: sf_manifest_find(ck->m, w->name);
+			? sf_model_find_file(ck->m, w->name)
+			: sf_model_find(ck->m, w->name);
 
 		nt += !w->is_file;
 		nf += w->is_file;
@@ -514,9 +515,9 @@ int main(void)
 		/* dump -> parse gives the same manifest back. */
 		char *json = NULL;
 		size_t len = 0;
-		struct sf_manifest *back = NULL;
-		if (CHECK_EQ(sf_manifest_dump(ck->m, &json, &len), 0) &&
-		    CHECK_EQ(sf_manifest_parse(json, len, &back, err, sizeof(err)), 0)) {
+		struct sf_model *back = NULL;
+		if (CHECK_EQ(sf_shardfs_dump(ck->m, &json, &len), 0) &&
+		    CHECK_EQ(sf_shardfs_parse(json, len, &back, err, sizeof(err)), 0)) {
 			CHECK_EQ(back->ntensors, ck->m->ntensors);
 			CHECK_EQ(back->nfiles, ck->m->nfiles);
 			CHECK(back->block_size == ck->m->block_size);
@@ -535,7 +536,7 @@ int main(void)
 						     a->shards[s].nblocks * 8) == 0);
 			}
 		}
-		sf_manifest_destroy(back);
+		sf_model_destroy(back);
 		free(json);
 		sf_ckpt_close(ck);
 	}

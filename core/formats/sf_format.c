@@ -1,0 +1,200 @@
+/*
+ * sf_format.c - the table of format adapters and what they share: the
+ * directory listing probes look at, and opening a file strictly beneath a
+ * checkpoint directory (see sf_format.h).
+ *
+ * Invariants: the table lists the native format first (a directory that
+ * shardfs made is always its own); a listing holds at most SF_DIRLIST_MAX
+ * names, sorted, each a copy; sf_open_beneath never returns a descriptor
+ * of a file outside dirfd's tree.
+ */
+#include "sf_format.h"
+#include "sf_array.h"
+#include "sf_error.h"
+#include "sf_shardfs.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+const struct sf_format *const sf_formats[] = {
+	&sf_format_shardfs,
+	NULL,
+};
+
+const struct sf_format *sf_format_find(const char *name)
+{
+	for (size_t i = 0; sf_formats[i]; i++)
+		if (strcmp(sf_formats[i]->name, name) == 0)
+			return sf_formats[i];
+	return NULL;
+}
+
+const struct sf_format *sf_format_probe(const struct sf_dirlist *ls,
+					enum sf_probe *how)
+{
+	const struct sf_format *partial = NULL;
+
+	for (size_t i = 0; sf_formats[i]; i++) {
+		enum sf_probe p = sf_formats[i]->probe(ls);
+
+		if (p == SF_PROBE_YES) {
+			*how = p;
+			return sf_formats[i];
+		}
+		if (p == SF_PROBE_PARTIAL && !partial)
+			partial = sf_formats[i];
+	}
+	*how = partial ? SF_PROBE_PARTIAL : SF_PROBE_NO;
+	return partial;
+}
+
+void sf_format_result_clear(struct sf_format_result *r)
+{
+	sf_model_destroy(r->model);
+	free(r->meta);
+	memset(r, 0, sizeof(*r));
+}
+
+/* --- directory listings --- */
+
+static int cmp_idx(const void *a, const void *b, void *arg)
+{
+	char **names = arg;
+
+	return strcmp(names[*(const size_t *)a], names[*(const size_t *)b]);
+}
+
+void sf_dirlist_free(struct sf_dirlist *ls)
+{
+	for (size_t i = 0; i < ls->n; i++)
+		free(ls->names[i]);
+	free(ls->names);
+	free(ls->is_dir);
+	memset(ls, 0, sizeof(*ls));
+}
+
+/* Sort names and is_dir together. */
+static int dirlist_sort(struct sf_dirlist *ls)
+{
+	size_t *order;
+	char **names;
+	bool *is_dir;
+
+	if (ls->n < 2)
+		return 0;
+	order = malloc(ls->n * sizeof(*order));
+	names = malloc(ls->n * sizeof(*names));
+	is_dir = malloc(ls->n * sizeof(*is_dir));
+	if (!order || !names || !is_dir) {
+		free(order);
+		free(names);
+		free(is_dir);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < ls->n; i++)
+		order[i] = i;
+	qsort_r(order, ls->n, sizeof(*order), cmp_idx, ls->names);
+	for (size_t i = 0; i < ls->n; i++) {
+		names[i] = ls->names[order[i]];
+		is_dir[i] = ls->is_dir[order[i]];
+	}
+	free(ls->names);
+	free(ls->is_dir);
+	free(order);
+	ls->names = names;
+	ls->is_dir = is_dir;
+	return 0;
+}
+
+int sf_dirlist_read(int dirfd, struct sf_dirlist *out)
+{
+	struct sf_dirlist ls = { 0 };
+	size_t cap = 0, capd = 0;
+	struct dirent *de;
+	DIR *d;
+	int fd, rc = 0;
+
+	/* fdopendir takes the descriptor: give it a copy of ours. */
+	fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	d = fdopendir(fd);
+	if (!d) {
+		rc = -errno;
+		close(fd);
+		return rc;
+	}
+	while ((de = readdir(d))) {
+		struct stat sb;
+		bool is_dir;
+
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		if (ls.n == SF_DIRLIST_MAX) {
+			ls.truncated = true;
+			break;
+		}
+		if (de->d_type != DT_UNKNOWN)
+			is_dir = de->d_type == DT_DIR;
+		else
+			is_dir = fstatat(dirfd, de->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
+				 S_ISDIR(sb.st_mode);
+		rc = sf_array_grow(&ls.names, ls.n, &cap, sizeof(*ls.names), 32,
+				   SF_DIRLIST_MAX);
+		if (!rc)
+			rc = sf_array_grow(&ls.is_dir, ls.n, &capd, sizeof(*ls.is_dir),
+					   32, SF_DIRLIST_MAX);
+		if (rc)
+			break;
+		ls.names[ls.n] = strdup(de->d_name);
+		if (!ls.names[ls.n]) {
+			rc = -ENOMEM;
+			break;
+		}
+		ls.is_dir[ls.n++] = is_dir;
+	}
+	closedir(d);
+	if (!rc)
+		rc = dirlist_sort(&ls);
+	if (rc) {
+		sf_dirlist_free(&ls);
+		return rc;
+	}
+	*out = ls;
+	return 0;
+}
+
+static int cmp_name(const void *key, const void *elem)
+{
+	return strcmp(key, *(char *const *)elem);
+}
+
+bool sf_dirlist_has(const struct sf_dirlist *ls, const char *name, bool want_dir)
+{
+	char *const *p;
+
+	if (!ls->n)
+		return false;
+	p = bsearch(name, ls->names, ls->n, sizeof(*ls->names), cmp_name);
+	return p && ls->is_dir[p - ls->names] == want_dir;
+}
+
+/* --- opening beneath a checkpoint directory --- */
+
+int sf_open_beneath(int dirfd, const char *path, int flags)
+{
+	struct open_how how = {
+		.flags = (uint64_t)(flags | O_CLOEXEC),
+		.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS,
+	};
+	long fd = syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
+
+	return fd < 0 ? -errno : (int)fd;
+}

@@ -1,0 +1,224 @@
+/*
+ * sf_model.h - the checkpoint model: what a checkpoint holds, whatever
+ * format wrote it. The format adapters (core/formats/) build one from the
+ * files they read; the engine, the views, the mount and the tools use it
+ * and never learn a format.
+ *
+ * A struct sf_model is one checkpoint: its tensors (what tensors/ shows),
+ * its files (plain files at the checkpoint root, always U8 with one
+ * dimension) and its objects (non-tensor items as stored, objects/NAME:
+ * U8, one dimension), each with the shards that hold its bytes. A shard is
+ * a box of the tensor (offsets and lengths in elements) or a flat byte
+ * range of the row-major flattened tensor, found at (file, file_offset,
+ * nbytes); a box's payload is its elements in row-major order of the box
+ * itself, unless the shard has strides (a foreign chunk saved from a
+ * transposed or sliced view: box element (i_0..i_n) lies at payload byte
+ * sum(i_d * strides[d]) * itemsize). A shard may carry XXH3 checksums of
+ * its payload in blocks of the model's block_size; shards without them are
+ * served unverified.
+ *
+ * Ownership: everything reachable from a model is owned by it and freed by
+ * sf_model_destroy(); pointers into it stay valid until then (and, for a
+ * model being built, until the next sf_model_add_* call on it).
+ *
+ * Validation trusts nothing: every size, count and string is bounded (the
+ * SF_MAX_* limits below), names and paths are checked, sizes are computed
+ * without overflow, every shard must lie inside its tensor with the right
+ * byte count (and checksum count, when it has checksums), and every tensor
+ * must be fully covered. The validator's pieces are exported for format
+ * adapters, with one-line reasons that name the entry, the shard and the
+ * field.
+ */
+#ifndef SF_MODEL_H
+#define SF_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sf_box.h"
+#include "sf_dtype.h"
+
+#define SF_MAX_MANIFEST_BYTES (256u << 20) /* a manifest's or index's JSON text */
+#define SF_MAX_TENSORS (1u << 20)          /* tensors + files + objects per checkpoint */
+#define SF_MAX_SHARDS (1u << 16)           /* shards per tensor */
+#define SF_MAX_NAME 1024                   /* bytes in a tensor name or path */
+#define SF_MAX_COMPONENT 255               /* bytes in one path component */
+#define SF_MAX_WORLD (1u << 16)            /* ranks */
+#define SF_MAX_FORMAT 64                   /* bytes of a format description */
+
+struct sf_shard {
+	uint32_t rank;          /* < world_size: the rank whose store holds file */
+	bool flat;              /* flat byte range, else a box */
+	struct sf_box box;      /* !flat: offsets/lengths in elements */
+	uint64_t flat_off;      /* flat: byte offset in the flattened tensor */
+	uint64_t flat_len;      /* flat: byte length */
+	uint64_t *strides;      /* box only, NULL: row-major contiguous; else
+				 * box.ndim element strides (owned) */
+	char *file;             /* payload path relative to the checkpoint dir */
+	uint64_t file_offset;   /* bytes */
+	uint64_t nbytes;        /* payload bytes: the box's or flat range's
+				 * bytes, or (strides) the span they reach */
+	uint64_t *xxh3;         /* nblocks checksums (owned), NULL: unverified */
+	uint64_t nblocks;       /* sf_nblocks(nbytes, block_size), or 0 */
+};
+
+struct sf_tensor {
+	char *name;             /* '/'-separated, validated */
+	enum sf_dtype dtype;
+	unsigned ndim;
+	uint64_t shape[SF_MAX_NDIM];
+	uint64_t nbytes;        /* numel * itemsize, overflow-checked */
+	struct sf_shard *shards;
+	size_t nshards;
+	size_t cap_shards;      /* builder bookkeeping */
+};
+
+/* Which list of a model an entry belongs to. */
+enum sf_entry_kind {
+	SF_ENTRY_TENSOR,        /* tensors/NAME */
+	SF_ENTRY_FILE,          /* a plain file at the checkpoint root */
+	SF_ENTRY_OBJECT,        /* objects/NAME: a non-tensor item as stored */
+};
+
+struct sf_model {
+	char *name;             /* checkpoint name */
+	char format[SF_MAX_FORMAT]; /* what wrote it, e.g. "shardfs/1",
+				 * "torch-dcp" (user.shardfs.format) */
+	uint32_t world_size;    /* 1..SF_MAX_WORLD */
+	uint64_t block_size;    /* SF_MIN_BLOCK_SIZE..SF_MAX_BLOCK_SIZE: the
+				 * checksum block, and the engine's cache block */
+	struct sf_tensor *tensors; /* sorted by strcmp(name) once finished */
+	size_t ntensors;
+	struct sf_tensor *files;   /* root files, sorted */
+	size_t nfiles;
+	struct sf_tensor *objects; /* objects, sorted */
+	size_t nobjects;
+	size_t cap_tensors, cap_files, cap_objects; /* builder bookkeeping */
+	char why[256];          /* the last reason the builder refused something */
+};
+
+/* --- building (format adapters, writers, commit) --- */
+
+/* A new empty model (format "shardfs/1" until set). NULL on ENOMEM or bad
+ * arguments. The caller destroys it. */
+struct sf_model *sf_model_new(const char *name, uint32_t world_size,
+			      uint64_t block_size);
+void sf_model_destroy(struct sf_model *m); /* accepts NULL */
+
+/* Add a tensor, or (is_file) a root file: dtype U8, one dimension. Checks
+ * the name and the shape. *out (borrowed) is valid until the next add. On
+ * failure the reason is in sf_model_why(m). -EINVAL, -SF_ETOOBIG, -ENOMEM. */
+int sf_model_add_tensor(struct sf_model *m, bool is_file, const char *name,
+			enum sf_dtype dtype, unsigned ndim,
+			const uint64_t *shape, struct sf_tensor **out);
+/* Add an object of nbytes bytes (U8, one dimension; named like a tensor).
+ * As sf_model_add_tensor. */
+int sf_model_add_object(struct sf_model *m, const char *name, uint64_t nbytes,
+			struct sf_tensor **out);
+
+/* Append a deep copy of *s to t (checks it lies inside t and that nbytes,
+ * strides and checksums agree). On failure the reason is in
+ * sf_model_why(m). */
+int sf_tensor_add_shard(struct sf_model *m, struct sf_tensor *t,
+			const struct sf_shard *s);
+
+/* The reason of the builder's last refusal ("" when none). Borrowed. */
+const char *sf_model_why(const struct sf_model *m);
+
+/* Set m->format (truncated to SF_MAX_FORMAT - 1 bytes). */
+void sf_model_set_format(struct sf_model *m, const char *format);
+
+/* Sort, check for duplicate names and prefixes, and check coverage of
+ * every entry. One-line reason in err. */
+int sf_model_finish(struct sf_model *m, char *err, size_t errlen);
+/* As sf_model_finish without the coverage check (one rank's part). */
+int sf_model_finish_part(struct sf_model *m, char *err, size_t errlen);
+
+/* Binary search a finished model. NULL if absent. Borrowed. */
+const struct sf_tensor *sf_model_find(const struct sf_model *m,
+				      const char *name);
+const struct sf_tensor *sf_model_find_file(const struct sf_model *m,
+					   const char *name);
+const struct sf_tensor *sf_model_find_object(const struct sf_model *m,
+					     const char *name);
+
+/* Does every shard carry checksums (reads are verified)? */
+bool sf_model_verified(const struct sf_model *m);
+
+/* Free what a shard owns (file, strides, xxh3) and zero those fields. */
+void sf_shard_clear(struct sf_shard *s);
+
+/* --- validation, for format adapters --- */
+
+/* Validate a tensor name ('/'-separated components; no empty, "." or ".."
+ * components, no control characters, no '@', at most SF_MAX_NAME bytes,
+ * valid UTF-8). */
+bool sf_name_valid(const char *name);
+/* Validate a relative payload path (same rules, '@' allowed). */
+bool sf_relpath_valid(const char *path);
+
+/*
+ * Where a problem is, so every message names it: "KIND NAME: shard I:
+ * message". Lives on the caller's stack; err/errlen are the caller's
+ * buffer (may be NULL/0).
+ */
+#define SF_QNAME_MAX 64 /* input bytes of a name shown before "..." */
+struct sf_where {
+	const char *kind;                   /* "tensor", "file", ... or NULL */
+	char qname[4 * SF_QNAME_MAX + 8];   /* quoted, escaped name of kind */
+	long shard;                         /* shard index, or -1 */
+	char *err;
+	size_t errlen;
+};
+/* A where with no entry (top level) writing into err. */
+void sf_where_init(struct sf_where *w, char *err, size_t errlen);
+/* Name the entry (len bytes of name, may hold anything) and no shard. */
+void sf_where_set(struct sf_where *w, const char *kind, const char *name,
+		  size_t len);
+/* Write "KIND NAME: shard I: <message>" into w->err (one printable line)
+ * and return code. */
+int sf_fail(const struct sf_where *w, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* Quote s (len bytes) as "..." with \xNN escapes for control bytes,
+ * quotes and backslashes, at most SF_QNAME_MAX input bytes then "...".
+ * out holds 4 * SF_QNAME_MAX + 8 bytes. */
+void sf_quote_name(char *out, const char *s, size_t len);
+/* Why s (len bytes) is no acceptable name, or NULL. single: one component
+ * only; allow_at: '@' allowed. Static string. */
+const char *sf_name_problem(const char *s, size_t len, bool single,
+			    bool allow_at);
+
+/* The one-word name of an entry kind ("tensor", "file", "object"). */
+const char *sf_entry_kind_name(enum sf_entry_kind kind);
+
+/* For codecs building a model from their own text (messages prefixed by
+ * w, which names the entry): validate an entry and append it (as
+ * sf_model_add_tensor, reasons in w), and check one shard of entry t
+ * against every rule sf_tensor_add_shard applies. 0, -SF_EMANIFEST,
+ * -SF_ERANGE (shard outside t), -SF_ETOOBIG, -ENOMEM. */
+int sf_model_append_checked(struct sf_model *m, const struct sf_where *w,
+			    enum sf_entry_kind kind, const char *name,
+			    size_t len, enum sf_dtype dtype, unsigned ndim,
+			    const uint64_t *shape, struct sf_tensor **out);
+int sf_shard_check(const struct sf_where *w, const struct sf_model *m,
+		   const struct sf_tensor *t, const struct sf_shard *s);
+/* A deep copy of shard s of t into *out (the caller clears it). */
+int sf_shard_copy(const struct sf_tensor *t, const struct sf_shard *s,
+		  struct sf_shard *out);
+
+/* 0 if every byte of t is covered by some shard; else -SF_EGAP with the
+ * first uncovered element index in err. Bounded work (-SF_ETOOBIG if the
+ * shard arrangement is too complex to decide). */
+int sf_tensor_check_coverage(const struct sf_tensor *t, char *err,
+			     size_t errlen);
+/* The same with messages prefixed by w. */
+int sf_cover_check(const struct sf_where *w, const struct sf_tensor *t);
+
+/* The payload span of a strided box of ndim dims with element lengths len
+ * and strides, in bytes of itemsize: (1 + sum((len_d - 1) * strides_d)) *
+ * itemsize, 0 for an empty box. -SF_ETOOBIG on overflow. */
+int sf_strided_span(unsigned ndim, const uint64_t *len, const uint64_t *strides,
+		    size_t itemsize, uint64_t *out);
+
+#endif
