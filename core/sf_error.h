@@ -4,8 +4,8 @@
  * Every function that can fail returns 0 (or a non-negative count) on
  * success and a negative number on failure: either a negated errno value
  * (-ENOMEM, -EIO, ...) or a negated shardfs domain error from the reserved
- * range [SF_ERR_BASE, SF_ERR_LAST). sf_strerror() names both. Only fs/
- * turns errors into FUSE replies (see fs/ for the errno mapping).
+ * range [SF_ERR_BASE, SF_ERR_LAST). sf_strerror() names both; sf_errno()
+ * gives the errno a POSIX caller sees (one table, core/sf_error.c).
  */
 #ifndef SF_ERROR_H
 #define SF_ERROR_H
@@ -44,7 +44,8 @@ const char *sf_strerror(int err);
 
 /*
  * The errno a domain error stands for when it must reach a POSIX caller
- * (used by fs/ and the tools). Plain errnos pass through. Always positive.
+ * (fs/ replies with it). Plain errnos pass through; anything outside
+ * errno space is EIO. Always positive; 0 gives EIO too.
  */
 int sf_errno(int err);
 

@@ -175,12 +175,17 @@ struct sf_fs_handle {
 	                               * at flush; counted in n->ck->nwfiles */
 };
 
-/* --- sf_fs_errno.c --- */
-
-/* The one map from shardfs errors to the errno a FUSE reply carries. */
-int sf_fs_errno(int err);
-/* Reply to req with err (0 or a negative errno / SF_E* error). */
-void sf_fs_reply_err(fuse_req_t req, int err);
+/*
+ * The files of fs/ form a tree: each calls only those listed before it.
+ *   sf_fs_tune.c   transfer settings (declared in sf_fs.h: shared with the
+ *                  benchmark's fuse_ceiling); calls no other fs file
+ *   sf_fs_tree.c   nodes, checkpoints, lookups, stat
+ *   sf_fs_reply.c  error and entry replies
+ *   sf_fs_write.c  the write side: new checkpoints, shards, commit, delete
+ *   sf_fs_ops.c    the FUSE operations (sf_fs_ops)
+ *   sf_fs_run.c    the daemon's life: scan, mount, serve, tear down
+ * tools/check_arch.sh checks it on the built objects.
+ */
 
 /* --- sf_fs_tree.c --- */
 
@@ -225,6 +230,9 @@ void sf_fs_dir_snap_free(struct sf_fs *fs, struct sf_dir_snap *s); /* NULL ok */
 bool sf_node_is_dir(const struct sf_node *n);
 /* Fill st for n (no lock needed: reads immutable fields and nsubdirs). */
 void sf_fs_stat(struct sf_fs *fs, struct sf_node *n, struct stat *st);
+
+/* Size of writing node n now (tensors: declared bytes, files: written). */
+uint64_t sf_fs_w_size(struct sf_fs *fs, const struct sf_node *n);
 
 /* Is n part of a checkpoint opened for writing (its nodes have t NULL)? */
 static inline bool sf_node_is_w(const struct sf_node *n)
@@ -306,17 +314,14 @@ int sf_fs_w_tensor_xattr(struct sf_fs *fs, struct sf_node *n,
 /* user.shardfs.state of checkpoint c, malloc'd into *out. */
 int sf_fs_state(struct sf_fs *fs, struct sf_fs_ckpt *c, char **out,
 		size_t *len);
-/* Size of writing node n now (tensors: declared bytes, files: written). */
-uint64_t sf_fs_w_size(struct sf_fs *fs, const struct sf_node *n);
 
-/* --- sf_fs_run.c --- */
+/* --- sf_fs_reply.c --- */
 
-/* Raise the mount's bdi read_ahead_kb (warns and goes on when it cannot).
- * Call from a request handler after INIT; never stats the mountpoint. */
-void sf_fs_tune_bdi(struct sf_fs *fs);
-
-/* --- sf_fs_ops.c --- */
-
+/* Reply to req with err (0 or a negative errno / SF_E* error; the errno
+ * is core's sf_errno). */
+void sf_fs_reply_err(fuse_req_t req, int err);
+/* How long the kernel may cache n's attributes and name, s. */
+double sf_fs_node_timeout(struct sf_fs *fs, const struct sf_node *n);
 /* Fill e for n, with the cache timeouts n deserves. */
 void sf_fs_fill_entry(struct sf_fs *fs, struct sf_node *n,
 		      struct fuse_entry_param *e);
@@ -327,6 +332,9 @@ void sf_fs_reply_entry(fuse_req_t req, struct sf_fs *fs, struct sf_node *n);
  * its length. */
 size_t sf_fs_shape_json(unsigned ndim, const uint64_t *dims, char *buf,
 			size_t size);
+
+/* --- sf_fs_ops.c --- */
+
 extern const struct fuse_lowlevel_ops sf_fs_ops;
 
 #endif

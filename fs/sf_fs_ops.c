@@ -50,73 +50,7 @@ static void after_init(struct sf_fs *fs)
 {
 	if (!atomic_load_explicit(&fs->bdi_done, memory_order_acquire) &&
 	    !atomic_exchange(&fs->bdi_done, true))
-		sf_fs_tune_bdi(fs);
-}
-
-#define SF_FS_CKPT_TIMEOUT 1.0  /* s: a checkpoint directory's entry */
-
-/* How long the kernel may cache n's attributes and its name. */
-static double node_timeout(struct sf_fs *fs, const struct sf_node *n)
-{
-	if (sf_node_is_w(n) || n == fs->root)
-		return 0.0;
-	if (n->kind == SF_NODE_CKPT)
-		return SF_FS_CKPT_TIMEOUT;
-	return SF_FS_TIMEOUT;
-}
-
-void sf_fs_fill_entry(struct sf_fs *fs, struct sf_node *n,
-		      struct fuse_entry_param *e)
-{
-	memset(e, 0, sizeof(*e));
-	e->ino = sf_fs_ino(fs, n);
-	e->attr_timeout = node_timeout(fs, n);
-	e->entry_timeout = e->attr_timeout;
-	sf_fs_stat(fs, n, &e->attr);
-}
-
-/* --- session --- */
-
-size_t sf_fs_max_read(void)
-{
-	return SF_FS_MAX_READ;
-}
-
-double sf_fs_ro_timeout(void)
-{
-	return SF_FS_TIMEOUT;
-}
-
-void sf_fs_tune_conn(struct fuse_conn_info *conn)
-{
-	/* Requests of up to 1 MiB each way; the kernel's readahead maximum
-	 * (conn->max_readahead arrives as the most the kernel allows). */
-	conn->max_write = SF_FS_MAX_READ;
-	conn->max_read = SF_FS_MAX_READ;
-	conn->max_background = 64;
-	conn->congestion_threshold = 48;
-	if (conn->capable & FUSE_CAP_ASYNC_READ)
-		conn->want |= FUSE_CAP_ASYNC_READ;
-	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
-		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
-	/* No file has setuid/setgid bits or capabilities: saying we handle
-	 * their removal spares the kernel a security.capability getxattr
-	 * round trip on every write. */
-	if (conn->capable & FUSE_CAP_HANDLE_KILLPRIV)
-		conn->want |= FUSE_CAP_HANDLE_KILLPRIV;
-	/* Immutable data: never drop the page cache because of a getattr. */
-	conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
-	sf_debug("fs: init: max_readahead %u max_write %u", conn->max_readahead,
-		 conn->max_write);
-}
-
-void sf_fs_tune_ro_open(struct fuse_file_info *fi)
-{
-	/* The page cache survives across opens (the data never changes). */
-	fi->keep_cache = 1;
-	fi->direct_io = 0;
-	/* Nothing to report at close: spare the FLUSH round trip. */
-	fi->noflush = 1;
+		sf_fs_raise_readahead(fs->mnt_abs);
 }
 
 static void op_init(void *userdata, struct fuse_conn_info *conn)
@@ -139,15 +73,6 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		return;
 	}
 	sf_fs_reply_entry(req, fs, n);
-}
-
-void sf_fs_reply_entry(fuse_req_t req, struct sf_fs *fs, struct sf_node *n)
-{
-	struct fuse_entry_param e;
-
-	sf_fs_fill_entry(fs, n, &e);
-	if (fuse_reply_entry(req, &e) != 0)
-		sf_fs_unref(fs, n, 1); /* the kernel never saw it */
 }
 
 static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
@@ -179,7 +104,7 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 
 	after_init(fs);
 	sf_fs_stat(fs, sf_fs_node(fs, ino), &st);
-	fuse_reply_attr(req, &st, node_timeout(fs, sf_fs_node(fs, ino)));
+	fuse_reply_attr(req, &st, sf_fs_node_timeout(fs, sf_fs_node(fs, ino)));
 }
 
 static void op_access(fuse_req_t req, fuse_ino_t ino, int mask)
@@ -586,22 +511,6 @@ static bool has_tensor_xattrs(const struct sf_node *n)
 {
 	return n->kind == SF_NODE_TENSOR || n->kind == SF_NODE_SLICE ||
 	       n->kind == SF_NODE_NPY || n->kind == SF_NODE_FILE;
-}
-
-/* JSON array of n dims into buf (room for SF_MAX_NDIM 20-digit numbers). */
-size_t sf_fs_shape_json(unsigned ndim, const uint64_t *dims, char *buf,
-			size_t size)
-{
-	size_t used = 0;
-	unsigned i;
-
-	used += (size_t)snprintf(buf + used, size - used, "[");
-	for (i = 0; i < ndim && used < size; i++)
-		used += (size_t)snprintf(buf + used, size - used, "%s%" PRIu64,
-					 i ? "," : "", dims[i]);
-	if (used < size)
-		used += (size_t)snprintf(buf + used, size - used, "]");
-	return used < size ? used : size - 1;
 }
 
 /*

@@ -124,57 +124,6 @@ out_close:
 	return rc;
 }
 
-/*
- * Find the mount's device in /proc/self/mountinfo (the last fuse mount on
- * mnt_abs: stat()ing the mountpoint from the daemon could deadlock) and
- * raise /sys/class/bdi/MAJ:MIN/read_ahead_kb. The kernel caps the bdi's
- * readahead at INIT, so this must run after INIT has been answered.
- */
-void sf_fs_raise_readahead(const char *mnt_abs)
-{
-	struct sf_mount_ent *v = NULL;
-	char devid[32] = "";
-	char path[96];
-	size_t n = 0, i;
-	int fd, rc;
-
-	rc = sf_mounts_list("fuse", &v, &n);
-	if (rc) {
-		sf_warn("fs: cannot read /proc/self/mountinfo: %s", sf_strerror(rc));
-		return;
-	}
-	for (i = 0; i < n; i++)
-		if (strcmp(v[i].mnt, mnt_abs) == 0)
-			snprintf(devid, sizeof(devid), "%s", v[i].dev);
-	sf_mounts_free(v, n);
-	if (!devid[0]) {
-		sf_warn("fs: mount %s not found in /proc/self/mountinfo; readahead left as is",
-			mnt_abs);
-		return;
-	}
-	snprintf(path, sizeof(path), "/sys/class/bdi/%s/read_ahead_kb", devid);
-	fd = open(path, O_WRONLY | O_CLOEXEC);
-	if (fd < 0 || write(fd, SF_FS_READ_AHEAD_KB, strlen(SF_FS_READ_AHEAD_KB)) < 0)
-		sf_warn("fs: cannot raise readahead in %s: %s", path, strerror(errno));
-	else
-		sf_debug("fs: %s = %s", path, SF_FS_READ_AHEAD_KB);
-	if (fd >= 0)
-		close(fd);
-}
-
-void sf_fs_tune_bdi(struct sf_fs *fs)
-{
-	sf_fs_raise_readahead(fs->mnt_abs);
-}
-
-int sf_fs_add_transfer_args(struct fuse_args *args)
-{
-	char opt[32];
-
-	snprintf(opt, sizeof(opt), "-omax_read=%u", SF_FS_MAX_READ);
-	return fuse_opt_add_arg(args, opt) ? -ENOMEM : 0;
-}
-
 /* "-ofsname=shardfs:STORE" with ',' and '\\' escaped as libfuse wants, so
  * /proc/mounts (and df, and `shardctl gen`) tell which store a mount
  * serves. malloc'd. */
@@ -223,37 +172,6 @@ static int build_args(const struct sf_fs_config *cfg, const char *store_abs,
 	rc = 0;
 out_free_fsname:
 	free(fsname);
-	return rc;
-}
-
-/*
- * Worker threads: twice the CPUs, 4 to 16 (measured on 2 cores: 4 reads a
- * cold 1 GiB file ~1.3x faster than 16). Idle workers are kept, so their
- * read buffers stay allocated and warm.
- */
-unsigned sf_fs_default_threads(void)
-{
-	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-	unsigned n = ncpu > 0 ? 2 * (unsigned)ncpu : 4;
-
-	return n < 4 ? 4 : n > 16 ? 16 : n;
-}
-
-int sf_fs_session_loop(struct fuse_session *se, unsigned nthreads)
-{
-	struct fuse_loop_config *lc;
-	int rc;
-
-	lc = fuse_loop_cfg_create();
-	if (!lc)
-		return -ENOMEM;
-	if (!nthreads)
-		nthreads = sf_fs_default_threads();
-	fuse_loop_cfg_set_clone_fd(lc, 0);
-	fuse_loop_cfg_set_max_threads(lc, nthreads);
-	fuse_loop_cfg_set_idle_threads(lc, nthreads);
-	rc = fuse_session_loop_mt(se, lc);
-	fuse_loop_cfg_destroy(lc);
 	return rc;
 }
 

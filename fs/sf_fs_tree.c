@@ -837,6 +837,22 @@ void sf_fs_stat(struct sf_fs *fs, struct sf_node *n, struct stat *st)
 
 /* --- checkpoints being written --- */
 
+uint64_t sf_fs_w_size(struct sf_fs *fs, const struct sf_node *n)
+{
+	struct sf_wentry_info info;
+	char name[SF_MAX_NAME + 1];
+
+	if (n->kind == SF_NODE_SLICE)
+		return n->size;
+	if (sf_fs_wname(n, name, sizeof(name)) != 0 ||
+	    sf_wckpt_info(n->ck->w, name, &info) != 0)
+		return 0;
+	if (!info.is_file && !info.declared)
+		return 0;
+	return info.nbytes;
+}
+
+
 /* Is d the directory whose children's names start a relative name: the
  * checkpoint itself (root files) or its tensors/? */
 static bool wname_top(const struct sf_node *d)

@@ -105,21 +105,6 @@ static bool component_ok(const char *name)
 	       sf_name_valid(name);
 }
 
-uint64_t sf_fs_w_size(struct sf_fs *fs, const struct sf_node *n)
-{
-	struct sf_wentry_info info;
-	char name[SF_MAX_NAME + 1];
-
-	if (n->kind == SF_NODE_SLICE)
-		return n->size;
-	if (sf_fs_wname(n, name, sizeof(name)) != 0 ||
-	    sf_wckpt_info(n->ck->w, name, &info) != 0)
-		return 0;
-	if (!info.is_file && !info.declared)
-		return 0;
-	return info.nbytes;
-}
-
 /* --- resume --- */
 
 int sf_fs_resume(struct sf_fs *fs, const char *name, const char *dir)

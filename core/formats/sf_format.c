@@ -1,17 +1,16 @@
 /*
- * sf_format.c - the table of format adapters and what they share: the
- * directory listing probes look at, and opening a file strictly beneath a
- * checkpoint directory (see sf_format.h).
+ * sf_format.c - what the format adapters share: the directory listing
+ * probes look at, opening a file strictly beneath a checkpoint directory,
+ * and the result of an open (see sf_format.h). The table of adapters is
+ * sf_formats.c, which sits above every adapter.
  *
- * Invariants: the table lists the native format first (a directory that
- * shardfs made is always its own); a listing holds at most SF_DIRLIST_MAX
- * names, sorted, each a copy; sf_open_beneath never returns a descriptor
- * of a file outside dirfd's tree.
+ * Invariants: a listing holds at most SF_DIRLIST_MAX names, sorted, each a
+ * copy; sf_open_beneath never returns a descriptor of a file outside
+ * dirfd's tree.
  */
 #include "sf_format.h"
 #include "sf_array.h"
 #include "sf_error.h"
-#include "sf_shardfs.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -22,38 +21,6 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-
-const struct sf_format *const sf_formats[] = {
-	&sf_format_shardfs,
-	NULL,
-};
-
-const struct sf_format *sf_format_find(const char *name)
-{
-	for (size_t i = 0; sf_formats[i]; i++)
-		if (strcmp(sf_formats[i]->name, name) == 0)
-			return sf_formats[i];
-	return NULL;
-}
-
-const struct sf_format *sf_format_probe(const struct sf_dirlist *ls,
-					enum sf_probe *how)
-{
-	const struct sf_format *partial = NULL;
-
-	for (size_t i = 0; sf_formats[i]; i++) {
-		enum sf_probe p = sf_formats[i]->probe(ls);
-
-		if (p == SF_PROBE_YES) {
-			*how = p;
-			return sf_formats[i];
-		}
-		if (p == SF_PROBE_PARTIAL && !partial)
-			partial = sf_formats[i];
-	}
-	*how = partial ? SF_PROBE_PARTIAL : SF_PROBE_NO;
-	return partial;
-}
 
 void sf_format_result_clear(struct sf_format_result *r)
 {

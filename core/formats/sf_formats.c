@@ -1,0 +1,45 @@
+/*
+ * sf_formats.c - the table of format adapters (sf_format.h) and the probe
+ * that asks each in turn. Adding a format is adding its adapter's row
+ * here.
+ *
+ * Invariant: the native format comes first, so a directory shardfs made
+ * is always its own, whatever else it holds.
+ */
+#include "sf_format.h"
+#include "sf_shardfs.h"
+
+#include <string.h>
+
+const struct sf_format *const sf_formats[] = {
+	&sf_format_shardfs,
+	NULL,
+};
+
+const struct sf_format *sf_format_find(const char *name)
+{
+	for (size_t i = 0; sf_formats[i]; i++)
+		if (strcmp(sf_formats[i]->name, name) == 0)
+			return sf_formats[i];
+	return NULL;
+}
+
+const struct sf_format *sf_format_probe(const struct sf_dirlist *ls,
+					enum sf_probe *how)
+{
+	const struct sf_format *partial = NULL;
+
+	for (size_t i = 0; sf_formats[i]; i++) {
+		enum sf_probe p = sf_formats[i]->probe(ls);
+
+		if (p == SF_PROBE_YES) {
+			*how = p;
+			return sf_formats[i];
+		}
+		if (p == SF_PROBE_PARTIAL && !partial)
+			partial = sf_formats[i];
+	}
+	*how = partial ? SF_PROBE_PARTIAL : SF_PROBE_NO;
+	return partial;
+}
+

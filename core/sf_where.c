@@ -1,0 +1,88 @@
+/*
+ * sf_where.c - one-line messages that name where a problem is: "KIND NAME:
+ * shard I: message", for the model's validator, the coverage check and
+ * every codec and format adapter (sf_model.h).
+ *
+ * Invariant: a message is one printable line, bounded by the caller's
+ * buffer: names are quoted with escapes and cut at SF_QNAME_MAX input
+ * bytes, and control bytes of the message itself become '?'.
+ */
+#include "sf_model.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+void sf_quote_name(char *out, const char *s, size_t len)
+{
+	size_t n = 0;
+	out[n++] = '"';
+	for (size_t i = 0; i < len && i < SF_QNAME_MAX; i++) {
+		unsigned char c = (unsigned char)s[i];
+		if (c < 0x20 || c == 0x7f || c == '"' || c == '\\')
+			n += (size_t)sprintf(out + n, "\\x%02x", c);
+		else
+			out[n++] = (char)c;
+	}
+	out[n++] = '"';
+	if (len > SF_QNAME_MAX) {
+		memcpy(out + n, "...", 3);
+		n += 3;
+	}
+	out[n] = '\0';
+}
+
+void sf_where_init(struct sf_where *w, char *err, size_t errlen)
+{
+	memset(w, 0, sizeof(*w));
+	w->shard = -1;
+	w->err = err;
+	w->errlen = errlen;
+	if (err && errlen)
+		err[0] = '\0';
+}
+
+void sf_where_set(struct sf_where *w, const char *kind, const char *name,
+		  size_t len)
+{
+	w->kind = kind;
+	w->shard = -1;
+	sf_quote_name(w->qname, name, len);
+}
+
+/* Advance *n by the result r of an snprintf into a buffer of size cap. */
+static void advance(size_t *n, int r, size_t cap)
+{
+	if (r < 0)
+		return;
+	*n += (size_t)r;
+	if (*n >= cap)
+		*n = cap - 1;
+}
+
+/* Write "kind NAME: shard I: <message>" into w->err (one line, control
+ * bytes replaced by '?') and return code. */
+int sf_fail(const struct sf_where *w, int code, const char *fmt, ...)
+{
+	if (!w->err || w->errlen == 0)
+		return code;
+	size_t n = 0;
+	w->err[0] = '\0';
+	if (w->kind)
+		advance(&n, snprintf(w->err + n, w->errlen - n, "%s %s: ",
+				     w->kind, w->qname), w->errlen);
+	if (w->shard >= 0)
+		advance(&n, snprintf(w->err + n, w->errlen - n, "shard %ld: ",
+				     w->shard), w->errlen);
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(w->err + n, w->errlen - n, fmt, ap);
+	va_end(ap);
+	/* Text quoted from the input (jansson's "near '...'") may hold
+	 * control bytes: keep the message one printable line. */
+	for (char *p = w->err; *p; p++)
+		if ((unsigned char)*p < 0x20 || *p == 0x7f)
+			*p = '?';
+	return code;
+}
+

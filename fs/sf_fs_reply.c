@@ -1,0 +1,75 @@
+/*
+ * sf_fs_reply.c - the replies every handler shares: errors (the one map
+ * from shardfs errors to a reply's errno is core's error table,
+ * sf_errno), entries with the cache timeouts a node deserves, and a
+ * shape as JSON for the xattrs.
+ *
+ * Invariants: a reply function answers its request exactly once; an entry
+ * handed to the kernel carries the lookup reference the caller took, and
+ * that reference is dropped again when the reply cannot be delivered.
+ * Checkpoints being written (and the store root, which gains and loses
+ * checkpoints) are never cached by the kernel; committed entries are
+ * immutable and cached for SF_FS_TIMEOUT; checkpoint directories for
+ * SF_FS_CKPT_TIMEOUT (a commit or delete swaps them).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "sf_error.h"
+#include "sf_fs_internal.h"
+
+void sf_fs_reply_err(fuse_req_t req, int err)
+{
+	fuse_reply_err(req, err ? sf_errno(err) : 0);
+}
+
+#define SF_FS_CKPT_TIMEOUT 1.0  /* s: a checkpoint directory's entry */
+
+/* How long the kernel may cache n's attributes and its name. */
+double sf_fs_node_timeout(struct sf_fs *fs, const struct sf_node *n)
+{
+	if (sf_node_is_w(n) || n == fs->root)
+		return 0.0;
+	if (n->kind == SF_NODE_CKPT)
+		return SF_FS_CKPT_TIMEOUT;
+	return SF_FS_TIMEOUT;
+}
+
+void sf_fs_fill_entry(struct sf_fs *fs, struct sf_node *n,
+		      struct fuse_entry_param *e)
+{
+	memset(e, 0, sizeof(*e));
+	e->ino = sf_fs_ino(fs, n);
+	e->attr_timeout = sf_fs_node_timeout(fs, n);
+	e->entry_timeout = e->attr_timeout;
+	sf_fs_stat(fs, n, &e->attr);
+}
+
+
+void sf_fs_reply_entry(fuse_req_t req, struct sf_fs *fs, struct sf_node *n)
+{
+	struct fuse_entry_param e;
+
+	sf_fs_fill_entry(fs, n, &e);
+	if (fuse_reply_entry(req, &e) != 0)
+		sf_fs_unref(fs, n, 1); /* the kernel never saw it */
+}
+
+/* JSON array of n dims into buf (room for SF_MAX_NDIM 20-digit numbers). */
+size_t sf_fs_shape_json(unsigned ndim, const uint64_t *dims, char *buf,
+			size_t size)
+{
+	size_t used = 0;
+	unsigned i;
+
+	used += (size_t)snprintf(buf + used, size - used, "[");
+	for (i = 0; i < ndim && used < size; i++)
+		used += (size_t)snprintf(buf + used, size - used, "%s%" PRIu64,
+					 i ? "," : "", dims[i]);
+	if (used < size)
+		used += (size_t)snprintf(buf + used, size - used, "]");
+	return used < size ? used : size - 1;
+}
+
