@@ -39,7 +39,7 @@
 
 #include "sf_error.h"
 #include "sf_model.h"
-#include "sf_st_parse.h"
+#include "sf_st_header.h"
 
 #define SF_GPU_ALIGN 256u /* packing alignment inside a PER_FILE allocation */
 

@@ -16,7 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gpu_testfiles.h"
+#include "st_testfiles.h"
 #include "sf_error.h"
 #include "sf_gpu.h"
 

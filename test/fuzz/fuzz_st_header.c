@@ -1,6 +1,6 @@
 /*
  * fuzz_st_header.c - libFuzzer target for the safetensors header parser
- * (gpu/sf_st_parse.h sf_st_header_parse, CPU-only code).
+ * (gpu/sf_st_header.h sf_st_header_parse, CPU-only code).
  *
  * Input: 8 bytes, then the header JSON (json_len = the rest). The 8 bytes
  * are a little-endian v: with its top bit clear the file is
@@ -9,7 +9,7 @@
  * For any input, sf_st_header_parse either
  *   - fails with -SF_EMANIFEST, -SF_ETOOBIG or -ENOMEM, no header, and
  *     (but for -ENOMEM) a non-empty one-line message; or
- *   - returns a header for which everything sf_st_parse.h promises holds:
+ *   - returns a header for which everything sf_st_header.h promises holds:
  *     data_start = 8 + json_len, data_len = file_size - data_start,
  *     n <= SF_MAX_TENSORS, every name 1..SF_MAX_NAME bytes, unique and not
  *     "__metadata__", every dtype known, ndim <= SF_MAX_NDIM,
@@ -26,7 +26,7 @@
 #include "fuzz_util.h"
 #include "sf_error.h"
 #include "sf_model.h"
-#include "sf_st_parse.h"
+#include "sf_st_header.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,5 +1,5 @@
 /*
- * sf_st_parse.h - a strict parser for safetensors headers, CPU-only so it
+ * sf_st_header.h - a strict parser for safetensors headers, CPU-only so it
  * is tested on machines without a GPU.
  *
  * A safetensors file is: an 8-byte little-endian header length N, N bytes of
@@ -12,8 +12,8 @@
  * entries sorted by begin tile the data section exactly: the first begins at
  * 0, each begins where the previous ended, the last ends at the file's end.
  */
-#ifndef SF_ST_PARSE_H
-#define SF_ST_PARSE_H
+#ifndef SF_ST_HEADER_H
+#define SF_ST_HEADER_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,9 +1,10 @@
 /*
- * gpu_testfiles.h - generated inputs for the gpu/ tests: files of
- * pseudo-random bytes and small safetensors files with known tensors.
+ * st_testfiles.h - generated inputs for the safetensors header tests and
+ * the gpu/ tests: files of pseudo-random bytes and small safetensors files
+ * with known tensors.
  */
-#ifndef GPU_TESTFILES_H
-#define GPU_TESTFILES_H
+#ifndef ST_TESTFILES_H
+#define ST_TESTFILES_H
 
 #include <stddef.h>
 #include <stdint.h>

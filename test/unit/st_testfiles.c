@@ -1,8 +1,8 @@
 /*
- * gpu_testfiles.c - writers of generated test inputs (see gpu_testfiles.h).
+ * st_testfiles.c - writers of generated test inputs (see st_testfiles.h).
  * Deterministic: the same seed gives the same bytes.
  */
-#include "gpu_testfiles.h"
+#include "st_testfiles.h"
 
 #include <errno.h>
 #include <stdio.h>

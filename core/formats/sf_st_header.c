@@ -1,5 +1,6 @@
 /*
- * sf_st_parse.c - strict safetensors header parser (see sf_st_parse.h).
+ * sf_st_header.c - strict safetensors header parser (see sf_st_header.h),
+ * for the GPU loader and the format adapters of safetensors files.
  *
  * Invariants: nothing from the file is trusted. The header length is bounded
  * by SF_MAX_ST_HEADER and the file size before any allocation; entries are
@@ -8,7 +9,7 @@
  * entries tile the data section exactly, so a loader may trust
  * [data_start + begin, data_start + end) to lie inside the file.
  */
-#include "sf_st_parse.h"
+#include "sf_st_header.h"
 
 #include <errno.h>
 #include <jansson.h>

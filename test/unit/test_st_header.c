@@ -11,9 +11,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gpu_testfiles.h"
+#include "st_testfiles.h"
 #include "sf_error.h"
-#include "sf_st_parse.h"
+#include "sf_st_header.h"
 #include "sf_views.h"
 
 static int failures;
@@ -226,7 +226,7 @@ static void test_files(const char *dir)
 
 int main(void)
 {
-	char dir[] = "/tmp/sf_st_parse.XXXXXX";
+	char dir[] = "/tmp/sf_st_header.XXXXXX";
 	char cmd[128];
 
 	if (!mkdtemp(dir)) {
