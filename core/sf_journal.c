@@ -12,6 +12,7 @@
 #include "sf_io.h"
 #include "sf_jw.h"
 #include "sf_log.h"
+#include "sf_parse.h"
 #include "sf_shardfs.h"
 
 #include <errno.h>
@@ -141,11 +142,8 @@ static int parse_rec(const json_t *o, struct sf_journal_rec *r)
 		if (!dts || !json_is_array(sh) || (nd = json_array_size(sh)) > SF_MAX_NDIM)
 			return -EINVAL;
 		for (size_t i = 0; i < nd; i++) {
-			const json_t *v = json_array_get(sh, i);
-
-			if (!json_is_integer(v) || json_integer_value(v) < 0)
+			if (!sf_json_u64(json_array_get(sh, i), &r->shape[i]))
 				return -EINVAL;
-			r->shape[i] = (uint64_t)json_integer_value(v);
 		}
 		r->op = SF_JOP_DECLARE;
 		r->dtype = sf_dtype_from_name(dts, strlen(dts));

@@ -44,6 +44,7 @@
 #include "sf_error.h"
 #include "sf_log.h"
 #include "sf_model.h"
+#include "sf_parse.h"
 #include "sf_fs_internal.h"
 
 #define XA_DTYPE "user.shardfs.dtype"
@@ -522,20 +523,16 @@ static int parse_shape(const char *s, unsigned *ndim, uint64_t *shape)
 	if (bracket)
 		p++;
 	for (;;) {
-		char *end;
-		unsigned long long v;
+		const char *end;
 
 		while (*p == ' ' || *p == '\t')
 			p++;
 		if (*p == ']' || *p == '\0')
 			break;
-		if (*p < '0' || *p > '9' || n == SF_MAX_NDIM)
+		if (n == SF_MAX_NDIM ||
+		    sf_parse_u64_prefix(p, UINT64_MAX, &shape[n], &end))
 			return -EINVAL;
-		errno = 0;
-		v = strtoull(p, &end, 10);
-		if (errno)
-			return -EINVAL;
-		shape[n++] = v;
+		n++;
 		p = end;
 		while (*p == ' ' || *p == '\t')
 			p++;

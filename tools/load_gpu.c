@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "sf_error.h"
+#include "sf_parse.h"
 #include "sf_gpu.h"
 
 #define MAX_FILES 4096u /* FILE arguments per run */
@@ -43,16 +44,11 @@ static void usage(FILE *f)
 static bool parse_uint(const char *s, unsigned long lo, unsigned long hi,
 		       unsigned long *out)
 {
-	char *end;
-	unsigned long v;
+	uint64_t v;
 
-	errno = 0;
-	if (!*s || *s == '-')
+	if (sf_parse_u64(s, hi, &v) || v < lo)
 		return false;
-	v = strtoul(s, &end, 10);
-	if (errno || *end || v < lo || v > hi)
-		return false;
-	*out = v;
+	*out = (unsigned long)v;
 	return true;
 }
 

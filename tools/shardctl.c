@@ -39,6 +39,7 @@
 #include "sf_io.h"
 #include "sf_log.h"
 #include "sf_model.h"
+#include "sf_parse.h"
 #include "sf_mounts.h"
 #include "sf_store.h"
 #include "sf_views.h"
@@ -131,50 +132,6 @@ static bool is_help(const char *s)
 /* small helpers                                                       */
 /* ------------------------------------------------------------------ */
 
-/* "64M", "4096", "2G": binary suffixes K M G T, optional "B"/"iB". */
-static int parse_size(const char *s, uint64_t *out)
-{
-	unsigned long long v;
-	unsigned shift = 0;
-	char *end;
-
-	if (*s < '0' || *s > '9')
-		return -EINVAL;
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno)
-		return -EINVAL;
-	switch (*end) {
-	case 'k': case 'K': shift = 10; end++; break;
-	case 'm': case 'M': shift = 20; end++; break;
-	case 'g': case 'G': shift = 30; end++; break;
-	case 't': case 'T': shift = 40; end++; break;
-	default: break;
-	}
-	if (shift && *end == 'i')
-		end++;
-	if (*end == 'B')
-		end++;
-	if (*end || (shift && v > (UINT64_MAX >> shift)))
-		return -EINVAL;
-	*out = (uint64_t)v << shift;
-	return 0;
-}
-
-static int parse_u64(const char *s, uint64_t *out)
-{
-	unsigned long long v;
-	char *end;
-
-	if (*s < '0' || *s > '9')
-		return -EINVAL;
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno || *end)
-		return -EINVAL;
-	*out = v;
-	return 0;
-}
 
 /* "1.2 GiB" into buf. */
 static const char *fmt_bytes(uint64_t n, char buf[32])
@@ -384,13 +341,13 @@ static int cmd_gen(int argc, char **argv)
 				return usage_error(usage_gen, "unknown layout '%s'", optarg);
 			break;
 		case 'r':
-			if (parse_u64(optarg, &v) < 0 || v < 1 || v > SF_GEN_MAX_RANKS)
+			if (sf_parse_u64(optarg, UINT64_MAX, &v) < 0 || v < 1 || v > SF_GEN_MAX_RANKS)
 				return usage_error(usage_gen,
 					"--ranks '%s': want 1..4096", optarg);
 			o.ranks = (uint32_t)v;
 			break;
 		case 's':
-			if (parse_size(optarg, &o.size) < 0 ||
+			if (sf_parse_size(optarg, &o.size) < 0 ||
 			    o.size < SF_GEN_MIN_SIZE || o.size > SF_GEN_MAX_SIZE)
 				return usage_error(usage_gen,
 					"--size '%s': want 64K..4T", optarg);
@@ -404,12 +361,12 @@ static int cmd_gen(int argc, char **argv)
 					optarg);
 			break;
 		case 'S':
-			if (parse_u64(optarg, &o.seed) < 0)
+			if (sf_parse_u64(optarg, UINT64_MAX, &o.seed) < 0)
 				return usage_error(usage_gen, "--seed '%s': want an integer",
 						   optarg);
 			break;
 		case 'b':
-			if (parse_size(optarg, &o.block_size) < 0 ||
+			if (sf_parse_size(optarg, &o.block_size) < 0 ||
 			    o.block_size < SF_MIN_BLOCK_SIZE ||
 			    o.block_size > SF_MAX_BLOCK_SIZE)
 				return usage_error(usage_gen,

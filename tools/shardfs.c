@@ -27,6 +27,7 @@
 #include "sf_fs.h"
 #include "sf_log.h"
 #include "sf_mpi.h"
+#include "sf_parse.h"
 #include "sf_store.h"
 
 #define MAX_FUSE_OPTS 64
@@ -126,13 +127,9 @@ static int parse_level(const char *s, enum sf_log_level *out)
 /* A whole number of seconds, 1..MAX_TIMEOUT_S, into *ms. */
 static int parse_seconds(const char *s, int *ms)
 {
-	unsigned long v;
-	char *end;
+	uint64_t v;
 
-	errno = 0;
-	v = strtoul(s, &end, 10);
-	if (errno || end == s || *end || s[0] == '-' || v == 0 ||
-	    v > MAX_TIMEOUT_S)
+	if (sf_parse_u64(s, MAX_TIMEOUT_S, &v) || v == 0)
 		return -EINVAL;
 	*ms = (int)v * 1000;
 	return 0;
@@ -229,11 +226,10 @@ int main(int argc, char **argv)
 	const char *fuse_opts[MAX_FUSE_OPTS];
 	enum sf_log_level level = SF_LOG_WARN;
 	struct sf_fs_config cfg = { 0 };
-	unsigned long long mb = 256;
+	uint64_t mb = 256;
 	bool mpi = false;
 	int commit_timeout_ms = DEFAULT_COMMIT_TIMEOUT_S * 1000;
 	int peer_timeout_ms = 0; /* 0: the peer layer's default */
-	char *end;
 	int c, rc;
 
 	cfg.fuse_opts = fuse_opts;
@@ -259,10 +255,7 @@ int main(int argc, char **argv)
 			cfg.engine.verify = false;
 			break;
 		case OPT_CACHE_MB:
-			errno = 0;
-			mb = strtoull(optarg, &end, 10);
-			if (errno || end == optarg || *end || optarg[0] == '-' ||
-			    mb == 0 || mb > MAX_CACHE_MB)
+			if (sf_parse_u64(optarg, MAX_CACHE_MB, &mb) || mb == 0)
 				return bad_usage("--cache-mb wants a size in MiB from 1 to 1048576, not '%s'",
 						 optarg);
 			break;

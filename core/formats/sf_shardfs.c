@@ -22,6 +22,7 @@
 #include "sf_checksum.h"
 #include "sf_error.h"
 #include "sf_io.h"
+#include "sf_parse.h"
 
 bool sf_shardfs_file_name_ok(const char *name, size_t len)
 {
@@ -37,9 +38,8 @@ bool sf_shardfs_file_name_ok(const char *name, size_t len)
 static int json_u64(const struct sf_where *w, const json_t *v, const char *label,
 		    uint64_t *out)
 {
-	if (!json_is_integer(v) || json_integer_value(v) < 0)
+	if (!sf_json_u64(v, out))
 		return sf_fail(w, -SF_EMANIFEST, "%s must be a non-negative integer", label);
-	*out = (uint64_t)json_integer_value(v);
 	return 0;
 }
 
@@ -430,14 +430,6 @@ int sf_shardfs_parse_part(const char *json, size_t len,
 /* ------------------------------------------------------------------ */
 /* journal records                                                     */
 
-static bool rec_u64(const json_t *v, uint64_t *out)
-{
-	if (!json_is_integer(v) || json_integer_value(v) < 0)
-		return false;
-	*out = (uint64_t)json_integer_value(v);
-	return true;
-}
-
 int sf_shardfs_get_shard(const json_t *o, unsigned ndim, struct sf_shard *s)
 {
 	const json_t *flat = json_object_get(o, "flat"), *x = json_object_get(o, "xxh3");
@@ -445,17 +437,17 @@ int sf_shardfs_get_shard(const json_t *o, unsigned ndim, struct sf_shard *s)
 	uint64_t rank;
 
 	memset(s, 0, sizeof(*s));
-	if (!rec_u64(json_object_get(o, "rank"), &rank) || rank > UINT32_MAX ||
+	if (!sf_json_u64(json_object_get(o, "rank"), &rank) || rank > UINT32_MAX ||
 	    !json_is_string(file) || !json_is_array(x) ||
-	    !rec_u64(json_object_get(o, "file_offset"), &s->file_offset) ||
-	    !rec_u64(json_object_get(o, "nbytes"), &s->nbytes) ||
+	    !sf_json_u64(json_object_get(o, "file_offset"), &s->file_offset) ||
+	    !sf_json_u64(json_object_get(o, "nbytes"), &s->nbytes) ||
 	    !sf_relpath_valid(json_string_value(file)) || ndim > SF_MAX_NDIM)
 		return -EINVAL;
 	s->rank = (uint32_t)rank;
 	if (flat) {
 		if (!json_is_array(flat) || json_array_size(flat) != 2 ||
-		    !rec_u64(json_array_get(flat, 0), &s->flat_off) ||
-		    !rec_u64(json_array_get(flat, 1), &s->flat_len))
+		    !sf_json_u64(json_array_get(flat, 0), &s->flat_off) ||
+		    !sf_json_u64(json_array_get(flat, 1), &s->flat_len))
 			return -EINVAL;
 		s->flat = true;
 	} else {
@@ -466,8 +458,8 @@ int sf_shardfs_get_shard(const json_t *o, unsigned ndim, struct sf_shard *s)
 			return -EINVAL;
 		s->box.ndim = ndim;
 		for (unsigned i = 0; i < ndim; i++)
-			if (!rec_u64(json_array_get(a, i), &s->box.off[i]) ||
-			    !rec_u64(json_array_get(b, i), &s->box.len[i]))
+			if (!sf_json_u64(json_array_get(a, i), &s->box.off[i]) ||
+			    !sf_json_u64(json_array_get(b, i), &s->box.len[i]))
 				return -EINVAL;
 	}
 	if (json_array_size(x) > (1u << 24))
