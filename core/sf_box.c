@@ -217,6 +217,44 @@ bool sf_box_locate(unsigned ndim, const uint64_t *shape, size_t itemsize,
 	return true;
 }
 
+bool sf_box_locate_strided(unsigned ndim, const uint64_t *shape,
+			   size_t itemsize, const struct sf_box *b,
+			   const uint64_t *strides, uint64_t tensor_off,
+			   uint64_t *pos, uint64_t *run)
+{
+	uint64_t box_off, brun, e, within, rem, p = 0, prun, last_idx = 0;
+
+	if (!sf_box_locate(ndim, shape, itemsize, b, tensor_off, &box_off, &brun)) {
+		*run = brun;
+		return false;
+	}
+	if (ndim == 0) {
+		*pos = box_off;
+		*run = brun;
+		return true;
+	}
+	e = box_off / itemsize;
+	within = box_off % itemsize;
+	rem = e;
+	for (unsigned d = ndim; d-- > 0;) {
+		uint64_t c = rem % b->len[d];
+
+		rem /= b->len[d];
+		if (d == ndim - 1)
+			last_idx = c;
+		p += c * strides[d];
+	}
+	*pos = p * itemsize + within;
+	/* Contiguous in the payload: along the last dimension when its
+	 * stride is one element, else this element only. */
+	if (strides[ndim - 1] == 1)
+		prun = (b->len[ndim - 1] - last_idx) * itemsize - within;
+	else
+		prun = itemsize - within;
+	*run = brun < prun ? brun : prun;
+	return true;
+}
+
 /* Parse a decimal uint64 in [s, e); false on empty, non-digit or overflow. */
 static bool parse_u64(const char *s, const char *e, uint64_t *out)
 {

@@ -77,6 +77,21 @@ bool sf_box_locate(unsigned ndim, const uint64_t *shape, size_t itemsize,
 		   uint64_t *box_off, uint64_t *run);
 
 /*
+ * sf_box_locate for the payload of a strided box: box element (i_0..i_n)
+ * lies at payload byte sum(i_d * strides[d]) * itemsize. If tensor byte
+ * tensor_off lies in b, set *pos to its payload byte and *run to the bytes
+ * from there contiguous in the tensor and in the payload (within the
+ * box's last dimension when strides[ndim-1] is 1, else to the end of the
+ * element), and return true; otherwise as sf_box_locate. The strides must
+ * keep every element inside a span that fits in 64 bits (the model's
+ * validator checks that: sf_strided_span).
+ */
+bool sf_box_locate_strided(unsigned ndim, const uint64_t *shape,
+			   size_t itemsize, const struct sf_box *b,
+			   const uint64_t *strides, uint64_t tensor_off,
+			   uint64_t *pos, uint64_t *run);
+
+/*
  * Parse the slice part of NAME@START:STOP,START:STOP (the text after '@',
  * `len` bytes, not NUL-terminated) against a shape. One START:STOP per
  * dimension; either side may be empty (":" is the whole dimension); STOP is

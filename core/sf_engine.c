@@ -331,7 +331,7 @@ static int fetch(struct read_ctx *c, const struct sf_shard *s, uint64_t idx,
 				s->file_offset + idx * bs, b->data, b->len);
 	if (ret < 0)
 		return ret;
-	if (e->verify && sf_xxh3(b->data, b->len) != s->xxh3[idx])
+	if (e->verify && s->xxh3 && sf_xxh3(b->data, b->len) != s->xxh3[idx])
 		return -SF_ECHECKSUM;
 	return 0;
 }
@@ -524,6 +524,10 @@ bool sf_shard_locate(const struct sf_tensor *t, const struct sf_shard *s,
 		*run = s->flat_len - *pos;
 		return true;
 	}
+	if (s->strides)
+		return sf_box_locate_strided(t->ndim, t->shape,
+					     sf_dtype_size(t->dtype), &s->box,
+					     s->strides, p, pos, run);
 	return sf_box_locate(t->ndim, t->shape, sf_dtype_size(t->dtype),
 			     &s->box, p, pos, run);
 }

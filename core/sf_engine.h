@@ -5,7 +5,10 @@
  * from a peer daemon). The engine plans which shards cover a requested
  * byte range of a tensor, or of a box (slice) of it, reads their payload
  * through a bounded cache of whole checksum blocks, verifies each block's
- * XXH3 once when it enters the cache, and copies the bytes out. Thread-safe:
+ * XXH3 once when it enters the cache (only for shards that carry checksums:
+ * a foreign format's shards may have none, and their blocks are served as
+ * read), and copies the bytes out. A box shard may be strided (its payload
+ * laid out with the strides the model gives). Thread-safe:
  * many FUSE workers read concurrently; two readers of one block wait for a
  * single fetch.
  */
@@ -59,7 +62,7 @@ bool sf_shard_locate(const struct sf_tensor *t, const struct sf_shard *s,
 
 struct sf_engine_opts {
 	uint64_t cache_bytes;  /* bound on cached block bytes (default 256 MiB) */
-	bool verify;           /* check XXH3 of every block (default true) */
+	bool verify;           /* check XXH3 of every block that has one (default true) */
 };
 
 struct sf_engine;

@@ -311,15 +311,63 @@ static int file_append(struct kit_file *f, const void *data, size_t len)
 	return 0;
 }
 
+/*
+ * Strides of a box stored with its dimensions in a random order (the
+ * first of the order outermost), with up to 3 unused elements after each
+ * innermost row now and then: the payload of a chunk saved from a
+ * transposed or a sliced view. Returns its span in bytes.
+ */
+static uint64_t rand_strides(uint64_t *rng, const struct sf_box *b,
+			     size_t itemsize, uint64_t *strides)
+{
+	unsigned perm[SF_MAX_NDIM], n = b->ndim;
+	uint64_t step = 1;
+
+	for (unsigned d = 0; d < n; d++)
+		perm[d] = d;
+	for (unsigned d = n; d > 1; d--) {
+		unsigned j = (unsigned)rnd(rng, d), x = perm[d - 1];
+
+		perm[d - 1] = perm[j];
+		perm[j] = x;
+	}
+	for (unsigned i = n; i-- > 0;) {
+		strides[perm[i]] = step;
+		step *= b->len[perm[i]] + (i == n - 1 && rnd(rng, 2) ? rnd(rng, 4) : 0);
+	}
+	uint64_t last = 0;
+	for (unsigned d = 0; d < n; d++) {
+		if (b->len[d] == 0)
+			return 0;
+		last += (b->len[d] - 1) * strides[d];
+	}
+	return (last + 1) * itemsize;
+}
+
+/* Payload byte of box byte j of a strided shard (naive). */
+static uint64_t strided_pos(const struct sf_tensor *t, const struct sf_shard *s,
+			    uint64_t j)
+{
+	size_t isz = sf_dtype_size(t->dtype);
+	uint64_t e = j / isz, p = 0;
+
+	for (unsigned d = t->ndim; d-- > 0;) {
+		p += (e % s->box.len[d]) * s->strides[d];
+		e /= s->box.len[d];
+	}
+	return p * isz + j % isz;
+}
+
 /* Write one shard's payload into a random file of its rank and add it. */
 static int emit_shard(uint64_t *rng, struct kit *k, struct sf_tensor *t,
-		      const unsigned char *model, const struct shard_spec *sp)
+		      const unsigned char *model, const struct shard_spec *sp,
+		      unsigned flags)
 {
 	struct sf_shard s = { 0 };
 	unsigned char pad[64], *payload;
 	size_t fi = rnd(rng, k->nfiles);
 	struct kit_file *f = &k->files[fi];
-	uint64_t bs = k->m->block_size;
+	uint64_t bs = k->m->block_size, strides[SF_MAX_NDIM], boxbytes;
 	int rc;
 
 	s.rank = f->rank;
@@ -327,13 +375,30 @@ static int emit_shard(uint64_t *rng, struct kit *k, struct sf_tensor *t,
 	s.box = sp->box;
 	s.flat_off = sp->flat_off;
 	s.flat_len = sp->flat_len;
-	s.nbytes = sp->flat ? sp->flat_len
+	boxbytes = sp->flat ? sp->flat_len
 			    : sf_box_numel(&sp->box) * sf_dtype_size(t->dtype);
-	payload = malloc(s.nbytes);
+	s.nbytes = boxbytes;
+	if ((flags & KIT_STRIDED) && !sp->flat && t->ndim && boxbytes && rnd(rng, 2)) {
+		s.nbytes = rand_strides(rng, &sp->box, sf_dtype_size(t->dtype), strides);
+		s.strides = strides;
+	}
+	payload = malloc(s.nbytes ? s.nbytes : 1);
 	if (!payload)
 		return -ENOMEM;
-	for (uint64_t j = 0; j < s.nbytes; j++)
-		payload[j] = model[kit_shard_byte(t, &s, j)];
+	if (s.strides) {
+		/* junk where no element lies, then every element in place */
+		for (uint64_t j = 0; j < s.nbytes; j++)
+			payload[j] = (unsigned char)sf_rand_r(rng);
+		for (uint64_t j = 0; j < boxbytes; j++) {
+			struct sf_shard plain = s;
+
+			plain.strides = NULL;
+			payload[strided_pos(t, &s, j)] = model[kit_shard_byte(t, &plain, j)];
+		}
+	} else {
+		for (uint64_t j = 0; j < s.nbytes; j++)
+			payload[j] = model[kit_shard_byte(t, &s, j)];
+	}
 
 	/* Random junk before the shard so file_offset matters. */
 	for (size_t i = 0; i < sizeof(pad); i++)
@@ -346,6 +411,14 @@ static int emit_shard(uint64_t *rng, struct kit *k, struct sf_tensor *t,
 	if (rc)
 		goto out_free_payload;
 	s.file = f->name;
+	if ((flags & KIT_UNVERIFIED) && rnd(rng, 3) == 0) {
+		s.nblocks = 0; /* no checksums: served unverified */
+		rc = sf_tensor_add_shard(k->m, t, &s);
+		if (rc)
+			fprintf(stderr, "testkit: sf_tensor_add_shard: %s: %s\n",
+				sf_strerror(rc), sf_model_why(k->m));
+		goto out_free_payload;
+	}
 	s.nblocks = (s.nbytes + bs - 1) / bs;
 	s.xxh3 = malloc(s.nblocks * sizeof(*s.xxh3) + 1);
 	if (!s.xxh3) {
@@ -383,6 +456,13 @@ struct pending {
 int kit_create(uint64_t seed, size_t ntensors, bool exclusive,
 	       struct kit **out)
 {
+	return kit_create_ex(seed, ntensors, exclusive ? KIT_EXCLUSIVE : 0, out);
+}
+
+int kit_create_ex(uint64_t seed, size_t ntensors, unsigned flags,
+		  struct kit **out)
+{
+	bool exclusive = flags & KIT_EXCLUSIVE;
 	uint64_t rng = seed ? seed : 1;
 	struct pending *pend;
 	struct kit *k;
@@ -460,7 +540,7 @@ int kit_create(uint64_t seed, size_t ntensors, bool exclusive,
 		l->n = 0;
 		plan_shards(&rng, t, p->itemsize, exclusive, l);
 		for (size_t s = 0; s < l->n && !rc; s++)
-			rc = emit_shard(&rng, k, t, p->bytes, &l->v[s]);
+			rc = emit_shard(&rng, k, t, p->bytes, &l->v[s], flags);
 		free(l);
 		if (rc)
 			goto out_free_pending;

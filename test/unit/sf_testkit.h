@@ -60,6 +60,17 @@ struct kit {
  * stderr). Caller frees with kit_destroy(). */
 int kit_create(uint64_t seed, size_t ntensors, bool exclusive,
 	       struct kit **out);
+
+/* kit_create with the shapes foreign formats bring: with KIT_STRIDED about
+ * half the box shards are stored strided (their dimensions in a random
+ * order, and sometimes with unused elements between rows, as a chunk saved
+ * from a transposed or sliced view is: sf_shard.strides); with
+ * KIT_UNVERIFIED about a third of the shards carry no checksums. */
+#define KIT_EXCLUSIVE 1u
+#define KIT_STRIDED 2u
+#define KIT_UNVERIFIED 4u
+int kit_create_ex(uint64_t seed, size_t ntensors, unsigned flags,
+		  struct kit **out);
 void kit_destroy(struct kit *k); /* accepts NULL */
 
 /*

@@ -220,15 +220,17 @@ static int new_engine(struct kit *k, uint64_t cache, bool verify,
 	return rc;
 }
 
-/* Random reads on every configuration of cache and verify. */
-static void test_reads(void)
+/* Random reads on every configuration of cache and verify; with flags
+ * (KIT_STRIDED, KIT_UNVERIFIED) the shapes foreign formats bring. */
+static void test_reads(unsigned flags)
 {
 	for (int round = 0; round < 24; round++) {
 		struct kit *k;
 		uint64_t rng = sf_rand();
 
-		if (!CHECK_EQ(kit_create(sf_rand(), 1 + sf_rand_below(6),
-					 round % 3 == 0, &k), 0))
+		if (!CHECK_EQ(kit_create_ex(sf_rand(), 1 + sf_rand_below(6),
+					    flags | (round % 3 == 0 ? KIT_EXCLUSIVE : 0),
+					    &k), 0))
 			continue;
 		uint64_t bs = k->m->block_size;
 		const uint64_t caches[] = { 1, bs, 3 * bs, 256u << 20 };
@@ -931,7 +933,9 @@ int main(void)
 	sf_test_seed(PROG, 4242);
 	sf_log_setup(LOG_PREFIX, SF_LOG_INFO);
 	test_empty_tensor();
-	test_reads();
+	test_reads(0);
+	test_reads(KIT_STRIDED);
+	test_reads(KIT_STRIDED | KIT_UNVERIFIED);
 	test_stats();
 	test_corruption();
 	test_missing();
