@@ -1,0 +1,154 @@
+/*
+ * sf_pickle.h - a pickle reader that never executes anything.
+ *
+ * Decodes a Python pickle (protocols 0 to 5, the opcodes that torch,
+ * numpy and paddle checkpoints use) into a graph of plain values. Names a
+ * pickle refers to (GLOBAL, STACK_GLOBAL) are never imported or called:
+ * each becomes an SF_PK_GLOBAL node holding its module and name, and it
+ * must be on the caller's allowlist or the whole load is refused
+ * (-SF_EREFUSED). Calls (REDUCE, NEWOBJ, NEWOBJ_EX) and BUILD become
+ * SF_PK_OBJ nodes that record the callable, its arguments and the state
+ * BUILD gave; persistent ids (BINPERSID, PERSID) become SF_PK_PERSID
+ * nodes. Interpreting those (a torch.Size, a dataclass's fields) is the
+ * format adapter's job, with the accessors below.
+ *
+ * Bytes values are not copied: a BYTES node records where its bytes lie in
+ * the input (off, len), so a format can serve a numpy array stored inline
+ * in a pickle straight from the file; short ones are also copied (data).
+ *
+ * Untrusted input: every count, length and depth is capped (struct
+ * sf_pickle_opts, with defaults), the memo is bounded, and a malformed or
+ * truncated pickle fails with -SF_EFORMAT and a one-line reason. The memo
+ * can make the graph share nodes and even form cycles (a list that
+ * contains itself): code walking a graph must bound its depth.
+ *
+ * Ownership: sf_pickle_load() returns a document that owns every node;
+ * node pointers and their strings stay valid until sf_pickle_free().
+ */
+#ifndef SF_PICKLE_H
+#define SF_PICKLE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sf_io.h"
+
+enum sf_pk_kind {
+	SF_PK_NONE,
+	SF_PK_BOOL,
+	SF_PK_INT,      /* fits int64 (longer LONG1/LONG4 values are refused) */
+	SF_PK_FLOAT,
+	SF_PK_STR,      /* unicode (BINUNICODE...), valid UTF-8 */
+	SF_PK_BYTES,    /* bytes, bytearray, and protocol-2 byte strings */
+	SF_PK_TUPLE,
+	SF_PK_LIST,     /* also sets and frozensets, in pickle order */
+	SF_PK_DICT,     /* in insertion order; keys are any nodes */
+	SF_PK_GLOBAL,   /* module.name, allowlisted, never resolved */
+	SF_PK_OBJ,      /* callable(*args) [+ BUILD state, SETITEMS, APPENDS] */
+	SF_PK_PERSID,   /* persistent id (torch: a storage reference) */
+};
+
+struct sf_pk {
+	enum sf_pk_kind kind;
+	union {
+		bool b;                         /* BOOL */
+		int64_t i;                      /* INT */
+		double f;                       /* FLOAT */
+		struct {                        /* STR */
+			const char *s;          /* NUL-terminated (no NUL inside) */
+			size_t len;
+		} str;
+		struct {                        /* BYTES */
+			uint64_t off;           /* byte offset in the input */
+			uint64_t len;
+			const unsigned char *data; /* a copy when len <=
+						    * SF_PK_BYTES_COPY, else NULL */
+		} bytes;
+		struct {                        /* TUPLE, LIST */
+			struct sf_pk **v;
+			size_t n;
+		} seq;
+		struct {                        /* DICT */
+			struct sf_pk **k;
+			struct sf_pk **v;
+			size_t n;
+		} dict;
+		struct {                        /* GLOBAL */
+			const char *module;
+			const char *name;
+		} global;
+		struct {                        /* OBJ */
+			struct sf_pk *callable; /* usually a GLOBAL */
+			struct sf_pk *args;     /* a TUPLE (NEWOBJ_EX: args only) */
+			struct sf_pk *kwargs;   /* NEWOBJ_EX's DICT, or NULL */
+			struct sf_pk *state;    /* BUILD's argument, or NULL */
+			struct sf_pk *items;    /* a DICT of SETITEM(S) on it, or NULL */
+			struct sf_pk *elems;    /* a LIST of APPEND(S) on it, or NULL */
+			bool newobj;            /* NEWOBJ(_EX) (cls.__new__), not REDUCE */
+		} obj;
+		struct sf_pk *persid;           /* PERSID: the id value */
+	} u;
+};
+
+#define SF_PK_BYTES_COPY 4096
+
+/* A global a caller accepts: module and name, compared exactly. */
+struct sf_pk_global {
+	const char *module;
+	const char *name;
+};
+
+struct sf_pickle_opts {
+	const struct sf_pk_global *allow; /* accepted globals (borrowed) */
+	size_t nallow;
+	uint64_t max_nodes;  /* values created (default 1 << 22) */
+	uint64_t max_bytes;  /* bytes copied into the document: strings, short
+			      * bytes, arrays (default 256 MiB) */
+	uint32_t max_depth;  /* MARK and stack depth (default 4096) */
+	uint32_t max_memo;   /* memo entries (default 1 << 22) */
+};
+
+struct sf_pickle;
+
+/*
+ * Decode the pickle that starts at offset 0 of in and ends at its STOP
+ * opcode (bytes after it are ignored). opts may be NULL (no globals
+ * allowed, default caps). 0 and *out (free with sf_pickle_free), or
+ * -SF_EFORMAT (malformed, truncated, an opcode not supported),
+ * -SF_EREFUSED (a global not on the list: err names it), -SF_ETOOBIG (a
+ * cap), -ENOMEM, -EIO; a one-line reason in err either way.
+ */
+int sf_pickle_load(const struct sf_input *in, const struct sf_pickle_opts *opts,
+		   struct sf_pickle **out, char *err, size_t errlen);
+void sf_pickle_free(struct sf_pickle *p); /* accepts NULL */
+
+/* The value STOP returned. Borrowed from p. */
+const struct sf_pk *sf_pickle_root(const struct sf_pickle *p);
+/* The input offset just past the STOP opcode. */
+uint64_t sf_pickle_end(const struct sf_pickle *p);
+
+/* --- accessors: all accept NULL and nodes of any kind --- */
+
+/* v is the global module.name. */
+bool sf_pk_is_global(const struct sf_pk *v, const char *module,
+		     const char *name);
+/* v is an OBJ whose callable is the global module.name. */
+bool sf_pk_is_obj(const struct sf_pk *v, const char *module, const char *name);
+/* The value under string key in a DICT (or an OBJ's SETITEMS dict), or
+ * NULL. */
+const struct sf_pk *sf_pk_get(const struct sf_pk *dict, const char *key);
+/* An attribute of an OBJ from its BUILD state: a DICT, or the tuple
+ * (dict or None, slots dict) that objects with __slots__ give. NULL if
+ * absent. */
+const struct sf_pk *sf_pk_attr(const struct sf_pk *obj, const char *name);
+/* Element i of a TUPLE or LIST, or NULL. */
+const struct sf_pk *sf_pk_item(const struct sf_pk *seq, size_t i);
+/* Number of elements of a TUPLE, LIST or DICT; 0 for anything else. */
+size_t sf_pk_len(const struct sf_pk *v);
+/* An INT (or BOOL) into *out: true, else false. */
+bool sf_pk_int(const struct sf_pk *v, int64_t *out);
+/* The string of a STR, else NULL. */
+const char *sf_pk_str(const struct sf_pk *v);
+
+#endif
