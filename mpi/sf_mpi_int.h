@@ -1,0 +1,233 @@
+/*
+ * sf_mpi_int.h - what the files of the MPI peer layer share (mpi/ only;
+ * never installed): tunables, the handle struct sf_mpi, and the functions
+ * one file gives the others. The files form a tree:
+ *
+ *   sf_mpi.c        lifecycle, commit calls, notices    -> all below
+ *   sf_mpi_serve.c  the service thread: serving reads, commit rounds on
+ *                   rank 0, notices and leaves           -> xfer
+ *   sf_mpi_fetch.c  the payload source: remote reads, prefetch -> inv, xfer
+ *   sf_mpi_inv.c    the inventory: which rank holds which file -> xfer
+ *   sf_mpi_xfer.c   tags, send buffers, pending requests, waits
+ *
+ * Threads and messages. All traffic runs on a private duplicate of
+ * MPI_COMM_WORLD (errors return, never abort). Requests to a daemon go to
+ * tag SF_TAG_REQ and are received by exactly one service thread per rank
+ * (matched probe + MPI_Mrecv); each request names a reply tag, drawn by the
+ * requester from an atomic counter in [SF_MPI_WIRE_TAG_BASE, MPI_TAG_UB],
+ * that no other request in flight uses, so any thread may wait for its own
+ * reply with MPI_Test polling against a deadline. Replies are
+ * [int64 status][bytes].
+ *
+ * Invariants:
+ *  - every received message is sized before it is received (anything over
+ *    the wire caps is drained and dropped) and decoded by sf_mpi_wire.c,
+ *    which checks every length inside it against what was received, before
+ *    any file here uses any field;
+ *  - a buffer under an MPI request is never freed before that request
+ *    completed: a requester that gives up cancels its receive and, if the
+ *    receive already matched, hands request and buffer to the "zombie" list
+ *    that the service thread completes and frees later;
+ *  - the service thread never blocks on a peer: its replies are MPI_Isend
+ *    whose buffers live on the pending list until the send completes;
+ *  - the inventory is built once in sf_mpi_start and read-only afterwards;
+ *  - commit/commit-done rounds exist only on rank 0 and are touched only by
+ *    its service thread.
+ *
+ * Wire format: sf_mpi_wire.h describes every message (request headers,
+ * reply framing, verdicts, notices, inventories) and sf_mpi_wire.c encodes
+ * and validates them; these files only send and receive the bytes, as
+ * MPI_BYTE.
+ */
+#ifndef SF_MPI_INT_H
+#define SF_MPI_INT_H
+
+#include "sf_mpi.h"
+#include "sf_error.h"
+#include "sf_io.h"
+#include "sf_log.h"
+#include "sf_model.h"
+#include "sf_mpi_wire.h"
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <mpi.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+
+#define SF_TAG_REQ 1
+#define SF_MPI_CHUNK (4u << 20)           /* bytes per read message */
+#define SF_MPI_INFLIGHT 8                 /* chunk requests in flight per read */
+#define SF_MPI_PF_SLOTS 8                 /* prefetch buffers per daemon */
+#define SF_MPI_PF_MAX (8u << 20)          /* largest prefetched range */
+#define SF_MPI_PF_DEPTH 2                 /* ranges prefetched ahead per stream */
+#define SF_MPI_WAIT_POLL_US 100           /* longest sleep of a waiting reader */
+#define SF_MPI_SERVE_POLL_US 100          /* service poll while requests come */
+#define SF_MPI_IDLE_POLL_US 2000          /* service poll when idle */
+#define SF_MPI_ACTIVE_NS 20000000ull      /* "requests come": one in last 20 ms */
+#define SF_MPI_STREAMS 32                 /* remembered sequential streams */
+#define SF_MPI_READ_TIMEOUT_MS 30000      /* default bound on one peer read */
+#define SF_MPI_SEND_DRAIN_MS 5000         /* bound on draining sends at exit */
+#define SF_MPI_MAX_DEPTH 16               /* directory depth walked */
+#define SF_MPI_MAX_TEXT 1024              /* error text in a verdict */
+#define SF_MPI_INV_BUCKETS 4096
+
+/* A send buffer shared by several MPI_Isend (refcount under pend_lock). */
+struct sbuf {
+	unsigned refs;
+	size_t len;
+	unsigned char data[];
+};
+
+/* One outstanding request with a buffer that must outlive it: a send on the
+ * pending list, or a receive someone gave up on (zombie). */
+struct pend {
+	MPI_Request req;
+	struct sbuf *sb;      /* send buffer (shared), or NULL */
+	void *rbuf;           /* abandoned receive buffer, or NULL */
+	struct pend *next;
+};
+
+/* Inventory entry: one file some ranks hold. */
+struct inv_holder {
+	int rank;
+	uint64_t size;        /* bytes, at start-up */
+};
+struct inv_ent {
+	char *key;            /* "ckpt\0file" (owned) */
+	size_t keylen;        /* bytes of key including the inner NUL */
+	struct inv_holder *h; /* owned */
+	unsigned nh;
+	struct inv_ent *next;
+};
+
+/* A prefetched (or being prefetched) range of a remote file. */
+enum pf_state { PF_FREE = 0, PF_PENDING, PF_CLAIMED };
+struct pf_slot {
+	enum pf_state state;             /* under src_lock */
+	const struct sf_ckpt_ref *ck;    /* identity of the checkpoint */
+	char *file;                      /* owned */
+	uint64_t off, len;               /* bytes of the file */
+	int peer;
+	unsigned char *buf;              /* reply of len bytes, owned; under req */
+	MPI_Request req;
+	uint64_t stamp;                  /* issue order, for eviction */
+};
+
+/* A sequential reader: the next offset expected of (ck, file hash). */
+struct stream {
+	const struct sf_ckpt_ref *ck;
+	uint64_t fhash;
+	uint64_t next;
+	uint64_t stamp;
+};
+
+/* Commit coordination state on rank 0 (service thread only). */
+struct round {
+	enum sf_mpi_msg kind;            /* SF_MPI_MSG_COMMIT_PART or _DONE */
+	char *name;                      /* checkpoint (owned) */
+	uint64_t deadline_ns;            /* CLOCK_MONOTONIC */
+	uint32_t timeout_ms;
+	int nhave;
+	bool *have;                      /* [size] */
+	int *tag;                        /* [size] reply tag per rank */
+	int *status;                     /* [size] COMMIT_DONE results */
+	char **parts;                    /* [size] NUL-terminated copies */
+	size_t *lens;                    /* [size] */
+	struct round *next;
+};
+
+/* Rank 0's merge function for a checkpoint being committed. */
+struct merge_reg {
+	char *name;                      /* owned */
+	sf_merge_fn fn;
+	void *arg;
+	struct merge_reg *next;
+};
+
+struct sf_mpi {
+	MPI_Comm comm;                   /* private duplicate; set by init */
+	int rank, size;                  /* fixed after init */
+	int tag_ub;                      /* MPI_TAG_UB of the comm */
+	bool own_init;                   /* we called MPI_Init_thread */
+	atomic_uint next_tag;            /* reply tag counter */
+
+	char *store;                     /* owned; set by start */
+	int single;                      /* store is one checkpoint */
+	struct inv_ent *inv[SF_MPI_INV_BUCKETS]; /* read-only after start */
+
+	pthread_t thread;                /* service thread */
+	bool started;                    /* thread running (main thread only) */
+	atomic_bool leaving;             /* finalize called on this rank */
+
+	pthread_mutex_t pend_lock;       /* protects pend and zombies */
+	struct pend *pend;               /* sends and abandoned receives */
+
+	pthread_mutex_t reg_lock;        /* protects merges, notice_fn/arg */
+	struct merge_reg *merges;
+	sf_notice_fn notice_fn;
+	void *notice_arg;
+
+	struct round *rounds;            /* rank 0 service thread only */
+	bool *left;                      /* [size] LEAVE seen; service thread */
+	int nleft;                       /* service thread */
+
+	/* payload source */
+	struct sf_source src;            /* what sf_mpi_source returns */
+	struct sf_source *local;         /* core local source (owned) */
+	atomic_int read_timeout_ms;
+	pthread_mutex_t src_lock;        /* protects pf, streams, stamp */
+	struct pf_slot pf[SF_MPI_PF_SLOTS];
+	struct stream streams[SF_MPI_STREAMS];
+	uint64_t stamp;
+};
+
+
+/* --- sf_mpi_xfer.c: tags, buffers, pending requests, waits --- */
+
+uint64_t sf_mpi_now_ns(void);
+void sf_mpi_backoff(unsigned *us, unsigned max);
+uint64_t sf_mpi_fnv64(const void *p, size_t n);
+int sf_mpi_fail(const char *what, int rc);
+int sf_mpi_new_tag(struct sf_mpi *mp);
+struct sbuf *sf_mpi_sbuf_new(size_t len);
+struct sbuf *sf_mpi_req_build(struct sf_mpi_wire_req *r, const char *name,
+			      const char *file);
+struct sbuf *sf_mpi_reply_build(int64_t status, const void *data, size_t len);
+int sf_mpi_send_async(struct sf_mpi *mp, int dest, int tag, struct sbuf *sb);
+void sf_mpi_sbuf_put(struct sf_mpi *mp, struct sbuf *sb);
+void sf_mpi_recv_abandon(struct sf_mpi *mp, MPI_Request *req, void *rbuf);
+void sf_mpi_recv_orphan(struct sf_mpi *mp, MPI_Request *req, void *rbuf);
+unsigned sf_mpi_pend_poll(struct sf_mpi *mp);
+int sf_mpi_wait_req(MPI_Request *req, uint64_t deadline, MPI_Status *st);
+void sf_mpi_pend_drain(struct sf_mpi *mp, unsigned drain_ms);
+
+/* --- sf_mpi_inv.c: the inventory --- */
+
+struct inv_ent *sf_mpi_inv_find(const struct sf_mpi *mp, const char *name,
+				const char *file);
+void sf_mpi_inv_free(struct sf_mpi *mp);
+int sf_mpi_build_inventory(const char *store, int single,
+			   struct sf_mpi_wire_inv_buf *ib);
+int sf_mpi_inv_parse(struct sf_mpi *mp, int r, const unsigned char *p,
+		     size_t len);
+
+/* --- sf_mpi_serve.c: the service thread --- */
+
+void sf_mpi_round_free(struct round *r, int size);
+void *sf_mpi_service_main(void *arg);
+
+/* --- sf_mpi_fetch.c: the payload source --- */
+
+void sf_mpi_pf_drain(struct sf_mpi *mp, unsigned drain_ms);
+extern const struct sf_source_ops sf_mpi_src_ops;
+
+#endif

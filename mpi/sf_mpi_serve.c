@@ -1,0 +1,441 @@
+/*
+ * sf_mpi_serve.c - the service thread of a daemon: receives every request on
+ * SF_TAG_REQ (sized before received), serves payload reads from the local
+ * store, runs the commit and commit-done rounds on rank 0, delivers
+ * notices, and notes peers that leave.
+ *
+ * Invariants: it never blocks on a peer (replies are MPI_Isend kept on the
+ * pending list until complete); rounds exist only on rank 0 and are
+ * touched only by this thread.
+ */
+#include "sf_mpi_int.h"
+
+/* ------------------------------------------------------------------ */
+/* service thread                                                      */
+
+/* Reply status + data to (dest, tag); logs on failure. */
+static void reply(struct sf_mpi *mp, int dest, int tag, int64_t status,
+		  const void *data, size_t len)
+{
+	struct sbuf *sb = sf_mpi_reply_build(status, data, len);
+
+	if (!sb || sf_mpi_send_async(mp, dest, tag, sb) < 0) {
+		sf_err("mpi: cannot reply to rank %d", dest);
+		free(sb);
+	}
+}
+
+/* Answer a READ: pread the file straight into the reply buffer. */
+static void serve_read(struct sf_mpi *mp, int src,
+		       const struct sf_mpi_wire_req *h, const char *name,
+		       const char *file)
+{
+	size_t len = (size_t)h->len; /* <= SF_MPI_MAX_MSG: decoded */
+	char path[4096];
+	struct sbuf *sb;
+	int fd, ret, n;
+
+	if (mp->single)
+		n = snprintf(path, sizeof(path), "%s/%s", mp->store, file);
+	else if (!name[0])
+		n = -1;
+	else
+		n = snprintf(path, sizeof(path), "%s/%s/%s", mp->store, name, file);
+	if (n < 0 || (size_t)n >= sizeof(path)) {
+		reply(mp, src, h->reply_tag, -SF_ESHORT, NULL, 0);
+		return;
+	}
+	sb = sf_mpi_sbuf_new(sf_mpi_wire_reply_size(len));
+	if (!sb) {
+		reply(mp, src, h->reply_tag, -ENOMEM, NULL, 0);
+		return;
+	}
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	if (fd < 0) {
+		ret = errno == ENOENT || errno == ENOTDIR ? -SF_ESHORT : -EIO;
+	} else {
+		ret = sf_pread_full(fd, sb->data + SF_MPI_WIRE_REPLY_HDR, len,
+				    h->off);
+		close(fd);
+	}
+	/* The payload is in place already: only the status is written. */
+	if (ret < 0)
+		sb->len = sf_mpi_wire_reply_size(0);
+	sf_mpi_wire_reply_encode(sb->data, ret < 0 ? ret : 0, NULL, 0);
+	if (sf_mpi_send_async(mp, src, h->reply_tag, sb) < 0) {
+		sf_err("mpi: cannot answer rank %d's read of %s", src, file);
+		free(sb);
+	}
+}
+
+void sf_mpi_round_free(struct round *r, int size)
+{
+	if (!r)
+		return;
+	if (r->parts)
+		for (int i = 0; i < size; i++)
+			free(r->parts[i]);
+	free(r->parts);
+	free(r->lens);
+	free(r->have);
+	free(r->tag);
+	free(r->status);
+	free(r->name);
+	free(r);
+}
+
+static struct round *round_get(struct sf_mpi *mp, enum sf_mpi_msg kind,
+			       const char *name, uint32_t timeout_ms)
+{
+	struct round *r;
+	int n = mp->size;
+
+	for (r = mp->rounds; r; r = r->next)
+		if (r->kind == kind && strcmp(r->name, name) == 0)
+			return r;
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return NULL;
+	r->kind = kind;
+	r->name = strdup(name);
+	r->have = calloc((size_t)n, sizeof(*r->have));
+	r->tag = calloc((size_t)n, sizeof(*r->tag));
+	r->status = calloc((size_t)n, sizeof(*r->status));
+	r->parts = calloc((size_t)n, sizeof(*r->parts));
+	r->lens = calloc((size_t)n, sizeof(*r->lens));
+	if (!r->name || !r->have || !r->tag || !r->status || !r->parts ||
+	    !r->lens) {
+		sf_mpi_round_free(r, n);
+		return NULL;
+	}
+	/* Decide a little before the ranks' own deadlines so that they get
+	 * the reason rather than their local timeout. */
+	r->timeout_ms = timeout_ms;
+	r->deadline_ns = sf_mpi_now_ns() + (uint64_t)timeout_ms * 900000u;
+	r->next = mp->rounds;
+	mp->rounds = r;
+	return r;
+}
+
+static void round_unlink(struct sf_mpi *mp, struct round *r)
+{
+	for (struct round **pp = &mp->rounds; *pp; pp = &(*pp)->next)
+		if (*pp == r) {
+			*pp = r->next;
+			return;
+		}
+}
+
+/* Send one verdict (status, text or manifest) to every rank that is in. */
+static void round_answer(struct sf_mpi *mp, struct round *r, int64_t status,
+			 const void *data, size_t len)
+{
+	struct sbuf *sb = sf_mpi_reply_build(status, data, len);
+
+	if (!sb) {
+		sf_err("mpi: out of memory answering the commit of %s", r->name);
+		return;
+	}
+	sb->refs = 1; /* ours, until every send is queued */
+	for (int i = 0; i < mp->size; i++)
+		if (r->have[i] && sf_mpi_send_async(mp, i, r->tag[i], sb) < 0)
+			sf_err("mpi: cannot send the verdict on %s to rank %d",
+			       r->name, i);
+	sf_mpi_sbuf_put(mp, sb);
+}
+
+/* "1,3,7" of the ranks with have[i] == want, capped. */
+static void rank_list(const bool *have, int n, bool want, char *buf,
+		      size_t cap)
+{
+	size_t pos = 0;
+
+	buf[0] = '\0';
+	for (int i = 0; i < n && pos + 16 < cap; i++)
+		if (have[i] == want)
+			pos += (size_t)snprintf(buf + pos, cap - pos, "%s%d",
+						pos ? "," : "", i);
+	if (pos + 16 >= cap)
+		snprintf(buf + pos, cap - pos, ",...");
+}
+
+static void round_complete(struct sf_mpi *mp, struct round *r)
+{
+	char err[SF_MPI_MAX_TEXT] = "";
+
+	if (r->kind == SF_MPI_MSG_COMMIT_PART) {
+		sf_merge_fn fn = NULL;
+		void *arg = NULL;
+		char *out = NULL;
+		size_t outlen = 0;
+		int ret;
+
+		pthread_mutex_lock(&mp->reg_lock);
+		for (struct merge_reg *m = mp->merges; m; m = m->next)
+			if (strcmp(m->name, r->name) == 0) {
+				fn = m->fn;
+				arg = m->arg;
+				break;
+			}
+		pthread_mutex_unlock(&mp->reg_lock);
+		if (!fn) {
+			ret = -SF_EPEER;
+			snprintf(err, sizeof(err),
+				 "rank 0 no longer waits for the commit of %s",
+				 r->name);
+		} else {
+			ret = fn(arg, r->name, (const char *const *)r->parts,
+				 r->lens, mp->size, &out, &outlen, err,
+				 sizeof(err));
+			err[sizeof(err) - 1] = '\0';
+			if (ret >= 0 && !out) {
+				ret = -EIO;
+				snprintf(err, sizeof(err), "merge produced nothing");
+			}
+			if (ret >= 0 && outlen > SF_MAX_MANIFEST_BYTES) {
+				ret = -SF_ETOOBIG;
+				snprintf(err, sizeof(err),
+					 "merged manifest is %zu bytes", outlen);
+			}
+		}
+		if (ret < 0) {
+			if (!err[0])
+				snprintf(err, sizeof(err), "merge failed: %s",
+					 sf_strerror(ret));
+			sf_err("mpi: commit of %s: %s", r->name, err);
+			round_answer(mp, r, ret, err, strlen(err));
+		} else {
+			round_answer(mp, r, 0, out, outlen);
+		}
+		free(out);
+	} else {
+		int first = 0;
+		bool *good = calloc((size_t)mp->size, sizeof(*good));
+
+		for (int i = 0; i < mp->size; i++) {
+			if (good)
+				good[i] = r->status[i] >= 0;
+			if (r->status[i] < 0 && !first)
+				first = r->status[i];
+		}
+		if (!first) {
+			round_answer(mp, r, 0, NULL, 0);
+		} else {
+			char ranks[256] = "?";
+
+			if (good)
+				rank_list(good, mp->size, false, ranks,
+					  sizeof(ranks));
+			snprintf(err, sizeof(err),
+				 "rank(s) %s failed to publish %s: %s", ranks,
+				 r->name, sf_strerror(first));
+			sf_err("mpi: %s", err);
+			round_answer(mp, r, first, err, strlen(err));
+		}
+		free(good);
+	}
+	round_unlink(mp, r);
+	sf_mpi_round_free(r, mp->size);
+}
+
+/* Expire rounds whose deadline passed: the ranks that are in get the
+ * reason, the state is discarded. */
+static void rounds_expire(struct sf_mpi *mp)
+{
+	uint64_t now = sf_mpi_now_ns();
+
+	for (struct round *r = mp->rounds, *next; r; r = next) {
+		char ranks[256], err[SF_MPI_MAX_TEXT];
+
+		next = r->next;
+		if (now < r->deadline_ns)
+			continue;
+		rank_list(r->have, mp->size, false, ranks, sizeof(ranks));
+		snprintf(err, sizeof(err),
+			 "rank(s) %s did not %s \"%s\" within %.1f s", ranks,
+			 r->kind == SF_MPI_MSG_COMMIT_PART ? "commit" : "report publishing",
+			 r->name, r->timeout_ms / 1000.0);
+		sf_err("mpi: %s", err);
+		round_answer(mp, r, -ETIMEDOUT, err, strlen(err));
+		round_unlink(mp, r);
+		sf_mpi_round_free(r, mp->size);
+	}
+}
+
+static void serve_commit(struct sf_mpi *mp, int src,
+			 const struct sf_mpi_wire_req *h, const char *name)
+{
+	struct round *r;
+	char err[SF_MPI_MAX_TEXT];
+
+	if (mp->rank != 0 || !name[0] || h->timeout_ms == 0) {
+		snprintf(err, sizeof(err), "bad commit request to rank %d",
+			 mp->rank);
+		reply(mp, src, h->reply_tag, -EINVAL, err, strlen(err));
+		return;
+	}
+	r = round_get(mp, (enum sf_mpi_msg)h->kind, name, h->timeout_ms);
+	if (!r) {
+		reply(mp, src, h->reply_tag, -ENOMEM, "out of memory", 13);
+		return;
+	}
+	if (r->have[src]) {
+		snprintf(err, sizeof(err), "rank %d reported %s twice", src, name);
+		sf_warn("mpi: %s", err);
+		reply(mp, src, h->reply_tag, -EALREADY, err, strlen(err));
+		return;
+	}
+	if (h->kind == SF_MPI_MSG_COMMIT_PART) {
+		r->parts[src] = malloc(h->len + 1);
+		if (!r->parts[src]) {
+			reply(mp, src, h->reply_tag, -ENOMEM, "out of memory", 13);
+			return;
+		}
+		if (h->len)
+			memcpy(r->parts[src], h->data, h->len);
+		r->parts[src][h->len] = '\0';
+		r->lens[src] = h->len;
+	} else {
+		r->status[src] = sf_mpi_wire_publish_status(h->status);
+	}
+	r->have[src] = true;
+	r->tag[src] = h->reply_tag;
+	if (++r->nhave == mp->size)
+		round_complete(mp, r);
+}
+
+static void serve_notice(struct sf_mpi *mp, int src, const char *name,
+			 const char *what)
+{
+	sf_notice_fn fn;
+	void *arg;
+
+	pthread_mutex_lock(&mp->reg_lock);
+	fn = mp->notice_fn;
+	arg = mp->notice_arg;
+	pthread_mutex_unlock(&mp->reg_lock);
+	if (fn)
+		fn(arg, src, what, name);
+}
+
+/* Validate and dispatch one received request (msg, len bytes from src). */
+static void serve_one(struct sf_mpi *mp, int src, const unsigned char *msg,
+		      size_t len)
+{
+	struct sf_mpi_wire_req h;
+	struct sf_mpi_wire_reject rej;
+	char name[SF_MAX_COMPONENT + 1], file[SF_MAX_NAME + 1];
+
+	if (sf_mpi_wire_req_decode(msg, len, mp->tag_ub, &h, &rej) < 0) {
+		sf_err("mpi: request from rank %d: %s", src, rej.why);
+		if (rej.answer)
+			reply(mp, src, rej.reply_tag, rej.answer, rej.text,
+			      rej.text ? strlen(rej.text) : 0);
+		return;
+	}
+	/* Decoded: both fit and hold no NUL. */
+	memcpy(name, h.name, h.name_len);
+	name[h.name_len] = '\0';
+	memcpy(file, h.file, h.file_len);
+	file[h.file_len] = '\0';
+
+	switch (h.kind) {
+	case SF_MPI_MSG_READ:
+		serve_read(mp, src, &h, name, file);
+		break;
+	case SF_MPI_MSG_COMMIT_PART:
+	case SF_MPI_MSG_COMMIT_DONE:
+		serve_commit(mp, src, &h, name);
+		break;
+	case SF_MPI_MSG_NOTICE:
+		serve_notice(mp, src, name, file);
+		break;
+	case SF_MPI_MSG_LEAVE:
+		if (!mp->left[src]) {
+			mp->left[src] = true;
+			mp->nleft++;
+		}
+		break;
+	}
+}
+
+/* Receive and serve at most one request. Returns 1 if one was handled. */
+static int serve_poll(struct sf_mpi *mp)
+{
+	MPI_Message msg;
+	MPI_Status st;
+	int flag = 0, count = 0, rc;
+	unsigned char *buf;
+
+	rc = MPI_Improbe(MPI_ANY_SOURCE, SF_TAG_REQ, mp->comm, &flag, &msg, &st);
+	if (rc != MPI_SUCCESS || !flag)
+		return 0;
+	MPI_Get_count(&st, MPI_BYTE, &count);
+	if (count < 0 || (size_t)count > SF_MPI_WIRE_MAX_REQ) {
+		unsigned char sink[sizeof(struct sf_mpi_wire_hdr)];
+
+		/* Drain it into a small buffer (truncated) and drop it. */
+		sf_err("mpi: dropping a %d-byte request from rank %d", count,
+		       st.MPI_SOURCE);
+		MPI_Mrecv(sink, (int)sizeof(sink), MPI_BYTE, &msg,
+			  MPI_STATUS_IGNORE);
+		return 1;
+	}
+	buf = malloc(count ? (size_t)count : 1);
+	if (!buf) {
+		unsigned char sink[sizeof(struct sf_mpi_wire_hdr)];
+
+		sf_err("mpi: out of memory for a request from rank %d",
+		       st.MPI_SOURCE);
+		MPI_Mrecv(sink, (int)sizeof(sink), MPI_BYTE, &msg,
+			  MPI_STATUS_IGNORE);
+		return 1;
+	}
+	rc = MPI_Mrecv(buf, count, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
+	if (rc == MPI_SUCCESS && st.MPI_SOURCE >= 0 && st.MPI_SOURCE < mp->size)
+		serve_one(mp, st.MPI_SOURCE, buf, (size_t)count);
+	else
+		sf_mpi_fail("MPI_Mrecv", rc);
+	free(buf);
+	return 1;
+}
+
+void *sf_mpi_service_main(void *arg)
+{
+	struct sf_mpi *mp = arg;
+	unsigned us = 20;
+	uint64_t last_note = sf_mpi_now_ns(), last_busy = 0;
+
+	for (;;) {
+		int busy = 0;
+
+		while (serve_poll(mp) && busy < 64)
+			busy++;
+		sf_mpi_pend_poll(mp);
+		if (mp->rank == 0 && mp->rounds)
+			rounds_expire(mp);
+		if (atomic_load(&mp->leaving)) {
+			if (mp->nleft >= mp->size - 1)
+				break;
+			if (sf_mpi_now_ns() - last_note > 60000000000ull) {
+				char ranks[256];
+
+				rank_list(mp->left, mp->size, false, ranks,
+					  sizeof(ranks));
+				sf_info("mpi: still serving; waiting for rank(s) %s to leave",
+					ranks);
+				last_note = sf_mpi_now_ns();
+			}
+		}
+		/* Poll often while peers are reading (a sleep here is latency
+		 * on every remote block), back off to 2 ms once they stop. */
+		if (busy) {
+			us = 20;
+			last_busy = sf_mpi_now_ns();
+		} else {
+			sf_mpi_backoff(&us, sf_mpi_now_ns() - last_busy < SF_MPI_ACTIVE_NS ?
+				SF_MPI_SERVE_POLL_US : SF_MPI_IDLE_POLL_US);
+		}
+	}
+	return NULL;
+}
