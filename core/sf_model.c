@@ -480,6 +480,17 @@ int sf_model_add_object(struct sf_model *m, const char *name, uint64_t nbytes,
 	return add_entry(m, SF_ENTRY_OBJECT, name, SF_DT_U8, 1, &nbytes, out);
 }
 
+void sf_model_drop_last(struct sf_model *m, enum sf_entry_kind kind)
+{
+	struct sf_tensor **arr;
+	size_t *n, *cap;
+
+	entry_list(m, kind, &arr, &n, &cap);
+	if (*n == 0)
+		return;
+	tensor_free(&(*arr)[--*n]);
+}
+
 /* The kind of entry t of m (by the list it lies in). */
 static enum sf_entry_kind kind_of(const struct sf_model *m,
 				  const struct sf_tensor *t)

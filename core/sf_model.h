@@ -123,6 +123,10 @@ int sf_model_add_object(struct sf_model *m, const char *name, uint64_t nbytes,
 int sf_tensor_add_shard(struct sf_model *m, struct sf_tensor *t,
 			const struct sf_shard *s);
 
+/* Remove the entry of that kind added last (with its shards): an adapter
+ * that finds, after adding an entry, that it cannot show it. */
+void sf_model_drop_last(struct sf_model *m, enum sf_entry_kind kind);
+
 /* The reason of the builder's last refusal ("" when none). Borrowed. */
 const char *sf_model_why(const struct sf_model *m);
 

@@ -506,6 +506,8 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 #define XA_SHAPE "user.shardfs.shape"
 #define XA_SHARDS "user.shardfs.shards"
 #define XA_STATE "user.shardfs.state"
+#define XA_FORMAT "user.shardfs.format"
+#define XA_VERIFIED "user.shardfs.verified"
 
 static bool has_tensor_xattrs(const struct sf_node *n)
 {
@@ -528,6 +530,16 @@ static int xattr_value(struct sf_fs *fs, struct sf_node *n, const char *name,
 
 		*owned = rc == 0;
 		return rc;
+	}
+	if (n->kind == SF_NODE_CKPT && n->ck->ck &&
+	    (strcmp(name, XA_FORMAT) == 0 || strcmp(name, XA_VERIFIED) == 0)) {
+		/* ck->ck is immutable once set (committed or foreign) */
+		const struct sf_model *m = n->ck->ck->m;
+
+		*val = strcmp(name, XA_FORMAT) == 0 ? (char *)m->format :
+		       sf_model_verified(m) ? "yes" : "no";
+		*len = strlen(*val);
+		return 0;
 	}
 	if (sf_node_is_w(n)) {
 		if (n->kind != SF_NODE_TENSOR && n->kind != SF_NODE_SLICE &&
@@ -596,7 +608,7 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
 	static const char tensor_names[] = XA_DTYPE "\0" XA_SHAPE "\0" XA_SHARDS;
-	static const char ckpt_names[] = XA_STATE;
+	static const char ckpt_names[] = XA_STATE "\0" XA_FORMAT "\0" XA_VERIFIED;
 	struct sf_fs *fs = fs_of(req);
 	struct sf_node *n = sf_fs_node(fs, ino);
 	const char *list = "";
@@ -610,7 +622,8 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 		len = sizeof(tensor_names); /* includes the final NUL */
 	} else if (n->kind == SF_NODE_CKPT) {
 		list = ckpt_names;
-		len = sizeof(ckpt_names);
+		/* format and verified only once it has a model */
+		len = n->ck->ck ? sizeof(ckpt_names) : sizeof(XA_STATE);
 	}
 	if (size == 0)
 		fuse_reply_xattr(req, len);

@@ -425,6 +425,22 @@ static int build_ckpt(struct sf_fs *fs, struct sf_node *cd)
 		n->t = t;
 		n->size = t->nbytes;
 	}
+	if (m->nobjects) {
+		struct sf_node *odir;
+
+		rc = add_child(fs, cd, SF_NODE_DIR, SF_VIEW_OBJECTS, &odir);
+		if (rc)
+			return rc;
+		for (i = 0; i < m->nobjects; i++) {
+			const struct sf_tensor *t = &m->objects[i];
+
+			rc = add_path(fs, odir, t->name, NULL, SF_NODE_FILE, &n);
+			if (rc)
+				return rc;
+			n->t = t;
+			n->size = t->nbytes;
+		}
+	}
 	subtree_sort(fs, cd);
 	return 0;
 }

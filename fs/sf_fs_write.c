@@ -886,6 +886,12 @@ static int do_delete(struct sf_fs *fs, struct sf_fs_ckpt *c,
 		sf_warn("delete: the store is this one checkpoint; delete it outside the mount");
 		return -EPERM;
 	}
+	if (c->ck && !c->ck->fmt->writable) {
+		/* c->ck is immutable: a foreign checkpoint stays foreign */
+		sf_warn("checkpoint %s: not deleted: a %s checkpoint, which shardfs only reads",
+			c->name, c->ck->fmt->name);
+		return -EROFS;
+	}
 	pthread_mutex_lock(&fs->commit_lock);
 	pthread_mutex_lock(&fs->tree_lock);
 	committed = c->state == SF_CK_COMMITTED;

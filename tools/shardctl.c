@@ -1125,6 +1125,20 @@ static int xattr_cmd(const char *cmd, const char *usage, const char *attr,
 			path);
 		return 1;
 	}
+	/* a checkpoint another framework wrote is read-only, always; the
+	 * daemon refuses too (EROFS), this says why */
+	n = getxattr(path, "user.shardfs.format", state, sizeof(state) - 1);
+	if (n > 0) {
+		state[n] = '\0';
+		for (ssize_t i = 0; i < n; i++)
+			if ((unsigned char)state[i] < 0x20)
+				state[i] = ' ';
+		if (strncmp(state, "shardfs/", 8) != 0) {
+			fprintf(stderr, "shardctl %s: %s: a %s checkpoint: shardfs only reads checkpoints other frameworks wrote, and never changes or deletes them (delete its directory in the store yourself)\n",
+				cmd, path, state);
+			return 1;
+		}
+	}
 	if (strcmp(attr, "user.shardfs.delete") == 0)
 		err = ask_store_root(path, attr);
 	else
