@@ -7,12 +7,14 @@
  * is always its own, whatever else it holds.
  */
 #include "sf_format.h"
+#include "sf_dcp.h"
 #include "sf_shardfs.h"
 
 #include <string.h>
 
 const struct sf_format *const sf_formats[] = {
 	&sf_format_shardfs,
+	&sf_format_dcp,
 	NULL,
 };
 

@@ -1,0 +1,75 @@
+/*
+ * sf_torchsave.h - the tensors in a torch.save archive, found without
+ * running torch.
+ *
+ * torch.save writes a zip (sf_zip.h) holding PREFIX/data.pkl, a pickle
+ * (sf_pickle.h) whose tensors are calls of torch._utils._rebuild_tensor_v2
+ * (storage, storage_offset, size, stride, ...) with the storage a
+ * persistent id ('storage', torch.<Type>Storage, KEY, location, numel),
+ * and one entry PREFIX/data/KEY per storage holding its raw bytes
+ * (little-endian, as the machines these checkpoints come from write). This
+ * reader decodes data.pkl with only those names allowed and gives, for
+ * each tensor, where its storage lies in the input and how the tensor
+ * views it: enough to serve the tensor's bytes in place.
+ *
+ * The archive's root object may be one tensor (what DCP's writer saves
+ * per chunk) or a dict (an OrderedDict too) of string keys to tensors (a
+ * Hugging Face pytorch_model.bin); in a dict, values that are not tensors
+ * are skipped and counted.
+ *
+ * Untrusted input: every storage and view is checked (dtype known, the
+ * view's elements inside its storage, sizes overflow-checked); anything
+ * else is -SF_EFORMAT, a name outside the allowlist -SF_EREFUSED, with a
+ * one-line reason.
+ *
+ * Ownership: struct sf_torchsave owns its tensors and their keys, valid
+ * until sf_torchsave_free().
+ */
+#ifndef SF_TORCHSAVE_H
+#define SF_TORCHSAVE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sf_box.h"
+#include "sf_dtype.h"
+#include "sf_io.h"
+
+struct sf_ts_tensor {
+	char *key;               /* "" for a root tensor, else its dict key */
+	enum sf_dtype dtype;
+	unsigned ndim;           /* <= SF_MAX_NDIM */
+	uint64_t shape[SF_MAX_NDIM];
+	uint64_t stride[SF_MAX_NDIM]; /* in elements */
+	uint64_t storage_offset; /* in elements */
+	uint64_t data_off;       /* the storage's first byte, in the input */
+	uint64_t storage_bytes;  /* the storage entry's size */
+	uint64_t span;           /* bytes of the storage the view reaches,
+				  * from storage_offset (0 when empty) */
+	int contiguous;          /* row-major contiguous (strides as a
+				  * fresh tensor's); 1 or 0 */
+};
+
+struct sf_torchsave {
+	struct sf_ts_tensor *t;
+	size_t n;
+	size_t skipped;          /* non-tensor values in a root dict */
+};
+
+/*
+ * Read the torch.save archive that fills in. 0 and *out (free with
+ * sf_torchsave_free), or -SF_EFORMAT, -SF_EREFUSED, -SF_ETOOBIG, -ENOMEM,
+ * -EIO with a one-line reason in err.
+ */
+int sf_torchsave_open(const struct sf_input *in, struct sf_torchsave **out,
+		      char *err, size_t errlen);
+void sf_torchsave_free(struct sf_torchsave *ts); /* accepts NULL */
+
+/* The dtype of a storage class name such as "FloatStorage", or
+ * SF_DT_INVALID. */
+enum sf_dtype sf_torch_storage_dtype(const char *name);
+/* The dtype of a torch dtype attribute name such as "float32", "half",
+ * "bfloat16", or SF_DT_INVALID. */
+enum sf_dtype sf_torch_dtype(const char *name);
+
+#endif
