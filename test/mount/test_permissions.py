@@ -195,27 +195,34 @@ def test(env, ck):
 
 
 def check_foreign(env, ck, m, store):
-    """Item 2, as root: directories shardfs did not make are left alone."""
+    """Item 2, as root: directories shardfs did not make are left alone.
+    junk/ is no checkpoint (skipped with one log line); dcp/ is mounted
+    read-only (issue 11): every change fails, nothing in the store moves."""
     mnt = m.mnt
     log = m.log_text()
-    for name in ("dcp", "junk"):
-        lines = [l for l in log.splitlines() if "store: %s skipped" % name in l]
-        ck.eq(len(lines), 1, "one log line says %s/ was skipped: %r" % (name, lines))
+    lines = [l for l in log.splitlines() if "store: junk skipped" in l]
+    ck.eq(len(lines), 1, "one log line says junk/ was skipped: %r" % lines)
+    ck.ok(os.path.isdir(os.path.join(mnt, "dcp", "tensors")),
+          "dcp/ is mounted (read-only)")
     before = sm.store_snapshot(store)
-    for name in ("dcp", "junk"):
+    for name, on_delete, on_create in (("dcp", errno.EROFS, errno.EROFS),
+                                       ("junk", errno.ENOENT, errno.ENOENT)):
         ck.raises(errno.EEXIST, lambda: os.mkdir(os.path.join(mnt, name)),
                   "mkdir over %s/ (not made by shardfs)" % name)
-        ck.raises(errno.ENOENT,
+        ck.raises(on_delete,
                   lambda: os.setxattr(mnt, "user.shardfs.delete", name.encode()),
                   "delete %s/ by xattr" % name)
         r = env.shardctl_run("rm", os.path.join(mnt, name), check=False)
         ck.ok(r.returncode != 0, "shardctl rm %s/ fails" % name)
-        ck.raises((errno.ENOENT,),
+        if name == "dcp":
+            ck.ok(b"torch-dcp" in r.stderr and b"only reads" in r.stderr,
+                  "shardctl rm says why: %r" % r.stderr)
+        ck.raises((on_create,),
                   lambda: open(os.path.join(mnt, name, "planted"), "w"),
                   "create a file in %s/" % name)
     ck.eq(sm.snapshot_diff(before, sm.store_snapshot(store)), [],
           "dcp/ and junk/ are unchanged after mkdir, writes and rm")
-    ck.ok(any("mkdir dcp" in l and "left alone" in l for l in m.log_lines()),
+    ck.ok(any("mkdir junk" in l and "left alone" in l for l in m.log_lines()),
           "the refused mkdir is logged")
     # a directory shardfs made is adopted; a new one carries the marker
     os.mkdir(os.path.join(mnt, "adopt"))
