@@ -489,6 +489,8 @@ static int copy_payload(struct read_ctx *c, const struct sf_shard *s,
 
 		if (ret)
 			return ret;
+		if (boff >= b->len)
+			return -SF_ESHORT; /* past the shard's payload: never loop */
 		k = b->len - boff;
 		if (k > n)
 			k = n;
@@ -554,6 +556,8 @@ static int on_segment(void *arg, uint64_t toff, uint64_t voff, uint64_t len)
 			return -SF_EGAP;
 		}
 		c->last = i;
+		if (run == 0)
+			return -SF_EGAP; /* a locate that covers nothing: never loop */
 		n = run < end - p ? run : end - p;
 		ret = copy_payload(c, &t->shards[i], pos, doff, n);
 		if (ret)
