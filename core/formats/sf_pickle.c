@@ -546,7 +546,9 @@ static int push_seq_from_mark(struct ld *l, enum sf_pk_kind kind)
 	v = node(l, kind);
 	if (!v)
 		return -ENOMEM;
-	rc = seq_add(l, v, l->st + from, l->nst - from);
+	/* l->st may still be NULL (nothing pushed yet): no pointer math then */
+	if (l->nst > from)
+		rc = seq_add(l, v, l->st + from, l->nst - from);
 	if (rc)
 		return rc;
 	l->nst = from;
@@ -842,7 +844,7 @@ static int op_one(struct ld *l, unsigned char op, bool *stop)
 		a = node(l, SF_PK_DICT);
 		if (!a)
 			return -ENOMEM;
-		if ((rc = dict_add(l, a, l->st + from, (l->nst - from) / 2)))
+		if (l->nst > from && (rc = dict_add(l, a, l->st + from, (l->nst - from) / 2)))
 			return rc;
 		l->nst = from;
 		return push(l, a);
