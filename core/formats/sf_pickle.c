@@ -64,6 +64,7 @@ struct ld {
 	uint64_t nmemo;             /* entries set (MEMOIZE's next index) */
 	uint64_t bytes;             /* copied so far */
 	uint64_t op_at;             /* offset of the opcode being decoded */
+	int node_rc;                /* why the last node() failed */
 	char *err;
 	size_t errlen;
 };
@@ -84,8 +85,8 @@ static int fail(struct ld *l, int code, const char *fmt, ...)
 			va_end(ap);
 		}
 		for (char *s = l->err; *s; s++)
-			if ((unsigned char)*s < 0x20 || (unsigned char)*s == 0x7f)
-				*s = '?';
+			if ((unsigned char)*s < 0x20 || (unsigned char)*s >= 0x7f)
+				*s = '?'; /* one printable ASCII line */
 	}
 	return code;
 }
@@ -150,18 +151,18 @@ static struct sf_pk *node(struct ld *l, enum sf_pk_kind kind)
 	struct sf_pk *v;
 
 	if (l->p->nnodes >= l->o->max_nodes) {
-		fail(l, -SF_ETOOBIG, "more than %llu values",
-		     (unsigned long long)l->o->max_nodes);
+		l->node_rc = fail(l, -SF_ETOOBIG, "more than %llu values",
+				  (unsigned long long)l->o->max_nodes);
 		return NULL;
 	}
 	if (sf_array_grow(&l->p->nodes, l->p->nnodes, &l->p->capnodes,
 			  sizeof(*l->p->nodes), 64, 0)) {
-		fail(l, -ENOMEM, "out of memory");
+		l->node_rc = fail(l, -ENOMEM, "out of memory");
 		return NULL;
 	}
 	v = calloc(1, sizeof(*v));
 	if (!v) {
-		fail(l, -ENOMEM, "out of memory");
+		l->node_rc = fail(l, -ENOMEM, "out of memory");
 		return NULL;
 	}
 	v->kind = kind;
@@ -245,7 +246,7 @@ static bool utf8_ok(const unsigned char *s, size_t n)
 static int push(struct ld *l, struct sf_pk *v)
 {
 	if (!v)
-		return l->err && l->err[0] ? -SF_ETOOBIG : -ENOMEM;
+		return l->node_rc ? l->node_rc : -ENOMEM; /* node() said why */
 	if (l->nst >= MAX_STACK)
 		return fail(l, -SF_ETOOBIG, "stack deeper than %u", MAX_STACK);
 	if (sf_array_grow(&l->st, l->nst, &l->capst, sizeof(*l->st), 64, 0))
@@ -340,7 +341,7 @@ static int append_target(struct ld *l, struct sf_pk *t, struct sf_pk **out)
 	}
 	if (t->kind == SF_PK_OBJ) {
 		if (!t->u.obj.elems && !(t->u.obj.elems = node(l, SF_PK_LIST)))
-			return -ENOMEM;
+			return l->node_rc ? l->node_rc : -ENOMEM;
 		*out = t->u.obj.elems;
 		return 0;
 	}
@@ -355,7 +356,7 @@ static int setitem_target(struct ld *l, struct sf_pk *t, struct sf_pk **out)
 	}
 	if (t->kind == SF_PK_OBJ) {
 		if (!t->u.obj.items && !(t->u.obj.items = node(l, SF_PK_DICT)))
-			return -ENOMEM;
+			return l->node_rc ? l->node_rc : -ENOMEM;
 		*out = t->u.obj.items;
 		return 0;
 	}
@@ -446,7 +447,7 @@ static int push_str(struct ld *l, uint64_t n)
 	v = node(l, SF_PK_STR);
 	if (!v) {
 		free(s);
-		return -ENOMEM;
+		return l->node_rc ? l->node_rc : -ENOMEM;
 	}
 	v->u.str.s = s;
 	v->u.str.len = (size_t)n;
@@ -475,7 +476,7 @@ static int push_bytes(struct ld *l, uint64_t n)
 	v = node(l, SF_PK_BYTES);
 	if (!v) {
 		free(data);
-		return -ENOMEM;
+		return l->node_rc ? l->node_rc : -ENOMEM;
 	}
 	v->u.bytes.off = at;
 	v->u.bytes.len = n;
@@ -508,7 +509,7 @@ static int push_global(struct ld *l, char *m, char *n)
 	if (!v) {
 		free(m);
 		free(n);
-		return -ENOMEM;
+		return l->node_rc ? l->node_rc : -ENOMEM;
 	}
 	v->u.global.module = m;
 	v->u.global.name = n;
@@ -526,7 +527,7 @@ static int push_obj(struct ld *l, struct sf_pk *callable, struct sf_pk *args,
 		return fail(l, -SF_EFORMAT, "call keywords are not a dict");
 	v = node(l, SF_PK_OBJ);
 	if (!v)
-		return -ENOMEM;
+		return l->node_rc ? l->node_rc : -ENOMEM;
 	v->u.obj.callable = callable;
 	v->u.obj.args = args;
 	v->u.obj.kwargs = kwargs;
@@ -545,7 +546,7 @@ static int push_seq_from_mark(struct ld *l, enum sf_pk_kind kind)
 		return rc;
 	v = node(l, kind);
 	if (!v)
-		return -ENOMEM;
+		return l->node_rc ? l->node_rc : -ENOMEM;
 	/* l->st may still be NULL (nothing pushed yet): no pointer math then */
 	if (l->nst > from)
 		rc = seq_add(l, v, l->st + from, l->nst - from);
@@ -564,7 +565,7 @@ static int push_tuple_n(struct ld *l, size_t n)
 		return fail(l, -SF_EFORMAT, "stack underflow");
 	v = node(l, SF_PK_TUPLE);
 	if (!v)
-		return -ENOMEM;
+		return l->node_rc ? l->node_rc : -ENOMEM;
 	rc = seq_add(l, v, l->st + l->nst - n, n);
 	if (rc)
 		return rc;
@@ -843,7 +844,7 @@ static int op_one(struct ld *l, unsigned char op, bool *stop)
 			return fail(l, -SF_EFORMAT, "DICT with an odd number of items");
 		a = node(l, SF_PK_DICT);
 		if (!a)
-			return -ENOMEM;
+			return l->node_rc ? l->node_rc : -ENOMEM;
 		if (l->nst > from && (rc = dict_add(l, a, l->st + from, (l->nst - from) / 2)))
 			return rc;
 		l->nst = from;
