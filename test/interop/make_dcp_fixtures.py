@@ -113,10 +113,11 @@ def save_local(sd, path):
         dcp.save(sd, checkpoint_id=path)
 
 
-def single(out):
+def single_state():
+    """The state dict `single` saves (seeded: the same values every call)."""
     g = torch.Generator().manual_seed(11)
     base = torch.randn(6, 5, generator=g)
-    sd = {
+    return {
         "model.embed.weight": torch.randn(16, 8, generator=g),
         "model.norm.weight": torch.randn(8, generator=g).to(torch.float16),
         "model.head.weight": torch.randn(4, 8, generator=g).to(torch.bfloat16),
@@ -133,6 +134,10 @@ def single(out):
         "name": "run-7",
         "optim": {"lr": 0.5, "state": [torch.arange(4, dtype=torch.float32), 9]},
     }
+
+
+def single(out):
+    sd = single_state()
     path = os.path.join(out, "single")
     save_local(sd, path)
     expect(path, flat_items(sd))
@@ -193,9 +198,16 @@ def multi(out, kind):
                  nprocs=4, join=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    expect(path, multi_items(kind))
+
+
+def multi_items(kind):
+    """The whole tensors and objects a multi-rank checkpoint holds, as
+    its ranks were given them."""
     rows, cols, grid = full_tensors()
-    items = {"rows": rows, "cols": cols, "step": 3} if kind == "rows4" else {"grid": grid}
-    expect(path, items)
+    if kind == "rows4":
+        return {"rows": rows, "cols": cols, "step": 3}
+    return {"grid": grid}
 
 
 def main():
