@@ -139,6 +139,7 @@ def single_state():
 def single(out):
     sd = single_state()
     path = os.path.join(out, "single")
+    shutil.rmtree(path, ignore_errors=True)  # no stale files of an older run
     save_local(sd, path)
     expect(path, flat_items(sd))
 
@@ -192,6 +193,7 @@ def worker(rank, world, initfile, path, kind):
 def multi(out, kind):
     import torch.multiprocessing as mp
     path = os.path.join(out, kind)
+    shutil.rmtree(path, ignore_errors=True)  # no stale files of an older run
     tmp = tempfile.mkdtemp()
     try:
         mp.spawn(worker, args=(4, os.path.join(tmp, "init"), path, kind),
