@@ -207,8 +207,6 @@ def selftest():
         with open(os.path.join(tmp, "single.expected.json")) as f:
             exp = json.load(f)
         src = os.path.join(tmp, "single")
-        t = os.path.join(src, "tensors")
-        o = os.path.join(src, "objects")
 
         def damaged(label, fn, with_torch_load=True, want_bad=True):
             d = os.path.join(tmp, "dmg")
