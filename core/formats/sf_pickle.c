@@ -1055,7 +1055,8 @@ const struct sf_pk *sf_pk_get(const struct sf_pk *d, const char *key)
 		d = d->u.obj.items;
 	if (!d || d->kind != SF_PK_DICT)
 		return NULL;
-	for (size_t i = 0; i < d->u.dict.n; i++) {
+	/* the last of repeated keys, as Python's dict keeps it */
+	for (size_t i = d->u.dict.n; i-- > 0;) {
 		const char *k = sf_pk_str(d->u.dict.k[i]);
 
 		if (k && strcmp(k, key) == 0)

@@ -136,7 +136,7 @@ bool sf_pk_is_global(const struct sf_pk *v, const char *module,
 /* v is an OBJ whose callable is the global module.name. */
 bool sf_pk_is_obj(const struct sf_pk *v, const char *module, const char *name);
 /* The value under string key in a DICT (or an OBJ's SETITEMS dict), or
- * NULL. */
+ * NULL; of repeated keys the last, as Python keeps it. */
 const struct sf_pk *sf_pk_get(const struct sf_pk *dict, const char *key);
 /* An attribute of an OBJ from its BUILD state: a DICT, or the tuple
  * (dict or None, slots dict) that objects with __slots__ give. NULL if

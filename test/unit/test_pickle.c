@@ -288,6 +288,22 @@ static void run_special(const char *top)
 	free(in);
 }
 
+/* A dict with a repeated key (no Python pickler writes one; a hostile file
+ * may): sf_pk_get answers the last, as Python's unpickler keeps it. */
+static void run_repeated_key(void)
+{
+	static const char in[] = "\x80\x04}(\x8c\x01aK\x01\x8c\x01aK\x02u.";
+	struct sf_pickle *p = NULL;
+	char err[256];
+	int64_t x = 0;
+
+	if (CHECK(load(in, sizeof(in) - 1, 0, &p, err) == 0)) {
+		CHECK_EQ(sf_pk_len(sf_pickle_root(p)), 2);
+		CHECK(sf_pk_int(sf_pk_get(sf_pickle_root(p), "a"), &x) && x == 2);
+	}
+	sf_pickle_free(p);
+}
+
 static void run_invalid(const char *top)
 {
 	char dir[4096];
@@ -347,6 +363,7 @@ int main(int argc, char **argv)
 	}
 	run_valid(argv[1]);
 	run_special(argv[1]);
+	run_repeated_key();
 	run_invalid(argv[1]);
 	return sf_test_done("test_pickle");
 }
