@@ -292,7 +292,9 @@ static void run_special(const char *top)
  * may): sf_pk_get answers the last, as Python's unpickler keeps it. */
 static void run_repeated_key(void)
 {
-	static const char in[] = "\x80\x04}(\x8c\x01aK\x01\x8c\x01aK\x02u.";
+	/* split so that no hex escape swallows the key's letter */
+	static const char in[] = "\x80\x04}(\x8c\x01" "a" "K\x01\x8c\x01" "a"
+				 "K\x02u.";
 	struct sf_pickle *p = NULL;
 	char err[256];
 	int64_t x = 0;
