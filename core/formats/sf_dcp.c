@@ -18,7 +18,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,13 +70,12 @@ static const struct sf_pk_global other_globals[] = {
 #define N_OTHER (sizeof(other_globals) / sizeof(other_globals[0]))
 static struct sf_pk_global allow[2 * N_CLASSES + N_DTYPES + N_OTHER];
 static size_t nallow;
+static pthread_once_t allow_once = PTHREAD_ONCE_INIT;
 
-static void allow_init(void)
+static void allow_build(void)
 {
 	size_t n = 0;
 
-	if (nallow)
-		return; /* the same values every time: a benign race */
 	for (size_t i = 0; i < N_CLASSES; i++) {
 		allow[n++] = (struct sf_pk_global){ MOD113, dcp_classes[i] };
 		allow[n++] = (struct sf_pk_global){ MOD2, dcp_classes[i] };
@@ -112,8 +111,7 @@ struct dfile {
 struct dcp {
 	int dirfd;
 	const char *name;
-	char *err;
-	size_t errlen;
+	struct sf_where w;           /* the caller's err: one printable line */
 	struct sinfo *si;
 	size_t nsi, capsi;
 	struct dfile *files;
@@ -121,20 +119,6 @@ struct dcp {
 	struct sf_model *m;
 	size_t skipped;              /* entries left out, each logged */
 };
-
-static int fail(struct dcp *d, int code, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static int fail(struct dcp *d, int code, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (d->err && d->errlen) {
-		va_start(ap, fmt);
-		vsnprintf(d->err, d->errlen, fmt, ap);
-		va_end(ap);
-	}
-	return code;
-}
 
 /* A torch.Size(...) (or a plain tuple) of non-negative ints. */
 static bool size_of(const struct sf_pk *v, uint64_t *out, unsigned *ndim)
@@ -190,7 +174,7 @@ static int cmp_sinfo(const void *a, const void *b)
 static int read_storage(struct dcp *d, const struct sf_pk *sd)
 {
 	if (!sd || sd->kind != SF_PK_DICT)
-		return fail(d, -SF_EFORMAT, ".metadata: storage_data is not a dict");
+		return sf_fail(&d->w, -SF_EFORMAT, ".metadata: storage_data is not a dict");
 	for (size_t i = 0; i < sd->u.dict.n; i++) {
 		const struct sf_pk *k = sd->u.dict.k[i], *v = sd->u.dict.v[i];
 		const struct sf_pk *off = sf_pk_attr(k, "offset");
@@ -200,20 +184,20 @@ static int read_storage(struct dcp *d, const struct sf_pk *sd)
 		int rc;
 
 		if (!is_dcp(k, "MetadataIndex") || !is_dcp(v, "_StorageInfo"))
-			return fail(d, -SF_EFORMAT,
+			return sf_fail(&d->w, -SF_EFORMAT,
 				    ".metadata: storage_data entry %zu is not MetadataIndex -> _StorageInfo", i);
 		s.fqn = sf_pk_str(sf_pk_attr(k, "fqn"));
 		s.path = sf_pk_str(sf_pk_attr(v, "relative_path"));
 		if (!s.fqn || !s.path ||
 		    !sf_pk_int(sf_pk_attr(v, "offset"), &fo) || fo < 0 ||
 		    !sf_pk_int(sf_pk_attr(v, "length"), &len) || len < 0)
-			return fail(d, -SF_EFORMAT,
+			return sf_fail(&d->w, -SF_EFORMAT,
 				    ".metadata: storage_data entry %zu lacks fqn, relative_path, offset or length", i);
 		s.foff = (uint64_t)fo;
 		s.len = (uint64_t)len;
 		if (off && off->kind != SF_PK_NONE) {
 			if (!size_of(off, s.off, &s.ndim))
-				return fail(d, -SF_EFORMAT,
+				return sf_fail(&d->w, -SF_EFORMAT,
 					    ".metadata: storage_data entry %zu: bad offset", i);
 			s.has_off = true;
 		}
@@ -221,7 +205,7 @@ static int read_storage(struct dcp *d, const struct sf_pk *sd)
 		rc = sf_array_grow(&d->si, d->nsi, &d->capsi, sizeof(*d->si), 64,
 				   SF_MAX_TENSORS * 4u);
 		if (rc)
-			return fail(d, rc, ".metadata: too many chunks");
+			return sf_fail(&d->w, rc, ".metadata: too many chunks");
 		d->si[d->nsi++] = s;
 	}
 	if (d->nsi > 1)
@@ -242,25 +226,29 @@ static const struct sinfo *find_sinfo(const struct dcp *d, const char *fqn,
 	return bsearch(&key, d->si, d->nsi, sizeof(*d->si), cmp_sinfo);
 }
 
-/* The descriptor of a chunk file (opened once, beneath the checkpoint).
- * NULL with the reason in d->err. */
-static const struct dfile *get_file(struct dcp *d, const char *path)
+/* The descriptor of a chunk file (opened once, beneath the checkpoint)
+ * into *out (borrowed from d); a file that cannot be opened is recorded
+ * with its error. 0, -SF_ETOOBIG (with the reason), -ENOMEM. */
+static int get_file(struct dcp *d, const char *path, const struct dfile **out)
 {
 	struct dfile f = { .fd = -1 };
 	struct stat sb;
 
-	for (size_t i = 0; i < d->nfiles; i++)
-		if (strcmp(d->files[i].path, path) == 0)
-			return &d->files[i];
-	if (d->nfiles >= DCP_MAX_FILES ||
-	    sf_array_grow(&d->files, d->nfiles, &d->capfiles, sizeof(*d->files),
-			  16, DCP_MAX_FILES)) {
-		fail(d, -SF_ETOOBIG, "more than %u chunk files", DCP_MAX_FILES);
-		return NULL;
+	for (size_t i = 0; i < d->nfiles; i++) {
+		if (strcmp(d->files[i].path, path) == 0) {
+			*out = &d->files[i];
+			return 0;
+		}
 	}
+	if (d->nfiles >= DCP_MAX_FILES)
+		return sf_fail(&d->w, -SF_ETOOBIG, "more than %u chunk files",
+			       DCP_MAX_FILES);
+	if (sf_array_grow(&d->files, d->nfiles, &d->capfiles, sizeof(*d->files),
+			  16, DCP_MAX_FILES))
+		return -ENOMEM;
 	f.path = strdup(path);
 	if (!f.path)
-		return NULL;
+		return -ENOMEM;
 	if (!sf_relpath_valid(path) || strchr(path, '/')) {
 		f.err = -SF_EREFUSED;
 	} else {
@@ -276,26 +264,28 @@ static const struct dfile *get_file(struct dcp *d, const char *path)
 		}
 	}
 	d->files[d->nfiles++] = f;
-	return &d->files[d->nfiles - 1];
+	*out = &d->files[d->nfiles - 1];
+	return 0;
 }
 
 /* The file and region of si, checked. 0 or an error with the reason. */
 static int chunk_input(struct dcp *d, const char *key, const struct sinfo *si,
 		       struct sf_input *in)
 {
-	const struct dfile *f = get_file(d, si->path);
+	const struct dfile *f = NULL;
+	int rc = get_file(d, si->path, &f);
 
-	if (!f)
-		return d->err && d->err[0] ? -SF_ETOOBIG : -ENOMEM;
+	if (rc)
+		return rc;
 	if (f->fd < 0)
-		return fail(d, f->err == -SF_EREFUSED ? -SF_EREFUSED : -SF_ESHORT,
+		return sf_fail(&d->w, f->err == -SF_EREFUSED ? -SF_EREFUSED : -SF_ESHORT,
 			    "%s: its file %s %s", key, si->path,
 			    f->err == -SF_EREFUSED ? "is not a plain name inside the checkpoint" :
 			    f->err == -EXDEV ? "leads out of the checkpoint" :
 			    f->err == -EINVAL ? "is not a regular file" :
 			    sf_strerror(f->err));
 	if (si->foff > f->size || si->len > f->size - si->foff)
-		return fail(d, -SF_ESHORT,
+		return sf_fail(&d->w, -SF_ESHORT,
 			    "%s: bytes %llu+%llu lie past the end of %s (%llu bytes)",
 			    key, (unsigned long long)si->foff,
 			    (unsigned long long)si->len, si->path,
@@ -346,7 +336,7 @@ static int add_chunk(struct dcp *d, const char *key, struct sf_tensor *t,
 	    !size_of(sf_pk_attr(chunk, "offsets"), s.box.off, &nd_off) ||
 	    !size_of(sf_pk_attr(chunk, "sizes"), s.box.len, &nd_len) ||
 	    nd_off != t->ndim || nd_len != t->ndim)
-		return fail(d, -SF_EFORMAT, "tensor %s: malformed chunk", key);
+		return sf_fail(&d->w, -SF_EFORMAT, "tensor %s: malformed chunk", key);
 	s.box.ndim = t->ndim;
 	for (unsigned i = 0; i < t->ndim; i++)
 		numel *= s.box.len[i]; /* bounded: the validator checks the box */
@@ -354,24 +344,24 @@ static int add_chunk(struct dcp *d, const char *key, struct sf_tensor *t,
 		return 0; /* holds no element */
 	si = find_sinfo(d, key, true, t->ndim, s.box.off);
 	if (!si)
-		return fail(d, -SF_EFORMAT,
+		return sf_fail(&d->w, -SF_EFORMAT,
 			    "tensor %s: a chunk has no storage_data entry", key);
 	rc = chunk_input(d, key, si, &in);
 	if (rc)
 		return rc;
 	rc = sf_torchsave_open(&in, &ts, why, sizeof(why));
 	if (rc)
-		return fail(d, rc, "tensor %s: chunk in %s at %llu: %s", key,
+		return sf_fail(&d->w, rc, "tensor %s: chunk in %s at %llu: %s", key,
 			    si->path, (unsigned long long)si->foff, why);
 	x = &ts->t[0];
 	rc = -SF_EFORMAT;
 	if (ts->n != 1 || x->key[0]) {
-		fail(d, rc, "tensor %s: chunk in %s is not one tensor", key, si->path);
+		sf_fail(&d->w, rc, "tensor %s: chunk in %s is not one tensor", key, si->path);
 		goto out_free_ts;
 	}
 	if (x->dtype != t->dtype || x->ndim != t->ndim ||
 	    memcmp(x->shape, s.box.len, t->ndim * sizeof(uint64_t)) != 0) {
-		fail(d, rc, "tensor %s: chunk in %s holds a %s tensor of another shape than the metadata says",
+		sf_fail(&d->w, rc, "tensor %s: chunk in %s holds a %s tensor of another shape than the metadata says",
 		     key, si->path, sf_dtype_name(x->dtype));
 		goto out_free_ts;
 	}
@@ -386,7 +376,7 @@ static int add_chunk(struct dcp *d, const char *key, struct sf_tensor *t,
 	}
 	rc = sf_tensor_add_shard(d->m, t, &s);
 	if (rc)
-		fail(d, rc, "tensor %s: %s", key, sf_model_why(d->m));
+		sf_fail(&d->w, rc, "tensor %s: %s", key, sf_model_why(d->m));
 out_free_ts:
 	sf_torchsave_free(ts);
 	return rc;
@@ -408,7 +398,7 @@ static int add_tensor(struct dcp *d, const char *key, const struct sf_pk *md)
 	}
 	if (!size_of(sf_pk_attr(md, "size"), shape, &ndim) || !chunks ||
 	    chunks->kind != SF_PK_LIST)
-		return fail(d, -SF_EFORMAT, "tensor %s: no size or chunks", key);
+		return sf_fail(&d->w, -SF_EFORMAT, "tensor %s: no size or chunks", key);
 	/* A tensor with a compressed chunk is left out whole. */
 	for (size_t i = 0; i < chunks->u.seq.n; i++) {
 		const struct sf_pk *c = chunks->u.seq.v[i];
@@ -426,15 +416,15 @@ static int add_tensor(struct dcp *d, const char *key, const struct sf_pk *md)
 	}
 	rc = sf_model_add_tensor(d->m, false, key, dt, ndim, shape, &t);
 	if (rc)
-		return fail(d, rc, "tensor %s: %s", key, sf_model_why(d->m));
+		return sf_fail(&d->w, rc, "tensor %s: %s", key, sf_model_why(d->m));
 	for (size_t i = 0; i < chunks->u.seq.n && !rc; i++)
 		rc = add_chunk(d, key, t, chunks->u.seq.v[i]);
 	if (rc && rc != -ENOMEM) {
 		/* a chunk that cannot be served: the tensor alone is left out */
 		sf_model_drop_last(d->m, SF_ENTRY_TENSOR);
-		leave_out(d, key, d->err && d->err[0] ? d->err : sf_strerror(rc));
-		if (d->err && d->errlen)
-			d->err[0] = '\0';
+		leave_out(d, key, d->w.err && d->w.err[0] ? d->w.err : sf_strerror(rc));
+		if (d->w.err && d->w.errlen)
+			d->w.err[0] = '\0';
 		rc = 0;
 	}
 	return rc;
@@ -449,23 +439,23 @@ static int add_object(struct dcp *d, const char *key)
 	int rc;
 
 	if (!si)
-		return fail(d, -SF_EFORMAT, "object %s: no storage_data entry", key);
+		return sf_fail(&d->w, -SF_EFORMAT, "object %s: no storage_data entry", key);
 	if (si->transformed) {
 		leave_out(d, key, "stored compressed (DCP extensions)");
 		return 0;
 	}
 	rc = chunk_input(d, key, si, &in);
 	if (rc && rc != -ENOMEM) {
-		leave_out(d, key, d->err && d->err[0] ? d->err : sf_strerror(rc));
-		if (d->err && d->errlen)
-			d->err[0] = '\0';
+		leave_out(d, key, d->w.err && d->w.err[0] ? d->w.err : sf_strerror(rc));
+		if (d->w.err && d->w.errlen)
+			d->w.err[0] = '\0';
 		return 0;
 	}
 	if (rc)
 		return rc;
 	rc = sf_model_add_object(d->m, key, si->len, &t);
 	if (rc)
-		return fail(d, rc, "object %s: %s", key, sf_model_why(d->m));
+		return sf_fail(&d->w, rc, "object %s: %s", key, sf_model_why(d->m));
 	if (si->len == 0)
 		return 0;
 	s.box.ndim = 1;
@@ -475,7 +465,7 @@ static int add_object(struct dcp *d, const char *key)
 	s.nbytes = si->len;
 	rc = sf_tensor_add_shard(d->m, t, &s);
 	if (rc)
-		return fail(d, rc, "object %s: %s", key, sf_model_why(d->m));
+		return sf_fail(&d->w, rc, "object %s: %s", key, sf_model_why(d->m));
 	return 0;
 }
 
@@ -495,7 +485,7 @@ static int add_root_files(struct dcp *d)
 	int rc = sf_dirlist_read(d->dirfd, &ls);
 
 	if (rc)
-		return fail(d, rc, "cannot list the directory: %s", sf_strerror(rc));
+		return sf_fail(&d->w, rc, "cannot list the directory: %s", sf_strerror(rc));
 	for (size_t i = 0; i < ls.n && !rc; i++) {
 		const char *nm = ls.names[i];
 		struct sf_shard s = { 0 };
@@ -528,7 +518,7 @@ static int add_root_files(struct dcp *d)
 		s.nbytes = size;
 		rc = sf_tensor_add_shard(d->m, t, &s);
 		if (rc)
-			fail(d, rc, "file %s: %s", nm, sf_model_why(d->m));
+			sf_fail(&d->w, rc, "file %s: %s", nm, sf_model_why(d->m));
 	}
 	sf_dirlist_free(&ls);
 	return rc;
@@ -556,7 +546,7 @@ static int build(struct dcp *d, const struct sf_pk *md)
 	int rc;
 
 	if (!is_dcp(md, "Metadata") || !sdm || sdm->kind != SF_PK_DICT)
-		return fail(d, -SF_EFORMAT,
+		return sf_fail(&d->w, -SF_EFORMAT,
 			    ".metadata: not a DCP Metadata with a state_dict_metadata dict");
 	rc = read_storage(d, sf_pk_attr(md, "storage_data"));
 	if (rc)
@@ -567,7 +557,7 @@ static int build(struct dcp *d, const struct sf_pk *md)
 		const struct sf_pk *v = sdm->u.dict.v[i];
 
 		if (!key)
-			return fail(d, -SF_EFORMAT, ".metadata: a key is not a string");
+			return sf_fail(&d->w, -SF_EFORMAT, ".metadata: a key is not a string");
 		if (!sf_name_valid(key)) {
 			leave_out(d, key, "not a name shardfs can show");
 			continue;
@@ -577,7 +567,7 @@ static int build(struct dcp *d, const struct sf_pk *md)
 		else if (is_dcp(v, "BytesStorageMetadata"))
 			rc = add_object(d, key);
 		else
-			return fail(d, -SF_EFORMAT, "%s: neither tensor nor bytes metadata", key);
+			return sf_fail(&d->w, -SF_EFORMAT, "%s: neither tensor nor bytes metadata", key);
 	}
 	return rc ? rc : add_root_files(d);
 }
@@ -585,26 +575,24 @@ static int build(struct dcp *d, const struct sf_pk *md)
 static int dcp_open(int dirfd, const char *dir, const char *name,
 		    struct sf_format_result *out, char *err, size_t errlen)
 {
-	struct dcp d = { .dirfd = dirfd, .name = name, .err = err,
-			 .errlen = errlen };
+	struct dcp d = { .dirfd = dirfd, .name = name };
 	struct sf_pickle_opts po = { 0 };
 	struct sf_pickle *pk = NULL;
 	struct stat sb;
 	int fd, rc;
 
 	(void)dir;
-	if (err && errlen)
-		err[0] = '\0';
-	allow_init();
+	sf_where_init(&d.w, err, errlen);
+	pthread_once(&allow_once, allow_build);
 	fd = sf_open_beneath(dirfd, SF_DCP_METADATA, O_RDONLY | O_NONBLOCK);
 	if (fd < 0)
-		return fail(&d, fd, SF_DCP_METADATA ": %s", sf_strerror(fd));
+		return sf_fail(&d.w, fd, SF_DCP_METADATA ": %s", sf_strerror(fd));
 	if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-		rc = fail(&d, -SF_EFORMAT, SF_DCP_METADATA ": not a regular file");
+		rc = sf_fail(&d.w, -SF_EFORMAT, SF_DCP_METADATA ": not a regular file");
 		goto out_close;
 	}
 	if ((uint64_t)sb.st_size > SF_MAX_MANIFEST_BYTES) {
-		rc = fail(&d, -SF_ETOOBIG, SF_DCP_METADATA ": larger than %u bytes",
+		rc = sf_fail(&d.w, -SF_ETOOBIG, SF_DCP_METADATA ": larger than %u bytes",
 			  SF_MAX_MANIFEST_BYTES);
 		goto out_close;
 	}
@@ -616,7 +604,7 @@ static int dcp_open(int dirfd, const char *dir, const char *name,
 
 		rc = sf_pickle_load(&in, &po, &pk, why, sizeof(why));
 		if (rc) {
-			fail(&d, rc, SF_DCP_METADATA ": %s", why);
+			sf_fail(&d.w, rc, SF_DCP_METADATA ": %s", why);
 			goto out_close;
 		}
 	}

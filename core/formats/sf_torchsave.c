@@ -10,13 +10,14 @@
 #include "sf_torchsave.h"
 
 #include <errno.h>
-#include <stdarg.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "sf_array.h"
 #include "sf_error.h"
+#include "sf_model.h" /* sf_where, sf_fail */
 #include "sf_pickle.h"
 #include "sf_zip.h"
 
@@ -75,33 +76,18 @@ enum sf_dtype sf_torch_dtype(const char *name)
 #define NSTORAGE (sizeof(type_map) / sizeof(type_map[0]))
 static struct sf_pk_global allow[NSTORAGE + 4];
 static size_t nallow;
+static pthread_once_t allow_once = PTHREAD_ONCE_INIT;
 
-static void allow_init(void)
+static void allow_build(void)
 {
 	size_t n = 0;
 
-	if (nallow)
-		return; /* the same values every time: a benign race */
 	allow[n++] = (struct sf_pk_global){ "torch._utils", "_rebuild_tensor_v2" };
 	allow[n++] = (struct sf_pk_global){ "torch._utils", "_rebuild_parameter" };
 	allow[n++] = (struct sf_pk_global){ "collections", "OrderedDict" };
 	for (size_t i = 0; i < NSTORAGE; i++)
 		allow[n++] = (struct sf_pk_global){ "torch", type_map[i].storage };
 	nallow = n;
-}
-
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err && errlen) {
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return code;
 }
 
 /* A tuple of ndim non-negative ints into v[]. */
@@ -126,8 +112,7 @@ struct ctx {
 	const struct sf_input *in;
 	struct sf_zip *z;
 	char prefix[256];       /* "archive/" */
-	char *err;
-	size_t errlen;
+	struct sf_where w;       /* the caller's err: one printable line */
 };
 
 /* Check the view of t on its storage and fill span and contiguous. */
@@ -144,7 +129,7 @@ static int check_view(struct ctx *c, struct sf_ts_tensor *t, uint64_t numel)
 		if (t->shape[d] > 1 && t->stride[d] != expect)
 			t->contiguous = 0;
 		if (t->shape[d] && expect > UINT64_MAX / t->shape[d])
-			return fail(c->err, c->errlen, -SF_EFORMAT,
+			return sf_fail(&c->w, -SF_EFORMAT,
 				    "tensor %s: shape too large", t->key);
 		if (t->shape[d])
 			expect *= t->shape[d];
@@ -169,7 +154,7 @@ static int check_view(struct ctx *c, struct sf_ts_tensor *t, uint64_t numel)
 	t->span = (last + 1) * isz;
 	return 0;
 out_outside:
-	return fail(c->err, c->errlen, -SF_EFORMAT,
+	return sf_fail(&c->w, -SF_EFORMAT,
 		    "tensor %s: its view reaches past its storage of %llu elements",
 		    t->key, (unsigned long long)numel);
 }
@@ -196,7 +181,7 @@ static int read_tensor(struct ctx *c, const struct sf_pk *v,
 	args = v->u.obj.args;
 	pid = sf_pk_item(args, 0);
 	if (sf_pk_len(args) < 4 || !pid || pid->kind != SF_PK_PERSID)
-		return fail(c->err, c->errlen, -SF_EFORMAT,
+		return sf_fail(&c->w, -SF_EFORMAT,
 			    "tensor %s: not a storage reference", t->key);
 	pid = pid->u.persid;
 	sto = sf_pk_item(pid, 1);
@@ -205,38 +190,38 @@ static int read_tensor(struct ctx *c, const struct sf_pk *v,
 	    strcmp(sf_pk_str(sf_pk_item(pid, 0)), "storage") != 0 ||
 	    !sto || sto->kind != SF_PK_GLOBAL || !sf_pk_str(sf_pk_item(pid, 2)) ||
 	    !sf_pk_int(sf_pk_item(pid, 4), &numel) || numel < 0)
-		return fail(c->err, c->errlen, -SF_EFORMAT,
+		return sf_fail(&c->w, -SF_EFORMAT,
 			    "tensor %s: malformed storage reference", t->key);
 	t->dtype = sf_torch_storage_dtype(sto->u.global.name);
 	if (t->dtype == SF_DT_INVALID)
-		return fail(c->err, c->errlen, -SF_EFORMAT,
+		return sf_fail(&c->w, -SF_EFORMAT,
 			    "tensor %s: unknown storage type", t->key);
 	isz = sf_dtype_size(t->dtype);
 	if (!sf_pk_int(sf_pk_item(args, 1), &x) || x < 0)
-		return fail(c->err, c->errlen, -SF_EFORMAT,
+		return sf_fail(&c->w, -SF_EFORMAT,
 			    "tensor %s: bad storage offset", t->key);
 	t->storage_offset = (uint64_t)x;
 	if (int_tuple(sf_pk_item(args, 2), t->shape, &t->ndim) ||
 	    int_tuple(sf_pk_item(args, 3), t->stride, &nd_stride) ||
 	    nd_stride != t->ndim)
-		return fail(c->err, c->errlen, -SF_EFORMAT,
+		return sf_fail(&c->w, -SF_EFORMAT,
 			    "tensor %s: bad size or stride (at most %d dimensions)",
 			    t->key, SF_MAX_NDIM);
 	if ((size_t)snprintf(ename, sizeof(ename), "%sdata/%s", c->prefix,
 			     sf_pk_str(sf_pk_item(pid, 2))) >= sizeof(ename))
-		return fail(c->err, c->errlen, -SF_EFORMAT,
+		return sf_fail(&c->w, -SF_EFORMAT,
 			    "tensor %s: storage key too long", t->key);
 	e = sf_zip_find(c->z, ename);
 	if (!e)
-		return fail(c->err, c->errlen, -SF_EFORMAT,
+		return sf_fail(&c->w, -SF_EFORMAT,
 			    "tensor %s: the archive has no storage entry", t->key);
 	rc = sf_zip_entry_input(c->z, e, &data);
 	if (rc)
-		return fail(c->err, c->errlen, rc,
+		return sf_fail(&c->w, rc,
 			    "tensor %s: its storage is not stored uncompressed",
 			    t->key);
 	if ((uint64_t)numel > UINT64_MAX / isz || data.size != (uint64_t)numel * isz)
-		return fail(c->err, c->errlen, -SF_EFORMAT,
+		return sf_fail(&c->w, -SF_EFORMAT,
 			    "tensor %s: storage entry of %llu bytes for %lld elements",
 			    t->key, (unsigned long long)data.size, (long long)numel);
 	t->data_off = e->data_off;
@@ -251,7 +236,7 @@ static int add_tensor(struct ctx *c, struct sf_torchsave *ts, size_t *cap,
 	int rc;
 
 	if (ts->n >= TS_MAX_TENSORS)
-		return fail(c->err, c->errlen, -SF_ETOOBIG,
+		return sf_fail(&c->w, -SF_ETOOBIG,
 			    "more than %u tensors", TS_MAX_TENSORS);
 	t.key = strdup(key);
 	if (!t.key)
@@ -305,7 +290,7 @@ static int check_byteorder(struct ctx *c)
 		return 0;
 	if (sf_zip_entry_input(c->z, e, &bi) || bi.size != 6 ||
 	    sf_input_read(&bi, buf, 6, 0) || memcmp(buf, "little", 6) != 0)
-		return fail(c->err, c->errlen, -SF_EFORMAT,
+		return sf_fail(&c->w, -SF_EFORMAT,
 			    "the archive's byte order is not little-endian");
 	return 0;
 }
@@ -313,7 +298,7 @@ static int check_byteorder(struct ctx *c)
 int sf_torchsave_open(const struct sf_input *in, struct sf_torchsave **out,
 		      char *err, size_t errlen)
 {
-	struct ctx c = { .in = in, .err = err, .errlen = errlen };
+	struct ctx c = { .in = in };
 	struct sf_pickle_opts po = { 0 };
 	const struct sf_zip_entry *pe;
 	struct sf_pickle *pk = NULL;
@@ -324,9 +309,8 @@ int sf_torchsave_open(const struct sf_input *in, struct sf_torchsave **out,
 	int rc;
 
 	*out = NULL;
-	if (err && errlen)
-		err[0] = '\0';
-	allow_init();
+	sf_where_init(&c.w, err, errlen);
+	pthread_once(&allow_once, allow_build);
 	ts = calloc(1, sizeof(*ts));
 	if (!ts)
 		return -ENOMEM;
@@ -335,7 +319,7 @@ int sf_torchsave_open(const struct sf_input *in, struct sf_torchsave **out,
 		goto out_free_ts;
 	pe = find_pickle(&c);
 	if (!pe) {
-		rc = fail(err, errlen, -SF_EFORMAT,
+		rc = sf_fail(&c.w, -SF_EFORMAT,
 			  "not a torch.save archive: no PREFIX/data.pkl entry");
 		goto out_close_zip;
 	}
@@ -344,7 +328,7 @@ int sf_torchsave_open(const struct sf_input *in, struct sf_torchsave **out,
 		goto out_close_zip;
 	rc = sf_zip_entry_input(c.z, pe, &pin);
 	if (rc) {
-		fail(err, errlen, rc, "data.pkl is not stored uncompressed");
+		sf_fail(&c.w, rc, "data.pkl is not stored uncompressed");
 		goto out_close_zip;
 	}
 	po.allow = allow;
@@ -369,7 +353,7 @@ int sf_torchsave_open(const struct sf_input *in, struct sf_torchsave **out,
 		rc = add_tensor(&c, ts, &cap, "", root);
 	}
 	if (!rc && ts->n == 0)
-		rc = fail(err, errlen, -SF_EFORMAT,
+		rc = sf_fail(&c.w, -SF_EFORMAT,
 			  "the archive holds no tensor");
 	sf_pickle_free(pk);
 out_close_zip:

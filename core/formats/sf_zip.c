@@ -11,7 +11,6 @@
 #include "sf_zip.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +18,7 @@
 
 #include "sf_array.h"
 #include "sf_error.h"
+#include "sf_model.h" /* sf_where, sf_fail */
 
 #define SIG_LOCAL 0x04034b50u
 #define SIG_CENTRAL 0x02014b50u
@@ -40,20 +40,6 @@ struct sf_zip {
 	size_t n;
 	char *names;                     /* every name, NUL-separated (owned) */
 };
-
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err && errlen) {
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return code;
-}
 
 static uint16_t le16(const unsigned char *p)
 {
@@ -77,8 +63,8 @@ struct cd_loc {
 	uint64_t end;                    /* where the end records begin */
 };
 
-static int find_end(const struct sf_input *in, struct cd_loc *cd, char *err,
-		    size_t errlen)
+static int find_end(const struct sf_input *in, struct cd_loc *cd,
+		    const struct sf_where *w)
 {
 	size_t tail = in->size < EOCD_LEN + MAX_COMMENT ? (size_t)in->size :
 		      EOCD_LEN + MAX_COMMENT;
@@ -87,7 +73,7 @@ static int find_end(const struct sf_input *in, struct cd_loc *cd, char *err,
 	int rc;
 
 	if (in->size < EOCD_LEN)
-		return fail(err, errlen, -SF_EFORMAT, "zip: %llu bytes, too short for an archive",
+		return sf_fail(w, -SF_EFORMAT, "zip: %llu bytes, too short for an archive",
 			    (unsigned long long)in->size);
 	buf = malloc(tail);
 	if (!buf)
@@ -95,7 +81,7 @@ static int find_end(const struct sf_input *in, struct cd_loc *cd, char *err,
 	rc = sf_input_read(in, buf, tail, base);
 	if (rc) {
 		free(buf);
-		return fail(err, errlen, rc, "zip: cannot read the end record");
+		return sf_fail(w, rc, "zip: cannot read the end record");
 	}
 	for (size_t i = tail - EOCD_LEN + 1; i-- > 0;) {
 		/* the comment must end exactly at the input's end */
@@ -107,12 +93,12 @@ static int find_end(const struct sf_input *in, struct cd_loc *cd, char *err,
 	}
 	if (!e) {
 		free(buf);
-		return fail(err, errlen, -SF_EFORMAT, "zip: no end of central directory record");
+		return sf_fail(w, -SF_EFORMAT, "zip: no end of central directory record");
 	}
 	eocd_at = base + (uint64_t)(e - buf);
 	if (le16(e + 4) != 0 || le16(e + 6) != 0 || le16(e + 8) != le16(e + 10)) {
 		free(buf);
-		return fail(err, errlen, -SF_EFORMAT, "zip: multi-disk archives are not read");
+		return sf_fail(w, -SF_EFORMAT, "zip: multi-disk archives are not read");
 	}
 	cd->count = le16(e + 10);
 	cd->size = le32(e + 12);
@@ -129,20 +115,20 @@ static int find_end(const struct sf_input *in, struct cd_loc *cd, char *err,
 		    le32(loc) != SIG_Z64_LOC) {
 			if (cd->count == 0xFFFF || cd->size == 0xFFFFFFFFu ||
 			    cd->off == 0xFFFFFFFFu)
-				return fail(err, errlen, -SF_EFORMAT,
+				return sf_fail(w, -SF_EFORMAT,
 					    "zip: ZIP64 values without a ZIP64 locator");
 			return 0; /* a plain archive */
 		}
 		zoff = le64(loc + 8);
 		if (le32(loc + 4) != 0 || le32(loc + 16) > 1)
-			return fail(err, errlen, -SF_EFORMAT, "zip: multi-disk archives are not read");
+			return sf_fail(w, -SF_EFORMAT, "zip: multi-disk archives are not read");
 		if (zoff > eocd_at - Z64_LOC_LEN ||
 		    eocd_at - Z64_LOC_LEN - zoff < Z64_EOCD_LEN ||
 		    sf_input_read(in, z, sizeof(z), zoff) || le32(z) != SIG_Z64_EOCD)
-			return fail(err, errlen, -SF_EFORMAT,
+			return sf_fail(w, -SF_EFORMAT,
 				    "zip: the ZIP64 locator points at no ZIP64 end record");
 		if (le32(z + 16) != 0 || le32(z + 20) != 0 || le64(z + 24) != le64(z + 32))
-			return fail(err, errlen, -SF_EFORMAT, "zip: multi-disk archives are not read");
+			return sf_fail(w, -SF_EFORMAT, "zip: multi-disk archives are not read");
 		cd->count = le64(z + 32);
 		cd->size = le64(z + 40);
 		cd->off = le64(z + 48);
@@ -198,7 +184,7 @@ static int cmp_data(const void *a, const void *b)
 }
 
 /* No two entries' data (with their local headers) overlap. */
-static int check_overlap(struct sf_zip *z, char *err, size_t errlen)
+static int check_overlap(struct sf_zip *z, const struct sf_where *w)
 {
 	const struct sf_zip_entry **v;
 	int rc = 0;
@@ -213,18 +199,11 @@ static int check_overlap(struct sf_zip *z, char *err, size_t errlen)
 	qsort(v, z->n, sizeof(*v), cmp_data);
 	for (size_t i = 1; i < z->n && !rc; i++)
 		if (v[i]->header_off < v[i - 1]->data_off + v[i - 1]->csize)
-			rc = fail(err, errlen, -SF_EFORMAT,
+			rc = sf_fail(w, -SF_EFORMAT,
 				  "zip: entries %zu and %zu overlap",
 				  (size_t)(v[i - 1] - z->e), (size_t)(v[i] - z->e));
 	free(v);
 	return rc;
-}
-
-static void sanitize(char *s)
-{
-	for (; *s; s++)
-		if ((unsigned char)*s < 0x20 || (unsigned char)*s == 0x7f)
-			*s = '?';
 }
 
 int sf_zip_open(const struct sf_input *in, const struct sf_zip_opts *opts,
@@ -234,28 +213,28 @@ int sf_zip_open(const struct sf_input *in, const struct sf_zip_opts *opts,
 			       DEF_MAX_ENTRIES;
 	uint64_t max_cd = opts && opts->max_cd_bytes ? opts->max_cd_bytes : DEF_MAX_CD;
 	struct cd_loc cd = { 0 };
+	struct sf_where wh, *w = &wh;
 	unsigned char *buf = NULL;
 	struct sf_zip *z;
 	size_t p = 0, namebytes = 0;
 	int rc;
 
 	*out = NULL;
-	if (err && errlen)
-		err[0] = '\0';
-	rc = find_end(in, &cd, err, errlen);
+	sf_where_init(w, err, errlen); /* one printable line (sf_fail) */
+	rc = find_end(in, &cd, w);
 	if (rc)
 		return rc;
 	if (cd.count > max_entries)
-		return fail(err, errlen, -SF_ETOOBIG, "zip: %llu entries, more than %u",
+		return sf_fail(w, -SF_ETOOBIG, "zip: %llu entries, more than %u",
 			    (unsigned long long)cd.count, max_entries);
 	if (cd.size > max_cd)
-		return fail(err, errlen, -SF_ETOOBIG, "zip: central directory of %llu bytes",
+		return sf_fail(w, -SF_ETOOBIG, "zip: central directory of %llu bytes",
 			    (unsigned long long)cd.size);
 	if (cd.off > cd.end || cd.size > cd.end - cd.off)
-		return fail(err, errlen, -SF_EFORMAT,
+		return sf_fail(w, -SF_EFORMAT,
 			    "zip: the central directory lies outside the archive");
 	if (cd.count > cd.size / CEN_LEN)
-		return fail(err, errlen, -SF_EFORMAT,
+		return sf_fail(w, -SF_EFORMAT,
 			    "zip: %llu entries cannot fit in %llu bytes",
 			    (unsigned long long)cd.count, (unsigned long long)cd.size);
 	z = calloc(1, sizeof(*z));
@@ -270,7 +249,7 @@ int sf_zip_open(const struct sf_input *in, const struct sf_zip_opts *opts,
 		}
 		rc = sf_input_read(in, buf, (size_t)cd.size, cd.off);
 		if (rc) {
-			fail(err, errlen, rc, "zip: cannot read the central directory");
+			sf_fail(w, rc, "zip: cannot read the central directory");
 			goto out_free_buf;
 		}
 	}
@@ -290,7 +269,7 @@ int sf_zip_open(const struct sf_input *in, const struct sf_zip_opts *opts,
 		char *name;
 
 		if (cd.size - p < CEN_LEN || le32(c) != SIG_CENTRAL) {
-			rc = fail(err, errlen, -SF_EFORMAT, "zip: central record %llu is malformed",
+			rc = sf_fail(w, -SF_EFORMAT, "zip: central record %llu is malformed",
 				  (unsigned long long)i);
 			goto out_free_buf;
 		}
@@ -304,23 +283,23 @@ int sf_zip_open(const struct sf_input *in, const struct sf_zip_opts *opts,
 		clen = le16(c + 32);
 		e->header_off = le32(c + 42);
 		if ((size_t)CEN_LEN + nlen + xlen + clen > cd.size - p) {
-			rc = fail(err, errlen, -SF_EFORMAT, "zip: central record %llu runs past the directory",
+			rc = sf_fail(w, -SF_EFORMAT, "zip: central record %llu runs past the directory",
 				  (unsigned long long)i);
 			goto out_free_buf;
 		}
 		if (flags & 1) {
-			rc = fail(err, errlen, -SF_EFORMAT, "zip: entry %llu is encrypted",
+			rc = sf_fail(w, -SF_EFORMAT, "zip: entry %llu is encrypted",
 				  (unsigned long long)i);
 			goto out_free_buf;
 		}
 		if (le16(c + 34) != 0) {
-			rc = fail(err, errlen, -SF_EFORMAT, "zip: multi-disk archives are not read");
+			rc = sf_fail(w, -SF_EFORMAT, "zip: multi-disk archives are not read");
 			goto out_free_buf;
 		}
 		if (zip64_extra(c + CEN_LEN + nlen, xlen, e->size == 0xFFFFFFFFu,
 				e->csize == 0xFFFFFFFFu, e->header_off == 0xFFFFFFFFu,
 				&e->size, &e->csize, &e->header_off)) {
-			rc = fail(err, errlen, -SF_EFORMAT, "zip: entry %llu has a bad ZIP64 extra field",
+			rc = sf_fail(w, -SF_EFORMAT, "zip: entry %llu has a bad ZIP64 extra field",
 				  (unsigned long long)i);
 			goto out_free_buf;
 		}
@@ -328,7 +307,7 @@ int sf_zip_open(const struct sf_input *in, const struct sf_zip_opts *opts,
 		memcpy(name, c + CEN_LEN, nlen);
 		name[nlen] = '\0';
 		if (memchr(name, '\0', nlen)) {
-			rc = fail(err, errlen, -SF_EFORMAT, "zip: entry %llu has a NUL in its name",
+			rc = sf_fail(w, -SF_EFORMAT, "zip: entry %llu has a NUL in its name",
 				  (unsigned long long)i);
 			goto out_free_buf;
 		}
@@ -338,7 +317,7 @@ int sf_zip_open(const struct sf_input *in, const struct sf_zip_opts *opts,
 		if (e->header_off > cd.off || cd.off - e->header_off < LOC_LEN ||
 		    sf_input_read(in, loc, LOC_LEN, e->header_off) ||
 		    le32(loc) != SIG_LOCAL) {
-			rc = fail(err, errlen, -SF_EFORMAT, "zip: entry %llu has no local header",
+			rc = sf_fail(w, -SF_EFORMAT, "zip: entry %llu has no local header",
 				  (unsigned long long)i);
 			goto out_free_buf;
 		}
@@ -347,7 +326,7 @@ int sf_zip_open(const struct sf_input *in, const struct sf_zip_opts *opts,
 		e->data_off = e->header_off + LOC_LEN + lnlen + lxlen;
 		if (lnlen != nlen || e->data_off > cd.off ||
 		    e->csize > cd.off - e->data_off) {
-			rc = fail(err, errlen, -SF_EFORMAT,
+			rc = sf_fail(w, -SF_EFORMAT,
 				  "zip: entry %llu: its local header or data do not fit before the directory",
 				  (unsigned long long)i);
 			goto out_free_buf;
@@ -357,7 +336,7 @@ int sf_zip_open(const struct sf_input *in, const struct sf_zip_opts *opts,
 
 			if (sf_input_read(in, lname, nlen, e->header_off + LOC_LEN) ||
 			    memcmp(lname, name, nlen) != 0) {
-				rc = fail(err, errlen, -SF_EFORMAT,
+				rc = sf_fail(w, -SF_EFORMAT,
 					  "zip: entry %llu: local and central names differ",
 					  (unsigned long long)i);
 				goto out_free_buf;
@@ -366,7 +345,7 @@ int sf_zip_open(const struct sf_input *in, const struct sf_zip_opts *opts,
 		p += (size_t)CEN_LEN + nlen + xlen + clen;
 		z->n++;
 	}
-	rc = check_overlap(z, err, errlen);
+	rc = check_overlap(z, w);
 	if (rc)
 		goto out_free_buf;
 	free(buf);
@@ -375,8 +354,6 @@ int sf_zip_open(const struct sf_input *in, const struct sf_zip_opts *opts,
 out_free_buf:
 	free(buf);
 out_free_zip:
-	if (err && errlen)
-		sanitize(err);
 	sf_zip_close(z);
 	return rc;
 }
