@@ -1097,6 +1097,23 @@ static int ask_store_root(const char *path, const char *attr)
 	return setxattr(parent, attr, slash, strlen(slash), 0) == 0 ? 0 : errno;
 }
 
+/* The daemon's text xattr name of path into buf (NUL-terminated, control
+ * bytes made spaces: one line, the daemon's text is not ours to trust);
+ * its length, or <= 0 when absent or empty. */
+static ssize_t get_text_xattr(const char *path, const char *name, char *buf,
+			      size_t size)
+{
+	ssize_t n = getxattr(path, name, buf, size - 1);
+
+	if (n <= 0)
+		return n;
+	buf[n] = '\0';
+	for (ssize_t i = 0; i < n; i++)
+		if ((unsigned char)buf[i] < 0x20)
+			buf[i] = ' ';
+	return n;
+}
+
 /* Set attr on a checkpoint of a mount (rm: on its store root); on failure
  * print the errno and the daemon's user.shardfs.state. */
 static int xattr_cmd(const char *cmd, const char *usage, const char *attr,
@@ -1127,12 +1144,8 @@ static int xattr_cmd(const char *cmd, const char *usage, const char *attr,
 	}
 	/* a checkpoint another framework wrote is read-only, always; the
 	 * daemon refuses too (EROFS), this says why */
-	n = getxattr(path, "user.shardfs.format", state, sizeof(state) - 1);
+	n = get_text_xattr(path, "user.shardfs.format", state, sizeof(state));
 	if (n > 0) {
-		state[n] = '\0';
-		for (ssize_t i = 0; i < n; i++)
-			if ((unsigned char)state[i] < 0x20)
-				state[i] = ' ';
 		if (strncmp(state, "shardfs/", 8) != 0) {
 			fprintf(stderr, "shardctl %s: %s: a %s checkpoint: shardfs only reads checkpoints other frameworks wrote, and never changes or deletes them (delete its directory in the store yourself)\n",
 				cmd, path, state);
@@ -1152,13 +1165,8 @@ static int xattr_cmd(const char *cmd, const char *usage, const char *attr,
 			cmd, path);
 		return 1;
 	}
-	n = getxattr(path, "user.shardfs.state", state, sizeof(state) - 1);
+	n = get_text_xattr(path, "user.shardfs.state", state, sizeof(state));
 	if (n > 0) {
-		state[n] = '\0';
-		/* one line: the daemon's text is not ours to trust */
-		for (ssize_t i = 0; i < n; i++)
-			if ((unsigned char)state[i] < 0x20)
-				state[i] = ' ';
 		fprintf(stderr, "shardctl %s: %s: %s: %s\n", cmd, path,
 			strerror(err), state);
 	} else {
