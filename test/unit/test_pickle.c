@@ -13,12 +13,12 @@
  * global when the allowlist lacks it. invalid/CASE: the load fails with
  * the code and a reason holding the substring in `error`.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "corpus_case.h"
 #include "sf_error.h"
 #include "sf_io.h"
 #include "sf_pickle.h"
@@ -125,19 +125,6 @@ static void dump(struct buf *b, const struct sf_pk *v, int depth,
 	}
 }
 
-static char *slurp(const char *dir, const char *name, size_t *len)
-{
-	char path[8192], *buf = NULL;
-	size_t n = 0;
-
-	snprintf(path, sizeof(path), "%s/%s", dir, name);
-	if (sf_read_file(path, 64u << 20, &buf, &n) != 0)
-		return NULL;
-	if (len)
-		*len = n;
-	return buf;
-}
-
 static const struct sf_pk_global allow[] = {
 	{ "numpy.core.multiarray", "_reconstruct" },
 	{ "numpy.core.multiarray", "scalar" },
@@ -159,58 +146,33 @@ static int load(const char *in, size_t len, size_t nallow,
 	return sf_pickle_load(&inp, &o, p, err, 256);
 }
 
-static void run_valid(const char *top)
+static void valid_case(struct corpus_case *c, void *arg)
 {
-	char dir[4096];
-	struct dirent *de;
-	DIR *d;
-	int n = 0;
+	struct sf_pickle *p = NULL;
+	struct buf b = { 0 };
+	char err[256];
 
-	snprintf(dir, sizeof(dir), "%s/valid", top);
-	d = opendir(dir);
-	CHECK(d != NULL);
-	while (d && (de = readdir(d))) {
-		char cdir[8192], err[256];
-		struct sf_pickle *p = NULL;
-		struct buf b = { 0 };
-		char *in, *want;
-		size_t len = 0;
-
-		if (de->d_name[0] == '.')
-			continue;
-		snprintf(cdir, sizeof(cdir), "%s/%s", dir, de->d_name);
-		in = slurp(cdir, "input.pkl", &len);
-		want = slurp(cdir, "expected.txt", NULL);
-		if (!CHECK(in && want))
-			goto next;
-		want[strcspn(want, "\n")] = '\0';
-		if (!CHECK(load(in, len, 0, &p, err) == 0)) {
-			printf("  %s: %s\n", de->d_name, err);
-			goto next;
-		}
-		CHECK_EQ(sf_pickle_end(p), len);
-		dump(&b, sf_pickle_root(p), 0, (const unsigned char *)in);
-		if (!CHECK(b.s && strcmp(b.s, want) == 0))
-			printf("  %s:\n   got  %.300s\n   want %.300s\n", de->d_name,
-			       b.s, want);
-		sf_pickle_free(p);
-		/* every prefix fails, cleanly */
-		for (size_t cut = 0; cut < len; cut += len > 3000 ? 7 : 1) {
-			struct sf_pickle *q = NULL;
-			int rc = load(in, cut, 0, &q, err);
-
-			CHECK(rc == -SF_EFORMAT && q == NULL && err[0]);
-			sf_pickle_free(q);
-		}
-		n++;
-next:
-		free(b.s);
-		free(in);
-		free(want);
+	(void)arg;
+	c->want[strcspn(c->want, "\n")] = '\0';
+	if (!CHECK(load(c->input, c->len, 0, &p, err) == 0)) {
+		printf("  %s: %s\n", c->name, err);
+		return;
 	}
-	if (d)
-		closedir(d);
-	CHECK(n >= 7);
+	CHECK_EQ(sf_pickle_end(p), c->len);
+	dump(&b, sf_pickle_root(p), 0, (const unsigned char *)c->input);
+	if (!CHECK(b.s && strcmp(b.s, c->want) == 0))
+		printf("  %s:\n   got  %.300s\n   want %.300s\n", c->name, b.s,
+		       c->want);
+	free(b.s);
+	sf_pickle_free(p);
+	/* every prefix fails, cleanly */
+	for (size_t cut = 0; cut < c->len; cut += c->len > 3000 ? 7 : 1) {
+		struct sf_pickle *q = NULL;
+		int rc = load(c->input, cut, 0, &q, err);
+
+		CHECK(rc == -SF_EFORMAT && q == NULL && err[0]);
+		sf_pickle_free(q);
+	}
 }
 
 static void run_special(const char *top)
@@ -223,8 +185,8 @@ static void run_special(const char *top)
 
 	for (int proto = 3; proto <= 4; proto++) {
 		snprintf(dir, sizeof(dir), "%s/special/numpy_p%d", top, proto);
-		in = slurp(dir, "input.pkl", &len);
-		data = slurp(dir, "data.bin", &dlen);
+		in = corpus_slurp(dir, "input.pkl", &len);
+		data = corpus_slurp(dir, "data.bin", &dlen);
 		p = NULL;
 		if (CHECK(in && data) && CHECK(load(in, len, 9, &p, err) == 0)) {
 			r = sf_pickle_root(p);
@@ -247,7 +209,7 @@ static void run_special(const char *top)
 		free(data);
 	}
 	snprintf(dir, sizeof(dir), "%s/special/ordered_dict", top);
-	in = slurp(dir, "input.pkl", &len);
+	in = corpus_slurp(dir, "input.pkl", &len);
 	p = NULL;
 	if (CHECK(in) && (CHECK(load(in, len, 9, &p, err) == 0) ||
 			  (printf("  ordered_dict: %s\n", err), 0))) {
@@ -260,7 +222,7 @@ static void run_special(const char *top)
 	sf_pickle_free(p);
 	free(in);
 	snprintf(dir, sizeof(dir), "%s/special/dataclass", top);
-	in = slurp(dir, "input.pkl", &len);
+	in = corpus_slurp(dir, "input.pkl", &len);
 	p = NULL;
 	if (CHECK(in) && CHECK(load(in, len, 9, &p, err) == 0)) {
 		int64_t x = 0;
@@ -275,7 +237,7 @@ static void run_special(const char *top)
 	sf_pickle_free(p);
 	free(in);
 	snprintf(dir, sizeof(dir), "%s/special/slots", top);
-	in = slurp(dir, "input.pkl", &len);
+	in = corpus_slurp(dir, "input.pkl", &len);
 	p = NULL;
 	if (CHECK(in) && CHECK(load(in, len, 9, &p, err) == 0)) {
 		int64_t x = 0;
@@ -306,55 +268,20 @@ static void run_repeated_key(void)
 	sf_pickle_free(p);
 }
 
-static void run_invalid(const char *top)
+static void invalid_case(struct corpus_case *c, void *arg)
 {
-	char dir[4096];
-	struct dirent *de;
-	DIR *d;
-	int n = 0;
+	struct sf_pickle *p = NULL;
+	char err[256];
+	int rc;
 
-	snprintf(dir, sizeof(dir), "%s/invalid", top);
-	d = opendir(dir);
-	CHECK(d != NULL);
-	while (d && (de = readdir(d))) {
-		char cdir[8192], err[256], code[64];
-		struct sf_pickle *p = NULL;
-		const char *sub;
-		char *in, *want;
-		size_t len = 0;
-		int rc;
-
-		if (de->d_name[0] == '.')
-			continue;
-		snprintf(cdir, sizeof(cdir), "%s/%s", dir, de->d_name);
-		in = slurp(cdir, "input.pkl", &len);
-		want = slurp(cdir, "error", NULL);
-		if (!CHECK(in && want)) {
-			free(in);
-			free(want);
-			continue;
-		}
-		want[strcspn(want, "\n")] = '\0';
-		sub = strchr(want, ' ');
-		snprintf(code, sizeof(code), "%.*s",
-			 (int)(sub ? (size_t)(sub - want) : strlen(want)), want);
-		sub = sub ? sub + 1 : "";
-		rc = load(in, len, 0, &p, err);
-		CHECK(rc != 0 && p == NULL);
-		sf_pickle_free(p);
-		if (!CHECK((strcmp(code, "SF_EFORMAT") == 0 && rc == -SF_EFORMAT) ||
-			   (strcmp(code, "SF_EREFUSED") == 0 && rc == -SF_EREFUSED) ||
-			   (strcmp(code, "SF_ETOOBIG") == 0 && rc == -SF_ETOOBIG)) ||
-		    !CHECK(strstr(err, sub) != NULL))
-			printf("  %s: %s (%s), want %s\n", de->d_name, err,
-			       sf_strerror(rc), want);
-		free(in);
-		free(want);
-		n++;
-	}
-	if (d)
-		closedir(d);
-	CHECK(n >= 10);
+	(void)arg;
+	rc = load(c->input, c->len, 0, &p, err);
+	CHECK(rc != 0 && p == NULL);
+	sf_pickle_free(p);
+	if (!CHECK(corpus_code_is(c->code, rc)) ||
+	    !CHECK(strstr(err, c->sub) != NULL))
+		printf("  %s: %s (%s), want %s %s\n", c->name, err,
+		       sf_strerror(rc), c->code, c->sub);
 }
 
 int main(int argc, char **argv)
@@ -363,9 +290,9 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: test_pickle CORPUS_DIR\n");
 		return 2;
 	}
-	run_valid(argv[1]);
+	CHECK(corpus_walk(argv[1], "valid", "input.pkl", valid_case, NULL) >= 7);
 	run_special(argv[1]);
 	run_repeated_key();
-	run_invalid(argv[1]);
+	CHECK(corpus_walk(argv[1], "invalid", "input.pkl", invalid_case, NULL) >= 10);
 	return sf_test_done("test_pickle");
 }

@@ -13,29 +13,16 @@
  * every valid archive, every prefix and every suffix-cut opened as an
  * input of its own either fails or gives entries that lie inside it.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "corpus_case.h"
 #include "sf_error.h"
 #include "sf_io.h"
 #include "sf_test.h"
 #include "sf_zip.h"
-
-static char *slurp(const char *dir, const char *name, size_t *len)
-{
-	char path[8192], *buf = NULL;
-	size_t n = 0;
-
-	snprintf(path, sizeof(path), "%s/%s", dir, name);
-	if (sf_read_file(path, 64u << 20, &buf, &n) != 0)
-		return NULL;
-	if (len)
-		*len = n;
-	return buf;
-}
 
 /* One line per entry, as zip_cases.py writes them. */
 static void dump(const struct sf_zip *z, char *out, size_t cap)
@@ -105,105 +92,41 @@ static void cuts(const char *buf, size_t len)
 	}
 }
 
-static void run_valid(const char *top)
+static void valid_case(struct corpus_case *c, void *arg)
 {
-	char dir[4096];
-	struct dirent *de;
-	DIR *d;
-	int n = 0;
+	struct sf_input inp = sf_input_mem(c->input, c->len);
+	char err[256], got[65536];
+	struct sf_zip *z = NULL;
 
-	snprintf(dir, sizeof(dir), "%s/valid", top);
-	d = opendir(dir);
-	CHECK(d != NULL);
-	while (d && (de = readdir(d))) {
-		char cdir[8192], err[256], got[65536];
-		size_t len = 0;
-		char *in, *want;
-		struct sf_zip *z = NULL;
-		struct sf_input inp;
-
-		if (de->d_name[0] == '.')
-			continue;
-		snprintf(cdir, sizeof(cdir), "%s/%s", dir, de->d_name);
-		in = slurp(cdir, "input.zip", &len);
-		want = slurp(cdir, "expected.txt", NULL);
-		CHECK(in && want);
-		if (!in || !want) {
-			free(in);
-			free(want);
-			continue;
-		}
-		inp = sf_input_mem(in, len);
-		if (!CHECK(sf_zip_open(&inp, NULL, &z, err, sizeof(err)) == 0)) {
-			printf("  %s: %s\n", de->d_name, err);
-		} else {
-			dump(z, got, sizeof(got));
-			if (!CHECK(strcmp(got, want) == 0))
-				printf("  %s: got\n%s  want\n%s", de->d_name, got, want);
-			check_entries_read(z, &inp);
-			sf_zip_close(z);
-		}
-		cuts(in, len);
-		free(in);
-		free(want);
-		n++;
+	(void)arg;
+	if (!CHECK(sf_zip_open(&inp, NULL, &z, err, sizeof(err)) == 0)) {
+		printf("  %s: %s\n", c->name, err);
+	} else {
+		dump(z, got, sizeof(got));
+		if (!CHECK(strcmp(got, c->want) == 0))
+			printf("  %s: got\n%s  want\n%s", c->name, got, c->want);
+		check_entries_read(z, &inp);
+		sf_zip_close(z);
 	}
-	if (d)
-		closedir(d);
-	CHECK(n >= 8);
+	cuts(c->input, c->len);
 }
 
-static void run_invalid(const char *top)
+static void invalid_case(struct corpus_case *c, void *arg)
 {
-	char dir[4096];
-	struct dirent *de;
-	DIR *d;
-	int n = 0;
+	struct sf_input inp = sf_input_mem(c->input, c->len);
+	struct sf_zip *z = NULL;
+	char err[256];
+	int rc;
 
-	snprintf(dir, sizeof(dir), "%s/invalid", top);
-	d = opendir(dir);
-	CHECK(d != NULL);
-	while (d && (de = readdir(d))) {
-		char cdir[8192], err[256], code[64];
-		const char *sub;
-		size_t len = 0;
-		char *in, *want;
-		struct sf_zip *z = NULL;
-		struct sf_input inp;
-		int rc;
-
-		if (de->d_name[0] == '.')
-			continue;
-		snprintf(cdir, sizeof(cdir), "%s/%s", dir, de->d_name);
-		in = slurp(cdir, "input.zip", &len);
-		want = slurp(cdir, "error", NULL);
-		CHECK(in && want);
-		if (!in || !want) {
-			free(in);
-			free(want);
-			continue;
-		}
-		want[strcspn(want, "\n")] = '\0';
-		sub = strchr(want, ' ');
-		snprintf(code, sizeof(code), "%.*s",
-			 (int)(sub ? (size_t)(sub - want) : strlen(want)), want);
-		sub = sub ? sub + 1 : "";
-		inp = sf_input_mem(in, len);
-		rc = sf_zip_open(&inp, NULL, &z, err, sizeof(err));
-		CHECK(rc != 0);
-		if (rc == 0)
-			sf_zip_close(z);
-		CHECK(strcmp(code, "SF_EFORMAT") != 0 || rc == -SF_EFORMAT);
-		if (!CHECK(strstr(err, sub) != NULL))
-			printf("  %s: error \"%s\", want \"%s\" (%s)\n", de->d_name,
-			       err, sub, sf_strerror(rc));
-		free(in);
-		free(want);
-		n++;
-	}
-	if (d)
-		closedir(d);
-	CHECK(n >= 8);
+	(void)arg;
+	rc = sf_zip_open(&inp, NULL, &z, err, sizeof(err));
+	CHECK(rc != 0);
+	if (rc == 0)
+		sf_zip_close(z);
+	if (!CHECK(corpus_code_is(c->code, rc)) ||
+	    !CHECK(strstr(err, c->sub) != NULL))
+		printf("  %s: error \"%s\" (%s), want %s \"%s\"\n", c->name,
+		       err, sf_strerror(rc), c->code, c->sub);
 }
 
 static void run_region(const char *top)
@@ -217,10 +140,10 @@ static void run_region(const char *top)
 	const struct sf_zip_entry *e;
 
 	snprintf(dir, sizeof(dir), "%s/region", top);
-	blob = slurp(dir, "input.bin", &blen);
-	reg = slurp(dir, "region.txt", NULL);
-	tensor = slurp(dir, "tensor.bin", &tlen);
-	want = slurp(dir, "expected.txt", NULL);
+	blob = corpus_slurp(dir, "input.bin", &blen);
+	reg = corpus_slurp(dir, "region.txt", NULL);
+	tensor = corpus_slurp(dir, "tensor.bin", &tlen);
+	want = corpus_slurp(dir, "expected.txt", NULL);
 	if (!CHECK(blob && reg && tensor && want) ||
 	    !CHECK(sscanf(reg, "%llu %llu", &off, &len) == 2))
 		goto out;
@@ -255,8 +178,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: test_zip CORPUS_DIR\n");
 		return 2;
 	}
-	run_valid(argv[1]);
-	run_invalid(argv[1]);
+	CHECK(corpus_walk(argv[1], "valid", "input.zip", valid_case, NULL) >= 8);
+	CHECK(corpus_walk(argv[1], "invalid", "input.zip", invalid_case, NULL) >= 8);
 	run_region(argv[1]);
 	return sf_test_done("test_zip");
 }
