@@ -40,6 +40,27 @@ struct sf_source_ops {
 		    const char *file, uint64_t off, void *buf, size_t len);
 	/* Drop any state (open fds) held for checkpoint ck. May be NULL. */
 	void (*forget)(void *ctx, const struct sf_ckpt_ref *ck);
+	/*
+	 * The files of checkpoint ck (by ck->name) that other daemons hold and
+	 * read() reaches: fn(arg, file, size) once per file (file relative to
+	 * the checkpoint, size the largest copy's). Returns 0, fn's first
+	 * non-zero result, or a negative errno. NULL: the source reaches no
+	 * other store (single process).
+	 */
+	int (*peer_files)(void *ctx, const struct sf_ckpt_ref *ck,
+			  int (*fn)(void *arg, const char *file, uint64_t size),
+			  void *arg);
+	/* The size of file of checkpoint ck on the peer holding the largest
+	 * copy: 0, -ENOENT when no peer holds it. NULL as above. */
+	int (*peer_size)(void *ctx, const struct sf_ckpt_ref *ck,
+			 const char *file, uint64_t *size);
+	/*
+	 * The checkpoint names (top-level directories of a store) of which
+	 * other daemons hold files: fn(arg, name) once per name. Same returns;
+	 * NULL as above.
+	 */
+	int (*peer_ckpts)(void *ctx, int (*fn)(void *arg, const char *name),
+			  void *arg);
 	/* Free ctx. May be NULL. */
 	void (*destroy)(void *ctx);
 };

@@ -86,6 +86,15 @@ struct sf_input sf_input_fd(int fd, uint64_t base, uint64_t size)
 	return in;
 }
 
+struct sf_input sf_input_cb(sf_input_read_fn fn, void *ctx, uint64_t base,
+			    uint64_t size)
+{
+	struct sf_input in = { .fd = -1, .fn = fn, .ctx = ctx, .base = base,
+			       .size = size };
+
+	return in;
+}
+
 int sf_input_read(const struct sf_input *in, void *buf, size_t len,
 		  uint64_t off)
 {
@@ -99,6 +108,8 @@ int sf_input_read(const struct sf_input *in, void *buf, size_t len,
 	}
 	if (in->base > UINT64_MAX - off)
 		return -SF_ESHORT;
+	if (in->fn)
+		return in->fn(in->ctx, buf, len, in->base + off);
 	return sf_pread_full(in->fd, buf, len, in->base + off);
 }
 

@@ -26,16 +26,22 @@ int sf_read_file(const char *path, size_t max, char **out, size_t *len);
 int sf_read_fd(int fd, size_t max, char **out, size_t *len);
 
 /*
- * A read-only byte source for decoders: a memory buffer, or the region
- * [base, base+size) of an open file. A plain value, copied freely; it
- * borrows the buffer or the descriptor, which must outlive every copy.
- * Decoders read only through sf_input_read(), so a region can never be
- * read past its end, whatever offsets the data inside it claims.
+ * A read-only byte source for decoders: a memory buffer, the region
+ * [base, base+size) of an open file, or of a file read through a callback
+ * (a peer daemon's copy under MPI). A plain value, copied freely; it
+ * borrows the buffer, the descriptor or the callback's context, which must
+ * outlive every copy. Decoders read only through sf_input_read(), so a
+ * region can never be read past its end, whatever offsets the data inside
+ * it claims.
  */
+typedef int (*sf_input_read_fn)(void *ctx, void *buf, size_t len,
+				uint64_t off); /* exactly len bytes: 0 or -err */
 struct sf_input {
-	const unsigned char *mem;  /* the bytes; NULL: read from fd */
-	int fd;                    /* with mem NULL */
-	uint64_t base;             /* fd: file offset of byte 0 */
+	const unsigned char *mem;  /* the bytes; NULL: read from fd or fn */
+	int fd;                    /* with mem NULL and fn NULL */
+	sf_input_read_fn fn;       /* with mem NULL: reads file offsets */
+	void *ctx;                 /* fn's context (borrowed) */
+	uint64_t base;             /* fd, fn: file offset of byte 0 */
 	uint64_t size;             /* bytes readable: [0, size) */
 };
 
@@ -43,6 +49,9 @@ struct sf_input {
 struct sf_input sf_input_mem(const void *buf, size_t len);
 /* The input over bytes [base, base+size) of fd (borrowed). */
 struct sf_input sf_input_fd(int fd, uint64_t base, uint64_t size);
+/* The input over bytes [base, base+size) that fn reads (ctx borrowed). */
+struct sf_input sf_input_cb(sf_input_read_fn fn, void *ctx, uint64_t base,
+			    uint64_t size);
 
 /* Read exactly len bytes at off of in. 0; -SF_ESHORT when [off, off+len)
  * is not inside the input or the file is shorter than it says; -EIO on a

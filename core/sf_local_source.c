@@ -12,6 +12,7 @@
  */
 #include "sf_engine.h"
 #include "sf_error.h"
+#include "sf_format.h"
 #include "sf_io.h"
 
 #include <errno.h>
@@ -48,23 +49,6 @@ static unsigned hash_path(const char *s)
 	return h % SF_LOCAL_BUCKETS;
 }
 
-/* Open a payload that must be a regular file. O_NONBLOCK keeps a FIFO
- * planted in the store from blocking the open; it is then refused. */
-static int open_payload(const char *path)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-	struct stat sb;
-
-	if (fd < 0)
-		return errno == ENOENT || errno == ENOTDIR ? -SF_ESHORT : -EIO;
-	if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
-		close(fd);
-		return -EIO;
-	}
-	fcntl(fd, F_SETFL, 0);
-	return fd;
-}
-
 /* The entry of (ck, path) in bucket h, or NULL. Locked. */
 static struct fd_ent *find_ent(struct local_src *ls, unsigned h,
 			       const struct sf_ckpt_ref *ck, const char *path)
@@ -99,8 +83,9 @@ static int local_read(void *ctx, const struct sf_ckpt_ref *ck, uint32_t rank,
 	}
 	pthread_mutex_unlock(&ls->lock);
 
-	/* Missing files are not remembered: they may appear (restore). */
-	fd = open_payload(path);
+	/* Missing files are not remembered: they may appear (restore). Opened
+	 * beneath the checkpoint: a symlink planted there never leads out. */
+	fd = sf_open_payload(ck->dir, file);
 	if (fd < 0)
 		return fd;
 	pthread_mutex_lock(&ls->lock);

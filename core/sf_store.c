@@ -23,16 +23,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-int sf_ckpt_open(const char *dir, const char *name, struct sf_ckpt **out,
-		 char *err, size_t errlen)
+int sf_ckpt_open_src(const char *dir, const char *name, struct sf_source *src,
+		     struct sf_ckpt **out, char *err, size_t errlen)
 {
 	struct sf_format_result res = { 0 };
 	struct sf_dirlist ls = { 0 };
+	struct sf_cdir cd = { .dirfd = -1 };
 	enum sf_probe how;
 	struct sf_ckpt *ck;
 	struct stat sb;
 	const char *base;
-	int dirfd = -1, ret;
+	int ret;
 
 	if (errlen)
 		err[0] = '\0';
@@ -40,7 +41,15 @@ int sf_ckpt_open(const char *dir, const char *name, struct sf_ckpt **out,
 	if (!ck)
 		return -ENOMEM;
 	ck->dir = realpath(dir, NULL);
-	if (!ck->dir) {
+	if (!ck->dir && errno == ENOENT && src && name && dir[0] == '/') {
+		/* None of it here: every file is a peer's (MPI). */
+		ck->dir = strdup(dir);
+		if (!ck->dir) {
+			ret = -ENOMEM;
+			goto out_close;
+		}
+		clock_gettime(CLOCK_REALTIME, &ck->mtime);
+	} else if (!ck->dir) {
 		ret = -errno;
 		snprintf(err, errlen, "%s: %s", dir, sf_strerror(ret));
 		goto out_close;
@@ -52,14 +61,21 @@ int sf_ckpt_open(const char *dir, const char *name, struct sf_ckpt **out,
 		ret = -ENOMEM;
 		goto out_close;
 	}
-	dirfd = open(ck->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dirfd < 0 || fstat(dirfd, &sb) != 0) {
-		ret = -errno;
-		snprintf(err, errlen, "%s: %s", ck->dir, sf_strerror(ret));
-		goto out_close;
+	cd.dir = ck->dir;
+	cd.name = ck->name;
+	cd.src = src;
+	cd.ref.dir = ck->dir;
+	cd.ref.name = ck->name;
+	if (access(ck->dir, F_OK) == 0 || !src) {
+		cd.dirfd = open(ck->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (cd.dirfd < 0 || fstat(cd.dirfd, &sb) != 0) {
+			ret = -errno;
+			snprintf(err, errlen, "%s: %s", ck->dir, sf_strerror(ret));
+			goto out_close;
+		}
+		ck->mtime = sb.st_mtim;
 	}
-	ck->mtime = sb.st_mtim;
-	ret = sf_dirlist_read(dirfd, &ls);
+	ret = sf_cdir_list(&cd, &ls);
 	if (ret) {
 		snprintf(err, errlen, "cannot list it: %s", sf_strerror(ret));
 		goto out_close;
@@ -73,7 +89,7 @@ int sf_ckpt_open(const char *dir, const char *name, struct sf_ckpt **out,
 			 "no format shardfs reads recognizes it");
 		goto out_close;
 	}
-	ret = ck->fmt->open(dirfd, ck->dir, ck->name, &res, err, errlen);
+	ret = ck->fmt->open(&cd, &res, err, errlen);
 	if (ret)
 		goto out_close;
 	ck->m = res.model;
@@ -89,16 +105,26 @@ int sf_ckpt_open(const char *dir, const char *name, struct sf_ckpt **out,
 	}
 	ck->ref.dir = ck->dir;
 	ck->ref.name = ck->name;
-	close(dirfd);
+	ret = 0;
 	*out = ck;
-	return 0;
+	ck = NULL;
 
 out_close:
+	/* The source keys state (open files, prefetch) by the ref's address,
+	 * which dies here. */
+	if (src && src->ops->forget)
+		src->ops->forget(src->ctx, &cd.ref);
 	sf_format_result_clear(&res);
-	if (dirfd >= 0)
-		close(dirfd);
+	if (cd.dirfd >= 0)
+		close(cd.dirfd);
 	sf_ckpt_close(ck);
 	return ret;
+}
+
+int sf_ckpt_open(const char *dir, const char *name, struct sf_ckpt **out,
+		 char *err, size_t errlen)
+{
+	return sf_ckpt_open_src(dir, name, NULL, out, err, errlen);
 }
 
 void sf_ckpt_close(struct sf_ckpt *ck)
@@ -169,20 +195,26 @@ int sf_store_perms(const char *dir, struct sf_perms *out)
 	return 0;
 }
 
-/* What the adapters say of directory dir: *how, and the format. */
-static const struct sf_format *probe_dir(const char *dir, enum sf_probe *how)
+/* What the adapters say of directory dir (with src: and of the files peers
+ * hold of checkpoint name): *how, and the format. */
+static const struct sf_format *probe_dir(const char *dir, const char *name,
+					 struct sf_source *src,
+					 enum sf_probe *how)
 {
+	struct sf_cdir cd = { .dirfd = -1, .dir = dir, .name = name,
+			      .src = src, .ref = { dir, name } };
 	struct sf_dirlist ls = { 0 };
 	const struct sf_format *fmt = NULL;
-	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 
 	*how = SF_PROBE_NO;
-	if (fd < 0)
+	cd.dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (cd.dirfd < 0 && !(src && errno == ENOENT))
 		return NULL;
-	if (sf_dirlist_read(fd, &ls) == 0)
+	if (sf_cdir_list(&cd, &ls) == 0)
 		fmt = sf_format_probe(&ls, how);
 	sf_dirlist_free(&ls);
-	close(fd);
+	if (cd.dirfd >= 0)
+		close(cd.dirfd);
 	return fmt;
 }
 
@@ -191,8 +223,9 @@ static int cmp_names(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-static void open_one(const char *dir, const char *name, sf_store_fn fn,
-		     void *arg)
+/* remote: no file of it is in this store (every one is a peer's). */
+static void open_one(const char *dir, const char *name, struct sf_source *src,
+		     bool remote, sf_store_fn fn, void *arg)
 {
 	struct sf_ckpt *ck = NULL;
 	const struct sf_format *fmt;
@@ -200,7 +233,13 @@ static void open_one(const char *dir, const char *name, sf_store_fn fn,
 	char why[512];
 	int ret;
 
-	fmt = probe_dir(dir, &how);
+	fmt = probe_dir(dir, name, src, &how);
+	if (remote && (how != SF_PROBE_YES || fmt->writable)) {
+		/* Peers' business: a shardfs checkpoint is on every store once
+		 * committed, and one being written is resumed where it is. */
+		sf_info("store: %s (on peers only) not shown here", name);
+		return;
+	}
 	if (how == SF_PROBE_NO) {
 		sf_warn("store: %s skipped: no format shardfs reads recognizes it", name);
 		return;
@@ -213,7 +252,7 @@ static void open_one(const char *dir, const char *name, sf_store_fn fn,
 				name, fmt->name);
 		return;
 	}
-	ret = sf_ckpt_open(dir, name, &ck, why, sizeof(why));
+	ret = sf_ckpt_open_src(dir, name, src, &ck, why, sizeof(why));
 	if (ret) {
 		sf_err("checkpoint %s left out: %s", name, why[0] ? why : sf_strerror(ret));
 		fn(arg, name, dir, NULL, ret, why);
@@ -226,20 +265,64 @@ bool sf_store_is_single(const char *store)
 {
 	enum sf_probe how;
 
-	(void)probe_dir(store, &how);
+	(void)probe_dir(store, NULL, NULL, &how);
 	return how == SF_PROBE_YES;
 }
 
-int sf_store_scan(const char *store, sf_store_fn fn, void *arg, int *single)
+int sf_store_single_vote(const char *store)
 {
+	const struct sf_format *fmt;
+	struct sf_dirlist ls = { 0 };
+	enum sf_probe how;
+	int fd, n;
+
+	fmt = probe_dir(store, NULL, NULL, &how);
+	if (how == SF_PROBE_YES)
+		return 2;
+	if (how == SF_PROBE_PARTIAL && !fmt->writable)
+		return 1;
+	fd = open(store, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	n = sf_dirlist_read(fd, &ls) == 0 && ls.n == 0;
+	sf_dirlist_free(&ls);
+	close(fd);
+	return n ? 1 : 0;
+}
+
+/* The names of checkpoints peers hold, collected. */
+struct name_list {
+	char **names;
+	size_t n, cap;
+};
+
+static int add_name(void *arg, const char *name)
+{
+	struct name_list *l = arg;
+	int rc = sf_array_grow(&l->names, l->n, &l->cap, sizeof(*l->names), 16,
+			       0);
+
+	if (rc)
+		return rc;
+	l->names[l->n] = strdup(name);
+	if (!l->names[l->n])
+		return -ENOMEM;
+	l->n++;
+	return 0;
+}
+
+int sf_store_scan_src(const char *store, struct sf_source *src, int single_hint,
+		      sf_store_fn fn, void *arg, int *single)
+{
+	struct name_list peers = { 0 };
 	struct dirent *de;
 	char **names = NULL;
-	size_t n = 0, cap = 0;
+	size_t n = 0, cap = 0, nlocal;
 	DIR *d;
 	int ret = 0;
 
 	*single = 0;
-	if (sf_store_is_single(store)) {
+	if (single_hint > 0 || (single_hint < 0 && sf_store_is_single(store))) {
 		char *real = realpath(store, NULL);
 		const char *base;
 		const char *nm;
@@ -249,7 +332,7 @@ int sf_store_scan(const char *store, sf_store_fn fn, void *arg, int *single)
 		base = strrchr(real, '/');
 		nm = base && base[1] ? base + 1 : real;
 		*single = 1;
-		open_one(real, nm, fn, arg);
+		open_one(real, nm, src, false, fn, arg);
 		free(real);
 		return 0;
 	}
@@ -283,15 +366,44 @@ int sf_store_scan(const char *store, sf_store_fn fn, void *arg, int *single)
 	}
 	if (n > 1) /* qsort wants a non-NULL array even for 0 elements */
 		qsort(names, n, sizeof(*names), cmp_names);
-	for (size_t i = 0; i < n; i++) {
+	nlocal = n;
+	if (src && src->ops->peer_ckpts) {
+		ret = src->ops->peer_ckpts(src->ctx, add_name, &peers);
+		if (ret)
+			goto out_free_names;
+	}
+	for (size_t i = 0; i < nlocal; i++) {
 		char path[4096];
 		snprintf(path, sizeof(path), "%s/%s", store, names[i]);
-		open_one(path, names[i], fn, arg);
+		open_one(path, names[i], src, false, fn, arg);
+	}
+	/* Checkpoints of which this store holds nothing. */
+	if (peers.n > 1)
+		qsort(peers.names, peers.n, sizeof(*peers.names), cmp_names);
+	for (size_t i = 0; i < peers.n; i++) {
+		char path[4096];
+
+		if ((nlocal && bsearch(&peers.names[i], names, nlocal, sizeof(*names),
+				       cmp_names)) ||
+		    (i && strcmp(peers.names[i], peers.names[i - 1]) == 0) ||
+		    peers.names[i][0] == '.' ||
+		    (size_t)snprintf(path, sizeof(path), "%s/%s", store,
+				     peers.names[i]) >= sizeof(path))
+			continue;
+		open_one(path, peers.names[i], src, true, fn, arg);
 	}
 out_free_names:
 	for (size_t i = 0; i < n; i++)
 		free(names[i]);
 	free(names);
+	for (size_t i = 0; i < peers.n; i++)
+		free(peers.names[i]);
+	free(peers.names);
 	closedir(d);
 	return ret;
+}
+
+int sf_store_scan(const char *store, sf_store_fn fn, void *arg, int *single)
+{
+	return sf_store_scan_src(store, NULL, -1, fn, arg, single);
 }

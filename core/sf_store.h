@@ -37,6 +37,11 @@ struct sf_ckpt {
  * negative error and a one-line reason. */
 int sf_ckpt_open(const char *dir, const char *name, struct sf_ckpt **out,
 		 char *err, size_t errlen);
+/* The same, with the files of the checkpoint that peer daemons hold
+ * (src: the MPI payload source; NULL is sf_ckpt_open). With src and a name,
+ * dir (absolute) may be missing here: every file is then a peer's. */
+int sf_ckpt_open_src(const char *dir, const char *name, struct sf_source *src,
+		     struct sf_ckpt **out, char *err, size_t errlen);
 void sf_ckpt_close(struct sf_ckpt *ck); /* accepts NULL */
 
 /* Called by sf_store_scan for each checkpoint found. ck is NULL for a
@@ -61,6 +66,26 @@ bool sf_store_is_single(const char *store);
 int sf_store_scan(const char *store, sf_store_fn fn, void *arg, int *single);
 
 /*
+ * The same for a daemon under MPI: src (the payload source reaching the
+ * peers' stores) adds the files peers hold to each checkpoint (a DCP
+ * checkpoint whose .metadata is on another node opens here too) and the
+ * read-only checkpoints of which this store holds nothing at all.
+ * single_hint: 1 the store is one checkpoint (decided with the peers,
+ * sf_store_single_vote), 0 it is a store of checkpoints, -1 decide here.
+ */
+int sf_store_scan_src(const char *store, struct sf_source *src, int single_hint,
+		      sf_store_fn fn, void *arg, int *single);
+
+/*
+ * This store's vote on "every daemon's STORE is one checkpoint": 2 it is
+ * one complete checkpoint; 1 it could be part of one (a read-only format's
+ * files without their metadata, or an empty directory); 0 it is a store of
+ * checkpoints. The daemons agree on single when the largest vote is 2 and
+ * the smallest is at least 1.
+ */
+int sf_store_single_vote(const char *store);
+
+/*
  * Who may see a checkpoint through the mount, as its directory in the store
  * says: the directory's owner, group and mode, and the AND of the mode bits
  * of the regular files below it (two levels deep, hidden entries skipped,
@@ -76,12 +101,5 @@ struct sf_perms {
 };
 /* 0, or -errno when dir cannot be stat'ed (files that vanish are skipped). */
 int sf_store_perms(const char *dir, struct sf_perms *out);
-
-/* Scan a store. If store itself holds manifest.json it is the only
- * checkpoint; otherwise each subdirectory is one (hidden names skipped).
- * Rejected checkpoints are also logged. Returns 0, or a negative error if
- * the store itself cannot be read. *single is set to 1 when the store is
- * one checkpoint. */
-int sf_store_scan(const char *store, sf_store_fn fn, void *arg, int *single);
 
 #endif

@@ -53,6 +53,14 @@ struct sf_fs_cluster {
 	struct sf_source *source;
 
 	/*
+	 * Whether STORE is one checkpoint, as the daemons decided together
+	 * (sf_store_single_vote: a checkpoint spread over node-local stores
+	 * is one checkpoint on every daemon, even where this store alone holds
+	 * only some of its files): 1 yes, 0 no, -1 decide from this store.
+	 */
+	int store_single;
+
+	/*
 	 * Step 1 above for checkpoint `name`, kept in this rank's `ckpt_dir`.
 	 * `part` (partlen bytes, borrowed) is this rank's part. On success
 	 * returns 0 and the merged manifest in *manifest (malloc'd, *mlen

@@ -89,7 +89,14 @@ static int load_store(struct sf_fs *fs, const char *store)
 	size_t i;
 	int rc;
 
-	rc = sf_store_scan(store, scan_cb, &l, &single);
+	/* Under MPI the peers' files count too (checkpoints spread over
+	 * node-local stores); the source reads them during the scan. */
+	if (fs->cfg->cluster)
+		rc = sf_store_scan_src(store, fs->cfg->cluster->source,
+				       fs->cfg->cluster->store_single, scan_cb,
+				       &l, &single);
+	else
+		rc = sf_store_scan(store, scan_cb, &l, &single);
 	if (rc) {
 		sf_err("store %s: %s", store, sf_strerror(rc));
 		goto out_close;

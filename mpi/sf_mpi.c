@@ -95,6 +95,21 @@ out_free_mp:
 	return ret;
 }
 
+int sf_mpi_allreduce_single(struct sf_mpi *mp, int vote, int *single)
+{
+	int in[2] = { vote, -vote }, out[2];
+	int rc;
+
+	if (!mp || !single || mp->started)
+		return -EINVAL;
+	rc = MPI_Allreduce(in, out, 2, MPI_INT, MPI_MAX, mp->comm);
+	if (rc != MPI_SUCCESS)
+		return sf_mpi_fail("MPI_Allreduce", rc);
+	/* out[0]: the largest vote; -out[1]: the smallest. */
+	*single = out[0] == 2 && -out[1] >= 1;
+	return 0;
+}
+
 int sf_mpi_start(struct sf_mpi *mp, const char *store, int single)
 {
 	struct sf_mpi_wire_inv_buf ib = { 0 };

@@ -50,6 +50,16 @@ int sf_mpi_size(const struct sf_mpi *mp);
 int sf_mpi_start(struct sf_mpi *mp, const char *store, int single);
 
 /*
+ * COLLECTIVE (before sf_mpi_start). Whether every rank's STORE is one
+ * checkpoint: vote is this rank's sf_store_single_vote() (2: one complete
+ * checkpoint, 1: could be part of one, 0: a store of checkpoints); *single
+ * becomes 1 on every rank when some rank voted 2 and none voted 0, so a
+ * checkpoint spread over node-local stores (its metadata on one node) is
+ * one checkpoint everywhere. 0, or a negative error on every rank.
+ */
+int sf_mpi_allreduce_single(struct sf_mpi *mp, int vote, int *single);
+
+/*
  * The payload source of this daemon: a file present in the local store is
  * read with pread; otherwise it is fetched from a peer that holds it (from
  * the inventory, else the shard's writer rank). Reads are split into

@@ -374,9 +374,37 @@ static void mpi_src_forget(void *ctx, const struct sf_ckpt_ref *ck)
 	pthread_mutex_unlock(&mp->src_lock);
 }
 
+static int mpi_src_peer_files(void *ctx, const struct sf_ckpt_ref *ck,
+			      int (*fn)(void *arg, const char *file, uint64_t size),
+			      void *arg)
+{
+	struct sf_mpi *mp = ctx;
+
+	return sf_mpi_inv_peer_files(mp, mp->single ? "" : ck->name, fn, arg);
+}
+
+static int mpi_src_peer_size(void *ctx, const struct sf_ckpt_ref *ck,
+			     const char *file, uint64_t *size)
+{
+	struct sf_mpi *mp = ctx;
+
+	return sf_mpi_inv_peer_size(mp, mp->single ? "" : ck->name, file, size);
+}
+
+static int mpi_src_peer_ckpts(void *ctx, int (*fn)(void *arg, const char *name),
+			      void *arg)
+{
+	struct sf_mpi *mp = ctx;
+
+	return mp->single ? 0 : sf_mpi_inv_peer_ckpts(mp, fn, arg);
+}
+
 const struct sf_source_ops sf_mpi_src_ops = {
 	.read = mpi_src_read,
 	.forget = mpi_src_forget,
+	.peer_files = mpi_src_peer_files,
+	.peer_size = mpi_src_peer_size,
+	.peer_ckpts = mpi_src_peer_ckpts,
 	.destroy = NULL, /* owned by the handle: freed by sf_mpi_finalize */
 };
 

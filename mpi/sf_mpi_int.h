@@ -219,6 +219,18 @@ int sf_mpi_build_inventory(const char *store, int single,
 			   struct sf_mpi_wire_inv_buf *ib);
 int sf_mpi_inv_parse(struct sf_mpi *mp, int r, const unsigned char *p,
 		     size_t len);
+/* What the other ranks hold, for the payload source's peer_files,
+ * peer_size and peer_ckpts (sf_engine.h): files of checkpoint name held by
+ * another rank (name "" in a single-checkpoint store), with the largest
+ * size; names of checkpoints of which another rank holds a file (a name
+ * may come more than once). */
+int sf_mpi_inv_peer_files(const struct sf_mpi *mp, const char *name,
+			  int (*fn)(void *arg, const char *file, uint64_t size),
+			  void *arg);
+int sf_mpi_inv_peer_size(const struct sf_mpi *mp, const char *name,
+			 const char *file, uint64_t *size);
+int sf_mpi_inv_peer_ckpts(const struct sf_mpi *mp,
+			  int (*fn)(void *arg, const char *name), void *arg);
 
 /* --- sf_mpi_serve.c: the service thread --- */
 

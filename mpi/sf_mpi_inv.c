@@ -89,7 +89,8 @@ void sf_mpi_inv_free(struct sf_mpi *mp)
 }
 
 /* Walk dir (absolute) whose path relative to the checkpoint is rel, adding
- * every regular, non-hidden file to the serialized inventory. */
+ * every regular file to the serialized inventory: hidden ones too at the
+ * top (DCP's .metadata), not below (a writer's temp files). */
 static void walk_payloads(struct sf_mpi_wire_inv_buf *ib, const char *ckpt,
 			  const char *dir, const char *rel, unsigned depth)
 {
@@ -107,8 +108,9 @@ static void walk_payloads(struct sf_mpi_wire_inv_buf *ib, const char *ckpt,
 		char path[4096], relp[SF_MAX_NAME + 1];
 		struct stat sb;
 
-		if (de->d_name[0] == '.')
-			continue; /* ".", "..", temp and hidden files */
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0 ||
+		    (de->d_name[0] == '.' && depth > 0))
+			continue; /* hidden below the top: temp files */
 		if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir,
 				     de->d_name) >= sizeof(path) ||
 		    (size_t)snprintf(relp, sizeof(relp), "%s%s%s", rel,
@@ -190,4 +192,78 @@ int sf_mpi_inv_parse(struct sf_mpi *mp, int r, const unsigned char *p,
 		sf_err("mpi: rank %d sent a malformed inventory at byte %zu", r,
 		       bad_at);
 	return ret;
+}
+
+/* ------------------------------------------------------------------ */
+/* what peers hold (the payload source's peer_* operations)            */
+
+/* The largest size of e among holders other than this rank; false when
+ * only this rank holds it. */
+static bool peer_max(const struct sf_mpi *mp, const struct inv_ent *e,
+		     uint64_t *size)
+{
+	bool any = false;
+
+	*size = 0;
+	for (unsigned i = 0; i < e->nh; i++) {
+		if (e->h[i].rank == mp->rank)
+			continue;
+		any = true;
+		if (e->h[i].size > *size)
+			*size = e->h[i].size;
+	}
+	return any;
+}
+
+int sf_mpi_inv_peer_files(const struct sf_mpi *mp, const char *name,
+			  int (*fn)(void *arg, const char *file, uint64_t size),
+			  void *arg)
+{
+	size_t nl = strlen(name);
+
+	for (unsigned b = 0; b < SF_MPI_INV_BUCKETS; b++) {
+		for (const struct inv_ent *e = mp->inv[b]; e; e = e->next) {
+			uint64_t size;
+			int rc;
+
+			if (e->keylen <= nl + 1 || memcmp(e->key, name, nl + 1) != 0 ||
+			    !peer_max(mp, e, &size))
+				continue;
+			rc = fn(arg, e->key + nl + 1, size);
+			if (rc)
+				return rc;
+		}
+	}
+	return 0;
+}
+
+int sf_mpi_inv_peer_size(const struct sf_mpi *mp, const char *name,
+			 const char *file, uint64_t *size)
+{
+	const struct inv_ent *e = sf_mpi_inv_find(mp, name, file);
+
+	return e && peer_max(mp, e, size) ? 0 : -ENOENT;
+}
+
+int sf_mpi_inv_peer_ckpts(const struct sf_mpi *mp,
+			  int (*fn)(void *arg, const char *name), void *arg)
+{
+	char *last = NULL;
+
+	for (unsigned b = 0; b < SF_MPI_INV_BUCKETS; b++) {
+		for (const struct inv_ent *e = mp->inv[b]; e; e = e->next) {
+			uint64_t size;
+			int rc;
+
+			/* Keys are "name\0file": the name is a C string. */
+			if (!e->key[0] || !peer_max(mp, e, &size) ||
+			    (last && strcmp(last, e->key) == 0))
+				continue;
+			rc = fn(arg, e->key);
+			if (rc)
+				return rc;
+			last = e->key;
+		}
+	}
+	return 0;
 }

@@ -38,6 +38,14 @@ int sf_mpi_start(struct sf_mpi *mp, const char *store, int single)
 	return -SF_ENOMPI;
 }
 
+int sf_mpi_allreduce_single(struct sf_mpi *mp, int vote, int *single)
+{
+	(void)mp;
+	(void)vote;
+	(void)single;
+	return -SF_ENOMPI;
+}
+
 struct sf_source *sf_mpi_source(struct sf_mpi *mp)
 {
 	return NULL;

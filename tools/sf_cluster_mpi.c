@@ -374,6 +374,7 @@ int sf_cluster_mpi_create(struct sf_mpi *mp, int single, int commit_timeout_ms,
 	c->fs.world_size = (uint32_t)sf_mpi_size(mp);
 	c->fs.ctx = c;
 	c->fs.source = src;
+	c->fs.store_single = c->single;
 	c->fs.commit = cl_commit;
 	c->fs.commit_done = cl_commit_done;
 	c->fs.removed = cl_removed;

@@ -28,7 +28,7 @@ struct sf_cluster_mpi;
 
 /*
  * Wire mp into a cluster for sf_fs_run. single is 1 when STORE is itself
- * one checkpoint (as decided by sf_store_is_single; such a
+ * one checkpoint (as the ranks decided with sf_mpi_allreduce_single; such a
  * store has nothing to commit), commit_timeout_ms bounds each commit round
  * (> 0). Returns 0 or a negative error (-SF_ENOMPI in a build without MPI).
  */

@@ -175,7 +175,15 @@ static int run_mpi(int *argc, char ***argv, struct sf_fs_config *cfg,
 				    sizeof(mnt));
 	/* Resolved now: the peer layer answers reads relative to it. */
 	store_abs = realpath(store, NULL);
-	single = store_abs && sf_store_is_single(store_abs);
+	/* Decided together: a checkpoint spread over node-local stores (its
+	 * metadata on one node only) is one checkpoint on every daemon. */
+	ret = sf_mpi_allreduce_single(mp, store_abs ? sf_store_single_vote(store_abs) : 0,
+				      &single);
+	if (ret) {
+		sf_err("mpi: cannot agree on the store's shape: %s", sf_strerror(ret));
+		free(store_abs);
+		goto out_finalize;
+	}
 	ret = sf_mpi_start(mp, store_abs ? store_abs : store, single);
 	free(store_abs);
 	if (ret) {

@@ -103,13 +103,12 @@ struct sinfo {
 
 struct dfile {
 	char *path;                  /* owned */
-	int fd;                      /* owned; -1 when it failed to open */
-	int err;                     /* the open's error */
-	uint64_t size;
+	struct sf_cfile f;           /* owned; zeroed when it failed to open */
+	int err;                     /* the open's error (0: open) */
 };
 
 struct dcp {
-	int dirfd;
+	const struct sf_cdir *cd;
 	const char *name;
 	struct sf_where w;           /* the caller's err: one printable line */
 	struct sinfo *si;
@@ -226,13 +225,12 @@ static const struct sinfo *find_sinfo(const struct dcp *d, const char *fqn,
 	return bsearch(&key, d->si, d->nsi, sizeof(*d->si), cmp_sinfo);
 }
 
-/* The descriptor of a chunk file (opened once, beneath the checkpoint)
+/* A chunk file (opened once, beneath the checkpoint or on a peer)
  * into *out (borrowed from d); a file that cannot be opened is recorded
  * with its error. 0, -SF_ETOOBIG (with the reason), -ENOMEM. */
 static int get_file(struct dcp *d, const char *path, const struct dfile **out)
 {
-	struct dfile f = { .fd = -1 };
-	struct stat sb;
+	struct dfile f = { 0 };
 
 	for (size_t i = 0; i < d->nfiles; i++) {
 		if (strcmp(d->files[i].path, path) == 0) {
@@ -252,16 +250,7 @@ static int get_file(struct dcp *d, const char *path, const struct dfile **out)
 	if (!sf_relpath_valid(path) || strchr(path, '/')) {
 		f.err = -SF_EREFUSED;
 	} else {
-		f.fd = sf_open_beneath(d->dirfd, path, O_RDONLY | O_NONBLOCK);
-		if (f.fd < 0) {
-			f.err = f.fd;
-		} else if (fstat(f.fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-			f.err = -EINVAL;
-			close(f.fd);
-			f.fd = -1;
-		} else {
-			f.size = (uint64_t)sb.st_size;
-		}
+		f.err = sf_cfile_open(d->cd, path, &f.f);
 	}
 	d->files[d->nfiles++] = f;
 	*out = &d->files[d->nfiles - 1];
@@ -277,21 +266,20 @@ static int chunk_input(struct dcp *d, const char *key, const struct sinfo *si,
 
 	if (rc)
 		return rc;
-	if (f->fd < 0)
+	if (f->err)
 		return sf_fail(&d->w, f->err == -SF_EREFUSED ? -SF_EREFUSED : -SF_ESHORT,
 			    "%s: its file %s %s", key, si->path,
 			    f->err == -SF_EREFUSED ? "is not a plain name inside the checkpoint" :
 			    f->err == -EXDEV ? "leads out of the checkpoint" :
 			    f->err == -EINVAL ? "is not a regular file" :
 			    sf_strerror(f->err));
-	if (si->foff > f->size || si->len > f->size - si->foff)
+	if (si->foff > f->f.size || si->len > f->f.size - si->foff)
 		return sf_fail(&d->w, -SF_ESHORT,
 			    "%s: bytes %llu+%llu lie past the end of %s (%llu bytes)",
 			    key, (unsigned long long)si->foff,
 			    (unsigned long long)si->len, si->path,
-			    (unsigned long long)f->size);
-	*in = sf_input_fd(f->fd, si->foff, si->len);
-	return 0;
+			    (unsigned long long)f->f.size);
+	return sf_input_sub(&f->f.in, si->foff, si->len, in);
 }
 
 /* The dtype in TensorProperties (its state: a dict, or the tuple torch's
@@ -482,7 +470,7 @@ static bool dcp_own(const char *name)
 static int add_root_files(struct dcp *d)
 {
 	struct sf_dirlist ls = { 0 };
-	int rc = sf_dirlist_read(d->dirfd, &ls);
+	int rc = sf_cdir_list(d->cd, &ls);
 
 	if (rc)
 		return sf_fail(&d->w, rc, "cannot list the directory: %s", sf_strerror(rc));
@@ -490,20 +478,17 @@ static int add_root_files(struct dcp *d)
 		const char *nm = ls.names[i];
 		struct sf_shard s = { 0 };
 		struct sf_tensor *t;
-		struct stat sb;
 		uint64_t size;
 
 		if (ls.is_dir[i] || nm[0] == '.' || dcp_own(nm))
 			continue;
-		if (fstatat(d->dirfd, nm, &sb, AT_SYMLINK_NOFOLLOW) != 0 ||
-		    !S_ISREG(sb.st_mode))
+		if (sf_cdir_stat(d->cd, nm, &size) != 0)
 			continue; /* symlinks and specials are never shown */
 		if (!sf_shardfs_file_name_ok(nm, strlen(nm)) ||
 		    strcmp(nm, "objects") == 0) {
 			leave_out(d, nm, "its name is one of the mount's own");
 			continue;
 		}
-		size = (uint64_t)sb.st_size;
 		rc = sf_model_add_tensor(d->m, true, nm, SF_DT_U8, 1, &size, &t);
 		if (rc) {
 			leave_out(d, nm, sf_model_why(d->m));
@@ -572,43 +557,35 @@ static int build(struct dcp *d, const struct sf_pk *md)
 	return rc ? rc : add_root_files(d);
 }
 
-static int dcp_open(int dirfd, const char *dir, const char *name,
-		    struct sf_format_result *out, char *err, size_t errlen)
+static int dcp_open(const struct sf_cdir *cd, struct sf_format_result *out,
+		    char *err, size_t errlen)
 {
-	struct dcp d = { .dirfd = dirfd, .name = name };
+	struct dcp d = { .cd = cd, .name = cd->name };
 	struct sf_pickle_opts po = { 0 };
 	struct sf_pickle *pk = NULL;
-	struct stat sb;
-	int fd, rc;
+	struct sf_cfile mf;
+	char why[256] = "";
+	int rc;
 
-	(void)dir;
 	sf_where_init(&d.w, err, errlen);
 	pthread_once(&allow_once, allow_build);
-	fd = sf_open_beneath(dirfd, SF_DCP_METADATA, O_RDONLY | O_NONBLOCK);
-	if (fd < 0)
-		return sf_fail(&d.w, fd, SF_DCP_METADATA ": %s", sf_strerror(fd));
-	if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-		rc = sf_fail(&d.w, -SF_EFORMAT, SF_DCP_METADATA ": not a regular file");
-		goto out_close;
-	}
-	if ((uint64_t)sb.st_size > SF_MAX_MANIFEST_BYTES) {
+	rc = sf_cfile_open(cd, SF_DCP_METADATA, &mf);
+	if (rc)
+		return sf_fail(&d.w, rc == -EINVAL ? -SF_EFORMAT : rc, SF_DCP_METADATA ": %s",
+			       rc == -EINVAL ? "not a regular file" : sf_strerror(rc));
+	if (mf.size > SF_MAX_MANIFEST_BYTES) {
 		rc = sf_fail(&d.w, -SF_ETOOBIG, SF_DCP_METADATA ": larger than %u bytes",
 			  SF_MAX_MANIFEST_BYTES);
 		goto out_close;
 	}
 	po.allow = allow;
 	po.nallow = nallow;
-	{
-		struct sf_input in = sf_input_fd(fd, 0, (uint64_t)sb.st_size);
-		char why[256] = "";
-
-		rc = sf_pickle_load(&in, &po, &pk, why, sizeof(why));
-		if (rc) {
-			sf_fail(&d.w, rc, SF_DCP_METADATA ": %s", why);
-			goto out_close;
-		}
+	rc = sf_pickle_load(&mf.in, &po, &pk, why, sizeof(why));
+	if (rc) {
+		sf_fail(&d.w, rc, SF_DCP_METADATA ": %s", why);
+		goto out_close;
 	}
-	d.m = sf_model_new(name, 1, SF_DEFAULT_BLOCK_SIZE);
+	d.m = sf_model_new(cd->name, 1, SF_DEFAULT_BLOCK_SIZE);
 	if (!d.m) {
 		rc = -ENOMEM;
 		goto out_free_pickle;
@@ -626,14 +603,13 @@ static int dcp_open(int dirfd, const char *dir, const char *name,
 out_free_pickle:
 	sf_pickle_free(pk);
 	for (size_t i = 0; i < d.nfiles; i++) {
-		if (d.files[i].fd >= 0)
-			close(d.files[i].fd);
+		sf_cfile_close(&d.files[i].f);
 		free(d.files[i].path);
 	}
 	free(d.files);
 	free(d.si);
 out_close:
-	close(fd);
+	sf_cfile_close(&mf);
 	return rc;
 }
 

@@ -47,8 +47,7 @@ void sf_dirlist_free(struct sf_dirlist *ls)
 	memset(ls, 0, sizeof(*ls));
 }
 
-/* Sort names and is_dir together. */
-static int dirlist_sort(struct sf_dirlist *ls)
+int sf_dirlist_sort(struct sf_dirlist *ls)
 {
 	size_t *order;
 	char **names;
@@ -129,7 +128,7 @@ int sf_dirlist_read(int dirfd, struct sf_dirlist *out)
 	}
 	closedir(d);
 	if (!rc)
-		rc = dirlist_sort(&ls);
+		rc = sf_dirlist_sort(&ls);
 	if (rc) {
 		sf_dirlist_free(&ls);
 		return rc;
@@ -164,4 +163,24 @@ int sf_open_beneath(int dirfd, const char *path, int flags)
 	long fd = syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
 
 	return fd < 0 ? -errno : (int)fd;
+}
+
+int sf_open_payload(const char *dir, const char *file)
+{
+	struct stat sb;
+	int dfd, fd;
+
+	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return errno == ENOENT || errno == ENOTDIR ? -SF_ESHORT : -EIO;
+	fd = sf_open_beneath(dfd, file, O_RDONLY | O_NOCTTY | O_NONBLOCK);
+	close(dfd);
+	if (fd < 0)
+		return fd == -ENOENT || fd == -ENOTDIR ? -SF_ESHORT : -EIO;
+	if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
+		close(fd);
+		return -EIO;
+	}
+	fcntl(fd, F_SETFL, 0);
+	return fd;
 }

@@ -11,9 +11,9 @@
  * being written (a DCP directory without its .metadata yet, a shardfs
  * directory without manifest.json) is PARTIAL, never shown as complete.
  *
- * open() reads only files inside the checkpoint directory, through its
- * dirfd with every path resolved beneath it (sf_open_beneath), and bounds
- * everything it reads.
+ * open() reads only files inside the checkpoint directory, through a
+ * struct sf_cdir (the local directory, with every path resolved beneath
+ * it, or a peer daemon's copy under MPI), and bounds everything it reads.
  */
 #ifndef SF_FORMAT_H
 #define SF_FORMAT_H
@@ -21,6 +21,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "sf_engine.h"
+#include "sf_io.h"
 #include "sf_model.h"
 
 enum sf_probe {
@@ -41,8 +43,65 @@ struct sf_dirlist {
 /* List dir. 0 or -errno; free with sf_dirlist_free. */
 int sf_dirlist_read(int dirfd, struct sf_dirlist *out);
 void sf_dirlist_free(struct sf_dirlist *ls); /* the contents; accepts zeroed */
+/* Sort names (and is_dir with them) by strcmp. 0 or -ENOMEM. */
+int sf_dirlist_sort(struct sf_dirlist *ls);
 /* Does ls hold name (as a file, or with want_dir as a directory)? */
 bool sf_dirlist_has(const struct sf_dirlist *ls, const char *name, bool want_dir);
+
+/*
+ * A checkpoint directory as an adapter reads it: the local directory and,
+ * under MPI, the files other daemons hold of the same checkpoint (node-local
+ * stores: a DCP checkpoint's .metadata on one node, each rank's .distcp on
+ * its own). Adapters list and open files only through it, so one adapter
+ * serves both cases. Borrowed by open() for its duration.
+ */
+struct sf_cdir {
+	int dirfd;                 /* the local directory; -1 when this daemon
+				    * holds none of the checkpoint */
+	const char *dir;           /* its absolute path (may not exist) */
+	const char *name;          /* the checkpoint's name */
+	struct sf_source *src;     /* reaches peers' files (MPI); NULL: local
+				    * only. Only its read and peer_files. */
+	struct sf_ckpt_ref ref;    /* { dir, name } for src */
+};
+
+/*
+ * The entries of cd: the local directory's (sf_dirlist_read) and, with a
+ * source that reaches peers, the top-level names of their files (a peer's
+ * "a/b" adds directory "a"). 0 or -errno; free with sf_dirlist_free.
+ */
+int sf_cdir_list(const struct sf_cdir *cd, struct sf_dirlist *out);
+
+/* Is path (relative, no symlink followed) a regular file of cd, here or on
+ * a peer? 0 and its size; -EINVAL when it is something else (a symlink, a
+ * directory, a FIFO); -ENOENT when no daemon holds it; another -errno. */
+int sf_cdir_stat(const struct sf_cdir *cd, const char *path, uint64_t *size);
+
+/* An open file of a checkpoint directory, local or a peer's copy. */
+struct sf_cfile {
+	struct sf_input in;        /* the whole file; valid until closed */
+	uint64_t size;             /* bytes, at open */
+	bool remote;               /* read from a peer over the source */
+	bool has_fd;               /* fd is open and owned */
+	int fd;                    /* with has_fd: the local file */
+	struct sf_cfile_peer *peer; /* owned; remote state (a read window) */
+};
+
+/*
+ * Open regular file path (relative; resolved beneath the directory as
+ * sf_open_beneath does) of cd: the local file when there is one, else a
+ * peer's copy. 0; -ENOENT when no daemon holds it; -EXDEV when it leads
+ * out; -EINVAL when it is not a regular file; another -errno. Close with
+ * sf_cfile_close (accepts a zeroed one, and one whose open failed).
+ */
+int sf_cfile_open(const struct sf_cdir *cd, const char *path,
+		  struct sf_cfile *out);
+void sf_cfile_close(struct sf_cfile *f);
+/* Read all of f, at most max bytes, into *out (malloc'd, NUL-terminated,
+ * the caller frees; *len without the NUL). -SF_ETOOBIG over max; else as
+ * sf_read_fd. */
+int sf_cfile_read_all(const struct sf_cfile *f, size_t max, char **out,
+		      size_t *len);
 
 /* What an open checkpoint gives the mount. Owned by the caller, who frees
  * it with sf_format_result_clear. */
@@ -60,11 +119,11 @@ struct sf_format {
 	bool writable;          /* shardfs writes, commits and deletes these;
 				 * every other format is read-only */
 	enum sf_probe (*probe)(const struct sf_dirlist *ls);
-	/* Build the model of the complete checkpoint in dir (absolute path,
-	 * open as dirfd) named name. 0, or a negative error with a one-line
-	 * reason in err. */
-	int (*open)(int dirfd, const char *dir, const char *name,
-		    struct sf_format_result *out, char *err, size_t errlen);
+	/* Build the model of the complete checkpoint cd (its files read only
+	 * through sf_cdir_list and sf_cfile_open). 0, or a negative error
+	 * with a one-line reason in err. */
+	int (*open)(const struct sf_cdir *cd, struct sf_format_result *out,
+		    char *err, size_t errlen);
 };
 
 /* The adapters, in probe order; NULL-terminated. */
@@ -89,5 +148,14 @@ const struct sf_format *sf_format_find(const char *name);
  * added). The descriptor, or -errno (-EXDEV when the path leads out).
  */
 int sf_open_beneath(int dirfd, const char *path, int flags);
+
+/*
+ * Open payload file (relative) of the checkpoint directory dir (absolute)
+ * for reading, as the payload sources do: resolved beneath dir, a regular
+ * file (a FIFO planted there never blocks the open), blocking reads. The
+ * descriptor; -SF_ESHORT when it is missing; -EIO when it leads out of the
+ * checkpoint, is not a regular file or cannot be opened.
+ */
+int sf_open_payload(const char *dir, const char *file);
 
 #endif

@@ -642,18 +642,20 @@ static enum sf_probe shardfs_probe(const struct sf_dirlist *ls)
 	return SF_PROBE_NO;
 }
 
-static int shardfs_open(int dirfd, const char *dir, const char *name,
-			struct sf_format_result *out, char *err, size_t errlen)
+static int shardfs_open(const struct sf_cdir *cd, struct sf_format_result *out,
+			char *err, size_t errlen)
 {
-	int fd, rc;
+	struct sf_cfile f;
+	int rc;
 
-	fd = sf_open_beneath(dirfd, SF_SHARDFS_MANIFEST, O_RDONLY | O_NONBLOCK);
-	if (fd < 0) {
-		snprintf(err, errlen, SF_SHARDFS_MANIFEST ": %s", sf_strerror(fd));
-		return fd;
+	rc = sf_cfile_open(cd, SF_SHARDFS_MANIFEST, &f);
+	if (rc) {
+		snprintf(err, errlen, SF_SHARDFS_MANIFEST ": %s",
+			 rc == -EINVAL ? "not a regular file" : sf_strerror(rc));
+		return rc;
 	}
-	rc = sf_read_fd(fd, SF_MAX_MANIFEST_BYTES, &out->meta, &out->metalen);
-	close(fd);
+	rc = sf_cfile_read_all(&f, SF_MAX_MANIFEST_BYTES, &out->meta, &out->metalen);
+	sf_cfile_close(&f);
 	if (rc) {
 		snprintf(err, errlen, SF_SHARDFS_MANIFEST ": %s",
 			 rc == -EINVAL ? "not a regular file" : sf_strerror(rc));
