@@ -845,7 +845,14 @@ void sf_fs_stat(struct sf_fs *fs, struct sf_node *n, struct stat *st)
 				      n->size);
 	}
 	st->st_blksize = SF_FS_MAX_READ;
-	st->st_blocks = (blkcnt_t)((st->st_size + 511) / 512);
+	/* Views derived from the tensors (model.safetensors, npy/, slices)
+	 * occupy nothing of their own, so du, and the tools that size a copy
+	 * by it, count every byte of a checkpoint once: in tensors/. */
+	if (n->kind == SF_NODE_ST || n->kind == SF_NODE_NPY ||
+	    n->kind == SF_NODE_SLICE)
+		st->st_blocks = 0;
+	else
+		st->st_blocks = (blkcnt_t)((st->st_size + 511) / 512);
 	st->st_mtim = n->ck ? n->ck->mtime : fs->root_mtime;
 	st->st_atim = st->st_mtim;
 	st->st_ctim = st->st_mtim;

@@ -157,6 +157,30 @@ def check_readonly(ck, root, ref, label):
     ck.bytes_eq(sm.read_file(p), ref.tensor_bytes(name), "%s: %s after refused writes" % (label, name))
 
 
+def check_du(ck, root, label):
+    """Derived views occupy no blocks (issue 14, 8): du counts each byte once."""
+    tens = 0
+    for dp, _, fns in os.walk(os.path.join(root, "tensors")):
+        for f in fns:
+            st = os.lstat(os.path.join(dp, f))
+            tens += st.st_size
+            ck.ok(st.st_size == 0 or st.st_blocks > 0,
+                  "%s: tensors/%s has blocks" % (label, f))
+    st = os.stat(os.path.join(root, "model.safetensors"))
+    ck.eq(st.st_blocks, 0, "%s: model.safetensors occupies no blocks" % label)
+    npys = [os.path.join(dp, f) for dp, _, fns in os.walk(os.path.join(root, "npy"))
+            for f in fns]
+    ck.ok(all(os.stat(p).st_blocks == 0 for p in npys),
+          "%s: npy/ files (%d) occupy no blocks" % (label, len(npys)))
+    out = subprocess.run(["du", "-sk", root], stdout=subprocess.PIPE,
+                         timeout=60).stdout.decode().split()
+    du_kib = int(out[0]) if out else -1
+    # tensors (rounded up per file) + manifest + root files + directories
+    ck.ok(tens // 1024 <= du_kib <= tens // 1024 * 1.2 + 256,
+          "%s: du -sk counts the tensors once (%d KiB for %d KiB of tensors)"
+          % (label, du_kib, tens // 1024))
+
+
 def run(env, ck):
     store = env.path("store")
     os.makedirs(store)
@@ -176,6 +200,7 @@ def run(env, ck):
             man_size = os.path.getsize(os.path.join(store, cname, "manifest.json"))
             check_tree(ck, root, ref, man, man_size, cname)
             check_readonly(ck, root, ref, cname)
+            check_du(ck, root, cname)
         ck.ok(m.alive(), "daemon alive after the tree and EROFS tests")
     ck.eq(store_digest(store), digest, "store on disk unchanged by the refused writes")
 
