@@ -9,6 +9,7 @@ fine. The mount's source in /proc/mounts names its store.
 """
 
 import os
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -71,8 +72,27 @@ def check_gen(env, ck):
           "and rewrote it")
 
 
+def check_version_and_order(env, ck):
+    """--version as shardfs has it; info lists step-2 before step-10."""
+    r = env.shardctl_run("--version")
+    v = subprocess.run([env.shardfs, "--version"], stdout=subprocess.PIPE,
+                       timeout=30).stdout.decode().split()
+    ck.eq(r.stdout.decode().split(), ["shardctl", v[-1] if v else "?"],
+          "shardctl --version names the version shardfs has")
+    store = env.path("order")
+    os.makedirs(store)
+    for n in ("step-10", "step-2", "step-1", "final"):
+        env.gen(os.path.join(store, n), size="64K", ref=False)
+    out = env.shardctl_run("info", store).stdout.decode().splitlines()
+    names = [ln.split()[0] for ln in out[1:] if ln.strip() and
+             not ln.startswith("total")]
+    ck.eq(names, ["final", "step-1", "step-2", "step-10"],
+          "info sorts checkpoint names as numbers read")
+
+
 def test(env, ck):
     check_gen(env, ck)
+    check_version_and_order(env, ck)
 
 
 if __name__ == "__main__":
