@@ -3,7 +3,7 @@
 # test/fuzz/ with clang and run each for a while from its committed corpus.
 #
 #   tools/fuzz.sh [--time SECONDS] [--jobs N] [TARGET...]
-#     TARGET     manifest, slice, st_header, journal, mpi_wire, torchsave, pickle (default: all)
+#     TARGET     manifest, slice, st_header, journal, mpi_wire, torchsave, pickle, zip (default: all)
 #     --time S   seconds per target (default 300)
 #     --jobs N   parallel fuzzing jobs per target (default 1)
 #
@@ -30,7 +30,7 @@ while [[ $# -gt 0 ]]; do
 done
 [[ $secs =~ ^[1-9][0-9]*$ ]] || { echo "fuzz.sh: --time wants seconds" >&2; exit 2; }
 [[ $jobs =~ ^[1-9][0-9]?$ ]] || { echo "fuzz.sh: --jobs wants 1..99" >&2; exit 2; }
-all=(manifest slice st_header journal mpi_wire torchsave pickle)
+all=(manifest slice st_header journal mpi_wire torchsave pickle zip)
 [[ ${#targets[@]} -gt 0 ]] || targets=("${all[@]}")
 for t in "${targets[@]}"; do
 	[[ " ${all[*]} " == *" $t "* ]] || { echo "fuzz.sh: unknown target $t (${all[*]})" >&2; exit 2; }

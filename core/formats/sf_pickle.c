@@ -1,29 +1,43 @@
 /*
- * sf_pickle.c - the pickle reader that never executes anything
- * (sf_pickle.h).
+ * sf_pickle.c - the restricted pickle reader (see sf_pickle.h).
  *
- * A stack machine over the opcodes, building sf_pk nodes instead of
- * objects: a global becomes a GLOBAL node (on the caller's allowlist, or
- * the load is refused), a call or BUILD an OBJ node recording what would
- * have been called with what, a persistent id a PERSID node. Nothing is
- * imported, called, or looked up outside the allowlist.
+ * A pickle is a program for a stack machine; this file runs it with
+ * values that are plain nodes, so nothing is imported, called or
+ * constructed: GLOBAL gives a GLOBAL node (refused unless allowlisted),
+ * REDUCE/NEWOBJ/NEWOBJ_EX give OBJ nodes, BUILD records the state on its
+ * OBJ, persistent ids give PERSID nodes. The decoder is one loop over the
+ * opcodes, without recursion. Three files: sf_pickle_dec.c (messages,
+ * nodes, the input window, stack and memo), sf_pickle_scalar.c (scalar,
+ * string, bytes, global and persistent-id opcodes), and this one (the
+ * containers, the calls, the loop, the accessors); sf_pickle_dec.h is
+ * their shared, internal header.
  *
  * Invariants:
- *  - every node lives on p->nodes and is freed with the document; a node
- *    owns its arrays and strings; nodes may be shared (memo) and form
- *    cycles, never freed twice (freed by walking p->nodes, not the graph);
- *  - every count, length and depth is capped before it is used (struct
- *    sf_pickle_opts); arithmetic on lengths from the input is checked
- *    against what is left of the input first;
- *  - input bytes are read only through a window filled by sf_input_read;
- *    a long BYTES value is skipped, never read.
- * The UNICODE text opcode is read for plain ASCII only, and STRING only
- * without escapes; anything else there is refused (no writer of the
- * formats shardfs reads uses them).
+ *  - The input is read only through sf_input_read(), in a window of
+ *    PK_WINDOW bytes; a bytes value is never read unless it is short
+ *    (<= SF_PK_BYTES_COPY), only checked to lie inside the input. FRAME
+ *    lengths are checked to lie inside the input and otherwise ignored.
+ *  - Every node lives in a block of the document (struct sf_pickle); a
+ *    node owns its arrays and strings, which sf_pickle_free() releases by
+ *    walking the blocks (never the graph, which may share and cycle).
+ *  - Caps (opts): nodes created <= max_nodes; bytes allocated for the
+ *    document's strings, short bytes and node arrays <= max_bytes; stack
+ *    length and mark count <= max_depth; memo indices < max_memo. Text
+ *    lines (protocol 0 arguments) are at most PK_LINE_MAX bytes, string
+ *    lines (UNICODE, STRING) at most what max_bytes leaves.
+ *  - The stack is fenced by the innermost MARK, as in CPython: opcodes
+ *    see only the values pushed after it. STOP needs exactly one value
+ *    and no open MARK (CPython ignores leftovers; no pickler leaves any).
+ *  - Containers are checked the way Python would fail: APPEND(S) only on
+ *    a list or an OBJ, ADDITEMS only on a set, SETITEM(S) only on a dict
+ *    or an OBJ, BUILD only on an OBJ and only once, REDUCE/NEWOBJ args a
+ *    tuple, dict keys never a list or a dict.
  */
 #include "sf_pickle.h"
 
 #include <errno.h>
+#include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,995 +46,546 @@
 #include "sf_array.h"
 #include "sf_error.h"
 
-#define WIN 65536                   /* bytes of the read window */
-#define MAX_LINE 4096               /* a text opcode's argument */
-#define MAX_STACK (1u << 22)        /* values on the stack */
-#define DEF_MAX_NODES (1u << 22)
-#define DEF_MAX_BYTES (256ull << 20)
-#define DEF_MAX_DEPTH 4096u
-#define DEF_MAX_MEMO (1u << 22)
+#include "sf_pickle_dec.h"
 
-struct sf_pickle {
-	struct sf_pk **nodes;       /* every node (owned) */
-	size_t nnodes, capnodes;
-	const struct sf_pk *root;
-	uint64_t end;               /* offset after STOP */
-};
+/* ------------------------------------------------------------------ */
+/* containers                                                          */
 
-struct ld {
-	const struct sf_input *in;
-	const struct sf_pickle_opts *o;
-	struct sf_pickle *p;
-	uint64_t pos;               /* next byte to decode */
-	unsigned char win[WIN];
-	uint64_t wstart;            /* input offset of win[0] */
-	size_t wlen;
-	struct sf_pk **st;          /* the stack */
-	size_t nst, capst;
-	size_t *marks;              /* stack heights at MARK */
-	size_t nmarks, capmarks;
-	struct sf_pk **memo;        /* dense by index; NULL: unset */
-	size_t capmemo;
-	uint64_t nmemo;             /* entries set (MEMOIZE's next index) */
-	uint64_t bytes;             /* copied so far */
-	uint64_t op_at;             /* offset of the opcode being decoded */
-	int node_rc;                /* why the last node() failed */
-	char *err;
-	size_t errlen;
-};
-
-static int fail(struct ld *l, int code, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static int fail(struct ld *l, int code, const char *fmt, ...)
-{
-	va_list ap;
-	int n = 0;
-
-	if (l->err && l->errlen) {
-		n = snprintf(l->err, l->errlen, "pickle at byte %llu: ",
-			     (unsigned long long)l->op_at);
-		if (n >= 0 && (size_t)n < l->errlen) {
-			va_start(ap, fmt);
-			vsnprintf(l->err + n, l->errlen - (size_t)n, fmt, ap);
-			va_end(ap);
-		}
-		for (char *s = l->err; *s; s++)
-			if ((unsigned char)*s < 0x20 || (unsigned char)*s >= 0x7f)
-				*s = '?'; /* one printable ASCII line */
-	}
-	return code;
-}
-
-/* --- input --- */
-
-/* Make [pos, pos+n) (n <= WIN) available in the window. */
-static int need(struct ld *l, size_t n, const unsigned char **out)
-{
-	uint64_t left;
-
-	if (l->pos > l->in->size || n > l->in->size - l->pos)
-		return fail(l, -SF_EFORMAT, "truncated (%zu more bytes wanted)", n);
-	if (l->pos < l->wstart || l->pos + n > l->wstart + l->wlen) {
-		left = l->in->size - l->pos;
-		l->wlen = left < WIN ? (size_t)left : WIN;
-		l->wstart = l->pos;
-		if (sf_input_read(l->in, l->win, l->wlen, l->wstart))
-			return fail(l, -EIO, "read error");
-	}
-	*out = l->win + (l->pos - l->wstart);
-	l->pos += n;
-	return 0;
-}
-
-static int rd_u(struct ld *l, size_t n, uint64_t *v)
-{
-	const unsigned char *b;
-	int rc = need(l, n, &b);
-
-	if (rc)
-		return rc;
-	*v = 0;
-	for (size_t i = n; i-- > 0;)
-		*v = *v << 8 | b[i];
-	return 0;
-}
-
-/* A text argument up to '\n' into buf (NUL-terminated, without '\n'). */
-static int rd_line(struct ld *l, char *buf, size_t *len)
-{
-	for (size_t i = 0; i < MAX_LINE; i++) {
-		const unsigned char *b;
-		int rc = need(l, 1, &b);
-
-		if (rc)
-			return rc;
-		if (*b == '\n') {
-			buf[i] = '\0';
-			*len = i;
-			return 0;
-		}
-		buf[i] = (char)*b;
-	}
-	return fail(l, -SF_EFORMAT, "text argument longer than %d bytes", MAX_LINE);
-}
-
-/* --- nodes --- */
-
-static struct sf_pk *node(struct ld *l, enum sf_pk_kind kind)
+/* A TUPLE/LIST (kind) of the values stack[start..sn), which are popped. */
+static int make_seq(struct pk_dec *d, enum sf_pk_kind kind, size_t start,
+		    unsigned flags)
 {
 	struct sf_pk *v;
+	size_t n = d->sn - start;
+	int rc = sf_pkd_new_node(d, kind, &v);
 
-	if (l->p->nnodes >= l->o->max_nodes) {
-		l->node_rc = fail(l, -SF_ETOOBIG, "more than %llu values",
-				  (unsigned long long)l->o->max_nodes);
-		return NULL;
-	}
-	if (sf_array_grow(&l->p->nodes, l->p->nnodes, &l->p->capnodes,
-			  sizeof(*l->p->nodes), 64, 0)) {
-		l->node_rc = fail(l, -ENOMEM, "out of memory");
-		return NULL;
-	}
-	v = calloc(1, sizeof(*v));
-	if (!v) {
-		l->node_rc = fail(l, -ENOMEM, "out of memory");
-		return NULL;
-	}
-	v->kind = kind;
-	l->p->nodes[l->p->nnodes++] = v;
-	return v;
-}
-
-/* Count n copied bytes against the cap. */
-static int charge(struct ld *l, uint64_t n)
-{
-	if (n > l->o->max_bytes || l->bytes > l->o->max_bytes - n)
-		return fail(l, -SF_ETOOBIG, "more than %llu bytes of strings",
-			    (unsigned long long)l->o->max_bytes);
-	l->bytes += n;
-	return 0;
-}
-
-/* A copy of n input bytes at the current position (n <= WIN). */
-static int copy_in(struct ld *l, size_t n, char **out)
-{
-	const unsigned char *b;
-	int rc = charge(l, n + 1);
-
-	if (!rc)
-		rc = need(l, n, &b);
-	if (rc)
+	if (rc < 0)
 		return rc;
-	*out = malloc(n + 1);
-	if (!*out)
-		return fail(l, -ENOMEM, "out of memory");
-	memcpy(*out, b, n);
-	(*out)[n] = '\0';
-	return 0;
-}
-
-static bool utf8_ok(const unsigned char *s, size_t n)
-{
-	size_t i = 0;
-
-	while (i < n) {
-		unsigned char c = s[i];
-		size_t k;
-		uint32_t cp;
-
-		if (c == 0)
-			return false;
-		if (c < 0x80) {
-			i++;
-			continue;
-		}
-		if ((c & 0xE0) == 0xC0) {
-			k = 1;
-			cp = c & 0x1F;
-		} else if ((c & 0xF0) == 0xE0) {
-			k = 2;
-			cp = c & 0x0F;
-		} else if ((c & 0xF8) == 0xF0) {
-			k = 3;
-			cp = c & 0x07;
-		} else {
-			return false;
-		}
-		if (i + k >= n)
-			return false;
-		for (size_t j = 1; j <= k; j++) {
-			if ((s[i + j] & 0xC0) != 0x80)
-				return false;
-			cp = cp << 6 | (s[i + j] & 0x3F);
-		}
-		if ((k == 1 && cp < 0x80) || (k == 2 && cp < 0x800) ||
-		    (k == 3 && cp < 0x10000) || cp > 0x10FFFF ||
-		    (cp >= 0xD800 && cp <= 0xDFFF))
-			return false;
-		i += k + 1;
+	node_of(v)->flags = flags;
+	if (n) {
+		rc = sf_pkd_seq_reserve(d, v, n);
+		if (rc < 0)
+			return rc;
+		memcpy(v->u.seq.v, d->stack + start, n * sizeof(*v->u.seq.v));
 	}
-	return true;
+	v->u.seq.n = n;
+	d->sn = start;
+	return sf_pkd_push(d, v);
 }
 
-/* --- the stack --- */
-
-static int push(struct ld *l, struct sf_pk *v)
+static int op_tuple_n(struct pk_dec *d, size_t n)
 {
-	if (!v)
-		return l->node_rc ? l->node_rc : -ENOMEM; /* node() said why */
-	if (l->nst >= MAX_STACK)
-		return fail(l, -SF_ETOOBIG, "stack deeper than %u", MAX_STACK);
-	if (sf_array_grow(&l->st, l->nst, &l->capst, sizeof(*l->st), 64, 0))
-		return fail(l, -ENOMEM, "out of memory");
-	l->st[l->nst++] = v;
-	return 0;
+	if (d->sn - sf_pkd_fence(d) < n)
+		return sf_pkd_underflow(d);
+	return make_seq(d, SF_PK_TUPLE, d->sn - n, 0);
 }
 
-/* The stack's floor: items above the innermost mark are reachable. */
-static size_t floor_of(const struct ld *l)
+/* The list an APPEND(S)/ADDITEMS on target goes to, or an error. */
+static int append_target(struct pk_dec *d, struct sf_pk *target, bool additems,
+			 struct sf_pk **out)
 {
-	return l->nmarks ? l->marks[l->nmarks - 1] : 0;
-}
+	struct sf_pk *l;
+	int rc;
 
-static int pop(struct ld *l, struct sf_pk **out)
-{
-	if (l->nst <= floor_of(l))
-		return fail(l, -SF_EFORMAT, "stack underflow");
-	*out = l->st[--l->nst];
-	return 0;
-}
-
-static int top(struct ld *l, struct sf_pk **out)
-{
-	if (l->nst <= floor_of(l))
-		return fail(l, -SF_EFORMAT, "stack underflow");
-	*out = l->st[l->nst - 1];
-	return 0;
-}
-
-/* Pop the innermost mark: the items above it are st[*from .. nst). */
-static int pop_mark(struct ld *l, size_t *from)
-{
-	if (!l->nmarks)
-		return fail(l, -SF_EFORMAT, "no MARK");
-	*from = l->marks[--l->nmarks];
-	return 0;
-}
-
-/* Append n values to a seq node (TUPLE/LIST). */
-static int seq_add(struct ld *l, struct sf_pk *s, struct sf_pk **v, size_t n)
-{
-	size_t cap = s->u.seq.n; /* exact-size arrays: grow to n exactly */
-
-	if (!n)
+	if (target->kind == SF_PK_LIST) {
+		unsigned fl = node_of(target)->flags;
+		if (additems ? !(fl & PKF_SET) : (fl & (PKF_SET | PKF_FROZEN)))
+			return sf_pkd_fail(d, -SF_EFORMAT, additems ?
+				    "ADDITEMS on something that is not a set" :
+				    "append to a set");
+		*out = target;
 		return 0;
-	if (s->u.seq.n > SIZE_MAX / sizeof(*v) - n)
-		return fail(l, -SF_ETOOBIG, "sequence too long");
-	cap = s->u.seq.n + n;
-	struct sf_pk **a = realloc(s->u.seq.v, cap * sizeof(*a));
-	if (!a)
-		return fail(l, -ENOMEM, "out of memory");
-	memcpy(a + s->u.seq.n, v, n * sizeof(*v));
-	s->u.seq.v = a;
-	s->u.seq.n = cap;
+	}
+	if (target->kind == SF_PK_OBJ && !additems) {
+		if (!target->u.obj.elems) {
+			rc = sf_pkd_new_node(d, SF_PK_LIST, &l);
+			if (rc < 0)
+				return rc;
+			target->u.obj.elems = l;
+		}
+		*out = target->u.obj.elems;
+		return 0;
+	}
+	return sf_pkd_fail(d, -SF_EFORMAT, "%s on a value that takes no elements",
+		    additems ? "ADDITEMS" : "append");
+}
+
+/* Append stack[start..sn) to the value below start, and pop them. */
+static int do_appends(struct pk_dec *d, size_t start, bool additems)
+{
+	struct sf_pk *target, *l = NULL;
+	size_t n = d->sn - start;
+	int rc;
+
+	if (start <= sf_pkd_fence(d))
+		return sf_pkd_underflow(d);
+	if (n == 0) /* nothing to append: CPython does not look at the target */
+		return 0;
+	target = d->stack[start - 1];
+	rc = append_target(d, target, additems, &l);
+	if (rc < 0)
+		return rc;
+	if (n > SIZE_MAX - l->u.seq.n)
+		return sf_pkd_fail(d, -SF_ETOOBIG, "list too long");
+	rc = sf_pkd_seq_reserve(d, l, l->u.seq.n + n);
+	if (rc < 0)
+		return rc;
+	memcpy(l->u.seq.v + l->u.seq.n, d->stack + start, n * sizeof(*l->u.seq.v));
+	l->u.seq.n += n;
+	d->sn = start;
 	return 0;
 }
 
-/* Add pairs kv[0..2n) to a DICT node. */
-static int dict_add(struct ld *l, struct sf_pk *d, struct sf_pk **kv, size_t n)
+static bool hashable(const struct sf_pk *k)
 {
-	size_t cap;
-	struct sf_pk **k, **v;
+	return k->kind != SF_PK_LIST && k->kind != SF_PK_DICT;
+}
 
-	if (!n)
-		return 0;
-	if (d->u.dict.n > SIZE_MAX / sizeof(*k) - n)
-		return fail(l, -SF_ETOOBIG, "dict too long");
-	cap = d->u.dict.n + n;
-	k = realloc(d->u.dict.k, cap * sizeof(*k));
-	if (!k)
-		return fail(l, -ENOMEM, "out of memory");
-	d->u.dict.k = k;
-	v = realloc(d->u.dict.v, cap * sizeof(*v));
-	if (!v)
-		return fail(l, -ENOMEM, "out of memory");
-	d->u.dict.v = v;
+/* Add the pairs stack[start..sn) to dict and pop them. */
+static int add_pairs(struct pk_dec *d, struct sf_pk *dict, size_t start)
+{
+	size_t n = d->sn - start;
+	int rc;
+
+	if (n % 2)
+		return sf_pkd_fail(d, -SF_EFORMAT, "odd number of keys and values");
+	for (size_t i = start; i < d->sn; i += 2)
+		if (!hashable(d->stack[i]))
+			return sf_pkd_fail(d, -SF_EFORMAT, "unhashable dict key");
+	n /= 2;
+	if (n > SIZE_MAX / 2 - dict->u.dict.n)
+		return sf_pkd_fail(d, -SF_ETOOBIG, "dict too long");
+	rc = sf_pkd_seq_reserve(d, dict, dict->u.dict.n + n);
+	if (rc < 0)
+		return rc;
 	for (size_t i = 0; i < n; i++) {
-		k[d->u.dict.n + i] = kv[2 * i];
-		v[d->u.dict.n + i] = kv[2 * i + 1];
+		dict->u.dict.k[dict->u.dict.n] = d->stack[start + 2 * i];
+		dict->u.dict.v[dict->u.dict.n] = d->stack[start + 2 * i + 1];
+		dict->u.dict.n++;
 	}
-	d->u.dict.n = cap;
+	d->sn = start;
 	return 0;
 }
 
-/* The list APPENDs go to: the LIST itself, or an OBJ's elems. */
-static int append_target(struct ld *l, struct sf_pk *t, struct sf_pk **out)
+/* SETITEM(S): the pairs stack[start..sn) go to the value below start. */
+static int do_setitems(struct pk_dec *d, size_t start)
 {
-	if (t->kind == SF_PK_LIST) {
-		*out = t;
-		return 0;
-	}
-	if (t->kind == SF_PK_OBJ) {
-		if (!t->u.obj.elems && !(t->u.obj.elems = node(l, SF_PK_LIST)))
-			return l->node_rc ? l->node_rc : -ENOMEM;
-		*out = t->u.obj.elems;
-		return 0;
-	}
-	return fail(l, -SF_EFORMAT, "APPEND to something not a list");
-}
-
-static int setitem_target(struct ld *l, struct sf_pk *t, struct sf_pk **out)
-{
-	if (t->kind == SF_PK_DICT) {
-		*out = t;
-		return 0;
-	}
-	if (t->kind == SF_PK_OBJ) {
-		if (!t->u.obj.items && !(t->u.obj.items = node(l, SF_PK_DICT)))
-			return l->node_rc ? l->node_rc : -ENOMEM;
-		*out = t->u.obj.items;
-		return 0;
-	}
-	return fail(l, -SF_EFORMAT, "SETITEM on something not a dict");
-}
-
-static int memo_put(struct ld *l, uint64_t idx, struct sf_pk *v)
-{
-	if (idx >= l->o->max_memo)
-		return fail(l, -SF_ETOOBIG, "memo index %llu over %u",
-			    (unsigned long long)idx, l->o->max_memo);
-	if (idx >= l->capmemo) {
-		size_t cap = l->capmemo ? l->capmemo : 64;
-		struct sf_pk **m;
-
-		while (cap <= idx)
-			cap *= 2;
-		m = realloc(l->memo, cap * sizeof(*m));
-		if (!m)
-			return fail(l, -ENOMEM, "out of memory");
-		memset(m + l->capmemo, 0, (cap - l->capmemo) * sizeof(*m));
-		l->memo = m;
-		l->capmemo = cap;
-	}
-	if (!l->memo[idx])
-		l->nmemo++;
-	l->memo[idx] = v;
-	return 0;
-}
-
-static int memo_get(struct ld *l, uint64_t idx)
-{
-	if (idx >= l->capmemo || !l->memo[idx])
-		return fail(l, -SF_EFORMAT, "memo entry %llu is not set",
-			    (unsigned long long)idx);
-	return push(l, l->memo[idx]);
-}
-
-/* --- values from the input --- */
-
-static int push_int(struct ld *l, int64_t i)
-{
-	struct sf_pk *v = node(l, SF_PK_INT);
-
-	if (v)
-		v->u.i = i;
-	return push(l, v);
-}
-
-/* A little-endian two's complement integer of n bytes (LONG1/LONG4). */
-static int push_long(struct ld *l, uint64_t n)
-{
-	const unsigned char *b;
-	uint64_t u = 0;
+	struct sf_pk *target, *dict;
 	int rc;
 
-	if (n > 8)
-		return fail(l, -SF_EFORMAT, "an integer of %llu bytes (more than 64 bits)",
-			    (unsigned long long)n);
-	if (n == 0)
-		return push_int(l, 0);
-	rc = need(l, (size_t)n, &b);
-	if (rc)
-		return rc;
-	for (size_t i = (size_t)n; i-- > 0;)
-		u = u << 8 | b[i];
-	if (n < 8 && (b[n - 1] & 0x80))
-		u |= ~0ull << (8 * n); /* sign-extend */
-	return push_int(l, (int64_t)u);
-}
-
-static int push_str(struct ld *l, uint64_t n)
-{
-	struct sf_pk *v;
-	char *s;
-	int rc;
-
-	if (n > WIN)
-		return fail(l, -SF_ETOOBIG, "a string of %llu bytes",
-			    (unsigned long long)n);
-	rc = copy_in(l, (size_t)n, &s);
-	if (rc)
-		return rc;
-	if (!utf8_ok((unsigned char *)s, (size_t)n)) {
-		free(s);
-		return fail(l, -SF_EFORMAT, "a string that is not UTF-8 (or holds NUL)");
-	}
-	v = node(l, SF_PK_STR);
-	if (!v) {
-		free(s);
-		return l->node_rc ? l->node_rc : -ENOMEM;
-	}
-	v->u.str.s = s;
-	v->u.str.len = (size_t)n;
-	return push(l, v);
-}
-
-/* A bytes value of n bytes at the current position: recorded, copied
- * when short, skipped otherwise. */
-static int push_bytes(struct ld *l, uint64_t n)
-{
-	struct sf_pk *v;
-	uint64_t at = l->pos;
-	char *data = NULL;
-	int rc;
-
-	if (at > l->in->size || n > l->in->size - at)
-		return fail(l, -SF_EFORMAT, "bytes of %llu run past the end",
-			    (unsigned long long)n);
-	if (n <= SF_PK_BYTES_COPY) {
-		rc = copy_in(l, (size_t)n, &data);
-		if (rc)
-			return rc;
+	if (start <= sf_pkd_fence(d))
+		return sf_pkd_underflow(d);
+	if (start == d->sn) /* no pairs: CPython does not look at the target */
+		return 0;
+	target = d->stack[start - 1];
+	if (target->kind == SF_PK_DICT) {
+		dict = target;
+	} else if (target->kind == SF_PK_OBJ) {
+		if (!target->u.obj.items) {
+			rc = sf_pkd_new_node(d, SF_PK_DICT, &dict);
+			if (rc < 0)
+				return rc;
+			target->u.obj.items = dict;
+		}
+		dict = target->u.obj.items;
 	} else {
-		l->pos += n;
+		return sf_pkd_fail(d, -SF_EFORMAT, "setitem on a value that is not a dict");
 	}
-	v = node(l, SF_PK_BYTES);
-	if (!v) {
-		free(data);
-		return l->node_rc ? l->node_rc : -ENOMEM;
-	}
-	v->u.bytes.off = at;
-	v->u.bytes.len = n;
-	v->u.bytes.data = (const unsigned char *)data;
-	return push(l, v);
+	return add_pairs(d, dict, start);
 }
 
-static bool allowed(const struct sf_pickle_opts *o, const char *m, const char *n)
-{
-	for (size_t i = 0; i < o->nallow; i++)
-		if (strcmp(o->allow[i].module, m) == 0 &&
-		    strcmp(o->allow[i].name, n) == 0)
-			return true;
-	return false;
-}
-
-/* A global module.name (strings owned by the caller until success). */
-static int push_global(struct ld *l, char *m, char *n)
+static int op_dict_mark(struct pk_dec *d)
 {
 	struct sf_pk *v;
+	size_t start = 0;
+	int rc = sf_pkd_pop_mark(d, &start);
 
-	if (!allowed(l->o, m, n)) {
-		fail(l, -SF_EREFUSED, "names %.100s.%.100s, which shardfs does not accept",
-		     m, n);
-		free(m);
-		free(n);
-		return -SF_EREFUSED;
-	}
-	v = node(l, SF_PK_GLOBAL);
-	if (!v) {
-		free(m);
-		free(n);
-		return l->node_rc ? l->node_rc : -ENOMEM;
-	}
-	v->u.global.module = m;
-	v->u.global.name = n;
-	return push(l, v);
+	if (rc < 0)
+		return rc;
+	rc = sf_pkd_new_node(d, SF_PK_DICT, &v);
+	if (rc < 0)
+		return rc;
+	rc = add_pairs(d, v, start);
+	if (rc < 0)
+		return rc;
+	return sf_pkd_push(d, v);
 }
 
-static int push_obj(struct ld *l, struct sf_pk *callable, struct sf_pk *args,
-		    struct sf_pk *kwargs, bool newobj)
+static int op_reduce(struct pk_dec *d, bool newobj, bool ex)
 {
-	struct sf_pk *v;
+	struct sf_pk *callable, *args, *kwargs = NULL, *v;
+	int rc;
 
+	if (ex && (rc = sf_pkd_pop(d, &kwargs)) < 0)
+		return rc;
+	if ((rc = sf_pkd_pop(d, &args)) < 0 || (rc = sf_pkd_pop(d, &callable)) < 0)
+		return rc;
 	if (args->kind != SF_PK_TUPLE)
-		return fail(l, -SF_EFORMAT, "call arguments are not a tuple");
+		return sf_pkd_fail(d, -SF_EFORMAT, "arguments are not a tuple");
 	if (kwargs && kwargs->kind != SF_PK_DICT)
-		return fail(l, -SF_EFORMAT, "call keywords are not a dict");
-	v = node(l, SF_PK_OBJ);
-	if (!v)
-		return l->node_rc ? l->node_rc : -ENOMEM;
+		return sf_pkd_fail(d, -SF_EFORMAT, "keyword arguments are not a dict");
+	rc = sf_pkd_push_new(d, SF_PK_OBJ, &v);
+	if (rc < 0)
+		return rc;
 	v->u.obj.callable = callable;
 	v->u.obj.args = args;
 	v->u.obj.kwargs = kwargs;
 	v->u.obj.newobj = newobj;
-	return push(l, v);
+	return 0;
 }
 
-/* Pop the items above the innermost mark into a new seq of kind. */
-static int push_seq_from_mark(struct ld *l, enum sf_pk_kind kind)
+static int op_build(struct pk_dec *d)
 {
-	struct sf_pk *v;
-	size_t from = 0;
-	int rc = pop_mark(l, &from);
-
-	if (rc)
-		return rc;
-	v = node(l, kind);
-	if (!v)
-		return l->node_rc ? l->node_rc : -ENOMEM;
-	/* l->st may still be NULL (nothing pushed yet): no pointer math then */
-	if (l->nst > from)
-		rc = seq_add(l, v, l->st + from, l->nst - from);
-	if (rc)
-		return rc;
-	l->nst = from;
-	return push(l, v);
-}
-
-static int push_tuple_n(struct ld *l, size_t n)
-{
-	struct sf_pk *v;
+	struct sf_pk *state, *obj;
 	int rc;
 
-	if (l->nst < floor_of(l) + n)
-		return fail(l, -SF_EFORMAT, "stack underflow");
-	v = node(l, SF_PK_TUPLE);
-	if (!v)
-		return l->node_rc ? l->node_rc : -ENOMEM;
-	rc = seq_add(l, v, l->st + l->nst - n, n);
-	if (rc)
+	if ((rc = sf_pkd_pop(d, &state)) < 0 || (rc = sf_pkd_top(d, &obj)) < 0)
 		return rc;
-	l->nst -= n;
-	return push(l, v);
+	if (obj->kind != SF_PK_OBJ)
+		return sf_pkd_fail(d, -SF_EFORMAT, "BUILD on a value that is not an object");
+	if (obj->u.obj.state)
+		return sf_pkd_fail(d, -SF_EFORMAT, "BUILD on an object that has a state");
+	obj->u.obj.state = state;
+	return 0;
 }
 
-/* --- the opcodes --- */
+/* ------------------------------------------------------------------ */
+/* the loop                                                            */
 
-static int op_text(struct ld *l, unsigned char op)
+static int step(struct pk_dec *d, bool *stop)
 {
-	char line[MAX_LINE + 1];
-	size_t len;
-	int rc = rd_line(l, line, &len);
-
-	if (rc)
-		return rc;
-	switch (op) {
-	case 'I': /* INT */
-	case 'L': { /* LONG */
-		char *end;
-		long long x;
-
-		if (op == 'I' && strcmp(line, "00") == 0)
-			goto out_bool_false;
-		if (op == 'I' && strcmp(line, "01") == 0)
-			goto out_bool_true;
-		if (op == 'L' && len && line[len - 1] == 'L')
-			line[--len] = '\0';
-		errno = 0;
-		x = strtoll(line, &end, 10);
-		if (!len || *end || errno)
-			return fail(l, -SF_EFORMAT, "a bad or too large text integer");
-		return push_int(l, (int64_t)x);
-	}
-	case 'F': { /* FLOAT */
-		struct sf_pk *v;
-		char *end;
-		double d = strtod(line, &end);
-
-		if (!len || *end)
-			return fail(l, -SF_EFORMAT, "a bad text float");
-		v = node(l, SF_PK_FLOAT);
-		if (v)
-			v->u.f = d;
-		return push(l, v);
-	}
-	case 'p': /* PUT */
-	case 'g': { /* GET */
-		char *end;
-		unsigned long long idx;
-
-		errno = 0;
-		idx = strtoull(line, &end, 10);
-		if (!len || *end || errno || line[0] == '-')
-			return fail(l, -SF_EFORMAT, "a bad memo index");
-		if (op == 'g')
-			return memo_get(l, idx);
-		{
-			struct sf_pk *t;
-
-			rc = top(l, &t);
-			return rc ? rc : memo_put(l, idx, t);
-		}
-	}
-	case 'V': { /* UNICODE: plain ASCII only */
-		for (size_t i = 0; i < len; i++)
-			if ((unsigned char)line[i] < 0x20 || (unsigned char)line[i] > 0x7e ||
-			    line[i] == '\\')
-				return fail(l, -SF_EFORMAT, "a UNICODE text opcode with escapes");
-		l->pos -= len + 1;
-		rc = push_str(l, len);
-		l->pos += 1;
-		return rc;
-	}
-	case 'S': { /* STRING: a quoted literal without escapes */
-		if (len < 2 || line[0] != line[len - 1] ||
-		    (line[0] != '\'' && line[0] != '"') || memchr(line, '\\', len))
-			return fail(l, -SF_EFORMAT, "a STRING with escapes or no quotes");
-		l->pos -= len; /* at the first byte after the opening quote */
-		rc = push_bytes(l, len - 2);
-		l->pos += 2;
-		return rc;
-	}
-	case 'P': { /* PERSID */
-		struct sf_pk *v, *id;
-
-		l->pos -= len + 1;
-		rc = push_str(l, len);
-		l->pos += 1;
-		if (rc || (rc = pop(l, &id)))
-			return rc;
-		v = node(l, SF_PK_PERSID);
-		if (v)
-			v->u.persid = id;
-		return push(l, v);
-	}
-	case 'c': { /* GLOBAL module\nname\n */
-		char *m = strdup(line), *n;
-		char line2[MAX_LINE + 1];
-
-		if (!m)
-			return fail(l, -ENOMEM, "out of memory");
-		rc = rd_line(l, line2, &len);
-		if (rc) {
-			free(m);
-			return rc;
-		}
-		n = strdup(line2);
-		if (!n || charge(l, strlen(m) + len + 2)) {
-			free(m);
-			free(n);
-			return n ? -SF_ETOOBIG : fail(l, -ENOMEM, "out of memory");
-		}
-		return push_global(l, m, n);
-	}
-	}
-	return fail(l, -SF_EFORMAT, "unknown text opcode");
-out_bool_false:
-out_bool_true: {
-		struct sf_pk *v = node(l, SF_PK_BOOL);
-
-		if (v)
-			v->u.b = strcmp(line, "01") == 0;
-		return push(l, v);
-	}
-}
-
-static int op_one(struct ld *l, unsigned char op, bool *stop)
-{
-	struct sf_pk *a, *b, *c, *t;
+	struct sf_pk *v;
 	uint64_t n;
-	size_t from = 0;
+	size_t start = 0;
+	unsigned char b;
 	int rc;
 
-	switch (op) {
+	d->op_off = d->pos;
+	d->have_op = false;
+	if (d->pos >= d->in->size)
+		return sf_pkd_fail(d, -SF_EFORMAT, "the input ends before STOP");
+	rc = sf_pkd_get_byte(d, &d->op);
+	if (rc < 0)
+		return rc;
+	d->have_op = true;
+	switch (d->op) {
 	case 0x80: /* PROTO */
-		rc = rd_u(l, 1, &n);
-		if (!rc && n > 5)
-			rc = fail(l, -SF_EFORMAT, "protocol %llu", (unsigned long long)n);
-		return rc;
-	case 0x95: /* FRAME: framing only */
-		rc = rd_u(l, 8, &n);
-		if (!rc && (l->pos > l->in->size || n > l->in->size - l->pos))
-			rc = fail(l, -SF_EFORMAT, "a frame past the end");
-		return rc;
-	case '.': /* STOP */
-		rc = pop(l, &a);
-		if (rc)
+		if ((rc = sf_pkd_get_byte(d, &b)) < 0)
 			return rc;
-		l->p->root = a;
+		if (b > 5)
+			return sf_pkd_fail(d, -SF_EFORMAT, "unsupported protocol %u", b);
+		return 0;
+	case 0x95: /* FRAME: framing only */
+		if ((rc = sf_pkd_get_le(d, 8, &n)) < 0)
+			return rc;
+		if (n > d->in->size || d->pos > d->in->size - n)
+			return sf_pkd_fail(d, -SF_EFORMAT, "frame of %" PRIu64
+				    " bytes runs past the input", n);
+		return 0;
+	case '.': /* STOP */
+		if ((rc = sf_pkd_pop(d, &v)) < 0)
+			return rc;
+		if (d->sn || d->mn)
+			return sf_pkd_fail(d, -SF_EFORMAT, "%zu values and %zu marks left over",
+				    d->sn, d->mn);
+		d->doc->root = v;
+		d->doc->end = d->pos;
 		*stop = true;
 		return 0;
 	case '(': /* MARK */
-		if (l->nmarks >= l->o->max_depth)
-			return fail(l, -SF_ETOOBIG, "MARKs nested deeper than %u",
-				    l->o->max_depth);
-		if (sf_array_grow(&l->marks, l->nmarks, &l->capmarks,
-				  sizeof(*l->marks), 16, 0))
-			return fail(l, -ENOMEM, "out of memory");
-		l->marks[l->nmarks++] = l->nst;
+		if (d->mn >= d->o->max_depth)
+			return sf_pkd_fail(d, -SF_ETOOBIG, "more than %" PRIu32
+				    " open marks (max_depth)", d->o->max_depth);
+		rc = sf_array_grow(&d->marks, d->mn, &d->mcap, sizeof(*d->marks),
+				   16, 0);
+		if (rc < 0)
+			return sf_pkd_fail(d, -ENOMEM, "out of memory");
+		d->marks[d->mn++] = d->sn;
 		return 0;
-	case '0': /* POP */
-		return pop(l, &a);
+	case '0': /* POP: a value, or the mark just set when none is above */
+		if (d->mn && d->marks[d->mn - 1] == d->sn) {
+			d->mn--;
+			return 0;
+		}
+		return sf_pkd_pop(d, &v);
 	case '1': /* POP_MARK */
-		rc = pop_mark(l, &from);
-		if (!rc)
-			l->nst = from;
-		return rc;
+		if ((rc = sf_pkd_pop_mark(d, &start)) < 0)
+			return rc;
+		d->sn = start;
+		return 0;
 	case '2': /* DUP */
-		rc = top(l, &a);
-		return rc ? rc : push(l, a);
+		if ((rc = sf_pkd_top(d, &v)) < 0)
+			return rc;
+		return sf_pkd_push(d, v);
 	case 'N':
-		return push(l, node(l, SF_PK_NONE));
-	case 0x88: /* NEWTRUE */
-	case 0x89: /* NEWFALSE */
-		a = node(l, SF_PK_BOOL);
-		if (a)
-			a->u.b = op == 0x88;
-		return push(l, a);
-	case 'J': /* BININT */
-		rc = rd_u(l, 4, &n);
-		return rc ? rc : push_int(l, (int32_t)(uint32_t)n);
-	case 'K': /* BININT1 */
-		rc = rd_u(l, 1, &n);
-		return rc ? rc : push_int(l, (int64_t)n);
-	case 'M': /* BININT2 */
-		rc = rd_u(l, 2, &n);
-		return rc ? rc : push_int(l, (int64_t)n);
+		return sf_pkd_push_new(d, SF_PK_NONE, NULL);
+	case 0x88:
+		return sf_pkd_push_bool(d, true);
+	case 0x89:
+		return sf_pkd_push_bool(d, false);
+	case 'I':
+		return sf_pkd_op_int_text(d, false);
+	case 'L':
+		return sf_pkd_op_int_text(d, true);
+	case 'J':
+		if ((rc = sf_pkd_get_le(d, 4, &n)) < 0)
+			return rc;
+		return sf_pkd_push_int(d, (int32_t)(uint32_t)n);
+	case 'K':
+		if ((rc = sf_pkd_get_le(d, 1, &n)) < 0)
+			return rc;
+		return sf_pkd_push_int(d, (int64_t)n);
+	case 'M':
+		if ((rc = sf_pkd_get_le(d, 2, &n)) < 0)
+			return rc;
+		return sf_pkd_push_int(d, (int64_t)n);
 	case 0x8a: /* LONG1 */
-		rc = rd_u(l, 1, &n);
-		return rc ? rc : push_long(l, n);
-	case 0x8b: /* LONG4 */
-		rc = rd_u(l, 4, &n);
-		if (rc)
+		if ((rc = sf_pkd_get_le(d, 1, &n)) < 0)
+			return rc;
+		return sf_pkd_op_long_bin(d, n);
+	case 0x8b: /* LONG4: a signed length */
+		if ((rc = sf_pkd_get_le(d, 4, &n)) < 0)
 			return rc;
 		if (n & 0x80000000u)
-			return fail(l, -SF_EFORMAT, "LONG4 with a negative length");
-		return push_long(l, n);
-	case 'G': { /* BINFLOAT, big-endian */
-		const unsigned char *p;
-		uint64_t u = 0;
-		double d;
-
-		rc = need(l, 8, &p);
-		if (rc)
+			return sf_pkd_fail(d, -SF_EFORMAT, "negative length");
+		return sf_pkd_op_long_bin(d, n);
+	case 'F':
+		return sf_pkd_op_float_text(d);
+	case 'G':
+		return sf_pkd_op_binfloat(d);
+	case 'S':
+		return sf_pkd_op_string(d);
+	case 'T': /* BINSTRING: a signed length */
+		if ((rc = sf_pkd_get_le(d, 4, &n)) < 0)
 			return rc;
-		for (int i = 0; i < 8; i++)
-			u = u << 8 | p[i];
-		memcpy(&d, &u, sizeof(d));
-		a = node(l, SF_PK_FLOAT);
-		if (a)
-			a->u.f = d;
-		return push(l, a);
-	}
-	case 'X': /* BINUNICODE */
-		rc = rd_u(l, 4, &n);
-		return rc ? rc : push_str(l, n);
-	case 0x8c: /* SHORT_BINUNICODE */
-		rc = rd_u(l, 1, &n);
-		return rc ? rc : push_str(l, n);
-	case 0x8d: /* BINUNICODE8 */
-		rc = rd_u(l, 8, &n);
-		return rc ? rc : push_str(l, n);
-	case 'T': /* BINSTRING */
-	case 'B': /* BINBYTES */
-		rc = rd_u(l, 4, &n);
-		if (!rc && op == 'T' && (n & 0x80000000u))
-			rc = fail(l, -SF_EFORMAT, "BINSTRING with a negative length");
-		return rc ? rc : push_bytes(l, n);
-	case 'U': /* SHORT_BINSTRING */
-	case 'C': /* SHORT_BINBYTES */
-		rc = rd_u(l, 1, &n);
-		return rc ? rc : push_bytes(l, n);
-	case 0x8e: /* BINBYTES8 */
-	case 0x96: /* BYTEARRAY8 */
-		rc = rd_u(l, 8, &n);
-		return rc ? rc : push_bytes(l, n);
-	case ')': /* EMPTY_TUPLE */
-		return push(l, node(l, SF_PK_TUPLE));
-	case 't': /* TUPLE */
-		return push_seq_from_mark(l, SF_PK_TUPLE);
-	case 0x85: case 0x86: case 0x87: /* TUPLE1..3 */
-		return push_tuple_n(l, (size_t)(op - 0x84));
-	case ']': /* EMPTY_LIST */
+		if (n & 0x80000000u)
+			return sf_pkd_fail(d, -SF_EFORMAT, "negative length");
+		return sf_pkd_op_binbytes(d, n);
+	case 'U':
+	case 'C':
+		if ((rc = sf_pkd_get_le(d, 1, &n)) < 0)
+			return rc;
+		return sf_pkd_op_binbytes(d, n);
+	case 'B':
+		if ((rc = sf_pkd_get_le(d, 4, &n)) < 0)
+			return rc;
+		return sf_pkd_op_binbytes(d, n);
+	case 0x8e:
+	case 0x96:
+		if ((rc = sf_pkd_get_le(d, 8, &n)) < 0)
+			return rc;
+		return sf_pkd_op_binbytes(d, n);
+	case 'V':
+		return sf_pkd_op_unicode(d);
+	case 0x8c:
+		if ((rc = sf_pkd_get_le(d, 1, &n)) < 0)
+			return rc;
+		return sf_pkd_op_binunicode(d, n);
+	case 'X':
+		if ((rc = sf_pkd_get_le(d, 4, &n)) < 0)
+			return rc;
+		return sf_pkd_op_binunicode(d, n);
+	case 0x8d:
+		if ((rc = sf_pkd_get_le(d, 8, &n)) < 0)
+			return rc;
+		return sf_pkd_op_binunicode(d, n);
+	case ')':
+		return make_seq(d, SF_PK_TUPLE, d->sn, 0);
+	case 't':
+		if ((rc = sf_pkd_pop_mark(d, &start)) < 0)
+			return rc;
+		return make_seq(d, SF_PK_TUPLE, start, 0);
+	case 0x85:
+		return op_tuple_n(d, 1);
+	case 0x86:
+		return op_tuple_n(d, 2);
+	case 0x87:
+		return op_tuple_n(d, 3);
+	case ']':
+		return make_seq(d, SF_PK_LIST, d->sn, 0);
+	case 'l':
+		if ((rc = sf_pkd_pop_mark(d, &start)) < 0)
+			return rc;
+		return make_seq(d, SF_PK_LIST, start, 0);
 	case 0x8f: /* EMPTY_SET */
-		return push(l, node(l, SF_PK_LIST));
-	case 'l': /* LIST */
+		return make_seq(d, SF_PK_LIST, d->sn, PKF_SET);
 	case 0x91: /* FROZENSET */
-		return push_seq_from_mark(l, SF_PK_LIST);
+		if ((rc = sf_pkd_pop_mark(d, &start)) < 0)
+			return rc;
+		return make_seq(d, SF_PK_LIST, start, PKF_FROZEN);
 	case 'a': /* APPEND */
-		if ((rc = pop(l, &a)) || (rc = top(l, &t)) ||
-		    (rc = append_target(l, t, &b)))
+		if (d->sn - sf_pkd_fence(d) < 2)
+			return sf_pkd_underflow(d);
+		return do_appends(d, d->sn - 1, false);
+	case 'e':
+		if ((rc = sf_pkd_pop_mark(d, &start)) < 0)
 			return rc;
-		return seq_add(l, b, &a, 1);
-	case 'e': /* APPENDS */
-	case 0x90: /* ADDITEMS */
-		if ((rc = pop_mark(l, &from)))
+		return do_appends(d, start, false);
+	case 0x90:
+		if ((rc = sf_pkd_pop_mark(d, &start)) < 0)
 			return rc;
-		if (from <= floor_of(l))
-			return fail(l, -SF_EFORMAT, "APPENDS with nothing below its MARK");
-		t = l->st[from - 1];
-		if (op == 0x90 && t->kind != SF_PK_LIST)
-			return fail(l, -SF_EFORMAT, "ADDITEMS to something not a set");
-		if ((rc = append_target(l, t, &b)) ||
-		    (rc = seq_add(l, b, l->st + from, l->nst - from)))
-			return rc;
-		l->nst = from;
-		return 0;
-	case '}': /* EMPTY_DICT */
-		return push(l, node(l, SF_PK_DICT));
-	case 'd': /* DICT */
-		if ((rc = pop_mark(l, &from)))
-			return rc;
-		if ((l->nst - from) % 2)
-			return fail(l, -SF_EFORMAT, "DICT with an odd number of items");
-		a = node(l, SF_PK_DICT);
-		if (!a)
-			return l->node_rc ? l->node_rc : -ENOMEM;
-		if (l->nst > from && (rc = dict_add(l, a, l->st + from, (l->nst - from) / 2)))
-			return rc;
-		l->nst = from;
-		return push(l, a);
+		return do_appends(d, start, true);
+	case '}':
+		return sf_pkd_push_new(d, SF_PK_DICT, NULL);
+	case 'd':
+		return op_dict_mark(d);
 	case 's': /* SETITEM */
-		if ((rc = pop(l, &b)) || (rc = pop(l, &a)) || (rc = top(l, &t)) ||
-		    (rc = setitem_target(l, t, &c)))
+		if (d->sn - sf_pkd_fence(d) < 3)
+			return sf_pkd_underflow(d);
+		return do_setitems(d, d->sn - 2);
+	case 'u':
+		if ((rc = sf_pkd_pop_mark(d, &start)) < 0)
 			return rc;
-		{
-			struct sf_pk *kv[2] = { a, b };
-
-			return dict_add(l, c, kv, 1);
-		}
-	case 'u': /* SETITEMS */
-		if ((rc = pop_mark(l, &from)))
+		return do_setitems(d, start);
+	case 'c':
+		return sf_pkd_op_global(d);
+	case 0x93:
+		return sf_pkd_op_stack_global(d);
+	case 'R':
+		return op_reduce(d, false, false);
+	case 0x81:
+		return op_reduce(d, true, false);
+	case 0x92:
+		return op_reduce(d, true, true);
+	case 'b':
+		return op_build(d);
+	case 'P':
+		return sf_pkd_op_persid_text(d);
+	case 'Q':
+		if ((rc = sf_pkd_pop(d, &v)) < 0)
 			return rc;
-		if (from <= floor_of(l) || (l->nst - from) % 2)
-			return fail(l, -SF_EFORMAT, "SETITEMS without a dict or with an odd count");
-		if ((rc = setitem_target(l, l->st[from - 1], &c)) ||
-		    (rc = dict_add(l, c, l->st + from, (l->nst - from) / 2)))
+		return sf_pkd_push_persid(d, v);
+	case 'p': {
+		int64_t idx;
+		if ((rc = sf_pkd_get_line(d, PK_LINE_MAX)) < 0)
 			return rc;
-		l->nst = from;
-		return 0;
-	case 0x93: /* STACK_GLOBAL */
-		if ((rc = pop(l, &b)) || (rc = pop(l, &a)))
-			return rc;
-		if (a->kind != SF_PK_STR || b->kind != SF_PK_STR)
-			return fail(l, -SF_EFORMAT, "STACK_GLOBAL of non-strings");
-		{
-			char *m = strdup(a->u.str.s), *nm = strdup(b->u.str.s);
-
-			if (!m || !nm) {
-				free(m);
-				free(nm);
-				return fail(l, -ENOMEM, "out of memory");
-			}
-			return push_global(l, m, nm);
-		}
-	case 'R': /* REDUCE */
-		if ((rc = pop(l, &b)) || (rc = pop(l, &a)))
-			return rc;
-		return push_obj(l, a, b, NULL, false);
-	case 0x81: /* NEWOBJ */
-		if ((rc = pop(l, &b)) || (rc = pop(l, &a)))
-			return rc;
-		return push_obj(l, a, b, NULL, true);
-	case 0x92: /* NEWOBJ_EX */
-		if ((rc = pop(l, &c)) || (rc = pop(l, &b)) || (rc = pop(l, &a)))
-			return rc;
-		return push_obj(l, a, b, c, true);
-	case 'b': /* BUILD: a second BUILD replaces the state */
-		if ((rc = pop(l, &a)) || (rc = top(l, &t)))
-			return rc;
-		if (t->kind != SF_PK_OBJ)
-			return fail(l, -SF_EFORMAT, "BUILD on something not an object");
-		t->u.obj.state = a;
-		return 0;
-	case 'Q': /* BINPERSID */
-		if ((rc = pop(l, &a)))
-			return rc;
-		b = node(l, SF_PK_PERSID);
-		if (b)
-			b->u.persid = a;
-		return push(l, b);
-	case 'q': /* BINPUT */
-	case 'r': /* LONG_BINPUT */
-		if ((rc = rd_u(l, op == 'q' ? 1 : 4, &n)) || (rc = top(l, &t)))
-			return rc;
-		return memo_put(l, n, t);
-	case 0x94: /* MEMOIZE */
-		if ((rc = top(l, &t)))
-			return rc;
-		return memo_put(l, l->nmemo, t);
-	case 'h': /* BINGET */
-	case 'j': /* LONG_BINGET */
-		rc = rd_u(l, op == 'h' ? 1 : 4, &n);
-		return rc ? rc : memo_get(l, n);
-	case 'I': case 'L': case 'F': case 'p': case 'g': case 'V': case 'S':
-	case 'P': case 'c':
-		return op_text(l, op);
+		if (sf_pkd_parse_dec(d->line, d->line_len, &idx) < 0 || idx < 0)
+			return sf_pkd_fail(d, -SF_EFORMAT, "malformed memo index");
+		return sf_pkd_memo_put(d, (uint64_t)idx);
 	}
-	return fail(l, -SF_EFORMAT, "opcode 0x%02x is not read (%s)", op,
-		    op == 'i' || op == 'o' ? "INST/OBJ" :
-		    op >= 0x82 && op <= 0x84 ? "extension registry" :
-		    op == 0x97 || op == 0x98 ? "out-of-band buffer" : "unknown");
+	case 'q':
+		if ((rc = sf_pkd_get_le(d, 1, &n)) < 0)
+			return rc;
+		return sf_pkd_memo_put(d, n);
+	case 'r':
+		if ((rc = sf_pkd_get_le(d, 4, &n)) < 0)
+			return rc;
+		return sf_pkd_memo_put(d, n);
+	case 0x94:
+		return sf_pkd_memo_put(d, d->memo_count);
+	case 'g': {
+		int64_t idx;
+		if ((rc = sf_pkd_get_line(d, PK_LINE_MAX)) < 0)
+			return rc;
+		if (sf_pkd_parse_dec(d->line, d->line_len, &idx) < 0 || idx < 0)
+			return sf_pkd_fail(d, -SF_EFORMAT, "malformed memo index");
+		return sf_pkd_memo_get(d, (uint64_t)idx);
+	}
+	case 'h':
+		if ((rc = sf_pkd_get_le(d, 1, &n)) < 0)
+			return rc;
+		return sf_pkd_memo_get(d, n);
+	case 'j':
+		if ((rc = sf_pkd_get_le(d, 4, &n)) < 0)
+			return rc;
+		return sf_pkd_memo_get(d, n);
+	default:
+		if (sf_pkd_op_name(d->op))
+			return sf_pkd_fail(d, -SF_EFORMAT, "opcode not supported");
+		return sf_pkd_fail(d, -SF_EFORMAT, "unknown opcode");
+	}
 }
 
-int sf_pickle_load(const struct sf_input *in, const struct sf_pickle_opts *opts,
-		   struct sf_pickle **out, char *err, size_t errlen)
+static void node_release(struct pk_node *n)
 {
-	struct sf_pickle_opts o = { 0 };
-	struct ld *l;
-	bool stop = false;
-	int rc = 0;
+	struct sf_pk *v = &n->pk;
 
-	*out = NULL;
-	if (err && errlen)
-		err[0] = '\0';
-	if (opts)
-		o = *opts;
-	if (!o.max_nodes)
-		o.max_nodes = DEF_MAX_NODES;
-	if (!o.max_bytes)
-		o.max_bytes = DEF_MAX_BYTES;
-	if (!o.max_depth)
-		o.max_depth = DEF_MAX_DEPTH;
-	if (!o.max_memo)
-		o.max_memo = DEF_MAX_MEMO;
-	l = calloc(1, sizeof(*l));
-	if (!l)
-		return -ENOMEM;
-	l->p = calloc(1, sizeof(*l->p));
-	if (!l->p) {
-		free(l);
-		return -ENOMEM;
+	switch (v->kind) {
+	case SF_PK_STR:
+		free((char *)v->u.str.s);
+		break;
+	case SF_PK_BYTES:
+		free((unsigned char *)v->u.bytes.data);
+		break;
+	case SF_PK_TUPLE:
+	case SF_PK_LIST:
+		free(v->u.seq.v);
+		break;
+	case SF_PK_DICT:
+		free(v->u.dict.k);
+		free(v->u.dict.v);
+		break;
+	case SF_PK_GLOBAL:
+		free((char *)v->u.global.module); /* name shares its buffer */
+		break;
+	default:
+		break;
 	}
-	l->in = in;
-	l->o = &o;
-	l->err = err;
-	l->errlen = errlen;
-	while (!stop && !rc) {
-		const unsigned char *b;
-
-		l->op_at = l->pos;
-		rc = need(l, 1, &b);
-		if (!rc)
-			rc = op_one(l, *b, &stop);
-	}
-	if (!rc) {
-		l->p->end = l->pos;
-		*out = l->p;
-	} else {
-		if (rc == -ENOMEM && err && errlen && !err[0])
-			snprintf(err, errlen, "pickle: out of memory");
-		sf_pickle_free(l->p);
-	}
-	free(l->st);
-	free(l->marks);
-	free(l->memo);
-	free(l);
-	return rc;
 }
 
 void sf_pickle_free(struct sf_pickle *p)
 {
 	if (!p)
 		return;
-	for (size_t i = 0; i < p->nnodes; i++) {
-		struct sf_pk *v = p->nodes[i];
-
-		switch (v->kind) {
-		case SF_PK_STR:
-			free((char *)v->u.str.s);
-			break;
-		case SF_PK_BYTES:
-			free((unsigned char *)v->u.bytes.data);
-			break;
-		case SF_PK_TUPLE:
-		case SF_PK_LIST:
-			free(v->u.seq.v);
-			break;
-		case SF_PK_DICT:
-			free(v->u.dict.k);
-			free(v->u.dict.v);
-			break;
-		case SF_PK_GLOBAL:
-			free((char *)v->u.global.module);
-			free((char *)v->u.global.name);
-			break;
-		default:
-			break;
-		}
-		free(v);
+	for (size_t b = 0; b < p->nblocks; b++) {
+		size_t used = b + 1 == p->nblocks ? p->used : PK_BLOCK;
+		for (size_t i = 0; i < used; i++)
+			node_release(&p->blocks[b][i]);
+		free(p->blocks[b]);
 	}
-	free(p->nodes);
+	free(p->blocks);
 	free(p);
+}
+
+int sf_pickle_load(const struct sf_input *in, const struct sf_pickle_opts *opts,
+		   struct sf_pickle **out, char *err, size_t errlen)
+{
+	struct sf_pickle_opts o = {0};
+	struct pk_dec d = {0};
+	bool stop = false;
+	int rc;
+
+	*out = NULL;
+	if (err && errlen)
+		err[0] = 0;
+	if (opts)
+		o = *opts;
+	if (!o.max_nodes)
+		o.max_nodes = PK_DEF_NODES;
+	if (!o.max_bytes)
+		o.max_bytes = PK_DEF_BYTES;
+	if (!o.max_depth)
+		o.max_depth = PK_DEF_DEPTH;
+	if (!o.max_memo)
+		o.max_memo = PK_DEF_MEMO;
+	d.in = in;
+	d.o = &o;
+	d.err = err;
+	d.errlen = errlen;
+	d.doc = calloc(1, sizeof(*d.doc));
+	if (!d.doc)
+		return sf_pkd_fail(&d, -ENOMEM, "out of memory");
+	d.win = malloc(PK_WINDOW);
+	if (!d.win) {
+		rc = sf_pkd_fail(&d, -ENOMEM, "out of memory");
+		goto out_free_doc;
+	}
+	while (!stop) {
+		rc = step(&d, &stop);
+		if (rc < 0)
+			goto out_free_doc;
+	}
+	*out = d.doc;
+	d.doc = NULL;
+	rc = 0;
+out_free_doc:
+	sf_pickle_free(d.doc);
+	free(d.win);
+	free(d.stack);
+	free(d.marks);
+	free(d.memo);
+	free(d.line);
+	return rc;
 }
 
 const struct sf_pk *sf_pickle_root(const struct sf_pickle *p)
@@ -1033,14 +598,15 @@ uint64_t sf_pickle_end(const struct sf_pickle *p)
 	return p ? p->end : 0;
 }
 
-/* --- accessors --- */
+/* ------------------------------------------------------------------ */
+/* accessors                                                           */
 
 bool sf_pk_is_global(const struct sf_pk *v, const char *module,
 		     const char *name)
 {
-	return v && v->kind == SF_PK_GLOBAL &&
-	       strcmp(v->u.global.module, module) == 0 &&
-	       strcmp(v->u.global.name, name) == 0;
+	return v && v->kind == SF_PK_GLOBAL && module && name &&
+	       !strcmp(v->u.global.module, module) &&
+	       !strcmp(v->u.global.name, name);
 }
 
 bool sf_pk_is_obj(const struct sf_pk *v, const char *module, const char *name)
@@ -1049,18 +615,19 @@ bool sf_pk_is_obj(const struct sf_pk *v, const char *module, const char *name)
 	       sf_pk_is_global(v->u.obj.callable, module, name);
 }
 
-const struct sf_pk *sf_pk_get(const struct sf_pk *d, const char *key)
+const struct sf_pk *sf_pk_get(const struct sf_pk *dict, const char *key)
 {
-	if (d && d->kind == SF_PK_OBJ)
-		d = d->u.obj.items;
-	if (!d || d->kind != SF_PK_DICT)
+	if (dict && dict->kind == SF_PK_OBJ)
+		dict = dict->u.obj.items;
+	if (!dict || dict->kind != SF_PK_DICT || !key)
 		return NULL;
-	/* the last of repeated keys, as Python's dict keeps it */
-	for (size_t i = d->u.dict.n; i-- > 0;) {
-		const char *k = sf_pk_str(d->u.dict.k[i]);
-
-		if (k && strcmp(k, key) == 0)
-			return d->u.dict.v[i];
+	size_t klen = strlen(key);
+	/* From the end: a repeated key's last value is the one Python keeps. */
+	for (size_t i = dict->u.dict.n; i-- > 0;) {
+		const struct sf_pk *k = dict->u.dict.k[i];
+		if (k->kind == SF_PK_STR && k->u.str.len == klen &&
+		    !memcmp(k->u.str.s, key, klen))
+			return dict->u.dict.v[i];
 	}
 	return NULL;
 }
@@ -1069,13 +636,17 @@ const struct sf_pk *sf_pk_attr(const struct sf_pk *obj, const char *name)
 {
 	const struct sf_pk *st, *v;
 
-	if (!obj || obj->kind != SF_PK_OBJ || !(st = obj->u.obj.state))
+	if (!obj || obj->kind != SF_PK_OBJ || !name)
+		return NULL;
+	st = obj->u.obj.state;
+	if (!st)
 		return NULL;
 	if (st->kind == SF_PK_DICT)
 		return sf_pk_get(st, name);
 	if (st->kind == SF_PK_TUPLE && st->u.seq.n == 2) {
-		v = sf_pk_get(st->u.seq.v[0], name);
-		return v ? v : sf_pk_get(st->u.seq.v[1], name);
+		/* Slots are set after __dict__ is updated: they win. */
+		v = sf_pk_get(st->u.seq.v[1], name);
+		return v ? v : sf_pk_get(st->u.seq.v[0], name);
 	}
 	return NULL;
 }
@@ -1101,20 +672,16 @@ size_t sf_pk_len(const struct sf_pk *v)
 
 bool sf_pk_int(const struct sf_pk *v, int64_t *out)
 {
-	if (!v)
+	if (!v || (v->kind != SF_PK_INT && v->kind != SF_PK_BOOL))
 		return false;
-	if (v->kind == SF_PK_INT) {
-		*out = v->u.i;
-		return true;
-	}
-	if (v->kind == SF_PK_BOOL) {
-		*out = v->u.b;
-		return true;
-	}
-	return false;
+	if (out)
+		*out = v->kind == SF_PK_INT ? v->u.i : (int64_t)v->u.b;
+	return true;
 }
 
 const char *sf_pk_str(const struct sf_pk *v)
 {
-	return v && v->kind == SF_PK_STR ? v->u.str.s : NULL;
+	if (!v || v->kind != SF_PK_STR || strlen(v->u.str.s) != v->u.str.len)
+		return NULL; /* not a STR, or one with a NUL inside */
+	return v->u.str.s;
 }

@@ -14,7 +14,11 @@
  *
  * Bytes values are not copied: a BYTES node records where its bytes lie in
  * the input (off, len), so a format can serve a numpy array stored inline
- * in a pickle straight from the file; short ones are also copied (data).
+ * in a pickle straight from the file (BINBYTES, protocol 3 and later);
+ * short ones are also copied (data). A protocol-0 STRING with escapes is
+ * the one exception: its value is only in data (at most SF_PK_BYTES_COPY
+ * bytes), off is where its text begins. Protocol 0-2 pickles carry bytes
+ * (numpy arrays among them) as latin-1 strs, so a STR may hold NULs.
  *
  * Untrusted input: every count, length and depth is capped (struct
  * sf_pickle_opts, with defaults), the memo is bounded, and a malformed or
@@ -40,7 +44,7 @@ enum sf_pk_kind {
 	SF_PK_INT,      /* fits int64 (longer LONG1/LONG4 values are refused) */
 	SF_PK_FLOAT,
 	SF_PK_STR,      /* unicode (BINUNICODE...), valid UTF-8 */
-	SF_PK_BYTES,    /* bytes, bytearray, and protocol-2 byte strings */
+	SF_PK_BYTES,    /* bytes, bytearray, STRING/BINSTRING (Python 2 str) */
 	SF_PK_TUPLE,
 	SF_PK_LIST,     /* also sets and frozensets, in pickle order */
 	SF_PK_DICT,     /* in insertion order; keys are any nodes */
@@ -56,14 +60,20 @@ struct sf_pk {
 		int64_t i;                      /* INT */
 		double f;                       /* FLOAT */
 		struct {                        /* STR */
-			const char *s;          /* NUL-terminated (no NUL inside) */
+			const char *s;          /* NUL-terminated; may hold
+						 * NULs (protocol 0-2 bytes
+						 * and numpy arrays come as
+						 * latin-1 strs): len counts;
+						 * sf_pk_str() refuses those */
 			size_t len;
 		} str;
 		struct {                        /* BYTES */
 			uint64_t off;           /* byte offset in the input */
 			uint64_t len;
 			const unsigned char *data; /* a copy when len <=
-						    * SF_PK_BYTES_COPY, else NULL */
+						    * SF_PK_BYTES_COPY, else NULL;
+						    * the value itself (decoded)
+						    * for an escaped STRING */
 		} bytes;
 		struct {                        /* TUPLE, LIST */
 			struct sf_pk **v;
@@ -136,10 +146,12 @@ bool sf_pk_is_global(const struct sf_pk *v, const char *module,
 /* v is an OBJ whose callable is the global module.name. */
 bool sf_pk_is_obj(const struct sf_pk *v, const char *module, const char *name);
 /* The value under string key in a DICT (or an OBJ's SETITEMS dict), or
- * NULL; of repeated keys the last, as Python keeps it. */
+ * NULL. The whole key must match (a key with a NUL inside matches none);
+ * a key given twice answers its last value, as Python keeps. */
 const struct sf_pk *sf_pk_get(const struct sf_pk *dict, const char *key);
 /* An attribute of an OBJ from its BUILD state: a DICT, or the tuple
- * (dict or None, slots dict) that objects with __slots__ give. NULL if
+ * (dict or None, slots dict) that objects with __slots__ give (a name in
+ * both answers the slot's value: Python sets slots last). NULL if
  * absent. */
 const struct sf_pk *sf_pk_attr(const struct sf_pk *obj, const char *name);
 /* Element i of a TUPLE or LIST, or NULL. */
@@ -148,7 +160,8 @@ const struct sf_pk *sf_pk_item(const struct sf_pk *seq, size_t i);
 size_t sf_pk_len(const struct sf_pk *v);
 /* An INT (or BOOL) into *out: true, else false. */
 bool sf_pk_int(const struct sf_pk *v, int64_t *out);
-/* The string of a STR, else NULL. */
+/* The string of a STR, else NULL (NULL too for a STR with a NUL inside,
+ * so a C string from here is the whole value). */
 const char *sf_pk_str(const struct sf_pk *v);
 
 #endif
