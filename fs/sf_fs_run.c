@@ -82,6 +82,42 @@ static void scan_cb(void *arg, const char *name, const char *dir,
 	l->cks[l->n++] = ck;
 }
 
+/* Is a FUSE file system mounted exactly at path (absolute, resolved)?
+ * From /proc/self/mounts, whose paths escape ' ', '\t', '\n' and '\\'
+ * as octal. */
+static bool fuse_mounted_at(const char *path)
+{
+	char line[8192];
+	bool found = false;
+	FILE *f = fopen("/proc/self/mounts", "re");
+
+	if (!f)
+		return false;
+	while (!found && fgets(line, sizeof(line), f)) {
+		char dev[4096], mnt[4096], type[256], un[4096];
+		size_t o = 0;
+
+		if (sscanf(line, "%4095s %4095s %255s", dev, mnt, type) != 3 ||
+		    strncmp(type, "fuse", 4) != 0)
+			continue;
+		for (size_t i = 0; mnt[i] && o + 1 < sizeof(un); i++) {
+			if (mnt[i] == '\\' && mnt[i + 1] >= '0' && mnt[i + 1] <= '3' &&
+			    mnt[i + 2] >= '0' && mnt[i + 2] <= '7' &&
+			    mnt[i + 3] >= '0' && mnt[i + 3] <= '7') {
+				un[o++] = (char)((mnt[i + 1] - '0') * 64 +
+						 (mnt[i + 2] - '0') * 8 + (mnt[i + 3] - '0'));
+				i += 3;
+			} else {
+				un[o++] = mnt[i];
+			}
+		}
+		un[o] = '\0';
+		found = strcmp(un, path) == 0;
+	}
+	fclose(f);
+	return found;
+}
+
 static int load_store(struct sf_fs *fs, const char *store)
 {
 	struct scan_list l = { 0 };
@@ -228,7 +264,26 @@ int sf_fs_run(const struct sf_fs_config *cfg)
 	fs->mnt_abs = realpath(cfg->mountpoint, NULL);
 	if (!fs->mnt_abs) {
 		rc = -errno;
-		sf_err("mountpoint %s: %s", cfg->mountpoint, strerror(errno));
+		if (rc == -ENOTCONN)
+			sf_err("mountpoint %s is a stale FUSE mount (its daemon is gone): "
+			       "clear it with `fusermount3 -uz %s` and start again",
+			       cfg->mountpoint, cfg->mountpoint);
+		else
+			sf_err("mountpoint %s: %s", cfg->mountpoint, strerror(errno));
+		goto out_free_store;
+	}
+	if (fuse_mounted_at(fs->mnt_abs)) {
+		struct stat mst;
+
+		rc = -EBUSY;
+		if (stat(fs->mnt_abs, &mst) != 0 && errno == ENOTCONN)
+			sf_err("mountpoint %s is a stale FUSE mount (its daemon is gone): "
+			       "clear it with `fusermount3 -uz %s` and start again",
+			       fs->mnt_abs, fs->mnt_abs);
+		else
+			sf_err("mountpoint %s already has a FUSE file system mounted on it: "
+			       "unmount it first (`fusermount3 -u %s`)", fs->mnt_abs,
+			       fs->mnt_abs);
 		goto out_free_store;
 	}
 	rc = sf_fs_tree_init(fs);

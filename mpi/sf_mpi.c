@@ -69,7 +69,10 @@ int sf_mpi_init(int *argc, char ***argv, struct sf_mpi **out)
 	MPI_Comm_get_attr(mp->comm, MPI_TAG_UB, &ub, &flag);
 	mp->tag_ub = flag && ub ? *(int *)ub : 32767;
 	mp->left = calloc((size_t)mp->size, sizeof(*mp->left));
-	if (!mp->left) {
+	mp->live = calloc((size_t)mp->size, sizeof(*mp->live));
+	if (!mp->left || !mp->live) {
+		free(mp->left);
+		free(mp->live);
 		ret = -ENOMEM;
 		goto out_free_comm;
 	}
@@ -489,6 +492,7 @@ int sf_mpi_finalize(struct sf_mpi *mp)
 	pthread_mutex_destroy(&mp->reg_lock);
 	pthread_mutex_destroy(&mp->src_lock);
 	free(mp->left);
+	free(mp->live);
 	free(mp);
 	return ret;
 }

@@ -13,8 +13,58 @@
 /* ------------------------------------------------------------------ */
 /* payload source                                                      */
 
+/* ------------------------------------------------------------------ */
+/* peer liveness (struct peer_live)                                    */
+
+static bool peer_down(const struct sf_mpi *mp, int peer)
+{
+	return atomic_load(&mp->live[peer].down);
+}
+
+static void mark_down(struct sf_mpi *mp, int peer, const char *file, int why)
+{
+	struct peer_live *l = &mp->live[peer];
+
+	atomic_store(&l->probe_ns, sf_mpi_now_ns() +
+		     (uint64_t)SF_MPI_PROBE_EVERY_MS * 1000000u);
+	if (!atomic_exchange(&l->down, true))
+		sf_err("mpi: rank %d did not answer a read of %s (%s): marked down; "
+		       "reads that need only it fail at once until it answers a probe "
+		       "(one every %d ms)", peer, file,
+		       why == -ETIMEDOUT ? "timed out" : "MPI error",
+		       SF_MPI_PROBE_EVERY_MS);
+}
+
+static void mark_up(struct sf_mpi *mp, int peer)
+{
+	if (atomic_load(&mp->live[peer].down) &&
+	    atomic_exchange(&mp->live[peer].down, false))
+		sf_err("mpi: rank %d answers again: marked up", peer);
+}
+
+/* May this read probe down peer `peer` now? At most one at a time, one
+ * every SF_MPI_PROBE_EVERY_MS. */
+static bool probe_claim(struct sf_mpi *mp, int peer)
+{
+	struct peer_live *l = &mp->live[peer];
+	bool no = false;
+
+	return sf_mpi_now_ns() >= atomic_load(&l->probe_ns) &&
+	       atomic_compare_exchange_strong(&l->probing, &no, true);
+}
+
+static void probe_release(struct sf_mpi *mp, int peer)
+{
+	struct peer_live *l = &mp->live[peer];
+
+	atomic_store(&l->probe_ns, sf_mpi_now_ns() +
+		     (uint64_t)SF_MPI_PROBE_EVERY_MS * 1000000u);
+	atomic_store(&l->probing, false);
+}
+
 /* Choose the peer for (name, file) bytes [off, off+len): a holder in the
- * inventory (the writer rank first), else the writer rank. */
+ * inventory (a live one before a down one, the writer rank first), else
+ * the writer rank. */
 static int pick_peer(const struct sf_mpi *mp, const char *name,
 		     const char *file, uint32_t writer, uint64_t end)
 {
@@ -25,10 +75,13 @@ static int pick_peer(const struct sf_mpi *mp, const char *name,
 		return (int)writer < mp->size && (int)writer != mp->rank ?
 			       (int)writer : -1;
 	for (unsigned i = 0; i < e->nh; i++) {
-		if (e->h[i].rank == mp->rank || e->h[i].size < end)
+		int r = e->h[i].rank;
+
+		if (r == mp->rank || e->h[i].size < end)
 			continue;
-		if (best < 0 || e->h[i].rank == (int)writer)
-			best = e->h[i].rank;
+		if (best < 0 || (peer_down(mp, best) && !peer_down(mp, r)) ||
+		    (r == (int)writer && peer_down(mp, best) >= peer_down(mp, r)))
+			best = r;
 	}
 	return best;
 }
@@ -89,11 +142,13 @@ static int finish_read(struct sf_mpi *mp, int peer, const char *file,
 
 	ret = sf_mpi_wait_req(rreq, deadline, &st);
 	if (ret < 0) {
-		sf_err("mpi: rank %d did not answer a read of %s (%s)", peer,
-		       file, ret == -ETIMEDOUT ? "timed out" : "MPI error");
+		sf_debug("mpi: rank %d did not answer a read of %s (%s)", peer,
+			 file, ret == -ETIMEDOUT ? "timed out" : "MPI error");
+		mark_down(mp, peer, file, ret);
 		sf_mpi_recv_abandon(mp, rreq, rbuf);
 		return -SF_EPEER;
 	}
+	mark_up(mp, peer);
 	MPI_Get_count(&st, MPI_BYTE, &count);
 	ret = count < 0 ? -SF_EPEER :
 	      sf_mpi_wire_read_reply_decode(rbuf, (size_t)count, want, &rp);
@@ -111,7 +166,7 @@ static int finish_read(struct sf_mpi *mp, int peer, const char *file,
 /* Read [off, off+len) of a remote file, pipelining chunk requests. */
 static int fetch_remote(struct sf_mpi *mp, int peer, const char *name,
 			const char *file, uint64_t off, unsigned char *buf,
-			size_t len)
+			size_t len, int timeout_ms)
 {
 	struct {
 		unsigned char *rbuf;
@@ -119,8 +174,7 @@ static int fetch_remote(struct sf_mpi *mp, int peer, const char *name,
 		size_t pos, len;
 	} q[SF_MPI_INFLIGHT];
 	size_t posted = 0, head = 0, tail = 0; /* q ring indexes (mod) */
-	uint64_t deadline = sf_mpi_now_ns() +
-		(uint64_t)atomic_load(&mp->read_timeout_ms) * 1000000u;
+	uint64_t deadline = sf_mpi_now_ns() + (uint64_t)timeout_ms * 1000000u;
 	int ret = 0;
 
 	while (head < tail || (posted < len && !ret)) {
@@ -325,19 +379,31 @@ static int mpi_src_read(void *ctx, const struct sf_ckpt_ref *ck, uint32_t rank,
 	peer = pick_peer(mp, name, file, rank, off + len);
 	if (peer < 0)
 		return -SF_ESHORT;
+	if (peer_down(mp, peer)) {
+		/* No live holder: fail at once, or be the one probe. */
+		int t = atomic_load(&mp->read_timeout_ms);
+
+		if (!probe_claim(mp, peer))
+			return -SF_EPEER;
+		ret = fetch_remote(mp, peer, name, file, off, buf, len,
+				   t < SF_MPI_PROBE_TIMEOUT_MS ? t : SF_MPI_PROBE_TIMEOUT_MS);
+		probe_release(mp, peer);
+		return ret;
+	}
 	s = pf_claim(mp, ck, file, off, len);
 	if (s) {
 		ret = pf_consume(mp, s, off, buf, len);
 		if (ret == 0)
 			goto out_prefetch;
 	}
-	ret = fetch_remote(mp, peer, name, file, off, buf, len);
+	ret = fetch_remote(mp, peer, name, file, off, buf, len,
+			   atomic_load(&mp->read_timeout_ms));
 	if (ret)
 		return ret;
 out_prefetch:
 	/* A sequential stream: keep the next SF_MPI_PF_DEPTH ranges of the
 	 * same length under way (pf_issue skips one already pending). */
-	if (stream_next(mp, ck, file, off, len, &pf_off)) {
+	if (!peer_down(mp, peer) && stream_next(mp, ck, file, off, len, &pf_off)) {
 		const struct inv_ent *e = sf_mpi_inv_find(mp, name, file);
 		uint64_t step = len < SF_MPI_PF_MAX ? len : SF_MPI_PF_MAX;
 		uint64_t size = UINT64_MAX; /* unknown file: best effort */

@@ -75,6 +75,8 @@
 #define SF_MPI_ACTIVE_NS 20000000ull      /* "requests come": one in last 20 ms */
 #define SF_MPI_STREAMS 32                 /* remembered sequential streams */
 #define SF_MPI_READ_TIMEOUT_MS 30000      /* default bound on one peer read */
+#define SF_MPI_PROBE_EVERY_MS 1000        /* a down peer: one read probes it this often */
+#define SF_MPI_PROBE_TIMEOUT_MS 1000      /* bound on such a probe */
 #define SF_MPI_SEND_DRAIN_MS 5000         /* bound on draining sends at exit */
 #define SF_MPI_MAX_DEPTH 16               /* directory depth walked */
 #define SF_MPI_MAX_TEXT 1024              /* error text in a verdict */
@@ -153,6 +155,19 @@ struct merge_reg {
 	struct merge_reg *next;
 };
 
+/*
+ * A peer as reads see it. A read that gets no answer in time marks it down
+ * (one log line); while it is down, reads that need only it fail at once,
+ * except one read every SF_MPI_PROBE_EVERY_MS that tries it with a short
+ * deadline (the probe); any answer marks it up again (one log line).
+ * Atomics only: every reading thread shares the verdict.
+ */
+struct peer_live {
+	atomic_bool down;
+	atomic_uint_least64_t probe_ns;  /* down: earliest next probe (sf_mpi_now_ns) */
+	atomic_bool probing;             /* down: one read is probing it */
+};
+
 struct sf_mpi {
 	MPI_Comm comm;                   /* private duplicate; set by init */
 	int rank, size;                  /* fixed after init */
@@ -184,6 +199,7 @@ struct sf_mpi {
 	struct sf_source src;            /* what sf_mpi_source returns */
 	struct sf_source *local;         /* core local source (owned) */
 	atomic_int read_timeout_ms;
+	struct peer_live *live;          /* [size]; owned; set by init */
 	pthread_mutex_t src_lock;        /* protects pf, streams, stamp */
 	struct pf_slot pf[SF_MPI_PF_SLOTS];
 	struct stream streams[SF_MPI_STREAMS];

@@ -90,9 +90,38 @@ def check_version_and_order(env, ck):
           "info sorts checkpoint names as numbers read")
 
 
+def check_mountpoint_errors(env, ck):
+    """A second daemon on a mounted directory, and a daemon on the stale
+    mount a killed one left, refuse with a message saying what to do."""
+    store = env.path("mpstore")
+    os.makedirs(store)
+    env.gen(os.path.join(store, "a"), size="64K", ref=False)
+    with sm.Mount(env, store, name="first") as m:
+        r = subprocess.run([env.shardfs, "-f", store, m.mnt],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           timeout=30)
+        ck.ok(r.returncode != 0, "a second daemon on a mounted directory fails")
+        ck.ok(b"already has a FUSE" in r.stderr and b"fusermount3 -u" in r.stderr,
+              "and says how to unmount it: %r" % r.stderr[-300:])
+        ck.ok(m.alive(), "the first mount still serves")
+    m = sm.Mount(env, store, name="stale")
+    m.start()
+    m.kill9()
+    try:
+        r = subprocess.run([env.shardfs, "-f", store, m.mnt],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           timeout=30)
+        ck.ok(r.returncode != 0 and b"stale" in r.stderr and
+              b"fusermount3 -uz" in r.stderr,
+              "a daemon on a stale mount says how to clear it: %r" % r.stderr[-300:])
+    finally:
+        m.stop(raise_on_crash=False)
+
+
 def test(env, ck):
     check_gen(env, ck)
     check_version_and_order(env, ck)
+    check_mountpoint_errors(env, ck)
 
 
 if __name__ == "__main__":

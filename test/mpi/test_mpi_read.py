@@ -14,9 +14,10 @@ root files and only its own rank-0000R/ payloads) and served by
      them fail with EIO on every daemon within a bound, the rest read
      correctly, no daemon dies;
   4. rank 3 stopped (SIGSTOP): a read on rank 0 that needs rank 3's bytes
-     fails with EIO within --peer-timeout plus slack, a read that does not
-     need rank 3 succeeds meanwhile, and after SIGCONT the same tensor
-     reads correctly.
+     fails with EIO within --peer-timeout plus slack; rank 3 is then marked
+     down, so the next read that needs it fails in well under a second; a
+     read that does not need rank 3 succeeds meanwhile, and after SIGCONT
+     (the next probe marks rank 3 up) the same tensors read correctly.
 """
 
 import os
@@ -169,6 +170,17 @@ def part_damage(env, ck):
                   "rank 3 stopped: the read failed after %.1fs, want about "
                   "the %ds peer timeout (< %ds)" % (dt, PEER_TIMEOUT_S,
                                                     FAIL_BOUND_S))
+            if len(broken) > 1:
+                # the peer is marked down: the next read that needs only it
+                # fails at once (or after one short probe), not after
+                # another peer timeout
+                n1 = broken[1]
+                (res, val), dt = read_timed(sm.tensor_path(root0, n1))
+                ck.eq((res, val), ("errno", 5),
+                      "rank 3 marked down: rank 0 read of %s fails with EIO" % n1)
+                ck.ok(dt < 1.5, "rank 3 marked down: the next read failed "
+                      "after %.2fs (< 1.5s, not another %ds timeout)" % (
+                          dt, PEER_TIMEOUT_S))
             if clean:
                 n2 = clean[0]
                 (res, val), dt = read_timed(sm.tensor_path(root0, n2))
@@ -178,10 +190,19 @@ def part_damage(env, ck):
         finally:
             os.kill(pid, signal.SIGCONT)
         for name in broken[:3]:
-            try:
-                got = sm.read_file(sm.tensor_path(root0, name))
-            except OSError as e:
-                ck.ok(False, "after SIGCONT: read %s: %s" % (name, e))
+            # marked up again by the next probe (one a second)
+            deadline = time.monotonic() + 6
+            while True:
+                try:
+                    got = sm.read_file(sm.tensor_path(root0, name))
+                    break
+                except OSError as e:
+                    if time.monotonic() > deadline:
+                        got = None
+                        ck.ok(False, "after SIGCONT: read %s: %s" % (name, e))
+                        break
+                    time.sleep(0.2)
+            if got is None:
                 continue
             ck.bytes_eq(got, ref.tensor_bytes(name),
                         "after SIGCONT: rank 0 reads %s" % name)
