@@ -46,8 +46,8 @@
 #define SF_INDEX_TMP_PREFIX ".shardfs.index.json." /* + suffix: being written */
 #define SF_INDEX_FORMAT "shardfs-index"            /* "format" */
 #define SF_INDEX_VERSION 1                          /* "version" */
-#define SF_INDEX_MAX_BYTES (64u << 20)             /* the JSON text */
-#define SF_INDEX_MAX_FILES (1u << 20)              /* "files" entries */
+#define SF_INDEX_MAX_BYTES SF_MAX_MANIFEST_BYTES   /* the JSON text */
+#define SF_INDEX_MAX_FILES (1u << 17)              /* "files" entries (> SF_DIRLIST_MAX) */
 #define SF_INDEX_MAX_SHARDS (1u << 22)             /* "shards" entries */
 
 /* Is name the index or one of its temporary names? (Inline: the
