@@ -3,7 +3,8 @@
  * seam (see sf_store.h).
  *
  * Which directories are checkpoints is the adapters' call (sf_format.h):
- * a complete one is opened (its model built and validated, the
+ * a complete one is opened (its model built and validated, a foreign
+ * one's shardfs.index.json checksums attached (sf_index.h), the
  * safetensors layout precomputed); one shardfs is writing goes to the
  * caller to resume; anything else is left out with one log line. A
  * checkpoint that fails to open never stops the others.
@@ -11,6 +12,7 @@
 #include "sf_store.h"
 #include "sf_array.h"
 #include "sf_error.h"
+#include "sf_index.h"
 #include "sf_io.h"
 #include "sf_log.h"
 
@@ -92,6 +94,9 @@ int sf_ckpt_open_src(const char *dir, const char *name, struct sf_source *src,
 	ret = ck->fmt->open(&cd, &res, err, errlen);
 	if (ret)
 		goto out_close;
+	/* checksums shardctl index keeps for a format that has none */
+	if (!ck->fmt->writable && cd.dirfd >= 0)
+		sf_index_load(cd.dirfd, ck->name, ck->fmt, &res, NULL);
 	ck->m = res.model;
 	ck->manifest_json = res.meta;
 	ck->manifest_len = res.metalen;

@@ -4,6 +4,7 @@
  *   shardctl gen     write a deterministic test checkpoint (sf_gen.c)
  *   shardctl info    tabulate a checkpoint's tensors, or a store's checkpoints
  *   shardctl verify  re-read every payload block and check its XXH3
+ *   shardctl index   checksum a foreign checkpoint (shardctl_index.c)
  *   shardctl export  write a checkpoint's model.safetensors atomically
  *   shardctl commit  ask the daemon to commit a checkpoint (xattr)
  *   shardctl rm      ask the daemon to delete a checkpoint (xattr)
@@ -45,9 +46,8 @@
 #include "sf_views.h"
 #include "sf_wckpt.h"
 #include "sf_writer.h"
+#include "shardctl.h"
 
-#define EXIT_USAGE 2
-#define FUSE_SUPER_MAGIC 0x65735546
 #define COPY_CHUNK (8u << 20)        /* export buffer */
 #define STATE_MAX 4096               /* user.shardfs.state we print */
 
@@ -62,6 +62,7 @@ static const char usage_main[] =
 	"  gen     write a deterministic sharded test checkpoint\n"
 	"  info    show a checkpoint's tensors, or a store's checkpoints\n"
 	"  verify  check every payload block of a checkpoint against its XXH3\n"
+	"  index   checksum a checkpoint another framework wrote (shardfs.index.json)\n"
 	"  export  write a checkpoint's model.safetensors to a file\n"
 	"  commit  commit a checkpoint being written through a mount\n"
 	"  rm      delete a committed checkpoint through a mount\n"
@@ -94,7 +95,9 @@ static const char usage_info[] =
 static const char usage_verify[] =
 	"usage: shardctl verify CKPT_DIR\n"
 	"\n"
-	"Read every block of every shard's payload and check its XXH3.\n";
+	"Read every block of every shard's payload and check its XXH3 (for a\n"
+	"checkpoint another framework wrote: against its shardfs.index.json,\n"
+	"also reporting files changed since indexing).\n";
 
 static const char usage_export[] =
 	"usage: shardctl export --safetensors OUT CKPT_DIR\n"
@@ -113,9 +116,7 @@ static const char usage_rm[] =
 	"Delete a committed checkpoint (or discard an unfinished one) through a\n"
 	"shardfs mount. Only root, the daemon's user and the store's owner may.\n";
 
-/* Print "shardctl: " fmt(arg) and the usage to stderr; returns 2. */
-__attribute__((format(printf, 2, 0)))
-static int usage_error(const char *usage, const char *fmt, const char *arg)
+int usage_error(const char *usage, const char *fmt, const char *arg)
 {
 	fputs("shardctl: ", stderr);
 	fprintf(stderr, fmt, arg);
@@ -124,7 +125,7 @@ static int usage_error(const char *usage, const char *fmt, const char *arg)
 	return EXIT_USAGE;
 }
 
-static bool is_help(const char *s)
+bool is_help(const char *s)
 {
 	return strcmp(s, "--help") == 0 || strcmp(s, "-h") == 0;
 }
@@ -134,8 +135,7 @@ static bool is_help(const char *s)
 /* ------------------------------------------------------------------ */
 
 
-/* "1.2 GiB" into buf. */
-static const char *fmt_bytes(uint64_t n, char buf[32])
+const char *fmt_bytes(uint64_t n, char buf[32])
 {
 	static const char *const unit[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB" };
 	double v = (double)n;
@@ -738,6 +738,11 @@ static int cmd_verify(int argc, char **argv)
 			"verify the checkpoint in its store instead\n", argv[1]);
 		goto out_free_dir;
 	}
+	rc = verify_foreign(dir);
+	if (rc >= 0) {
+		status = rc;
+		goto out_free_dir;
+	}
 	if (load_manifest("verify", dir, &m) < 0)
 		goto out_free_dir;
 	rc = sf_local_source_create(&v.src);
@@ -1208,6 +1213,8 @@ int main(int argc, char **argv)
 	/* getopt names the program by argv[0] in its messages */
 	if (strcmp(cmd, "gen") == 0)
 		argv[0] = "shardctl gen";
+	else if (strcmp(cmd, "index") == 0)
+		argv[0] = "shardctl index";
 	else if (strcmp(cmd, "export") == 0)
 		argv[0] = "shardctl export";
 	if (strcmp(cmd, "gen") == 0)
@@ -1218,6 +1225,8 @@ int main(int argc, char **argv)
 		return cmd_verify(argc, argv);
 	if (strcmp(cmd, "export") == 0)
 		return cmd_export(argc, argv);
+	if (strcmp(cmd, "index") == 0)
+		return cmd_index(argc, argv);
 	if (strcmp(cmd, "commit") == 0)
 		return xattr_cmd("commit", usage_commit, "user.shardfs.commit",
 				 argc, argv);

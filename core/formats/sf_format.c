@@ -11,6 +11,7 @@
 #include "sf_format.h"
 #include "sf_array.h"
 #include "sf_error.h"
+#include "sf_index.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -101,8 +102,9 @@ int sf_dirlist_read(int dirfd, struct sf_dirlist *out)
 		struct stat sb;
 		bool is_dir;
 
-		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-			continue;
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0 ||
+		    sf_index_is_own_name(de->d_name))
+			continue; /* shardfs's index is no framework's file */
 		if (ls.n == SF_DIRLIST_MAX) {
 			ls.truncated = true;
 			break;

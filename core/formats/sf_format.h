@@ -32,7 +32,9 @@ enum sf_probe {
 };
 
 /* A directory's entries as probes see them: every name but "." and ".."
- * (hidden ones too: DCP's is ".metadata"), at most SF_DIRLIST_MAX. */
+ * (hidden ones too: DCP's is ".metadata") and shardfs's own index of a
+ * foreign checkpoint (sf_index.h: shardfs.index.json and its temporary
+ * names), at most SF_DIRLIST_MAX. */
 #define SF_DIRLIST_MAX 100000
 struct sf_dirlist {
 	char **names;           /* owned; sorted by strcmp */

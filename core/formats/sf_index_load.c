@@ -1,0 +1,337 @@
+/*
+ * sf_index_load.c - attaching shardfs.index.json's checksums to the model
+ * of a checkpoint another framework wrote, when it is opened (sf_index.h).
+ *
+ * Invariants: the model is changed only once the whole index has matched
+ * it (every allocation done first), so an index that is ignored leaves it
+ * exactly as the adapter built it; a checksum is attached only to a shard
+ * whose (kind, entry, file, offset, length) the index names; a shard of a
+ * file that is unchanged since indexing never goes without its checksums
+ * while others get theirs (that is a mismatch: the index is ignored);
+ * every file is looked at beneath the checkpoint directory; the index is
+ * read bounded (SF_INDEX_MAX_BYTES), never through a symlink, and a FIFO
+ * fails instead of blocking. Every problem is one log line.
+ */
+#include "sf_index.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "sf_error.h"
+#include "sf_io.h"
+#include "sf_log.h"
+#include "sf_shardfs.h"
+
+#define MAX_CHANGED_LINES 8 /* changed files named one per line, then a count */
+
+/* How a file compares with what the index recorded. */
+enum fstate { F_SAME = 0, F_CHANGED, F_GONE };
+
+static int ifile_cmp(const void *key, const void *elem)
+{
+	return strcmp(key, ((const struct sf_index_file *)elem)->name);
+}
+
+static const struct sf_index_file *find_file(const struct sf_index *ix,
+					     const char *name)
+{
+	if (!ix->nfiles)
+		return NULL;
+	return bsearch(name, ix->files, ix->nfiles, sizeof(*ix->files), ifile_cmp);
+}
+
+struct skey {
+	enum sf_entry_kind kind;
+	const char *entry, *file;
+	uint64_t off, nbytes;
+};
+
+static int skey_cmp(const void *key, const void *elem)
+{
+	const struct skey *k = key;
+	const struct sf_index_shard *s = elem;
+	int c;
+
+	if (k->kind != s->kind)
+		return k->kind < s->kind ? -1 : 1;
+	if ((c = strcmp(k->entry, s->entry)) != 0)
+		return c;
+	if ((c = strcmp(k->file, s->file)) != 0)
+		return c;
+	if (k->off != s->file_offset)
+		return k->off < s->file_offset ? -1 : 1;
+	if (k->nbytes != s->nbytes)
+		return k->nbytes < s->nbytes ? -1 : 1;
+	return 0;
+}
+
+static int str_cmp(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Compare each file of the index with the one in the directory. */
+static void stat_files(int dirfd, const struct sf_index *ix, enum fstate *state)
+{
+	for (size_t i = 0; i < ix->nfiles; i++) {
+		const struct sf_index_file *f = &ix->files[i];
+		struct stat sb;
+		int fd;
+
+		state[i] = F_SAME;
+		if (dirfd < 0)
+			continue;
+		fd = sf_open_beneath(dirfd, f->name, O_PATH);
+		if (fd < 0) {
+			state[i] = F_GONE;
+			continue;
+		}
+		if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode))
+			state[i] = F_GONE;
+		else if ((uint64_t)sb.st_size != f->size ||
+			 (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec !=
+			 f->mtime_ns)
+			state[i] = F_CHANGED;
+		close(fd);
+	}
+}
+
+/* One log line for a file that changed, went or appeared since indexing
+ * (at most MAX_CHANGED_LINES, counted in *lines). */
+static void report_file(const char *name, const char *file, enum fstate what,
+			bool is_new, size_t unmatched, size_t *lines)
+{
+	if (++*lines > MAX_CHANGED_LINES)
+		return;
+	if (is_new)
+		sf_warn("checkpoint %s: " SF_INDEX_NAME ": file %s appeared since indexing: its shards are not in the index and are served unverified (run shardctl index again)",
+			name, file);
+	else if (unmatched)
+		sf_warn("checkpoint %s: " SF_INDEX_NAME ": file %s %s since indexing: %zu of its shards no longer match the index and are served unverified (run shardctl index again)",
+			name, file, what == F_GONE ? "is gone" : "changed", unmatched);
+	else
+		sf_warn("checkpoint %s: " SF_INDEX_NAME ": file %s %s since indexing: its reads are still checked against the index and fail with EIO where the bytes differ (run shardctl index again if the change was meant)",
+			name, file, what == F_GONE ? "is gone" : "changed");
+}
+
+int sf_index_apply(int stat_dirfd, const char *name, const char *adapter,
+		   const struct sf_index *ix, struct sf_model *m,
+		   struct sf_index_status *st)
+{
+	struct sf_tensor *lists[] = { m->tensors, m->files, m->objects };
+	const size_t counts[] = { m->ntensors, m->nfiles, m->nobjects };
+	const struct sf_index_shard **match = NULL;
+	uint64_t **sums = NULL;
+	enum fstate *state = NULL;
+	size_t *unmatched = NULL;   /* per index file: model shards without a partner */
+	bool *used = NULL;          /* per index shard: some model shard matched it */
+	const char **newf = NULL;   /* files of model shards the index lacks */
+	size_t nsh = 0, at, lines = 0, nnew = 0;
+	int rc = 0;
+
+	st->shards = st->unverified = st->changed = 0;
+	st->why[0] = '\0';
+	if (strcmp(ix->adapter, adapter) != 0) {
+		snprintf(st->why, sizeof(st->why),
+			 "written for format \"%s\", the checkpoint is %s", ix->adapter, adapter);
+		return -SF_EMANIFEST;
+	}
+	for (int l = 0; l < 3; l++)
+		for (size_t i = 0; i < counts[l]; i++) {
+			for (size_t k = 0; k < lists[l][i].nshards; k++)
+				if (lists[l][i].shards[k].xxh3) {
+					snprintf(st->why, sizeof(st->why),
+						 "the checkpoint carries checksums of its own");
+					return -SF_EMANIFEST;
+				}
+			nsh += lists[l][i].nshards;
+		}
+	match = calloc(nsh + 1, sizeof(*match));
+	sums = calloc(nsh + 1, sizeof(*sums));
+	state = calloc(ix->nfiles + 1, sizeof(*state));
+	unmatched = calloc(ix->nfiles + 1, sizeof(*unmatched));
+	used = calloc(ix->nshards + 1, sizeof(*used));
+	newf = calloc(nsh + 1, sizeof(*newf));
+	if (!match || !sums || !state || !unmatched || !used || !newf) {
+		rc = -ENOMEM;
+		goto out_free;
+	}
+	stat_files(stat_dirfd, ix, state);
+
+	/* every model shard: its partner, or a file changed since */
+	at = 0;
+	for (int l = 0; l < 3 && !rc; l++)
+		for (size_t i = 0; i < counts[l] && !rc; i++)
+			for (size_t k = 0; k < lists[l][i].nshards; k++, at++) {
+				const struct sf_shard *s = &lists[l][i].shards[k];
+				struct skey key = { (enum sf_entry_kind)l, lists[l][i].name,
+						    s->file, s->file_offset, s->nbytes };
+				const struct sf_index_shard *p = NULL;
+				const struct sf_index_file *f;
+
+				if (ix->nshards)
+					p = bsearch(&key, ix->shards, ix->nshards,
+						    sizeof(*ix->shards), skey_cmp);
+				if (p) {
+					match[at] = p;
+					used[p - ix->shards] = true;
+					continue;
+				}
+				f = find_file(ix, s->file);
+				if (!f) {
+					/* a file added since indexing */
+					st->unverified++;
+					newf[nnew++] = s->file;
+					continue;
+				}
+				if (state[f - ix->files] != F_SAME) {
+					unmatched[f - ix->files]++;
+					st->unverified++;
+					continue;
+				}
+				snprintf(st->why, sizeof(st->why),
+					 "%s %s: shard %zu (file %s, offset %" PRIu64 ", %" PRIu64
+					 " bytes) is not in the index",
+					 sf_entry_kind_name((enum sf_entry_kind)l), lists[l][i].name,
+					 k, s->file, s->file_offset, s->nbytes);
+				rc = -SF_EMANIFEST;
+				break;
+			}
+	if (rc)
+		goto out_free;
+	/* every index shard: a model shard, or its file changed */
+	for (size_t j = 0; j < ix->nshards; j++) {
+		const struct sf_index_shard *p = &ix->shards[j];
+		const struct sf_index_file *f = find_file(ix, p->file);
+
+		if (used[j] || state[f - ix->files] != F_SAME)
+			continue;
+		snprintf(st->why, sizeof(st->why),
+			 "it names %s %s (file %s, offset %" PRIu64 ", %" PRIu64
+			 " bytes), which the checkpoint does not have",
+			 sf_entry_kind_name(p->kind), p->entry, p->file, p->file_offset,
+			 p->nbytes);
+		rc = -SF_EMANIFEST;
+		goto out_free;
+	}
+	/* allocate everything, then change the model */
+	for (size_t j = 0; j < nsh; j++) {
+		if (!match[j] || !match[j]->nblocks)
+			continue;
+		sums[j] = malloc(match[j]->nblocks * sizeof(**sums));
+		if (!sums[j]) {
+			rc = -ENOMEM;
+			goto out_free;
+		}
+		memcpy(sums[j], match[j]->xxh3, match[j]->nblocks * sizeof(**sums));
+	}
+	m->block_size = ix->block_size;
+	at = 0;
+	for (int l = 0; l < 3; l++)
+		for (size_t i = 0; i < counts[l]; i++)
+			for (size_t k = 0; k < lists[l][i].nshards; k++, at++) {
+				struct sf_shard *s = &lists[l][i].shards[k];
+
+				if (!match[at])
+					continue;
+				s->xxh3 = sums[at];
+				s->nblocks = match[at]->nblocks;
+				sums[at] = NULL;
+				st->shards++;
+			}
+	for (size_t i = 0; i < ix->nfiles; i++) {
+		if (state[i] == F_SAME)
+			continue;
+		st->changed++;
+		report_file(name, ix->files[i].name, state[i], false, unmatched[i], &lines);
+	}
+	qsort(newf, nnew, sizeof(*newf), str_cmp);
+	for (size_t j = 0; j < nnew; j++) {
+		if (j && strcmp(newf[j - 1], newf[j]) == 0)
+			continue;
+		st->changed++;
+		report_file(name, newf[j], F_CHANGED, true, 0, &lines);
+	}
+	if (lines > MAX_CHANGED_LINES)
+		sf_warn("checkpoint %s: " SF_INDEX_NAME ": and %zu more files changed since indexing",
+			name, lines - MAX_CHANGED_LINES);
+out_free:
+	if (sums)
+		for (size_t j = 0; j < nsh; j++)
+			free(sums[j]);
+	free(sums);
+	free(match);
+	free(state);
+	free(unmatched);
+	free(used);
+	free(newf);
+	return rc;
+}
+
+void sf_index_load(int dirfd, const char *name, const struct sf_format *fmt,
+		   struct sf_format_result *res, struct sf_index_status *st)
+{
+	struct sf_index_status local;
+	struct sf_index *ix = NULL;
+	char *text = NULL, *meta = NULL;
+	size_t len = 0, metalen = 0;
+	int fd, rc;
+
+	if (!st)
+		st = &local;
+	memset(st, 0, sizeof(*st));
+	if (!res->model)
+		return;
+	fd = sf_open_beneath(dirfd, SF_INDEX_NAME, O_RDONLY | O_NONBLOCK | O_NOFOLLOW |
+			     O_NOCTTY);
+	if (fd == -ENOENT)
+		return;
+	st->present = true;
+	if (fd < 0) {
+		snprintf(st->why, sizeof(st->why), "%s",
+			 fd == -ELOOP ? "a symlink" : sf_strerror(fd));
+		goto out_log;
+	}
+	rc = sf_read_fd(fd, SF_INDEX_MAX_BYTES, &text, &len);
+	close(fd);
+	if (rc) {
+		snprintf(st->why, sizeof(st->why), "%s",
+			 rc == -EINVAL ? "not a regular file" :
+			 rc == -SF_ETOOBIG ? "larger than the limit" : sf_strerror(rc));
+		goto out_log;
+	}
+	rc = sf_index_parse(text, len, &ix, st->why, sizeof(st->why));
+	if (rc) {
+		if (!st->why[0])
+			snprintf(st->why, sizeof(st->why), "%s", sf_strerror(rc));
+		goto out_log;
+	}
+	rc = sf_index_apply(dirfd, name, fmt->name, ix, res->model, st);
+	if (rc) {
+		if (!st->why[0])
+			snprintf(st->why, sizeof(st->why), "%s", sf_strerror(rc));
+		goto out_log;
+	}
+	st->applied = true;
+	/* manifest.json shows the checksums now, as a shardfs/1 one does */
+	if (sf_shardfs_dump(res->model, &meta, &metalen) == 0) {
+		free(res->meta);
+		res->meta = meta;
+		res->metalen = metalen;
+	}
+	sf_info("checkpoint %s: " SF_INDEX_NAME ": %zu shards verified%s", name, st->shards,
+		st->unverified ? ", some unverified (files changed since indexing)" : "");
+	goto out_free;
+out_log:
+	sf_warn("checkpoint %s: " SF_INDEX_NAME " ignored, reads are unverified: %s",
+		name, st->why);
+out_free:
+	sf_index_free(ix);
+	free(text);
+}
