@@ -18,6 +18,7 @@
  *    from one thread, so the window takes no lock.
  */
 #include "sf_format.h"
+#include "sf_index.h"
 #include "sf_array.h"
 #include "sf_error.h"
 #include "sf_io.h"
@@ -60,8 +61,8 @@ static int add_peer_name(void *arg, const char *file, uint64_t size)
 	int rc;
 
 	(void)size;
-	if (n == 0 || !sf_relpath_valid(file))
-		return 0;
+	if (n == 0 || !sf_relpath_valid(file) || (!slash && sf_index_is_own_name(file)))
+		return 0; /* shardfs's index is no framework's file, there either */
 	nm = strndup(file, n);
 	if (!nm)
 		return -ENOMEM;
