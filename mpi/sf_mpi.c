@@ -70,9 +70,11 @@ int sf_mpi_init(int *argc, char ***argv, struct sf_mpi **out)
 	mp->tag_ub = flag && ub ? *(int *)ub : 32767;
 	mp->left = calloc((size_t)mp->size, sizeof(*mp->left));
 	mp->live = calloc((size_t)mp->size, sizeof(*mp->live));
-	if (!mp->left || !mp->live) {
+	mp->lp = calloc((size_t)mp->size, sizeof(*mp->lp));
+	if (!mp->left || !mp->live || !mp->lp) {
 		free(mp->left);
 		free(mp->live);
+		free(mp->lp);
 		ret = -ENOMEM;
 		goto out_free_comm;
 	}
@@ -485,14 +487,23 @@ int sf_mpi_finalize(struct sf_mpi *mp)
 		free(m->name);
 		free(m);
 	}
-	MPI_Comm_free(&mp->comm);
-	if (mp->own_init)
-		MPI_Finalize();
+	if (mp->ngone) {
+		/* MPI_Finalize would wait for the dead peer forever (Open MPI's
+		 * runtime fences every process): leave without it; the job was
+		 * started with --enable-recovery or it is gone already. */
+		sf_err("mpi: %d peer(s) gone: leaving without MPI_Finalize",
+		       mp->ngone);
+	} else {
+		MPI_Comm_free(&mp->comm);
+		if (mp->own_init)
+			MPI_Finalize();
+	}
 	pthread_mutex_destroy(&mp->pend_lock);
 	pthread_mutex_destroy(&mp->reg_lock);
 	pthread_mutex_destroy(&mp->src_lock);
 	free(mp->left);
 	free(mp->live);
+	free(mp->lp);
 	free(mp);
 	return ret;
 }

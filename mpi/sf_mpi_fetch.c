@@ -130,6 +130,16 @@ out_free_rbuf:
 	return -ENOMEM;
 }
 
+int sf_mpi_post_probe(struct sf_mpi *mp, int peer, unsigned char **rbuf,
+		      MPI_Request *req)
+{
+	/* Name "" in a store of checkpoints is no checkpoint: the peer answers
+	 * -SF_ESHORT without touching its store. In a single-checkpoint store
+	 * "" is the checkpoint, and a file that cannot exist is asked for. */
+	return post_read(mp, peer, "", mp->single ? ".shardfs-probe/none" : "probe",
+			 0, 1, rbuf, req);
+}
+
 /* Wait for a chunk reply of `want` payload bytes and copy len of them,
  * from byte `skip` on, to dst. Consumes rbuf. */
 static int finish_read(struct sf_mpi *mp, int peer, const char *file,

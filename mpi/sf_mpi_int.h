@@ -168,6 +168,19 @@ struct peer_live {
 	atomic_bool probing;             /* down: one read is probing it */
 };
 
+/* While this rank leaves: a peer that has not left yet is asked "are you
+ * there?" (a read no checkpoint has, answered at once by a live service
+ * thread) every SF_MPI_LEAVE_PROBE_MS; one that does not answer within the
+ * read timeout is gone (killed, its node lost) and not waited for.
+ * Service thread only. */
+#define SF_MPI_LEAVE_PROBE_MS 2000
+struct leave_probe {
+	unsigned char *rbuf;             /* owned while posted */
+	MPI_Request req;
+	bool posted;
+	uint64_t sent_ns, next_ns;       /* sf_mpi_now_ns */
+};
+
 struct sf_mpi {
 	MPI_Comm comm;                   /* private duplicate; set by init */
 	int rank, size;                  /* fixed after init */
@@ -192,7 +205,10 @@ struct sf_mpi {
 	void *notice_arg;
 
 	struct round *rounds;            /* rank 0 service thread only */
-	bool *left;                      /* [size] LEAVE seen; service thread */
+	bool *left;                      /* [size] LEAVE seen (or gone); service thread */
+	struct leave_probe *lp;          /* [size]; owned; service thread */
+	int ngone;                       /* peers found gone while leaving;
+					  * service thread, read after join */
 	int nleft;                       /* service thread */
 
 	/* payload source */
@@ -225,6 +241,14 @@ void sf_mpi_recv_orphan(struct sf_mpi *mp, MPI_Request *req, void *rbuf);
 unsigned sf_mpi_pend_poll(struct sf_mpi *mp);
 int sf_mpi_wait_req(MPI_Request *req, uint64_t deadline, MPI_Status *st);
 void sf_mpi_pend_drain(struct sf_mpi *mp, unsigned drain_ms);
+
+/* --- sf_mpi_fetch.c --- */
+
+/* Post an "are you there?" to peer: a 1-byte read of no checkpoint, which a
+ * live service thread answers at once (with -SF_ESHORT). *rbuf under *req
+ * as post_read gives them; 0 or a negative error. */
+int sf_mpi_post_probe(struct sf_mpi *mp, int peer, unsigned char **rbuf,
+		      MPI_Request *req);
 
 /* --- sf_mpi_inv.c: the inventory --- */
 

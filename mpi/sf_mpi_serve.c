@@ -403,6 +403,50 @@ static int serve_poll(struct sf_mpi *mp)
 	return 1;
 }
 
+/* Leaving: probe the peers that have not left; one that does not answer
+ * a probe within the read timeout is gone and no longer waited for. */
+static void probe_stayers(struct sf_mpi *mp)
+{
+	uint64_t now = sf_mpi_now_ns();
+	uint64_t limit = (uint64_t)atomic_load(&mp->read_timeout_ms) * 1000000u;
+
+	for (int p = 0; p < mp->size; p++) {
+		struct leave_probe *lp = &mp->lp[p];
+		int done = 0;
+
+		if (mp->left[p]) {
+			if (lp->posted) {
+				sf_mpi_recv_orphan(mp, &lp->req, lp->rbuf);
+				lp->posted = false;
+			}
+			continue;
+		}
+		if (!lp->posted) {
+			if (now < lp->next_ns)
+				continue;
+			if (sf_mpi_post_probe(mp, p, &lp->rbuf, &lp->req) == 0) {
+				lp->posted = true;
+				lp->sent_ns = now;
+			}
+			lp->next_ns = now + (uint64_t)SF_MPI_LEAVE_PROBE_MS * 1000000u;
+			continue;
+		}
+		MPI_Test(&lp->req, &done, MPI_STATUS_IGNORE);
+		if (done) {
+			free(lp->rbuf);
+			lp->posted = false; /* alive: still waited for */
+		} else if (now - lp->sent_ns > limit) {
+			sf_err("mpi: rank %d neither left nor answers (%d ms): gone, "
+			       "not waited for", p, atomic_load(&mp->read_timeout_ms));
+			sf_mpi_recv_abandon(mp, &lp->req, lp->rbuf);
+			lp->posted = false;
+			mp->left[p] = true;
+			mp->nleft++;
+			mp->ngone++;
+		}
+	}
+}
+
 void *sf_mpi_service_main(void *arg)
 {
 	struct sf_mpi *mp = arg;
@@ -420,6 +464,7 @@ void *sf_mpi_service_main(void *arg)
 		if (atomic_load(&mp->leaving)) {
 			if (mp->nleft >= mp->size - 1)
 				break;
+			probe_stayers(mp);
 			if (sf_mpi_now_ns() - last_note > 60000000000ull) {
 				char ranks[256];
 
@@ -440,5 +485,10 @@ void *sf_mpi_service_main(void *arg)
 				SF_MPI_SERVE_POLL_US : SF_MPI_IDLE_POLL_US);
 		}
 	}
+	for (int p = 0; p < mp->size; p++) /* probes still out */
+		if (mp->lp[p].posted) {
+			sf_mpi_recv_orphan(mp, &mp->lp[p].req, mp->lp[p].rbuf);
+			mp->lp[p].posted = false;
+		}
 	return NULL;
 }

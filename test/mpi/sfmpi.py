@@ -62,7 +62,8 @@ class Cluster:
 
     _count = 0
 
-    def __init__(self, env, store_pattern, opts=(), nranks=NRANKS, name=None):
+    def __init__(self, env, store_pattern, opts=(), nranks=NRANKS, name=None,
+                 mpirun_opts=()):
         Cluster._count += 1
         self.tag = name or "c%d" % Cluster._count
         self.env = env
@@ -70,6 +71,7 @@ class Cluster:
         self.store_pattern = store_pattern
         self.mnt_pattern = env.path("mnt-%s-%%r" % self.tag)
         self.opts = list(opts)
+        self.mpirun_opts = list(mpirun_opts)
         self.logpath = env.path("mpirun-%s.log" % self.tag)
         self.proc = None
         self.stopped = False
@@ -93,7 +95,8 @@ class Cluster:
     def start(self):
         for r in range(self.nranks):
             os.makedirs(self.mnt(r), exist_ok=True)
-        cmd = mpirun_cmd(self.nranks) + [self.env.shardfs, "--mpi"] + \
+        cmd = mpirun_cmd(self.nranks)[:1] + self.mpirun_opts + \
+            mpirun_cmd(self.nranks)[1:] + [self.env.shardfs, "--mpi"] + \
             self.opts + [self.store_pattern, self.mnt_pattern]
         envv = dict(os.environ)
         envv.update(MPIRUN_ENV)
