@@ -145,6 +145,7 @@ void sf_st_header_destroy(struct sf_st_header *h)
 	for (i = 0; i < h->n; i++)
 		free(h->entries[i].name);
 	free(h->entries);
+	free(h->metadata);
 	free(h);
 }
 
@@ -204,6 +205,14 @@ int sf_st_header_parse(const char *json, uint64_t json_len,
 	}
 	h->data_start = 8 + json_len;
 	h->data_len = file_size - h->data_start;
+	v = json_object_get(root, "__metadata__");
+	if (v) {
+		h->metadata = json_dumps(v, JSON_COMPACT | JSON_PRESERVE_ORDER);
+		if (!h->metadata) {
+			rc = -ENOMEM;
+			goto out_destroy_h;
+		}
+	}
 	json_object_foreach(root, key, v) {
 		struct sf_st_entry *e;
 		size_t klen = strlen(key);

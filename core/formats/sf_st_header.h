@@ -34,6 +34,8 @@ struct sf_st_header {
 	size_t n;                    /* <= SF_MAX_TENSORS */
 	uint64_t data_start;         /* 8 + N: absolute offset of the data */
 	uint64_t data_len;           /* file size - data_start */
+	char *metadata;              /* "__metadata__" as compact JSON text
+				      * (owned), NULL when the header has none */
 };
 
 /*
