@@ -297,7 +297,7 @@ static void file_bad(struct hf *h, struct hfile *f, const char *why)
 		for (size_t i = 0; i < h->ix->n; i++)
 			n += strcmp(h->ix->files[i], f->path) == 0;
 		h->left_out += n;
-		sf_warn("checkpoint %s: weight file %s: %s; the %zu tensors the index puts in it are left out",
+		sf_warn("checkpoint %s: weight file %s: %s; the tensors the index puts in it (%zu) are left out",
 			h->name, q, why, n);
 	} else {
 		sf_warn("checkpoint %s: weight file %s: %s; the tensors it holds are left out",

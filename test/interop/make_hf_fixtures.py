@@ -38,6 +38,13 @@ torch 2.x DCP HuggingFaceStorageWriter (directory torch-2.15):
                 model-00001-of-00001.safetensors + index, and sharded/
 
 Values are seeded: a re-run writes the same tensors.
+
+    /work/venvs/torch2/bin/python make_hf_fixtures.py --check FIXDIR
+
+loads every FIXDIR/*/NAME with the frameworks' own readers (safetensors'
+load_file, torch.load(weights_only=True) per the index; DCP's
+HuggingFaceStorageReader for the per-rank files) and compares each tensor
+with NAME.expected.json: the files and their expected values agree.
 """
 
 import json
@@ -237,7 +244,56 @@ def dcp(out):
         print("wrote", path, sorted(os.listdir(path)))
 
 
+# ------------------------------------------------------------ --check
+
+def framework_load(path):
+    """The state dict the frameworks' own readers give for path."""
+    names = sorted(os.listdir(path))
+    if any(n.startswith("shard-") for n in names) and not any(
+            n.endswith(".index.json") for n in names):
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint import HuggingFaceStorageReader
+        reader = HuggingFaceStorageReader(path)
+        md = reader.read_metadata()
+        sd = {k: torch.empty(tuple(m.size), dtype=m.properties.dtype)
+              for k, m in md.state_dict_metadata.items()}
+        dcp.load(sd, storage_reader=HuggingFaceStorageReader(path), no_dist=True)
+        return sd
+    from safetensors.torch import load_file
+    index = [n for n in names if n.endswith(".index.json")]
+    if index:
+        with open(os.path.join(path, index[0])) as f:
+            files = sorted(set(json.load(f)["weight_map"].values()))
+    else:
+        files = [n for n in ("model.safetensors", "pytorch_model.bin") if n in names][:1]
+    sd = {}
+    for fn in files:
+        p = os.path.join(path, fn)
+        sd.update(load_file(p) if fn.endswith(".safetensors")
+                  else torch.load(p, map_location="cpu", weights_only=True))
+    return sd
+
+
+def check(fixdir):
+    bad = 0
+    for vdir in sorted(os.listdir(fixdir)):
+        for fn in sorted(os.listdir(os.path.join(fixdir, vdir))):
+            if not fn.endswith(".expected.json"):
+                continue
+            path = os.path.join(fixdir, vdir, fn[:-len(".expected.json")])
+            with open(path + ".expected.json") as f:
+                exp = json.load(f)["tensors"]
+            got = {k: describe(v) for k, v in framework_load(path).items()}
+            diff = sorted(k for k in set(exp) | set(got) if exp.get(k) != got.get(k))
+            bad += bool(diff)
+            print("%s: %d tensors, %s" % (path, len(exp),
+                                          "agree" if not diff else "DIFFER: %s" % diff[:5]))
+    return 1 if bad else 0
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--check":
+        return check(sys.argv[2])
     if len(sys.argv) != 2:
         print(__doc__)
         return 2
