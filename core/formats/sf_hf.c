@@ -235,6 +235,7 @@ struct hfile {
 	struct sf_hf_dcp *dcp;       /* safetensors: DCP's __metadata__, or NULL */
 	struct sf_torchsave *ts;     /* .bin: the tensors (owned) */
 	bool bad;                    /* unreadable: its tensors are left out */
+	char why[384];               /* bad: the reason */
 };
 
 /* One tensor (or, DCP, one chunk of one) in one file. */
@@ -257,7 +258,7 @@ struct hf {
 	struct sf_where w;           /* the caller's err */
 	struct plan plan;
 	struct sf_hf_index *ix;      /* HF_INDEX */
-	struct hfile *files;
+	struct hfile *files;         /* sorted by path (index and listing order) */
 	size_t nfiles;
 	struct chunk *ch;
 	size_t nch, capch;
@@ -285,24 +286,59 @@ static void leave_out(struct hf *h, const char *key, const char *fmt, ...)
 	sf_warn("checkpoint %s: tensor %s left out: %s", h->name, q, why);
 }
 
-/* A weight file that cannot be used: one log line, its tensors unshown. */
-static void file_bad(struct hf *h, struct hfile *f, const char *why)
+/* A weight file that cannot be used: its tensors are left out
+ * (log_bad_files says so, one line per file). */
+static void file_bad(struct hfile *f, const char *why)
 {
-	char q[4 * SF_QNAME_MAX + 8];
-	size_t n = 0;
-
 	f->bad = true;
-	sf_quote_name(q, f->path, strlen(f->path));
-	if (h->ix) {
-		for (size_t i = 0; i < h->ix->n; i++)
-			n += strcmp(h->ix->files[i], f->path) == 0;
-		h->left_out += n;
-		sf_warn("checkpoint %s: weight file %s: %s; the tensors the index puts in it (%zu) are left out",
-			h->name, q, why, n);
-	} else {
-		sf_warn("checkpoint %s: weight file %s: %s; the tensors it holds are left out",
-			h->name, q, why);
+	snprintf(f->why, sizeof(f->why), "%s", why);
+}
+
+static int cmp_hfile(const void *key, const void *elem)
+{
+	return strcmp(key, ((const struct hfile *)elem)->path);
+}
+
+/* The weight file named path (h->files is sorted by path), or NULL. */
+static struct hfile *find_file(const struct hf *h, const char *path)
+{
+	if (!h->nfiles)
+		return NULL;
+	return bsearch(path, h->files, h->nfiles, sizeof(*h->files), cmp_hfile);
+}
+
+/* One log line per unusable weight file, with the count of the tensors
+ * the index puts in it. */
+static int log_bad_files(struct hf *h)
+{
+	size_t *count = calloc(h->nfiles ? h->nfiles : 1, sizeof(*count));
+	char q[4 * SF_QNAME_MAX + 8];
+
+	if (!count)
+		return -ENOMEM;
+	for (size_t i = 0; h->ix && i < h->ix->n; i++) {
+		struct hfile *f = find_file(h, h->ix->files[i]);
+
+		if (f)
+			count[f - h->files]++;
 	}
+	for (size_t i = 0; i < h->nfiles; i++) {
+		const struct hfile *f = &h->files[i];
+
+		if (!f->bad)
+			continue;
+		sf_quote_name(q, f->path, strlen(f->path));
+		if (h->ix) {
+			h->left_out += count[i];
+			sf_warn("checkpoint %s: weight file %s: %s; the tensors the index puts in it (%zu) are left out",
+				h->name, q, f->why, count[i]);
+		} else {
+			sf_warn("checkpoint %s: weight file %s: %s; the tensors it holds are left out",
+				h->name, q, f->why);
+		}
+	}
+	free(count);
+	return 0;
 }
 
 /* Open and read one weight file. 0 (f->bad when it cannot be used), or
@@ -314,17 +350,17 @@ static int load_file(struct hf *h, struct hfile *f)
 	int fd, rc = 0;
 
 	if (!sf_relpath_valid(f->path) || strchr(f->path, '/')) {
-		file_bad(h, f, "not a plain file name inside the checkpoint");
+		file_bad(f, "not a plain file name inside the checkpoint");
 		return 0;
 	}
 	fd = sf_open_beneath(h->dirfd, f->path, O_RDONLY | O_NONBLOCK);
 	if (fd < 0) {
-		file_bad(h, f, fd == -EXDEV ? "leads out of the checkpoint" :
+		file_bad(f, fd == -EXDEV ? "leads out of the checkpoint" :
 			 fd == -ENOENT ? "missing" : sf_strerror(fd));
 		return 0;
 	}
 	if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-		file_bad(h, f, "not a regular file");
+		file_bad(f, "not a regular file");
 		goto out_close;
 	}
 	f->size = (uint64_t)sb.st_size;
@@ -336,7 +372,7 @@ static int load_file(struct hf *h, struct hfile *f)
 			sf_quote_name(tmp, f->path, strlen(f->path));
 			rc = sf_fail(&h->w, rc, "weight file %s: %s", tmp, why);
 		} else if (rc && rc != -ENOMEM) {
-			file_bad(h, f, why[0] ? why : sf_strerror(rc));
+			file_bad(f, why[0] ? why : sf_strerror(rc));
 			rc = 0;
 		} else if (!rc && f->ts->skipped) {
 			sf_quote_name(tmp, f->path, strlen(f->path));
@@ -348,7 +384,7 @@ static int load_file(struct hf *h, struct hfile *f)
 	rc = sf_st_header_read(fd, &f->st, why, sizeof(why));
 	if (rc && rc != -ENOMEM) {
 		snprintf(tmp, sizeof(tmp), "safetensors header: %s", why[0] ? why : sf_strerror(rc));
-		file_bad(h, f, tmp);
+		file_bad(f, tmp);
 		rc = 0;
 		goto out_close;
 	}
@@ -357,7 +393,7 @@ static int load_file(struct hf *h, struct hfile *f)
 				     why, sizeof(why));
 		if (rc && rc != -ENOMEM) {
 			snprintf(tmp, sizeof(tmp), "__metadata__: %s", why);
-			file_bad(h, f, tmp);
+			file_bad(f, tmp);
 			rc = 0;
 		} else if (!rc && f->dcp->version[0] && !h->dcp_version[0]) {
 			memcpy(h->dcp_version, f->dcp->version, sizeof(h->dcp_version));
@@ -586,12 +622,9 @@ static int build_tensors(struct hf *h)
 	/* named by the index, in a file that was read, but not there */
 	for (size_t i = 0; i < h->ix->n; i++) {
 		const char *f = h->ix->files[i];
-		bool bad = false;
+		const struct hfile *hf = find_file(h, f);
 
-		for (size_t k = 0; k < h->nfiles; k++)
-			if (h->files[k].bad && strcmp(h->files[k].path, f) == 0)
-				bad = true;
-		if (!bad && !find_chunk(h, h->ix->names[i]))
+		if (hf && !hf->bad && !find_chunk(h, h->ix->names[i]))
 			leave_out(h, h->ix->names[i], "the index puts it in %s, which does not hold it", f);
 	}
 	return 0;
@@ -638,12 +671,8 @@ static int list_files(struct hf *h, const struct sf_dirlist *ls)
 
 static bool is_weight_file(const struct hf *h, const char *name)
 {
-	if (h->plan.mode == HF_INDEX && strcmp(name, h->plan.file) == 0)
-		return true;
-	for (size_t i = 0; i < h->nfiles; i++)
-		if (strcmp(h->files[i].path, name) == 0)
-			return true;
-	return false;
+	return (h->plan.mode == HF_INDEX && strcmp(name, h->plan.file) == 0) ||
+	       find_file(h, name) != NULL;
 }
 
 /* Every other regular, visible file at the top of the directory. */
@@ -813,6 +842,8 @@ static int build(struct hf *h, const struct sf_dirlist *ls)
 		rc = load_file(h, &h->files[i]);
 		usable += !h->files[i].bad;
 	}
+	if (!rc)
+		rc = log_bad_files(h);
 	if (rc)
 		return rc;
 	if (h->nfiles && !usable)
