@@ -19,7 +19,9 @@ state dict handed to the framework (check_dcp_tree.py), model.safetensors,
 npy/ and random slices against tensors/, the synthesized manifest.json,
 the format and verified xattrs, root files (config.json as it is; the
 index and weight files not shown); every change fails with EROFS and
-`shardctl rm` refuses; each hostile variant leaves out what it must with
+`shardctl rm` refuses; where /work/venvs/torch2 exists, safetensors'
+load_file and transformers' from_pretrained read the mount
+(test/interop/check_hf_load.py); each hostile variant leaves out what it must with
 a log line and nothing else; nothing is executed; the store is
 byte-for-byte unchanged at the end.
 """
@@ -40,6 +42,9 @@ TOP = os.path.abspath(os.path.join(HERE, "..", ".."))
 INTEROP = os.path.join(TOP, "test", "interop")
 FIXTURES = os.path.join(TOP, "test", "fixtures", "hf")
 PY = "/usr/bin/python3"
+# safetensors and transformers themselves read the mount where this venv
+# exists (not in CI: there the views are parsed by hand only)
+PY_HF = "/work/venvs/torch2/bin/python"
 
 
 def collect(store, cases):
@@ -319,6 +324,16 @@ def test(env, ck):
             check_root_files(ck, root, name, src)
             ck.ok(not os.path.exists(os.path.join(root, "objects")),
                   "%s: no objects/" % name)
+            if os.access(PY_HF, os.X_OK):
+                argv = [PY_HF, os.path.join(INTEROP, "check_hf_load.py"), root, exp]
+                if os.path.exists(os.path.join(root, "config.json")):
+                    argv.append("--from-pretrained")
+                rc, out, err = td.run(argv)
+                ck.eq(rc, 0, "%s: safetensors%s read the mount: %s%s" % (
+                    name, " and transformers" if len(argv) > 4 else "",
+                    out[-2000:], err[-2000:]))
+            else:
+                print("%s: %s absent: safetensors and transformers not tried" % (name, PY_HF))
         cons = [n for n, _, _ in cases if n.endswith("dcp-hf-cons2")]
         if cons:
             ck.ok(not os.path.exists(os.path.join(mnt, cons[0], "sharded")),
