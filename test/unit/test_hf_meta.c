@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "sf_error.h"
+#include "sf_format.h"
 #include "sf_hf_meta.h"
 #include "sf_io.h"
 #include "sf_model.h"
@@ -223,6 +224,82 @@ next:
 	}
 }
 
+/* The adapter's probe on listings (names only): which layouts are
+ * complete, which are a save still running, which are not its. A name
+ * ending in '/' is a directory. */
+struct lname {
+	char name[96];
+	bool dir;
+};
+
+static int cmp_lname(const void *a, const void *b)
+{
+	return strcmp(((const struct lname *)a)->name, ((const struct lname *)b)->name);
+}
+
+static enum sf_probe probe(const char *const *names)
+{
+	const struct sf_format *f = sf_format_find("hf");
+	struct sf_dirlist ls = { 0 };
+	struct lname l[8];
+	char *v[8];
+	bool d[8];
+
+	while (ls.n < 8 && names[ls.n]) {
+		size_t n = strlen(names[ls.n]);
+
+		snprintf(l[ls.n].name, sizeof(l[ls.n].name), "%s", names[ls.n]);
+		l[ls.n].dir = n && names[ls.n][n - 1] == '/';
+		if (l[ls.n].dir)
+			l[ls.n].name[n - 1] = '\0';
+		ls.n++;
+	}
+	qsort(l, ls.n, sizeof(*l), cmp_lname);
+	for (size_t i = 0; i < ls.n; i++) {
+		v[i] = l[i].name;
+		d[i] = l[i].dir;
+	}
+	ls.names = v;
+	ls.is_dir = d;
+	return f ? f->probe(&ls) : (enum sf_probe)-1;
+}
+
+static void test_probe(void)
+{
+	static const struct {
+		enum sf_probe want;
+		const char *names[8];
+	} cases[] = {
+		{ SF_PROBE_YES, { "config.json", "model.safetensors" } },
+		{ SF_PROBE_YES, { "pytorch_model.bin" } },
+		{ SF_PROBE_YES, { "model.safetensors.index.json", "model-00001-of-00002.safetensors",
+				  "model-00002-of-00002.safetensors" } },
+		{ SF_PROBE_PARTIAL, { "model.safetensors.index.json", "model-00001-of-00003.safetensors",
+				      "model-00003-of-00003.safetensors" } },
+		{ SF_PROBE_PARTIAL, { "model-00001-of-00002.safetensors",
+				      "model-00002-of-00002.safetensors" } },
+		{ SF_PROBE_PARTIAL, { "pytorch_model-00001-of-00002.bin" } },
+		{ SF_PROBE_YES, { "pytorch_model.bin.index.json", "pytorch_model-00001-of-00002.bin",
+				  "pytorch_model-00002-of-00002.bin" } },
+		/* an index over shards named otherwise: open decides */
+		{ SF_PROBE_YES, { "diffusion_pytorch_model.safetensors.index.json", "a.safetensors" } },
+		/* a stale shard of an older save beside a complete set */
+		{ SF_PROBE_YES, { "model.safetensors.index.json", "model-00001-of-00001.safetensors",
+				  "model-00002-of-00003.safetensors" } },
+		{ SF_PROBE_YES, { "shard-00001-model-00001-of-00001.safetensors",
+				  "shard-00002-model-00001-of-00001.safetensors" } },
+		{ SF_PROBE_NO, { "config.json", "tokenizer.json" } },
+		{ SF_PROBE_NO, { "model.safetensors/", "x.safetensors" } },
+		{ SF_PROBE_NO, { ".metadata", "__0_0.distcp" } },
+		{ SF_PROBE_NO, { "model-0001-of-0002.safetensors" } },
+		{ SF_PROBE_NO, { NULL } }, /* an empty directory */
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		if (!CHECK_EQ(probe(cases[i].names), cases[i].want))
+			fprintf(stderr, "  probe case %zu\n", i);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
@@ -232,6 +309,7 @@ int main(int argc, char **argv)
 	test_index_valid();
 	test_index_refused();
 	test_dcp();
+	test_probe();
 	test_fixtures(argv[1]);
 	return sf_test_done("test_hf_meta");
 }
