@@ -125,12 +125,21 @@ static bool is_file(const struct sf_dirlist *ls, size_t i)
 	return !ls->is_dir[i] && ls->names[i][0] != '.';
 }
 
-/* The first visible file whose name ends with suf (and has more). */
-static const char *first_with(const struct sf_dirlist *ls, const char *suf)
+/* The first visible index of weights of extension ext: a name holding
+ * EXT.index. and ending in .json (PREFIX.safetensors.index.json, and
+ * transformers' variants PREFIX.safetensors.index.VARIANT.json). */
+static const char *first_index(const struct sf_dirlist *ls, const char *ext)
 {
-	for (size_t i = 0; i < ls->n; i++)
-		if (is_file(ls, i) && ends_with(ls->names[i], strlen(ls->names[i]), suf))
-			return ls->names[i];
+	char mid[32];
+
+	snprintf(mid, sizeof(mid), "%s.index.", ext);
+	for (size_t i = 0; i < ls->n; i++) {
+		const char *nm = ls->names[i], *p;
+
+		if (is_file(ls, i) && (p = strstr(nm, mid)) && p > nm &&
+		    ends_with(p, strlen(p), ".json"))
+			return nm;
+	}
 	return NULL;
 }
 
@@ -140,7 +149,11 @@ static bool index_complete(const struct sf_dirlist *ls, const char *index,
 			   bool bin)
 {
 	const char *ext = bin ? BIN_EXT : ST_EXT;
-	size_t plen = strlen(index) - strlen(ext) - strlen(INDEX_EXT);
+	char mid[32];
+	size_t plen;
+
+	snprintf(mid, sizeof(mid), "%s.index.", ext);
+	plen = (size_t)(strstr(index, mid) - index); /* plan_of found it there */
 	uint64_t ys[8], counts[8];
 	size_t nys = 0, seen = 0;
 
@@ -191,9 +204,9 @@ static void plan_of(const struct sf_dirlist *ls, struct plan *p)
 			p->bin = known[i].bin;
 		}
 	}
-	if (!p->file && (p->file = first_with(ls, ST_EXT INDEX_EXT)))
+	if (!p->file && (p->file = first_index(ls, ST_EXT)))
 		p->mode = HF_INDEX;
-	if (!p->file && (p->file = first_with(ls, BIN_EXT INDEX_EXT))) {
+	if (!p->file && (p->file = first_index(ls, BIN_EXT))) {
 		p->mode = HF_INDEX;
 		p->bin = true;
 	}

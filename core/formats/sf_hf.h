@@ -9,8 +9,9 @@
  *   2. model.safetensors.index.json            + the shards its weight_map names
  *   3. pytorch_model.bin                       one torch.save archive
  *   4. pytorch_model.bin.index.json            + its .bin shards
- *   5. another *.safetensors.index.json, then another *.bin.index.json
- *      (first by name: diffusers' diffusion_pytorch_model..., variants)
+ *   5. another *.safetensors.index*.json, then another *.bin.index*.json
+ *      (first by name: diffusers' diffusion_pytorch_model...; transformers'
+ *      variants model.safetensors.index.VARIANT.json)
  *   6. shard-RRRRR-model-XXXXX-of-YYYYY.safetensors, no index: DCP's
  *      HuggingFaceStorageWriter(save_distributed=True), one file per rank,
  *      each tensor's place in its global tensor in the file's

@@ -293,6 +293,11 @@ static void test_probe(void)
 		{ SF_PROBE_NO, { ".metadata", "__0_0.distcp" } },
 		{ SF_PROBE_NO, { "model-0001-of-0002.safetensors" } },
 		{ SF_PROBE_NO, { NULL } }, /* an empty directory */
+		/* transformers' variant (save_pretrained(variant="fp16")) */
+		{ SF_PROBE_YES, { "model.safetensors.index.fp16.json",
+				  "model.fp16-00001-of-00002.safetensors",
+				  "model.fp16-00002-of-00002.safetensors" } },
+		{ SF_PROBE_NO, { ".safetensors.index.json" } },
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
