@@ -10,6 +10,7 @@
  * [data_start + begin, data_start + end) to lie inside the file.
  */
 #include "sf_st_header.h"
+#include "sf_io.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -145,6 +146,7 @@ void sf_st_header_destroy(struct sf_st_header *h)
 	for (i = 0; i < h->n; i++)
 		free(h->entries[i].name);
 	free(h->entries);
+	free(h->metadata);
 	free(h);
 }
 
@@ -204,6 +206,14 @@ int sf_st_header_parse(const char *json, uint64_t json_len,
 	}
 	h->data_start = 8 + json_len;
 	h->data_len = file_size - h->data_start;
+	v = json_object_get(root, "__metadata__");
+	if (v) {
+		h->metadata = json_dumps(v, JSON_COMPACT | JSON_PRESERVE_ORDER);
+		if (!h->metadata) {
+			rc = -ENOMEM;
+			goto out_destroy_h;
+		}
+	}
 	json_object_foreach(root, key, v) {
 		struct sf_st_entry *e;
 		size_t klen = strlen(key);
@@ -259,27 +269,23 @@ out_put_root:
 	return rc;
 }
 
-int sf_st_header_read(int fd, struct sf_st_header **out, char *err,
-		      size_t errlen)
+int sf_st_header_read_input(const struct sf_input *in, struct sf_st_header **out,
+			    char *err, size_t errlen)
 {
 	unsigned char lenbuf[8];
-	struct stat sb;
-	uint64_t n = 0, size;
-	size_t got = 0;
+	uint64_t n = 0, size = in->size;
 	char *json;
-	ssize_t r;
 	int i, rc;
 
 	*out = NULL;
-	if (fstat(fd, &sb))
-		return fail(err, errlen, -errno, "fstat: %s", strerror(errno));
-	size = (uint64_t)sb.st_size;
 	if (size < 8)
 		return fail(err, errlen, -SF_EMANIFEST,
 			    "file of %llu bytes has no header length",
 			    (unsigned long long)size);
-	if (pread(fd, lenbuf, 8, 0) != 8)
-		return fail(err, errlen, -SF_ESHORT, "short read of the header length");
+	rc = sf_input_read(in, lenbuf, 8, 0);
+	if (rc)
+		return fail(err, errlen, rc == -SF_ESHORT ? -SF_ESHORT : rc,
+			    "reading the header length: %s", sf_strerror(rc));
 	for (i = 7; i >= 0; i--)
 		n = (n << 8) | lenbuf[i];
 	/* bound before allocating */
@@ -290,20 +296,27 @@ int sf_st_header_read(int fd, struct sf_st_header **out, char *err,
 	json = malloc((size_t)n);
 	if (!json)
 		return -ENOMEM;
-	while (got < n) {
-		r = pread(fd, json + got, (size_t)n - got, (off_t)(8 + got));
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0) {
-			rc = fail(err, errlen, r < 0 ? -errno : -SF_ESHORT,
-				  "reading the header: %s",
-				  r < 0 ? strerror(errno) : "short file");
-			goto out_free_json;
-		}
-		got += (size_t)r;
+	rc = sf_input_read(in, json, (size_t)n, 8);
+	if (rc) {
+		rc = fail(err, errlen, rc, "reading the header: %s",
+			  rc == -SF_ESHORT ? "short file" : sf_strerror(rc));
+		goto out_free_json;
 	}
 	rc = sf_st_header_parse(json, n, size, out, err, errlen);
 out_free_json:
 	free(json);
 	return rc;
+}
+
+int sf_st_header_read(int fd, struct sf_st_header **out, char *err,
+		      size_t errlen)
+{
+	struct sf_input in;
+	struct stat sb;
+
+	*out = NULL;
+	if (fstat(fd, &sb))
+		return fail(err, errlen, -errno, "fstat: %s", strerror(errno));
+	in = sf_input_fd(fd, 0, (uint64_t)sb.st_size);
+	return sf_st_header_read_input(&in, out, err, errlen);
 }

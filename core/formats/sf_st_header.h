@@ -34,6 +34,8 @@ struct sf_st_header {
 	size_t n;                    /* <= SF_MAX_TENSORS */
 	uint64_t data_start;         /* 8 + N: absolute offset of the data */
 	uint64_t data_len;           /* file size - data_start */
+	char *metadata;              /* "__metadata__" as compact JSON text
+				      * (owned), NULL when the header has none */
 };
 
 /*
@@ -49,6 +51,10 @@ int sf_st_header_parse(const char *json, uint64_t json_len,
 /* Read and parse the header of the open file fd (size from fstat). */
 int sf_st_header_read(int fd, struct sf_st_header **out, char *err,
 		      size_t errlen);
+/* The same for a whole file given as an input (its size is in->size). */
+struct sf_input;
+int sf_st_header_read_input(const struct sf_input *in, struct sf_st_header **out,
+			    char *err, size_t errlen);
 
 void sf_st_header_destroy(struct sf_st_header *h); /* accepts NULL */
 

@@ -6,7 +6,9 @@ long as the metadata is on at least one").
 Real PyTorch DCP checkpoints (test/fixtures/dcp/torch-2.15*, written by
 torch 2.15 with 4 gloo ranks) are split the way a job without a shared
 filesystem leaves them: rank r's store holds only __r_0.distcp, and
-.metadata lies on one store only. `mpirun -np 4 shardfs --mpi STORE%r
+.metadata lies on one store only. Hugging Face sharded weights
+(test/fixtures/hf: transformers 5.24 safetensors, 4.46 .bin) are spread the
+same way: shard K on store K-1 mod 4, the index and config on one. `mpirun -np 4 shardfs --mpi STORE%r
 MNT%r` must show every checkpoint on every daemon, every tensor byte-exact
 (test/interop/check_dcp_tree.py against the xxh3 of what torch was given):
 
@@ -23,6 +25,7 @@ byte-for-byte unchanged at the end.
 """
 
 import errno
+import re
 import hashlib
 import os
 import shutil
@@ -35,18 +38,27 @@ from sfmpi import sm  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.abspath(os.path.join(HERE, "..", ".."))
-FIX = os.path.join(TOP, "test", "fixtures", "dcp")
+FIX = os.path.join(TOP, "test", "fixtures")
 CHECKER = os.path.join(TOP, "test", "interop", "check_dcp_tree.py")
 
 # (name, fixture dir, rank holding .metadata)
-SPLIT = [("rows4", "torch-2.15/rows4", 2),
-         ("mesh2d", "torch-2.15/mesh2d", 0),
-         ("cols4", "torch-2.15-more/cols4", 3)]
+SPLIT = [("rows4", "dcp/torch-2.15/rows4", 2),
+         ("mesh2d", "dcp/torch-2.15/mesh2d", 0),
+         ("cols4", "dcp/torch-2.15-more/cols4", 3),
+         # Hugging Face shards spread over the nodes, the index on one
+         ("hf-st", "hf/transformers-5.24/llama-st", 1),
+         ("hf-bin", "hf/transformers-4.46/llama-bin", 2)]
 
 
 def rank_of(fn):
-    """__R_N.distcp -> R."""
-    return int(fn[2:].split("_")[0])
+    """__R_N.distcp -> R; (pytorch_)model-0000K-of-0000N.* -> K-1 mod 4;
+    None for anything else (metadata, index, config)."""
+    if fn.startswith("__") and fn.endswith(".distcp"):
+        return int(fn[2:].split("_")[0])
+    m = re.match(r"(pytorch_)?model-(\d+)-of-\d+\.", fn)
+    if m:
+        return (int(m.group(2)) - 1) % sfmpi.NRANKS
+    return None
 
 
 def split_dcp(src, dst_pattern, meta_rank, single_copy_rank=None):
@@ -56,7 +68,7 @@ def split_dcp(src, dst_pattern, meta_rank, single_copy_rank=None):
     for fn in sorted(os.listdir(src)):
         if single_copy_rank is not None:
             ranks = [single_copy_rank]
-        elif fn == ".metadata":
+        elif rank_of(fn) is None:
             ranks = [meta_rank]
         else:
             ranks = [rank_of(fn)]
@@ -112,9 +124,9 @@ def part_store(env, ck):
         split_dcp(os.path.join(FIX, rel), os.path.join(pattern, name), meta_rank)
         exps[name] = os.path.join(FIX, rel + ".expected.json")
     # every file of `single` on rank 3 only
-    split_dcp(os.path.join(FIX, "torch-2.15/single"), os.path.join(pattern, "single"),
+    split_dcp(os.path.join(FIX, "dcp/torch-2.15/single"), os.path.join(pattern, "single"),
               None, single_copy_rank=3)
-    exps["single"] = os.path.join(FIX, "torch-2.15/single.expected.json")
+    exps["single"] = os.path.join(FIX, "dcp/torch-2.15/single.expected.json")
     for r in range(sfmpi.NRANKS):
         os.makedirs(sfmpi.expand(pattern, r), exist_ok=True)
     before = [tree_digest(sfmpi.expand(pattern, r)) for r in range(sfmpi.NRANKS)]
@@ -132,8 +144,8 @@ def part_store(env, ck):
 
 def part_single(env, ck):
     pattern = env.path("fsingle%r")
-    split_dcp(os.path.join(FIX, "torch-2.15/rows4"), pattern, 1)
-    exp = os.path.join(FIX, "torch-2.15/rows4.expected.json")
+    split_dcp(os.path.join(FIX, "dcp/torch-2.15/rows4"), pattern, 1)
+    exp = os.path.join(FIX, "dcp/torch-2.15/rows4.expected.json")
     with sfmpi.Cluster(env, pattern, name="fsingle") as c:
         for r in range(sfmpi.NRANKS):
             names = set(os.listdir(c.mnt(r)))
@@ -145,15 +157,15 @@ def part_single(env, ck):
 
 def part_symlink(env, ck):
     pattern = env.path("fsym%r")
-    split_dcp(os.path.join(FIX, "torch-2.15/rows4"), os.path.join(pattern, "rows4"), 0)
-    split_dcp(os.path.join(FIX, "torch-2.15/mesh2d"), os.path.join(pattern, "mesh2d"), 0)
+    split_dcp(os.path.join(FIX, "dcp/torch-2.15/rows4"), os.path.join(pattern, "rows4"), 0)
+    split_dcp(os.path.join(FIX, "dcp/torch-2.15/mesh2d"), os.path.join(pattern, "mesh2d"), 0)
     # rank 1's chunk file becomes a symlink to an identical copy outside
     outside = env.path("outside.distcp")
     victim = os.path.join(sfmpi.expand(pattern, 1), "rows4", "__1_0.distcp")
     shutil.copy2(victim, outside)
     os.unlink(victim)
     os.symlink(outside, victim)
-    exp = os.path.join(FIX, "torch-2.15/mesh2d.expected.json")
+    exp = os.path.join(FIX, "dcp/torch-2.15/mesh2d.expected.json")
     with sfmpi.Cluster(env, pattern, name="fsym") as c:
         for r in range(sfmpi.NRANKS):
             t = os.path.join(c.mnt(r), "rows4", "tensors")
