@@ -182,6 +182,7 @@ struct sf_fs_handle {
  *   sf_fs_tree.c   nodes, checkpoints, lookups, stat
  *   sf_fs_reply.c  error and entry replies
  *   sf_fs_write.c  the write side: new checkpoints, shards, commit, delete
+ *   sf_fs_live.c   the live store: checkpoints appearing and vanishing
  *   sf_fs_ops.c    the FUSE operations (sf_fs_ops)
  *   sf_fs_run.c    the daemon's life: scan, mount, serve, tear down
  * tools/check_arch.sh checks it on the built objects.
@@ -197,6 +198,30 @@ void sf_fs_tree_destroy(struct sf_fs *fs);
 /* Add an opened committed checkpoint (takes ownership of ck). In single
  * mode the root becomes that checkpoint. */
 int sf_fs_add_committed(struct sf_fs *fs, struct sf_ckpt *ck);
+/* Is a committed or writing checkpoint of that name listed? */
+bool sf_fs_has_ckpt(struct sf_fs *fs, const char *name);
+/* Copies of the names and store directories of every committed checkpoint
+ * (*n of each, malloc'd, the caller frees each and the arrays). 0 or
+ * -ENOMEM (then what was copied is still returned). */
+int sf_fs_committed_dirs(struct sf_fs *fs, char ***names, char ***dirs,
+			 size_t *n);
+/* Stop showing committed checkpoint name (whose store directory dir is
+ * gone) unless a commit or delete holds it; open handles keep reading.
+ * true if it was dropped. */
+bool sf_fs_drop_vanished(struct sf_fs *fs, const char *name, const char *dir);
+
+/* --- sf_fs_live.c: the live store --- */
+
+/* A thread that keeps the mount in step with STORE: every
+ * SF_FS_LIVE_MS it lists the store; a new directory that a format
+ * recognizes as complete is shown, and a committed checkpoint whose
+ * directory is gone stops being shown (the kernel's entry invalidated). A
+ * directory left out is probed again only when its mtime changes. Not in
+ * single-checkpoint mode; under MPI only new checkpoints are added. */
+#define SF_FS_LIVE_MS 500
+struct sf_fs_live;
+int sf_fs_live_start(struct sf_fs *fs, struct sf_fs_live **out);
+void sf_fs_live_stop(struct sf_fs_live *l); /* accepts NULL; joins */
 
 /* The node behind a FUSE inode number (the kernel holds a lookup). */
 struct sf_node *sf_fs_node(struct sf_fs *fs, fuse_ino_t ino);

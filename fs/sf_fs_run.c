@@ -230,6 +230,7 @@ int sf_fs_run(const struct sf_fs_config *cfg)
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
 	struct fuse_session *se;
 	struct sf_fs *fs;
+	struct sf_fs_live *live = NULL;
 	struct stat st;
 	char *store_abs;
 	int rc;
@@ -342,8 +343,14 @@ int sf_fs_run(const struct sf_fs_config *cfg)
 	fs->se = se;
 	if (cfg->cluster && cfg->cluster->attach)
 		cfg->cluster->attach(cfg->cluster->ctx, fs);
+	/* Checkpoints appearing in or vanishing from the store from now on. */
+	rc = sf_fs_live_start(fs, &live);
+	if (rc)
+		sf_warn("fs: the store is not watched (new checkpoints need a remount): %s",
+			sf_strerror(rc));
 	sf_info("fs: serving %s at %s", store_abs, fs->mnt_abs);
 	rc = serve(fs, se);
+	sf_fs_live_stop(live);
 	if (cfg->cluster && cfg->cluster->attach)
 		cfg->cluster->attach(cfg->cluster->ctx, NULL);
 	if (rc < 0)

@@ -556,6 +556,66 @@ void sf_fs_drop_ckpt(struct sf_fs *fs, struct sf_fs_ckpt *c)
 	pthread_mutex_unlock(&fs->tree_lock);
 }
 
+bool sf_fs_has_ckpt(struct sf_fs *fs, const char *name)
+{
+	bool has = false;
+
+	pthread_mutex_lock(&fs->tree_lock);
+	for (struct sf_fs_ckpt *c = fs->ckpts; c && !has; c = c->next)
+		has = (c->state == SF_CK_COMMITTED || c->state == SF_CK_WRITING) &&
+		      strcmp(c->name, name) == 0;
+	pthread_mutex_unlock(&fs->tree_lock);
+	return has;
+}
+
+int sf_fs_committed_dirs(struct sf_fs *fs, char ***names, char ***dirs,
+			 size_t *n)
+{
+	size_t k = 0, i = 0;
+	int rc = 0;
+
+	*names = *dirs = NULL;
+	*n = 0;
+	pthread_mutex_lock(&fs->tree_lock);
+	for (struct sf_fs_ckpt *c = fs->ckpts; c; c = c->next)
+		k += c->state == SF_CK_COMMITTED;
+	if (k) {
+		*names = calloc(k, sizeof(**names));
+		*dirs = calloc(k, sizeof(**dirs));
+		if (!*names || !*dirs)
+			rc = -ENOMEM;
+	}
+	for (struct sf_fs_ckpt *c = fs->ckpts; c && !rc; c = c->next) {
+		if (c->state != SF_CK_COMMITTED)
+			continue;
+		(*names)[i] = strdup(c->name);
+		(*dirs)[i] = strdup(c->dir);
+		if (!(*names)[i] || !(*dirs)[i])
+			rc = -ENOMEM;
+		i++;
+	}
+	pthread_mutex_unlock(&fs->tree_lock);
+	*n = i;
+	return rc;
+}
+
+bool sf_fs_drop_vanished(struct sf_fs *fs, const char *name, const char *dir)
+{
+	bool dropped = false;
+
+	pthread_mutex_lock(&fs->tree_lock);
+	for (struct sf_fs_ckpt *c = fs->ckpts; c; c = c->next) {
+		if (c->state != SF_CK_COMMITTED || c->busy ||
+		    strcmp(c->name, name) != 0 || strcmp(c->dir, dir) != 0)
+			continue;
+		ckpt_retire(fs, c, SF_CK_GONE);
+		dropped = true;
+		break;
+	}
+	pthread_mutex_unlock(&fs->tree_lock);
+	return dropped;
+}
+
 static int add_committed(struct sf_fs *fs, struct sf_ckpt *ck,
 			 struct sf_fs_ckpt *replace)
 {
