@@ -118,6 +118,7 @@ struct dcp {
 	size_t nfiles, capfiles;
 	struct sf_model *m;
 	size_t skipped;              /* entries left out, each logged */
+	const struct sf_dcp_ext *ext; /* another format's additions, or NULL */
 };
 
 /* A torch.Size(...) (or a plain tuple) of non-negative ints. */
@@ -531,7 +532,9 @@ static void set_format(struct dcp *d, const struct sf_pk *md)
 	const char *ver = sf_pk_str(sf_pk_attr(md, "version"));
 	char f[SF_MAX_FORMAT];
 
-	if (sf_pk_is_obj(md, MOD113, "Metadata"))
+	if (d->ext && d->ext->format)
+		snprintf(f, sizeof(f), "%s", d->ext->format);
+	else if (sf_pk_is_obj(md, MOD113, "Metadata"))
 		snprintf(f, sizeof(f), "%s torch-1.13", SF_DCP_FORMAT);
 	else if (ver && strlen(ver) < 16 && strspn(ver, "0123456789.") == strlen(ver))
 		snprintf(f, sizeof(f), "%s %s", SF_DCP_FORMAT, ver);
@@ -545,7 +548,10 @@ static int build(struct dcp *d, const struct sf_pk *md)
 	const struct sf_pk *sdm = sf_pk_attr(md, "state_dict_metadata");
 	int rc;
 
-	if (!is_dcp(md, "Metadata") || !sdm || sdm->kind != SF_PK_DICT)
+	bool ext_md = d->ext && d->ext->meta_class &&
+		      sf_pk_is_obj(md, d->ext->meta_module, d->ext->meta_class);
+
+	if ((!is_dcp(md, "Metadata") && !ext_md) || !sdm || sdm->kind != SF_PK_DICT)
 		return sf_fail(&d->w, -SF_EFORMAT,
 			    ".metadata: not a DCP Metadata with a state_dict_metadata dict");
 	rc = read_storage(d, sf_pk_attr(md, "storage_data"));
@@ -572,10 +578,12 @@ static int build(struct dcp *d, const struct sf_pk *md)
 	return rc ? rc : add_root_files(d);
 }
 
-static int dcp_open(int dirfd, const char *dir, const char *name,
-		    struct sf_format_result *out, char *err, size_t errlen)
+int sf_dcp_open_ex(int dirfd, const char *dir, const char *name,
+		   const struct sf_dcp_ext *ext, struct sf_format_result *out,
+		   char *err, size_t errlen)
 {
-	struct dcp d = { .dirfd = dirfd, .name = name };
+	struct dcp d = { .dirfd = dirfd, .name = name, .ext = ext };
+	struct sf_pk_global *merged = NULL;
 	struct sf_pickle_opts po = { 0 };
 	struct sf_pickle *pk = NULL;
 	struct stat sb;
@@ -598,6 +606,21 @@ static int dcp_open(int dirfd, const char *dir, const char *name,
 	}
 	po.allow = allow;
 	po.nallow = nallow;
+	if (ext && ext->nallow) {
+		if (ext->nallow > SF_DCP_EXT_MAX_ALLOW) {
+			rc = sf_fail(&d.w, -EINVAL, "too many extra globals");
+			goto out_close;
+		}
+		merged = malloc((nallow + ext->nallow) * sizeof(*merged));
+		if (!merged) {
+			rc = -ENOMEM;
+			goto out_close;
+		}
+		memcpy(merged, allow, nallow * sizeof(*merged));
+		memcpy(merged + nallow, ext->allow, ext->nallow * sizeof(*merged));
+		po.allow = merged;
+		po.nallow = nallow + ext->nallow;
+	}
 	{
 		struct sf_input in = sf_input_fd(fd, 0, (uint64_t)sb.st_size);
 		char why[256] = "";
@@ -614,6 +637,8 @@ static int dcp_open(int dirfd, const char *dir, const char *name,
 		goto out_free_pickle;
 	}
 	rc = build(&d, sf_pickle_root(pk));
+	if (!rc && ext && ext->adjust)
+		rc = ext->adjust(ext->arg, d.m, sf_pickle_root(pk), &d.w);
 	if (!rc)
 		rc = sf_model_finish(d.m, err, errlen);
 	if (!rc)
@@ -633,8 +658,15 @@ out_free_pickle:
 	free(d.files);
 	free(d.si);
 out_close:
+	free(merged);
 	close(fd);
 	return rc;
+}
+
+static int dcp_open(int dirfd, const char *dir, const char *name,
+		    struct sf_format_result *out, char *err, size_t errlen)
+{
+	return sf_dcp_open_ex(dirfd, dir, name, NULL, out, err, errlen);
 }
 
 static bool is_distcp(const char *name)
