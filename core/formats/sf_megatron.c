@@ -409,7 +409,8 @@ static int mcore_adjust(void *arg, struct sf_model *m, const struct sf_pk *root,
 	if (rc)
 		goto out_free;
 	/* leave out the bad ones: last index first, each swapped to the end */
-	qsort(mc->bad, mc->nbad, sizeof(*mc->bad), cmp_size_desc);
+	if (mc->nbad > 1)
+		qsort(mc->bad, mc->nbad, sizeof(*mc->bad), cmp_size_desc);
 	for (size_t i = 0; i < mc->nbad; i++) {
 		size_t k = mc->bad[i], last = m->ntensors - 1;
 
@@ -468,7 +469,8 @@ static int read_config(int dirfd, struct sf_mcore_config *cfg, bool *foreign,
 	*foreign = true;
 	fd = sf_open_beneath(dirfd, SF_MCORE_CONFIG, O_RDONLY | O_NONBLOCK);
 	if (fd < 0)
-		return sf_fail(&w, fd, SF_MCORE_CONFIG ": %s", sf_strerror(fd));
+		return sf_fail(&w, fd, SF_MCORE_CONFIG ": %s", fd == -EXDEV ?
+			       "leads out of the checkpoint" : sf_strerror(fd));
 	rc = sf_read_fd(fd, SF_MCORE_CONFIG_MAX, &text, &len);
 	close(fd);
 	if (rc)
