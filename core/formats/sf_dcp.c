@@ -6,8 +6,8 @@
  *    checkpoint: .metadata is decoded with an allowlist of DCP's classes,
  *    torch.Size, the layout and memory-format helpers and the dtypes; a
  *    chunk's relative_path is checked (sf_relpath_valid) and opened
- *    beneath the checkpoint directory (sf_open_beneath); a chunk must lie
- *    inside its file;
+ *    beneath the checkpoint directory (sf_cfile_open: or a peer's copy under
+ *    MPI); a chunk must lie inside its file;
  *  - every chunk's archive is opened and checked against the metadata
  *    (dtype, shape) before a shard points into it; a shard's payload is
  *    the chunk's storage bytes from the view's first element, with the
@@ -117,6 +117,7 @@ struct dcp {
 	size_t nfiles, capfiles;
 	struct sf_model *m;
 	size_t skipped;              /* entries left out, each logged */
+	const struct sf_dcp_ext *ext; /* another format's additions, or NULL */
 };
 
 /* A torch.Size(...) (or a plain tuple) of non-negative ints. */
@@ -516,7 +517,9 @@ static void set_format(struct dcp *d, const struct sf_pk *md)
 	const char *ver = sf_pk_str(sf_pk_attr(md, "version"));
 	char f[SF_MAX_FORMAT];
 
-	if (sf_pk_is_obj(md, MOD113, "Metadata"))
+	if (d->ext && d->ext->format)
+		snprintf(f, sizeof(f), "%s", d->ext->format);
+	else if (sf_pk_is_obj(md, MOD113, "Metadata"))
 		snprintf(f, sizeof(f), "%s torch-1.13", SF_DCP_FORMAT);
 	else if (ver && strlen(ver) < 16 && strspn(ver, "0123456789.") == strlen(ver))
 		snprintf(f, sizeof(f), "%s %s", SF_DCP_FORMAT, ver);
@@ -530,7 +533,10 @@ static int build(struct dcp *d, const struct sf_pk *md)
 	const struct sf_pk *sdm = sf_pk_attr(md, "state_dict_metadata");
 	int rc;
 
-	if (!is_dcp(md, "Metadata") || !sdm || sdm->kind != SF_PK_DICT)
+	bool ext_md = d->ext && d->ext->meta_class &&
+		      sf_pk_is_obj(md, d->ext->meta_module, d->ext->meta_class);
+
+	if ((!is_dcp(md, "Metadata") && !ext_md) || !sdm || sdm->kind != SF_PK_DICT)
 		return sf_fail(&d->w, -SF_EFORMAT,
 			    ".metadata: not a DCP Metadata with a state_dict_metadata dict");
 	rc = read_storage(d, sf_pk_attr(md, "storage_data"));
@@ -557,10 +563,11 @@ static int build(struct dcp *d, const struct sf_pk *md)
 	return rc ? rc : add_root_files(d);
 }
 
-static int dcp_open(const struct sf_cdir *cd, struct sf_format_result *out,
-		    char *err, size_t errlen)
+int sf_dcp_open_ex(const struct sf_cdir *cd, const struct sf_dcp_ext *ext,
+		   struct sf_format_result *out, char *err, size_t errlen)
 {
-	struct dcp d = { .cd = cd, .name = cd->name };
+	struct dcp d = { .cd = cd, .name = cd->name, .ext = ext };
+	struct sf_pk_global *merged = NULL;
 	struct sf_pickle_opts po = { 0 };
 	struct sf_pickle *pk = NULL;
 	struct sf_cfile mf;
@@ -580,6 +587,21 @@ static int dcp_open(const struct sf_cdir *cd, struct sf_format_result *out,
 	}
 	po.allow = allow;
 	po.nallow = nallow;
+	if (ext && ext->nallow) {
+		if (ext->nallow > SF_DCP_EXT_MAX_ALLOW) {
+			rc = sf_fail(&d.w, -EINVAL, "too many extra globals");
+			goto out_close;
+		}
+		merged = malloc((nallow + ext->nallow) * sizeof(*merged));
+		if (!merged) {
+			rc = -ENOMEM;
+			goto out_close;
+		}
+		memcpy(merged, allow, nallow * sizeof(*merged));
+		memcpy(merged + nallow, ext->allow, ext->nallow * sizeof(*merged));
+		po.allow = merged;
+		po.nallow = nallow + ext->nallow;
+	}
 	rc = sf_pickle_load(&mf.in, &po, &pk, why, sizeof(why));
 	if (rc) {
 		sf_fail(&d.w, rc, SF_DCP_METADATA ": %s", why);
@@ -591,6 +613,8 @@ static int dcp_open(const struct sf_cdir *cd, struct sf_format_result *out,
 		goto out_free_pickle;
 	}
 	rc = build(&d, sf_pickle_root(pk));
+	if (!rc && ext && ext->adjust)
+		rc = ext->adjust(ext->arg, d.m, sf_pickle_root(pk), &d.w);
 	if (!rc)
 		rc = sf_model_finish(d.m, err, errlen);
 	if (!rc)
@@ -609,8 +633,15 @@ out_free_pickle:
 	free(d.files);
 	free(d.si);
 out_close:
+	free(merged);
 	sf_cfile_close(&mf);
 	return rc;
+}
+
+static int dcp_open(const struct sf_cdir *cd, struct sf_format_result *out,
+		    char *err, size_t errlen)
+{
+	return sf_dcp_open_ex(cd, NULL, out, err, errlen);
 }
 
 static bool is_distcp(const char *name)

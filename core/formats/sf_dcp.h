@@ -28,4 +28,33 @@
 
 extern const struct sf_format sf_format_dcp;
 
+struct sf_pk;
+struct sf_pk_global;
+struct sf_where;
+
+/*
+ * What an adapter for a format built on DCP's files (Megatron-Core's
+ * torch_dist) adds to the DCP open. Everything borrowed; a NULL or zero
+ * field adds nothing.
+ */
+#define SF_DCP_EXT_MAX_ALLOW 64
+struct sf_dcp_ext {
+	const char *format;             /* user.shardfs.format instead of DCP's */
+	const struct sf_pk_global *allow; /* more globals .metadata may name */
+	size_t nallow;                  /* <= SF_DCP_EXT_MAX_ALLOW */
+	const char *meta_module;        /* another class .metadata's root may */
+	const char *meta_class;         /* be (a subclass of DCP's Metadata) */
+	/* Called once every entry is in m (not finished yet), with
+	 * .metadata's root: may reshape, replace or drop entries. 0, or a
+	 * negative error with its reason written through w (the checkpoint
+	 * is then left out). */
+	int (*adjust)(void *arg, struct sf_model *m, const struct sf_pk *root,
+		      const struct sf_where *w);
+	void *arg;
+};
+
+/* The DCP open (sf_format_dcp.open) with ext (NULL: exactly that open). */
+int sf_dcp_open_ex(const struct sf_cdir *cd, const struct sf_dcp_ext *ext,
+		   struct sf_format_result *out, char *err, size_t errlen);
+
 #endif
