@@ -8,6 +8,7 @@
  */
 #include "sf_format.h"
 #include "sf_dcp.h"
+#include "sf_paddle.h"
 #include "sf_shardfs.h"
 
 #include <string.h>
@@ -15,6 +16,7 @@
 const struct sf_format *const sf_formats[] = {
 	&sf_format_shardfs,
 	&sf_format_dcp,
+	&sf_format_paddle,
 	NULL,
 };
 
