@@ -597,6 +597,13 @@ static int get_file(struct pd *d, const char *path, const struct pfile **out)
 			f.err = load_st(&f);
 		else
 			f.err = load_distcp(&f);
+		if (f.err && f.err != -ENOMEM) {
+			char r[sizeof(f.why)];
+
+			memcpy(r, f.why, sizeof(r));
+			snprintf(f.why, sizeof(f.why), "does not decode: %.*s",
+				 (int)sizeof(r) - 20, r);
+		}
 		if (f.err == -ENOMEM) {
 			for (size_t i = 0; i < f.n; i++)
 				free(f.a[i].key);
