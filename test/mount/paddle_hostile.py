@@ -16,6 +16,9 @@ test/fixtures/paddle/paddle-3.3.1/shard2). Copies it into STORE as:
   dtype/         the metadata says float64 for the victim
   fortran/       the victim's array in 0_0.distcp saved in Fortran order
                  (the same values: still served, through strides)
+  old/           the metadata as paddle 2.5 wrote it (module
+                 paddle.distributed.checkpoint.metadata, no dtype, no
+                 global shape): both taken from the chunks
   torn/          metadata cut in half
   partial/       no metadata (a save still running)
   locked/        paddle's 0.metadata.lock still there
@@ -37,27 +40,48 @@ import types
 import numpy as np
 
 MOD = "paddle.distributed.flex_checkpoint.dcp.metadata"
+MOD_OLD = "paddle.distributed.checkpoint.metadata"  # paddle before 3.1
 VICTIM = "rows"
 FILE0 = "0_0.distcp"
 
 
-def stub_module():
-    m = types.ModuleType(MOD)
+def stub_module(mod=MOD):
+    m = types.ModuleType(mod)
     for name in ("Metadata", "LocalTensorMetadata", "LocalTensorIndex"):
-        cls = type(name, (), {"__module__": MOD})
+        cls = type(name, (), {"__module__": mod})
         setattr(m, name, cls)
-    sys.modules[MOD] = m
-    parts = MOD.split(".")
+    sys.modules[mod] = m
+    parts = mod.split(".")
     for i in range(1, len(parts)):  # pickle imports the module by name
         sys.modules.setdefault(".".join(parts[:i]),
                                types.ModuleType(".".join(parts[:i])))
     return m
 
 
+def to_old(m):
+    """The metadata as paddle 2.5 wrote it: the old module path,
+    LocalTensorMetadata(global_offset, local_shape) and
+    LocalTensorIndex(tensor_key, global_offset) only."""
+    old = sys.modules[MOD_OLD]
+
+    def conv(o, cls, keep):
+        n = cls.__new__(cls)
+        n.__dict__.update({k: v for k, v in o.__dict__.items() if k in keep})
+        return n
+    out = old.Metadata.__new__(old.Metadata)
+    out.state_dict_metadata = {
+        k: [conv(c, old.LocalTensorMetadata, ("global_offset", "local_shape"))
+            for c in v] for k, v in m.state_dict_metadata.items()}
+    out.storage_metadata = {
+        conv(k, old.LocalTensorIndex, ("tensor_key", "global_offset")): f
+        for k, f in m.storage_metadata.items() if k.__dict__.get("replica_id") in (None, 0)}
+    return out
+
+
 class MdUnpickler(pickle.Unpickler):
     def find_class(self, module, name):
-        if module == MOD:
-            return getattr(sys.modules[MOD], name)
+        if module in (MOD, MOD_OLD):
+            return getattr(sys.modules[module], name)
         raise pickle.UnpicklingError("unexpected global %s.%s" % (module, name))
 
 
@@ -84,6 +108,7 @@ def main():
     src, store, outside = sys.argv[1], sys.argv[2], sys.argv[3]
     os.makedirs(outside, exist_ok=True)
     stub_module()
+    stub_module(MOD_OLD)
     md = load_md(os.path.join(src, "0.metadata"))
     in_file0 = sorted({k.tensor_key for k, f in md.storage_metadata.items() if f == FILE0})
     shutil.copy(os.path.join(src, FILE0), os.path.join(outside, FILE0))
@@ -132,6 +157,8 @@ def main():
     variant("dtype", f64)
     d = variant("fortran")
     change_distcp(d, lambda sd: sd.__setitem__(VICTIM, np.asfortranarray(sd[VICTIM])))
+    d = variant("old")
+    dump(to_old(load_md(os.path.join(src, "0.metadata"))), os.path.join(d, "0.metadata"))
     d = variant("torn")
     with open(os.path.join(d, "0.metadata"), "r+b") as f:
         f.truncate(os.path.getsize(os.path.join(src, "0.metadata")) // 2)

@@ -150,7 +150,8 @@ def test(env, ck):
         victim, in_file0 = hinfo["victim"], set(hinfo["in_file0"])
         gone = {"escape": {victim}, "abs": {victim}, "shape": {victim},
                 "dtype": {victim}, "symlink": in_file0, "short": in_file0,
-                "evil-distcp": in_file0, "good": set(), "fortran": set()}
+                "evil-distcp": in_file0, "good": set(), "fortran": set(),
+                "old": set()}
         for bad, left_out in sorted(gone.items()):
             root = os.path.join(mnt, "h-" + bad)
             if not ck.ok(os.path.isdir(root), "h-%s is mounted" % bad):
@@ -176,6 +177,14 @@ def test(env, ck):
             ck.ok("h-" + bad not in os.listdir(mnt), "h-%s is not shown" % bad)
             ck.ok(any("h-%s skipped" % bad in l and "still being written" in l
                       for l in log), "h-%s's skip is logged" % bad)
+        ck.ok(any("checkpoint h-old: %s: metadata without dtype and global shape" % victim
+                  in l for l in log), "h-old: the log says dtype and shape were derived")
+        root = os.path.join(mnt, "h-old")
+        for n, e in exp2["tensors"].items():
+            if os.path.exists(sm.tensor_path(root, n)):
+                ck.eq((os.getxattr(sm.tensor_path(root, n), "user.shardfs.dtype").decode(),
+                       json.loads(os.getxattr(sm.tensor_path(root, n), "user.shardfs.shape"))),
+                      (e["dtype"], e["shape"]), "h-old: %s dtype and shape derived" % n)
         man = sm.manifest_of(os.path.join(mnt, "h-fortran"))
         ck.ok(any(s.get("strides") for s in man["tensors"][victim]["shards"]),
               "h-fortran: the Fortran-order chunk is read through strides")
