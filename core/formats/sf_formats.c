@@ -10,6 +10,7 @@
 #include "sf_dcp.h"
 #include "sf_hf.h"
 #include "sf_megatron.h"
+#include "sf_paddle.h"
 #include "sf_shardfs.h"
 
 #include <string.h>
@@ -18,6 +19,7 @@ const struct sf_format *const sf_formats[] = {
 	&sf_format_shardfs,
 	&sf_format_megatron,    /* before DCP: its files are DCP's + metadata.json */
 	&sf_format_dcp,
+	&sf_format_paddle,
 	&sf_format_hf,  /* last: its single-file rule is the broadest */
 	NULL,
 };

@@ -8,7 +8,9 @@ torch 2.15 with 4 gloo ranks) are split the way a job without a shared
 filesystem leaves them: rank r's store holds only __r_0.distcp, and
 .metadata lies on one store only. Hugging Face sharded weights
 (test/fixtures/hf: transformers 5.24 safetensors, 4.46 .bin) are spread the
-same way: shard K on store K-1 mod 4, the index and config on one. `mpirun -np 4 shardfs --mpi STORE%r
+same way: shard K on store K-1 mod 4, the index and config on one; and so
+are PaddlePaddle's (R_ID.distcp on store R, ID.metadata on another) and a
+Megatron-Core torch_dist checkpoint's. `mpirun -np 4 shardfs --mpi STORE%r
 MNT%r` must show every checkpoint on every daemon, every tensor byte-exact
 (test/interop/check_dcp_tree.py against the xxh3 of what torch was given):
 
@@ -47,7 +49,12 @@ SPLIT = [("rows4", "dcp/torch-2.15/rows4", 2),
          ("cols4", "dcp/torch-2.15-more/cols4", 3),
          # Hugging Face shards spread over the nodes, the index on one
          ("hf-st", "hf/transformers-5.24/llama-st", 1),
-         ("hf-bin", "hf/transformers-4.46/llama-bin", 2)]
+         ("hf-bin", "hf/transformers-4.46/llama-bin", 2),
+         # PaddlePaddle's 2 and 4 rank saves, R_ID.distcp on store R
+         ("pd-shard2", "paddle/paddle-3.3.1/shard2", 3),
+         ("pd-flat4", "paddle/paddle-3.3.1/flat4", 1),
+         # Megatron-Core: 2 ranks' DCP files, metadata.json and common.pt
+         ("mcore-tp2", "megatron/mcore-0.16.1/gpt_tp2", 3)]
 
 
 def rank_of(fn):
@@ -55,6 +62,9 @@ def rank_of(fn):
     None for anything else (metadata, index, config)."""
     if fn.startswith("__") and fn.endswith(".distcp"):
         return int(fn[2:].split("_")[0])
+    m = re.match(r"(\d+)_\d+\.distcp$", fn)   # paddle: R_ID.distcp
+    if m:
+        return int(m.group(1)) % sfmpi.NRANKS
     m = re.match(r"(pytorch_)?model-(\d+)-of-\d+\.", fn)
     if m:
         return (int(m.group(2)) - 1) % sfmpi.NRANKS
