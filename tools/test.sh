@@ -11,9 +11,19 @@
 #
 # Environment: JOBS (parallel build jobs, default nproc), SKIP_SANITIZE=1,
 # SKIP_STUB=1 to leave out stages 2 and 3 during development.
+# tools/test.sh --interop runs tools/interop.sh after the rest: the
+# frameworks' fixtures written again with current releases from PyPI and
+# mounted (several GB of downloads; not in CI).
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 jobs=${JOBS:-$(nproc)}
+interop=0
+for a in "$@"; do
+	case $a in
+	--interop) interop=1 ;;
+	*) echo "tools/test.sh: unknown argument $a (only --interop)" >&2; exit 2 ;;
+	esac
+done
 "$top/tools/deps.sh"
 # libfuse needs the fuse module; the mount ring skips (and says so) without it
 [ -e /dev/fuse ] || modprobe fuse 2>/dev/null || true
@@ -47,6 +57,11 @@ if [ "${SKIP_STUB:-0}" != 1 ]; then
 	cmake --build "$top/build-stub" -j "$jobs"
 	stage "test (stubs)"
 	(cd "$top/build-stub" && ctest --output-on-failure -j 2 -R 'stub|mpi_wire') || status=1
+fi
+
+if [ "$interop" = 1 ]; then
+	stage "interop (tools/interop.sh)"
+	BUILD="$top/build" "$top/tools/interop.sh" || status=1
 fi
 
 stage "result"

@@ -33,7 +33,8 @@ import sfmount as sm
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.abspath(os.path.join(HERE, "..", ".."))
 INTEROP = os.path.join(TOP, "test", "interop")
-FIXTURES = os.path.join(TOP, "test", "fixtures", "dcp")
+FIXTURES = os.path.join(os.environ.get("SHARDFS_FIXTURES") or
+                        os.path.join(TOP, "test", "fixtures"), "dcp")
 PY = "/usr/bin/python3"
 
 

@@ -40,7 +40,8 @@ import test_dcp as td
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.abspath(os.path.join(HERE, "..", ".."))
 INTEROP = os.path.join(TOP, "test", "interop")
-FIXTURES = os.path.join(TOP, "test", "fixtures", "hf")
+FIXTURES = os.path.join(os.environ.get("SHARDFS_FIXTURES") or
+                        os.path.join(TOP, "test", "fixtures"), "hf")
 PY = "/usr/bin/python3"
 # safetensors and transformers themselves read the mount where this venv
 # exists (not in CI: there the views are parsed by hand only)

@@ -45,7 +45,8 @@ TOP = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(TOP, "test", "interop"))
 import check_dcp_tree as cdt  # noqa: E402
 
-FIXTURES = os.path.join(TOP, "test", "fixtures", "dcp")
+FIXTURES = os.path.join(os.environ.get("SHARDFS_FIXTURES") or
+                        os.path.join(TOP, "test", "fixtures"), "dcp")
 INDEX = "shardfs.index.json"
 ROOTFILE = "tokenizer.json"     # a root file of three 4 KiB blocks
 ROOTBYTES = bytes((i * 7 + 3) % 251 for i in range(10000))

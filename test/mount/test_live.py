@@ -26,7 +26,8 @@ import sfmount as sm
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.abspath(os.path.join(HERE, "..", ".."))
-FIX = os.path.join(TOP, "test", "fixtures", "dcp", "torch-2.15")
+FIX = os.path.join(os.environ.get("SHARDFS_FIXTURES") or
+                   os.path.join(TOP, "test", "fixtures"), "dcp", "torch-2.15")
 CHECKER = os.path.join(TOP, "test", "interop", "check_dcp_tree.py")
 BOUND_S = 2.0
 

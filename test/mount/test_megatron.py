@@ -43,7 +43,8 @@ import test_dcp as td
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.abspath(os.path.join(HERE, "..", ".."))
 INTEROP = os.path.join(TOP, "test", "interop")
-FIXTURES = os.path.join(TOP, "test", "fixtures", "megatron")
+FIXTURES = os.path.join(os.environ.get("SHARDFS_FIXTURES") or
+                        os.path.join(TOP, "test", "fixtures"), "megatron")
 PY = "/usr/bin/python3"
 MCORE = "megatron-torch_dist"
 

@@ -36,7 +36,8 @@ from test_dcp import check_readonly, check_views
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.abspath(os.path.join(HERE, "..", ".."))
 INTEROP = os.path.join(TOP, "test", "interop")
-FIXTURES = os.path.join(TOP, "test", "fixtures", "paddle")
+FIXTURES = os.path.join(os.environ.get("SHARDFS_FIXTURES") or
+                        os.path.join(TOP, "test", "fixtures"), "paddle")
 PY = "/usr/bin/python3"
 
 

@@ -40,7 +40,7 @@ from sfmpi import sm  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.abspath(os.path.join(HERE, "..", ".."))
-FIX = os.path.join(TOP, "test", "fixtures")
+FIX = os.environ.get("SHARDFS_FIXTURES") or os.path.join(TOP, "test", "fixtures")
 CHECKER = os.path.join(TOP, "test", "interop", "check_dcp_tree.py")
 
 # (name, fixture dir, rank holding .metadata)

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# tools/interop.sh - the frameworks' own files, made again and mounted
+# (`tools/test.sh --interop`; not part of CI: it downloads several GB).
+#
+# 1. venvs with the frameworks, from PyPI, under $SHARDFS_VENVS (default
+#    ~/.cache/shardfs-venvs; kept between runs):
+#      torch2  torch, numpy, xxhash, safetensors, transformers (5.x),
+#              megatron-core (current), psutil, zstandard
+#      hf4     transformers 4.46.3 (sees torch2's packages through a .pth)
+#      mc015   megatron-core 0.15.3 (the last that saves flattened ranges) + zarr<3
+#      paddle  paddlepaddle (CPU), numpy, xxhash
+# 2. every fixture generator of test/interop writes the fixtures again into
+#    a temporary directory, in test/fixtures' layout, each checking its
+#    expected.json against the framework's own loader where it can;
+# 3. the build's mount tests of foreign formats run against those files
+#    (SHARDFS_FIXTURES), so a new framework release is tested the day it is
+#    installed. Debian's torch 1.13 checkpoints are written by test_dcp.py
+#    itself, as in CI.
+# Environment: SHARDFS_VENVS, KEEP=1 (keep the fixtures), BUILD (default
+# build). Exit status: 0 when every generator and test passed.
+set -euo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+venvs=${SHARDFS_VENVS:-$HOME/.cache/shardfs-venvs}
+build=${BUILD:-$top/build}
+py=$(command -v python3)
+mkdir -p "$venvs"
+
+stage() { printf '\n==== %s ====\n' "$*"; }
+
+# venv NAME [--sees OTHER] PIP-ARGS...: create NAME once, install PIP-ARGS
+venv() {
+	local name=$1; shift
+	local sees=""
+	if [[ ${1:-} == --sees ]]; then sees=$2; shift 2; fi
+	if [[ ! -x $venvs/$name/bin/python ]]; then
+		"$py" -m venv "$venvs/$name"
+	fi
+	if [[ -n $sees ]]; then
+		"$venvs/$sees/bin/python" -c 'import site; print(site.getsitepackages()[0])' \
+			> "$("$venvs/$name/bin/python" -c 'import site; print(site.getsitepackages()[0])')/$sees.pth"
+	fi
+	"$venvs/$name/bin/pip" install -q "$@"
+}
+
+stage "venvs in $venvs"
+venv torch2 torch numpy xxhash safetensors transformers megatron-core psutil zstandard
+venv hf4 --sees torch2 'transformers==4.46.3'
+venv mc015 --sees torch2 --no-deps 'megatron-core==0.15.3'
+"$venvs/mc015/bin/pip" install -q 'zarr<3'
+venv paddle paddlepaddle numpy xxhash
+for v in torch2 hf4 mc015 paddle; do
+	"$venvs/$v/bin/pip" list 2>/dev/null |
+		grep -Ei '^(torch|transformers|megatron-core|paddlepaddle|safetensors) ' |
+		sed "s/^/  $v: /" || true
+done
+
+fx=$(mktemp -d /tmp/shardfs-interop-XXXXXX)
+cleanup() { if [[ ${KEEP:-0} == 1 ]]; then echo "kept: $fx"; else rm -rf "$fx"; fi; }
+trap cleanup EXIT
+mkdir -p "$fx/dcp" "$fx/hf" "$fx/paddle" "$fx/megatron"
+status=0
+gen() { # gen LABEL COMMAND...: run one generator; a failure is reported
+	echo "-- $1"
+	shift
+	"$@" || { echo "interop: generator failed: $*" >&2; status=1; }
+}
+i=$top/test/interop
+stage "fixtures into $fx"
+gen "DCP, current torch" "$venvs/torch2/bin/python" "$i/make_dcp_fixtures.py" "$fx/dcp"
+gen "DCP, more (FSDP2, columns)" "$venvs/torch2/bin/python" "$i/make_dcp_fixtures_more.py" "$fx/dcp"
+gen "HF, transformers 5 and DCP's HF writer" "$venvs/torch2/bin/python" "$i/make_hf_fixtures.py" "$fx/hf"
+gen "HF, transformers 4.46" "$venvs/hf4/bin/python" "$i/make_hf_fixtures.py" "$fx/hf"
+gen "PaddlePaddle" "$venvs/paddle/bin/python" "$i/make_paddle_fixtures.py" "$fx/paddle"
+gen "Megatron-Core, current" "$venvs/torch2/bin/python" "$i/make_megatron_fixtures.py" "$fx/megatron"
+gen "Megatron-Core 0.15.3" "$venvs/mc015/bin/python" "$i/make_megatron_fixtures.py" "$fx/megatron"
+d=$(ls -d "$fx"/megatron/mcore-0.15*/distopt 2>/dev/null | head -1)
+if [[ -n $d ]]; then
+	gen "Megatron-Core hostile variants" "$venvs/torch2/bin/python" \
+		"$i/make_megatron_hostile.py" "$d" "$fx/megatron/hostile"
+fi
+
+stage "mount tests against them"
+[[ -x $build/tools/shardfs ]] || { cmake -S "$top" -B "$build" && cmake --build "$build" -j "$(nproc)"; }
+(cd "$build" && SHARDFS_FIXTURES=$fx ctest --output-on-failure \
+	-R 'mount_(dcp|hf|paddle|megatron|index|live)|mpi_mount_foreign') || status=1
+stage "result"
+[[ $status == 0 ]] && echo "interop: all generators and tests passed" ||
+	echo "interop: FAILED (see above)"
+exit $status
