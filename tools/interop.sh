@@ -67,7 +67,10 @@ gen() { # gen LABEL COMMAND...: run one generator; a failure is reported
 i=$top/test/interop
 stage "fixtures into $fx"
 gen "DCP, current torch" "$venvs/torch2/bin/python" "$i/make_dcp_fixtures.py" "$fx/dcp"
-gen "DCP, more (FSDP2, columns)" "$venvs/torch2/bin/python" "$i/make_dcp_fixtures_more.py" "$fx/dcp"
+gen "DCP, more (FSDP2, columns)" "$venvs/torch2/bin/python" "$i/make_dcp_fixtures_more.py" "$fx/dcp-more"
+for d in "$fx"/dcp-more/torch-*; do # committed as torch-X.Y-more
+	[[ -d $d ]] && mv "$d" "$fx/dcp/$(basename "$d")-more"
+done
 gen "HF, transformers 5 and DCP's HF writer" "$venvs/torch2/bin/python" "$i/make_hf_fixtures.py" "$fx/hf"
 gen "HF, transformers 4.46" "$venvs/hf4/bin/python" "$i/make_hf_fixtures.py" "$fx/hf"
 gen "PaddlePaddle" "$venvs/paddle/bin/python" "$i/make_paddle_fixtures.py" "$fx/paddle"
