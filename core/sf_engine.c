@@ -59,6 +59,7 @@
 #define POOL_GRAIN (64u << 10)  /* size classes below HUGE_SZ */
 #define HUGE_SZ (2u << 20)      /* size classes (and alignment) above */
 #define DEC_CAP_MAX (256ull << 20) /* decoded streams kept, at most */
+#define DEC_READ (4u << 20)     /* source reads of a coded stream, at most */
 
 enum blk_state { BLK_LOADING, BLK_READY, BLK_FAILED };
 
@@ -386,10 +387,17 @@ static int dec_load(struct read_ctx *c, const struct sf_shard *s,
 	if (!stored || !d ||
 	    !(d->data = malloc(s->decoded_len ? s->decoded_len : 1)))
 		goto out_free;
-	ret = e->src->ops->read(e->src->ctx, c->ck, s->rank, s->file,
-				s->file_offset, stored, s->stored_len);
-	if (ret < 0)
-		goto out_free;
+	/* in pieces no larger than a big block: a peer serves any of them */
+	for (uint64_t done = 0; done < s->stored_len; done += DEC_READ) {
+		uint64_t k = s->stored_len - done < DEC_READ ?
+			     s->stored_len - done : DEC_READ;
+
+		ret = e->src->ops->read(e->src->ctx, c->ck, s->rank, s->file,
+					s->file_offset + done, stored + done,
+					(size_t)k);
+		if (ret < 0)
+			goto out_free;
+	}
 	ret = sf_codec_decode(s->codec, stored, s->stored_len, d->data,
 			      s->decoded_len, &got, why, sizeof(why));
 	if (ret == 0 && got != s->decoded_len) {
