@@ -147,7 +147,18 @@ struct dcp {
 	struct sf_fileset files;     /* chunk files, each opened once */
 	struct sf_model *m;
 	size_t skipped;              /* entries left out, each logged */
+	bool per_rank;               /* documents are __R.metadata, not .metadata */
 };
+
+/* The name of document rank's file, for messages. */
+static const char *doc_name(const struct dcp *d, uint32_t rank, char *buf,
+			    size_t n)
+{
+	if (!d->per_rank)
+		return SF_DCP_METADATA;
+	snprintf(buf, n, "__%u%s", rank, SF_DCP_METADATA);
+	return buf;
+}
 
 /* A torch.Size(...) (or a plain tuple) of non-negative ints. */
 static bool size_of(const struct sf_pk *v, uint64_t *out, unsigned *ndim)
@@ -221,9 +232,11 @@ static int cmp_sinfo(const void *a, const void *b)
  * to d->si. */
 static int read_storage(struct dcp *d, const struct sf_pk *sd, uint32_t rank)
 {
+	char nb[32];
+	const char *doc = doc_name(d, rank, nb, sizeof(nb));
+
 	if (!sd || sd->kind != SF_PK_DICT)
-		return sf_fail(&d->w, -SF_EFORMAT, "metadata of rank %u: storage_data is not a dict",
-			       rank);
+		return sf_fail(&d->w, -SF_EFORMAT, "%s: storage_data is not a dict", doc);
 	for (size_t i = 0; i < sd->u.dict.n; i++) {
 		const struct sf_pk *k = sd->u.dict.k[i], *v = sd->u.dict.v[i];
 		const struct sf_pk *off = sf_pk_attr(k, "offset");
@@ -234,23 +247,23 @@ static int read_storage(struct dcp *d, const struct sf_pk *sd, uint32_t rank)
 
 		if (!is_dcp(k, "MetadataIndex") || !is_dcp(v, "_StorageInfo"))
 			return sf_fail(&d->w, -SF_EFORMAT,
-				    "metadata of rank %u: storage_data entry %zu is not MetadataIndex -> _StorageInfo",
-				    rank, i);
+				    "%s: storage_data entry %zu is not MetadataIndex -> _StorageInfo",
+				    doc, i);
 		s.fqn = sf_pk_str(sf_pk_attr(k, "fqn"));
 		s.path = sf_pk_str(sf_pk_attr(v, "relative_path"));
 		if (!s.fqn || !s.path ||
 		    !sf_pk_int(sf_pk_attr(v, "offset"), &fo) || fo < 0 ||
 		    !sf_pk_int(sf_pk_attr(v, "length"), &len) || len < 0)
 			return sf_fail(&d->w, -SF_EFORMAT,
-				    "metadata of rank %u: storage_data entry %zu lacks fqn, relative_path, offset or length",
-				    rank, i);
+				    "%s: storage_data entry %zu lacks fqn, relative_path, offset or length",
+				    doc, i);
 		s.foff = (uint64_t)fo;
 		s.len = (uint64_t)len;
 		if (off && off->kind != SF_PK_NONE) {
 			if (!size_of(off, s.off, &s.ndim))
 				return sf_fail(&d->w, -SF_EFORMAT,
-					    "metadata of rank %u: storage_data entry %zu: bad offset",
-					    rank, i);
+					    "%s: storage_data entry %zu: bad offset",
+					    doc, i);
 			s.has_off = true;
 		}
 		s.tr = tr && tr->kind != SF_PK_NONE ? tr : NULL;
@@ -924,11 +937,12 @@ static int build(struct dcp *d, const struct mdoc *docs, size_t n)
 	for (size_t r = 0; r < n && !rc; r++) {
 		const struct sf_pk *md = docs[r].root;
 		const struct sf_pk *sdm = sf_pk_attr(md, "state_dict_metadata");
+		char nb[32];
 
 		if (!is_dcp(md, "Metadata") || !sdm || sdm->kind != SF_PK_DICT) {
 			rc = sf_fail(&d->w, -SF_EFORMAT,
-				     "metadata of rank %zu: not a DCP Metadata with a state_dict_metadata dict",
-				     r);
+				     "%s: not a DCP Metadata with a state_dict_metadata dict",
+				     doc_name(d, (uint32_t)r, nb, sizeof(nb)));
 			break;
 		}
 		rc = read_storage(d, sf_pk_attr(md, "storage_data"), (uint32_t)r);
@@ -1082,6 +1096,7 @@ static int dcp_open(int dirfd, const char *dir, const char *name,
 			return sf_fail(&d.w, -SF_EFORMAT,
 				       "no .metadata, and not every rank's __R.metadata");
 		n = sc.nranks;
+		d.per_rank = true;
 	}
 	docs = calloc(n, sizeof(*docs));
 	if (!docs)
@@ -1105,7 +1120,7 @@ int sf_dcp_open_docs(int dirfd, const char *name, const struct sf_dcp_doc *in,
 		     size_t n, struct sf_format_result *out, char *err,
 		     size_t errlen)
 {
-	struct dcp d = { .dirfd = dirfd, .name = name };
+	struct dcp d = { .dirfd = dirfd, .name = name, .per_rank = n > 1 };
 	struct mdoc *docs;
 	int rc = 0;
 
@@ -1118,7 +1133,9 @@ int sf_dcp_open_docs(int dirfd, const char *name, const struct sf_dcp_doc *in,
 	for (size_t r = 0; r < n && !rc; r++) {
 		struct sf_input si = sf_input_mem(in[r].buf, in[r].len);
 
-		rc = load_doc(&d, &si, n == 1 ? SF_DCP_METADATA : "rank metadata",
+		char nb[32];
+
+		rc = load_doc(&d, &si, doc_name(&d, (uint32_t)r, nb, sizeof(nb)),
 			      &docs[r]);
 	}
 	if (!rc)
