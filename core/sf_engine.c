@@ -32,6 +32,14 @@
  * pool_bytes (buffers in blocks plus free ones) is kept at or under the
  * cache bound except for buffers pinned beyond it: a buffer freed while
  * the pool is over the bound is unmapped, not kept.
+ *
+ * A coded shard (sf_codec.h: stored compressed) is fetched by decoding its
+ * whole stream once into a small cache of decoded streams (under
+ * e->dec_lock, least recently used dropped first, bounded by dec_cap plus
+ * the one stream being served) and copying blocks out of it; its blocks
+ * then live in the block cache like any other. A stream that fails to
+ * decode, or decodes to another size than the model says, fails the read
+ * with EIO and one log line; an unreadable shard fails every read so.
  */
 #include "sf_engine.h"
 #include "sf_checksum.h"
@@ -40,6 +48,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -49,6 +58,8 @@
 #define POOL_MIN (64u << 10)    /* smaller blocks use plain malloc */
 #define POOL_GRAIN (64u << 10)  /* size classes below HUGE_SZ */
 #define HUGE_SZ (2u << 20)      /* size classes (and alignment) above */
+#define DEC_CAP_MAX (256ull << 20) /* decoded streams kept, at most */
+#define DEC_READ (4u << 20)     /* source reads of a coded stream, at most */
 
 enum blk_state { BLK_LOADING, BLK_READY, BLK_FAILED };
 
@@ -66,6 +77,15 @@ struct sf_block {
 	bool linked;                    /* in the hash table (and LRU if READY) */
 	struct sf_block *hnext;         /* hash chain */
 	struct sf_block *prev, *next;   /* LRU list, most recent first */
+};
+
+/* One decoded stream of a coded shard, kept for the next blocks. */
+struct dec_ent {
+	const struct sf_ckpt_ref *ck;   /* key: checkpoint */
+	const struct sf_shard *shard;   /* key: shard (address) */
+	unsigned char *data;            /* len bytes; owned */
+	uint64_t len;                   /* the shard's decoded_len */
+	struct dec_ent *next;           /* most recently used first */
 };
 
 /* A free pool buffer; the header lives in the buffer's first bytes. */
@@ -88,6 +108,11 @@ struct sf_engine {
 	uint64_t pool_bytes;            /* all pool buffers: in blocks, free or
 					 * being allocated */
 	struct sf_engine_stats st;
+	pthread_mutex_t dec_lock;       /* protects dec, dec_bytes; taken
+					 * without e->lock held */
+	struct dec_ent *dec;            /* decoded streams, MRU first */
+	uint64_t dec_bytes;             /* their decoded bytes */
+	uint64_t dec_cap;               /* bound on dec_bytes beyond the MRU one */
 };
 
 static size_t hash_key(const struct sf_engine *e, const void *ck,
@@ -124,8 +149,10 @@ int sf_engine_create(const struct sf_engine_opts *opts, struct sf_source *src,
 	e->verify = opts ? opts->verify : true;
 	e->cap = cap;
 	e->lru.prev = e->lru.next = &e->lru;
+	e->dec_cap = cap / 4 < DEC_CAP_MAX ? cap / 4 : DEC_CAP_MAX;
 	pthread_mutex_init(&e->lock, NULL);
 	pthread_cond_init(&e->cond, NULL);
+	pthread_mutex_init(&e->dec_lock, NULL);
 	*out = e;
 	return 0;
 }
@@ -319,6 +346,122 @@ static void log_block_error(const struct read_ctx *c, const struct sf_shard *s,
 	       s->file, (unsigned long long)idx, sf_strerror(err));
 }
 
+/* Drop the decoded streams past the bound, keeping the first. Locked
+ * (dec_lock). */
+static void dec_trim(struct sf_engine *e)
+{
+	struct dec_ent **pp = &e->dec;
+	uint64_t kept = 0;
+
+	if (!*pp)
+		return;
+	kept = (*pp)->len;
+	pp = &(*pp)->next;
+	while (*pp) {
+		struct dec_ent *d = *pp;
+
+		if (kept + d->len <= e->dec_cap) {
+			kept += d->len;
+			pp = &d->next;
+			continue;
+		}
+		*pp = d->next;
+		e->dec_bytes -= d->len;
+		free(d->data);
+		free(d);
+	}
+}
+
+/* Read and decode the stream of coded shard s into a new entry. No lock
+ * held. Logs its reason. */
+static int dec_load(struct read_ctx *c, const struct sf_shard *s,
+		    struct dec_ent **out)
+{
+	struct sf_engine *e = c->e;
+	unsigned char *stored = malloc(s->stored_len ? s->stored_len : 1);
+	struct dec_ent *d = calloc(1, sizeof(*d));
+	char why[192] = "";
+	size_t got = 0;
+	int ret = -ENOMEM;
+
+	if (!stored || !d ||
+	    !(d->data = malloc(s->decoded_len ? s->decoded_len : 1)))
+		goto out_free;
+	/* in pieces no larger than a big block: a peer serves any of them */
+	for (uint64_t done = 0; done < s->stored_len; done += DEC_READ) {
+		uint64_t k = s->stored_len - done < DEC_READ ?
+			     s->stored_len - done : DEC_READ;
+
+		ret = e->src->ops->read(e->src->ctx, c->ck, s->rank, s->file,
+					s->file_offset + done, stored + done,
+					(size_t)k);
+		if (ret < 0)
+			goto out_free;
+	}
+	ret = sf_codec_decode(s->codec, stored, s->stored_len, d->data,
+			      s->decoded_len, &got, why, sizeof(why));
+	if (ret == 0 && got != s->decoded_len) {
+		snprintf(why, sizeof(why), "decodes to %zu bytes, not %llu",
+			 got, (unsigned long long)s->decoded_len);
+		ret = -EIO;
+	}
+	if (ret < 0) {
+		ret = -EIO;
+		sf_err("checkpoint %s: tensor %s: shard %zu (rank %u, file %s, %s stream at %llu): %s",
+		       c->ck->name, c->t->name, (size_t)(s - c->t->shards),
+		       s->rank, s->file, sf_codec_name(s->codec),
+		       (unsigned long long)s->file_offset, why);
+		goto out_free;
+	}
+	d->ck = c->ck;
+	d->shard = s;
+	d->len = s->decoded_len;
+	free(stored);
+	*out = d;
+	return 0;
+
+out_free:
+	if (d)
+		free(d->data);
+	free(d);
+	free(stored);
+	return ret;
+}
+
+/* Copy block idx of coded shard s out of its decoded stream. No lock held. */
+static int fetch_coded(struct read_ctx *c, const struct sf_shard *s,
+		       uint64_t idx, struct sf_block *b)
+{
+	struct sf_engine *e = c->e;
+	struct dec_ent **pp, *d = NULL;
+	int ret = 0;
+
+	if (s->codec == SF_CODEC_UNREADABLE)
+		return -EIO;
+	pthread_mutex_lock(&e->dec_lock);
+	for (pp = &e->dec; *pp; pp = &(*pp)->next)
+		if ((*pp)->ck == c->ck && (*pp)->shard == s)
+			break;
+	if (*pp) {
+		d = *pp;
+		*pp = d->next;
+	} else {
+		/* decoded under the lock: one stream at a time, never twice */
+		ret = dec_load(c, s, &d);
+		if (ret == 0)
+			e->dec_bytes += s->decoded_len;
+	}
+	if (d) {
+		d->next = e->dec;
+		e->dec = d;
+		memcpy(b->data, d->data + s->decoded_off + idx * c->m->block_size,
+		       b->len);
+		dec_trim(e);
+	}
+	pthread_mutex_unlock(&e->dec_lock);
+	return ret;
+}
+
 /* Fetch a block's bytes into b->data and check them. No lock held. */
 static int fetch(struct read_ctx *c, const struct sf_shard *s, uint64_t idx,
 		 struct sf_block *b)
@@ -327,8 +470,11 @@ static int fetch(struct read_ctx *c, const struct sf_shard *s, uint64_t idx,
 	uint64_t bs = c->m->block_size;
 	int ret;
 
-	ret = e->src->ops->read(e->src->ctx, c->ck, s->rank, s->file,
-				s->file_offset + idx * bs, b->data, b->len);
+	if (s->codec != SF_CODEC_NONE)
+		ret = fetch_coded(c, s, idx, b);
+	else
+		ret = e->src->ops->read(e->src->ctx, c->ck, s->rank, s->file,
+					s->file_offset + idx * bs, b->data, b->len);
 	if (ret < 0)
 		return ret;
 	if (e->verify && s->xxh3 && sf_xxh3(b->data, b->len) != s->xxh3[idx])
@@ -671,6 +817,20 @@ void sf_engine_forget(struct sf_engine *e, const struct sf_ckpt_ref *ck)
 		}
 	}
 	pthread_mutex_unlock(&e->lock);
+	pthread_mutex_lock(&e->dec_lock);
+	for (struct dec_ent **pp = &e->dec; *pp;) {
+		struct dec_ent *d = *pp;
+
+		if (d->ck != ck) {
+			pp = &d->next;
+			continue;
+		}
+		*pp = d->next;
+		e->dec_bytes -= d->len;
+		free(d->data);
+		free(d);
+	}
+	pthread_mutex_unlock(&e->dec_lock);
 	if (e->src->ops->forget)
 		e->src->ops->forget(e->src->ctx, ck);
 }
@@ -697,6 +857,12 @@ void sf_engine_destroy(struct sf_engine *e)
 	}
 	e->cap = 0; /* nothing kept: unmap every free buffer */
 	pool_trim(e, 0);
+	for (struct dec_ent *d = e->dec, *next; d; d = next) {
+		next = d->next;
+		free(d->data);
+		free(d);
+	}
+	pthread_mutex_destroy(&e->dec_lock);
 	free(e->buckets);
 	pthread_mutex_destroy(&e->lock);
 	pthread_cond_destroy(&e->cond);

@@ -8,7 +8,9 @@
  * XXH3 once when it enters the cache (only for shards that carry checksums:
  * a foreign format's shards may have none, and their blocks are served as
  * read), and copies the bytes out. A box shard may be strided (its payload
- * laid out with the strides the model gives). Thread-safe:
+ * laid out with the strides the model gives), and coded (stored
+ * compressed, sf_codec.h: its whole stream is read through the source and
+ * decoded in memory, then served like any payload). Thread-safe:
  * many FUSE workers read concurrently; two readers of one block wait for a
  * single fetch.
  */

@@ -320,6 +320,21 @@ int sf_shard_check(const struct sf_where *w, const struct sf_model *m,
 		return sf_fail(w, -SF_EMANIFEST,
 			       "\"nbytes\" = %" PRIu64 " but its %s holds %" PRIu64 " bytes",
 			       s->nbytes, s->flat ? "\"flat\" range" : "box", expect);
+	if (s->codec == SF_CODEC_ZSTD) {
+		if (s->stored_len > SF_MAX_STORED || s->decoded_len > SF_MAX_DECODED ||
+		    s->file_offset > SF_MAX_OFF - s->stored_len)
+			return sf_fail(w, -SF_ETOOBIG,
+				       "coded stream of %" PRIu64 " bytes decoding to %" PRIu64
+				       " exceeds the limits", s->stored_len, s->decoded_len);
+		if (s->decoded_off > s->decoded_len ||
+		    s->nbytes > s->decoded_len - s->decoded_off)
+			return sf_fail(w, -SF_ERANGE,
+				       "payload %" PRIu64 "+%" PRIu64 " lies past the %" PRIu64
+				       " decoded bytes", s->decoded_off, s->nbytes,
+				       s->decoded_len);
+	} else if (s->codec != SF_CODEC_NONE && s->codec != SF_CODEC_UNREADABLE) {
+		return sf_fail(w, -SF_EMANIFEST, "unknown codec %d", (int)s->codec);
+	}
 	if (!s->xxh3 && s->nblocks == 0)
 		return 0; /* no checksums: served unverified */
 	uint64_t nblocks = sf_nblocks(s->nbytes, m->block_size);

@@ -15,7 +15,9 @@
  * transposed or sliced view: box element (i_0..i_n) lies at payload byte
  * sum(i_d * strides[d]) * itemsize). A shard may carry XXH3 checksums of
  * its payload in blocks of the model's block_size; shards without them are
- * served unverified.
+ * served unverified. A shard's bytes may be stored coded (compressed):
+ * its payload is then a range of the decoded stream (sf_codec.h), and
+ * checksums cover the decoded payload.
  *
  * Ownership: everything reachable from a model is owned by it and freed by
  * sf_model_destroy(); pointers into it stay valid until then (and, for a
@@ -37,6 +39,7 @@
 #include <stdint.h>
 
 #include "sf_box.h"
+#include "sf_codec.h"
 #include "sf_dtype.h"
 
 #define SF_MAX_MANIFEST_BYTES (256u << 20) /* a manifest's or index's JSON text */
@@ -61,6 +64,14 @@ struct sf_shard {
 				 * bytes, or (strides) the span they reach */
 	uint64_t *xxh3;         /* nblocks checksums (owned), NULL: unverified */
 	uint64_t nblocks;       /* sf_nblocks(nbytes, block_size), or 0 */
+	enum sf_codec codec;    /* SF_CODEC_NONE: the payload lies in file at
+				 * file_offset; else file holds at file_offset
+				 * a coded stream (sf_codec.h) and the payload
+				 * is its decoded bytes from decoded_off */
+	uint64_t stored_len;    /* coded: stream bytes in file, <= SF_MAX_STORED */
+	uint64_t decoded_len;   /* coded: bytes it decodes to, <= SF_MAX_DECODED */
+	uint64_t decoded_off;   /* coded: the payload's first decoded byte;
+				 * decoded_off + nbytes <= decoded_len */
 };
 
 struct sf_tensor {

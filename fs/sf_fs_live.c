@@ -113,8 +113,10 @@ static void try_add(struct sf_fs_live *l, const char *name, const char *dir,
 
 	rc = sf_ckpt_open_src(dir, name, src, &ck, why, sizeof(why));
 	if (rc) {
-		sf_info("store: %s not shown (yet): %s", name,
-			why[0] ? why : sf_strerror(rc));
+		/* the start-up scan said why at warning level already; a
+		 * directory still changing would repeat it every round */
+		sf_debug("store: %s not shown (yet): %s", name,
+			 why[0] ? why : sf_strerror(rc));
 		seen_put(l, name, mtime);
 		return;
 	}

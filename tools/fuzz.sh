@@ -30,7 +30,7 @@ while [[ $# -gt 0 ]]; do
 done
 [[ $secs =~ ^[1-9][0-9]*$ ]] || { echo "fuzz.sh: --time wants seconds" >&2; exit 2; }
 [[ $jobs =~ ^[1-9][0-9]?$ ]] || { echo "fuzz.sh: --jobs wants 1..99" >&2; exit 2; }
-all=(manifest slice st_header journal mpi_wire torchsave pickle zip)
+all=(manifest slice st_header journal mpi_wire torchsave pickle zip index hf_meta megatron paddle dcp)
 [[ ${#targets[@]} -gt 0 ]] || targets=("${all[@]}")
 for t in "${targets[@]}"; do
 	[[ " ${all[*]} " == *" $t "* ]] || { echo "fuzz.sh: unknown target $t (${all[*]})" >&2; exit 2; }
@@ -56,6 +56,7 @@ for t in "${targets[@]}"; do
 		extra=("$top/test/corpus/manifests/invalid")
 		maxlen=8192
 	fi
+	[[ $t == dcp ]] && maxlen=16384 # the fsdp2 seed's metadata is 12 KB
 	dict=()
 	[[ -f $top/test/fuzz/$t.dict ]] && dict=("-dict=$top/test/fuzz/$t.dict")
 	before=$(ls "$corpus" | wc -l)

@@ -3,15 +3,26 @@
  *
  * Invariants:
  *  - nothing a file names is imported, called or followed out of the
- *    checkpoint: .metadata is decoded with an allowlist of DCP's classes,
- *    torch.Size, the layout and memory-format helpers and the dtypes; a
- *    chunk's relative_path is checked (sf_relpath_valid) and opened
- *    beneath the checkpoint directory (sf_cfile_open: or a peer's copy under
- *    MPI); a chunk must lie inside its file;
+ *    checkpoint: every metadata document is decoded with an allowlist of
+ *    DCP's classes, torch.Size, the layout and memory-format helpers and
+ *    the dtypes; a chunk's relative_path is checked (sf_relpath_valid) and
+ *    opened beneath the checkpoint directory (sf_cfile_open, or a peer's
+ *    copy under MPI); a chunk
+ *    must lie inside its file;
  *  - every chunk's archive is opened and checked against the metadata
  *    (dtype, shape) before a shard points into it; a shard's payload is
  *    the chunk's storage bytes from the view's first element, with the
  *    view's strides when it is not row-major contiguous;
+ *  - a zstd chunk (transform_descriptors ["stream.zstd/1"]) is decoded
+ *    once here, bounded by SF_MAX_DECODED, to read its archive; its shard
+ *    is coded (sf_codec.h) and the engine decodes it again to serve it. A
+ *    chunk stored with any other transform, or whose stream is corrupt,
+ *    stays in the model as an unreadable shard: its reads fail with EIO,
+ *    and one log line here names the transform or the damage;
+ *  - per-rank metadata (`__R.metadata`, no `.metadata`) is merged: every
+ *    rank's keys, each tensor's chunks from every rank, the lowest rank's
+ *    entry where two ranks stored the same chunk or byte item; ranks that
+ *    disagree on a key's kind, dtype or size refuse the checkpoint;
  *  - the directory is only ever read.
  */
 #include "sf_dcp.h"
@@ -27,13 +38,18 @@
 
 #include "sf_array.h"
 #include "sf_checksum.h"
+#include "sf_codec.h"
 #include "sf_error.h"
+#include "sf_fileset.h"
 #include "sf_log.h"
 #include "sf_pickle.h"
 #include "sf_shardfs.h"
 #include "sf_torchsave.h"
 
 #define DCP_MAX_FILES 65536u          /* distinct chunk files */
+#define DCP_MAX_ITEMS (16u * SF_MAX_TENSORS) /* keys over all documents */
+#define DCP_MAX_CHUNKS (4u * SF_MAX_SHARDS)  /* one tensor's, over all ranks */
+#define DCP_ZSTD "stream.zstd/"       /* torch's ZStandard descriptor, /1.x */
 #define MOD113 "torch.distributed._shard.checkpoint.metadata"
 #define MOD2 "torch.distributed.checkpoint.metadata"
 
@@ -89,8 +105,8 @@ static void allow_build(void)
 
 /* --- state of one open --- */
 
-/* One storage_data entry: where (fqn, offset) is stored. Strings are
- * borrowed from the pickle. */
+/* One storage_data entry: where (fqn, offset) is stored. Strings and tr
+ * are borrowed from the documents. */
 struct sinfo {
 	const char *fqn;
 	unsigned ndim;               /* of offset; 0 with !has_off */
@@ -98,27 +114,55 @@ struct sinfo {
 	uint64_t off[SF_MAX_NDIM];
 	const char *path;            /* relative_path */
 	uint64_t foff, len;          /* the item in path */
-	bool transformed;            /* compressed or otherwise transformed */
+	const struct sf_pk *tr;      /* transform_descriptors, or NULL */
+	uint32_t rank;               /* the document (rank) that says so */
+	uint32_t seq;                /* its place there: of repeated keys in
+				      * one document the last counts */
 };
 
-struct dfile {
-	char *path;                  /* owned */
-	struct sf_cfile f;           /* owned; zeroed when it failed to open */
-	int err;                     /* the open's error (0: open) */
+/* One metadata document: the global .metadata, or rank R's __R.metadata. */
+struct mdoc {
+	struct sf_pickle *pk;        /* owned */
+	const struct sf_pk *root;    /* borrowed from pk */
+};
+
+/* One state_dict_metadata entry of one document. */
+struct item {
+	const char *key;
+	const struct sf_pk *v;
+	uint32_t rank, seq;
+};
+
+/* One tensor chunk as some rank's metadata lists it. */
+struct chunk {
+	uint64_t off[SF_MAX_NDIM], len[SF_MAX_NDIM]; /* zero past ndim */
+	uint32_t rank;
 };
 
 struct dcp {
-	const struct sf_cdir *cd;
+	const struct sf_cdir *cd;    /* the checkpoint's files (borrowed) */
 	const char *name;
 	struct sf_where w;           /* the caller's err: one printable line */
-	struct sinfo *si;
+	struct sinfo *si;            /* sorted, one per key */
 	size_t nsi, capsi;
-	struct dfile *files;
-	size_t nfiles, capfiles;
+	struct sf_fileset files;     /* chunk files, each opened once */
 	struct sf_model *m;
 	size_t skipped;              /* entries left out, each logged */
+	bool per_rank;               /* documents are __R.metadata, not .metadata */
 	const struct sf_dcp_ext *ext; /* another format's additions, or NULL */
+	const struct sf_pk_global *allow; /* the globals metadata may name */
+	size_t nallow;
 };
+
+/* The name of document rank's file, for messages. */
+static const char *doc_name(const struct dcp *d, uint32_t rank, char *buf,
+			    size_t n)
+{
+	if (!d->per_rank)
+		return SF_DCP_METADATA;
+	snprintf(buf, n, "__%u%s", rank, SF_DCP_METADATA);
+	return buf;
+}
 
 /* A torch.Size(...) (or a plain tuple) of non-negative ints. */
 static bool size_of(const struct sf_pk *v, uint64_t *out, unsigned *ndim)
@@ -153,9 +197,9 @@ static bool is_dcp(const struct sf_pk *v, const char *cls)
 		 sf_pk_is_obj(v, "torch.distributed._shard.checkpoint.filesystem", cls)));
 }
 
-static int cmp_sinfo(const void *a, const void *b)
+/* Order of storage keys: (fqn, has_off, ndim, off). */
+static int cmp_key(const struct sinfo *x, const struct sinfo *y)
 {
-	const struct sinfo *x = a, *y = b;
 	int c = strcmp(x->fqn, y->fqn);
 
 	if (c)
@@ -170,47 +214,85 @@ static int cmp_sinfo(const void *a, const void *b)
 	return 0;
 }
 
-/* storage_data: {MetadataIndex: _StorageInfo} into d->si, sorted. */
-static int read_storage(struct dcp *d, const struct sf_pk *sd)
+static int cmp_key_v(const void *a, const void *b)
 {
+	return cmp_key(a, b);
+}
+
+/* Keys, then the lowest rank, then (in one document) the last entry. */
+static int cmp_sinfo(const void *a, const void *b)
+{
+	const struct sinfo *x = a, *y = b;
+	int c = cmp_key(x, y);
+
+	if (c)
+		return c;
+	if (x->rank != y->rank)
+		return x->rank < y->rank ? -1 : 1;
+	return x->seq == y->seq ? 0 : x->seq > y->seq ? -1 : 1;
+}
+
+/* storage_data of document rank: {MetadataIndex: _StorageInfo} appended
+ * to d->si. */
+static int read_storage(struct dcp *d, const struct sf_pk *sd, uint32_t rank)
+{
+	char nb[32];
+	const char *doc = doc_name(d, rank, nb, sizeof(nb));
+
 	if (!sd || sd->kind != SF_PK_DICT)
-		return sf_fail(&d->w, -SF_EFORMAT, ".metadata: storage_data is not a dict");
+		return sf_fail(&d->w, -SF_EFORMAT, "%s: storage_data is not a dict", doc);
 	for (size_t i = 0; i < sd->u.dict.n; i++) {
 		const struct sf_pk *k = sd->u.dict.k[i], *v = sd->u.dict.v[i];
 		const struct sf_pk *off = sf_pk_attr(k, "offset");
 		const struct sf_pk *tr = sf_pk_attr(v, "transform_descriptors");
-		struct sinfo s = { 0 };
+		struct sinfo s = { .rank = rank, .seq = (uint32_t)i };
 		int64_t fo, len;
 		int rc;
 
 		if (!is_dcp(k, "MetadataIndex") || !is_dcp(v, "_StorageInfo"))
 			return sf_fail(&d->w, -SF_EFORMAT,
-				    ".metadata: storage_data entry %zu is not MetadataIndex -> _StorageInfo", i);
+				    "%s: storage_data entry %zu is not MetadataIndex -> _StorageInfo",
+				    doc, i);
 		s.fqn = sf_pk_str(sf_pk_attr(k, "fqn"));
 		s.path = sf_pk_str(sf_pk_attr(v, "relative_path"));
 		if (!s.fqn || !s.path ||
 		    !sf_pk_int(sf_pk_attr(v, "offset"), &fo) || fo < 0 ||
 		    !sf_pk_int(sf_pk_attr(v, "length"), &len) || len < 0)
 			return sf_fail(&d->w, -SF_EFORMAT,
-				    ".metadata: storage_data entry %zu lacks fqn, relative_path, offset or length", i);
+				    "%s: storage_data entry %zu lacks fqn, relative_path, offset or length",
+				    doc, i);
 		s.foff = (uint64_t)fo;
 		s.len = (uint64_t)len;
 		if (off && off->kind != SF_PK_NONE) {
 			if (!size_of(off, s.off, &s.ndim))
 				return sf_fail(&d->w, -SF_EFORMAT,
-					    ".metadata: storage_data entry %zu: bad offset", i);
+					    "%s: storage_data entry %zu: bad offset",
+					    doc, i);
 			s.has_off = true;
 		}
-		s.transformed = tr && tr->kind != SF_PK_NONE && sf_pk_len(tr) > 0;
+		s.tr = tr && tr->kind != SF_PK_NONE ? tr : NULL;
 		rc = sf_array_grow(&d->si, d->nsi, &d->capsi, sizeof(*d->si), 64,
 				   SF_MAX_TENSORS * 4u);
 		if (rc)
-			return sf_fail(&d->w, rc, ".metadata: too many chunks");
+			return sf_fail(&d->w, rc, "metadata: too many chunks");
 		d->si[d->nsi++] = s;
 	}
-	if (d->nsi > 1)
-		qsort(d->si, d->nsi, sizeof(*d->si), cmp_sinfo);
 	return 0;
+}
+
+/* Sort d->si and keep one entry per key: the lowest rank's (torch's
+ * loader on rank 0 reads its own), of one document's repeats the last. */
+static void sort_storage(struct dcp *d)
+{
+	size_t n = 0;
+
+	if (d->nsi < 2)
+		return;
+	qsort(d->si, d->nsi, sizeof(*d->si), cmp_sinfo);
+	for (size_t i = 0; i < d->nsi; i++)
+		if (n == 0 || cmp_key(&d->si[n - 1], &d->si[i]) != 0)
+			d->si[n++] = d->si[i];
+	d->nsi = n;
 }
 
 static const struct sinfo *find_sinfo(const struct dcp *d, const char *fqn,
@@ -223,64 +305,96 @@ static const struct sinfo *find_sinfo(const struct dcp *d, const char *fqn,
 		memcpy(key.off, off, ndim * sizeof(*off));
 	if (!d->nsi)
 		return NULL;
-	return bsearch(&key, d->si, d->nsi, sizeof(*d->si), cmp_sinfo);
-}
-
-/* A chunk file (opened once, beneath the checkpoint or on a peer)
- * into *out (borrowed from d); a file that cannot be opened is recorded
- * with its error. 0, -SF_ETOOBIG (with the reason), -ENOMEM. */
-static int get_file(struct dcp *d, const char *path, const struct dfile **out)
-{
-	struct dfile f = { 0 };
-
-	for (size_t i = 0; i < d->nfiles; i++) {
-		if (strcmp(d->files[i].path, path) == 0) {
-			*out = &d->files[i];
-			return 0;
-		}
-	}
-	if (d->nfiles >= DCP_MAX_FILES)
-		return sf_fail(&d->w, -SF_ETOOBIG, "more than %u chunk files",
-			       DCP_MAX_FILES);
-	if (sf_array_grow(&d->files, d->nfiles, &d->capfiles, sizeof(*d->files),
-			  16, DCP_MAX_FILES))
-		return -ENOMEM;
-	f.path = strdup(path);
-	if (!f.path)
-		return -ENOMEM;
-	if (!sf_relpath_valid(path) || strchr(path, '/')) {
-		f.err = -SF_EREFUSED;
-	} else {
-		f.err = sf_cfile_open(d->cd, path, &f.f);
-	}
-	d->files[d->nfiles++] = f;
-	*out = &d->files[d->nfiles - 1];
-	return 0;
+	return bsearch(&key, d->si, d->nsi, sizeof(*d->si), cmp_key_v);
 }
 
 /* The file and region of si, checked. 0 or an error with the reason. */
 static int chunk_input(struct dcp *d, const char *key, const struct sinfo *si,
 		       struct sf_input *in)
 {
-	const struct dfile *f = NULL;
-	int rc = get_file(d, si->path, &f);
+	const struct sf_fileset_file *f = NULL;
+	int rc = sf_fileset_get(&d->files, si->path, &f);
 
+	if (rc == -SF_ETOOBIG)
+		return sf_fail(&d->w, rc, "more than %u chunk files", DCP_MAX_FILES);
 	if (rc)
 		return rc;
 	if (f->err)
 		return sf_fail(&d->w, f->err == -SF_EREFUSED ? -SF_EREFUSED : -SF_ESHORT,
-			    "%s: its file %s %s", key, si->path,
-			    f->err == -SF_EREFUSED ? "is not a plain name inside the checkpoint" :
-			    f->err == -EXDEV ? "leads out of the checkpoint" :
-			    f->err == -EINVAL ? "is not a regular file" :
-			    sf_strerror(f->err));
-	if (si->foff > f->f.size || si->len > f->f.size - si->foff)
+			    "%s: its file %s %s", key, si->path, sf_fileset_why(f));
+	if (si->foff > f->size || si->len > f->size - si->foff)
 		return sf_fail(&d->w, -SF_ESHORT,
 			    "%s: bytes %llu+%llu lie past the end of %s (%llu bytes)",
 			    key, (unsigned long long)si->foff,
 			    (unsigned long long)si->len, si->path,
-			    (unsigned long long)f->f.size);
-	return sf_input_sub(&f->f.in, si->foff, si->len, in);
+			    (unsigned long long)f->size);
+	return sf_input_sub(&f->cf.in, si->foff, si->len, in);
+}
+
+/* --- transforms (torch 2.x extensions) --- */
+
+/* How si's bytes are stored: NONE (no transform_descriptors, or an empty
+ * list), ZSTD (exactly ["stream.zstd/1..."], as torch's ZStandard writes
+ * and reads it), else UNREADABLE; desc gets the descriptors, quoted. */
+static enum sf_codec chunk_codec(const struct sinfo *si, char *desc, size_t n)
+{
+	const struct sf_pk *tr = si->tr;
+	size_t k = 0, cnt = sf_pk_len(tr);
+	const char *s;
+
+	desc[0] = '\0';
+	if (!tr)
+		return SF_CODEC_NONE;
+	if (tr->kind != SF_PK_LIST && tr->kind != SF_PK_TUPLE) {
+		snprintf(desc, n, "(not a list)");
+		return SF_CODEC_UNREADABLE;
+	}
+	if (cnt == 0)
+		return SF_CODEC_NONE;
+	for (size_t i = 0; i < cnt && k + 8 < n; i++) {
+		char q[4 * SF_QNAME_MAX + 8];
+
+		s = sf_pk_str(sf_pk_item(tr, i));
+		if (s)
+			sf_quote_name(q, s, strlen(s));
+		else
+			snprintf(q, sizeof(q), "(not a string)");
+		k += (size_t)snprintf(desc + k, n - k, "%s%s", i ? ", " : "", q);
+	}
+	s = sf_pk_str(sf_pk_item(tr, 0));
+	if (cnt == 1 && s && strncmp(s, DCP_ZSTD, sizeof(DCP_ZSTD) - 1) == 0 &&
+	    s[sizeof(DCP_ZSTD) - 1] == '1' &&
+	    (s[sizeof(DCP_ZSTD)] == '\0' || s[sizeof(DCP_ZSTD)] == '.'))
+		return SF_CODEC_ZSTD;
+	return SF_CODEC_UNREADABLE;
+}
+
+/* Decode the zstd chunk in (si's stored bytes) into *out (the caller
+ * frees it). 0, -SF_ETOOBIG, -EIO (corrupt), -ENOMEM; the reason in why. */
+static int decode_chunk(const struct sf_input *in, const struct sinfo *si,
+			void **out, size_t *outlen, char *why, size_t whylen)
+{
+	void *stored;
+	int rc;
+
+	*out = NULL;
+	if (si->len > SF_MAX_STORED) {
+		snprintf(why, whylen, "%llu stored bytes exceed the limit of %llu",
+			 (unsigned long long)si->len, SF_MAX_STORED);
+		return -SF_ETOOBIG;
+	}
+	stored = malloc(si->len ? si->len : 1);
+	if (!stored)
+		return -ENOMEM;
+	rc = sf_input_read(in, stored, si->len, 0);
+	if (rc)
+		snprintf(why, whylen, "%s", sf_strerror(rc));
+	else
+		rc = sf_codec_decode_alloc(SF_CODEC_ZSTD, stored, si->len,
+					   SF_MAX_DECODED, out, outlen, why,
+					   whylen);
+	free(stored);
+	return rc == -SF_ESHORT ? -EIO : rc;
 }
 
 /* The dtype in TensorProperties (its state: a dict, or the tuple torch's
@@ -306,27 +420,49 @@ static void leave_out(struct dcp *d, const char *key, const char *why)
 	sf_warn("checkpoint %s: %s left out: %s", d->name, key, why);
 }
 
-/* One chunk of tensor t (key) into a shard. */
+/* Forget the reason a failed step wrote (it has been logged). */
+static void clear_err(struct dcp *d)
+{
+	if (d->w.err && d->w.errlen)
+		d->w.err[0] = '\0';
+}
+
+/* A shard of t over box s->box whose bytes shardfs cannot decode: listed,
+ * every read of it fails with EIO. The reason is logged here. */
+static int add_unreadable(struct dcp *d, const char *key, struct sf_tensor *t,
+			  struct sf_shard *s, const struct sinfo *si,
+			  const char *why)
+{
+	sf_warn("checkpoint %s: tensor %s: the chunk in %s at %llu %s: its reads fail with EIO",
+		d->name, key, si->path, (unsigned long long)si->foff, why);
+	s->codec = SF_CODEC_UNREADABLE;
+	s->file = (char *)si->path;
+	s->file_offset = si->foff;
+	s->nbytes = sf_box_numel(&s->box) * sf_dtype_size(t->dtype);
+	if (sf_tensor_add_shard(d->m, t, s))
+		return sf_fail(&d->w, -SF_EFORMAT, "tensor %s: %s", key, sf_model_why(d->m));
+	return 0;
+}
+
+/* Chunk c of tensor t (key) into a shard. */
 static int add_chunk(struct dcp *d, const char *key, struct sf_tensor *t,
-		     const struct sf_pk *chunk)
+		     const struct chunk *c)
 {
 	struct sf_shard s = { 0 };
 	struct sf_torchsave *ts = NULL;
 	const struct sf_ts_tensor *x;
 	const struct sinfo *si;
 	struct sf_input in;
-	unsigned nd_off, nd_len;
-	char why[256] = "";
-	size_t isz = sf_dtype_size(t->dtype);
-	uint64_t numel = 1;
+	char why[384] = "", desc[256];
+	size_t isz = sf_dtype_size(t->dtype), declen = 0;
+	enum sf_codec codec;
+	void *dec = NULL;
+	uint64_t numel = 1, first;
 	int rc;
 
-	if (!is_dcp(chunk, "ChunkStorageMetadata") ||
-	    !size_of(sf_pk_attr(chunk, "offsets"), s.box.off, &nd_off) ||
-	    !size_of(sf_pk_attr(chunk, "sizes"), s.box.len, &nd_len) ||
-	    nd_off != t->ndim || nd_len != t->ndim)
-		return sf_fail(&d->w, -SF_EFORMAT, "tensor %s: malformed chunk", key);
 	s.box.ndim = t->ndim;
+	memcpy(s.box.off, c->off, sizeof(s.box.off));
+	memcpy(s.box.len, c->len, sizeof(s.box.len));
 	for (unsigned i = 0; i < t->ndim; i++)
 		numel *= s.box.len[i]; /* bounded: the validator checks the box */
 	if (numel == 0 && t->ndim > 0)
@@ -338,10 +474,31 @@ static int add_chunk(struct dcp *d, const char *key, struct sf_tensor *t,
 	rc = chunk_input(d, key, si, &in);
 	if (rc)
 		return rc;
+	codec = chunk_codec(si, desc, sizeof(desc));
+	if (codec == SF_CODEC_UNREADABLE) {
+		snprintf(why, sizeof(why), "is stored with transform %s, which shardfs cannot undo",
+			 desc);
+		return add_unreadable(d, key, t, &s, si, why);
+	}
+	if (codec == SF_CODEC_ZSTD) {
+		rc = decode_chunk(&in, si, &dec, &declen, why, sizeof(why));
+		if (rc == -EIO) {
+			char w2[sizeof(why) + 32];
+
+			snprintf(w2, sizeof(w2), "does not decode (%s)", why);
+			return add_unreadable(d, key, t, &s, si, w2);
+		}
+		if (rc)
+			return sf_fail(&d->w, rc, "tensor %s: zstd chunk in %s at %llu: %s",
+				    key, si->path, (unsigned long long)si->foff, why);
+		in = sf_input_mem(dec, declen);
+	}
 	rc = sf_torchsave_open(&in, &ts, why, sizeof(why));
-	if (rc)
-		return sf_fail(&d->w, rc, "tensor %s: chunk in %s at %llu: %s", key,
-			    si->path, (unsigned long long)si->foff, why);
+	if (rc) {
+		sf_fail(&d->w, rc, "tensor %s: chunk in %s at %llu: %s", key,
+			si->path, (unsigned long long)si->foff, why);
+		goto out_free_dec;
+	}
 	x = &ts->t[0];
 	rc = -SF_EFORMAT;
 	if (ts->n != 1 || x->key[0]) {
@@ -354,9 +511,17 @@ static int add_chunk(struct dcp *d, const char *key, struct sf_tensor *t,
 		     key, si->path, sf_dtype_name(x->dtype));
 		goto out_free_ts;
 	}
-	s.rank = 0;
+	first = x->data_off + x->storage_offset * isz;
 	s.file = (char *)si->path;
-	s.file_offset = si->foff + x->data_off + x->storage_offset * isz;
+	if (codec == SF_CODEC_ZSTD) {
+		s.codec = codec;
+		s.file_offset = si->foff;
+		s.stored_len = si->len;
+		s.decoded_len = declen;
+		s.decoded_off = first;
+	} else {
+		s.file_offset = si->foff + first;
+	}
 	if (x->contiguous) {
 		s.nbytes = numel * isz;
 	} else {
@@ -368,52 +533,33 @@ static int add_chunk(struct dcp *d, const char *key, struct sf_tensor *t,
 		sf_fail(&d->w, rc, "tensor %s: %s", key, sf_model_why(d->m));
 out_free_ts:
 	sf_torchsave_free(ts);
+out_free_dec:
+	free(dec);
 	return rc;
 }
 
-static int add_tensor(struct dcp *d, const char *key, const struct sf_pk *md)
+/* Tensor key from chunks[0..n) (every rank's, one per offset). */
+static int add_tensor(struct dcp *d, const char *key, enum sf_dtype dt,
+		      unsigned ndim, const uint64_t *shape,
+		      const struct chunk *chunks, size_t n)
 {
-	const struct sf_pk *chunks = sf_pk_attr(md, "chunks");
-	uint64_t shape[SF_MAX_NDIM];
 	struct sf_tensor *t;
-	enum sf_dtype dt;
-	unsigned ndim;
 	int rc;
 
-	dt = props_dtype(sf_pk_attr(md, "properties"));
 	if (dt == SF_DT_INVALID) {
 		leave_out(d, key, "a dtype shardfs does not know");
 		return 0;
 	}
-	if (!size_of(sf_pk_attr(md, "size"), shape, &ndim) || !chunks ||
-	    chunks->kind != SF_PK_LIST)
-		return sf_fail(&d->w, -SF_EFORMAT, "tensor %s: no size or chunks", key);
-	/* A tensor with a compressed chunk is left out whole. */
-	for (size_t i = 0; i < chunks->u.seq.n; i++) {
-		const struct sf_pk *c = chunks->u.seq.v[i];
-		uint64_t off[SF_MAX_NDIM];
-		const struct sinfo *si;
-		unsigned nd;
-
-		if (!size_of(sf_pk_attr(c, "offsets"), off, &nd))
-			continue; /* add_chunk says why */
-		si = find_sinfo(d, key, true, nd, off);
-		if (si && si->transformed) {
-			leave_out(d, key, "its chunks are stored compressed (DCP extensions)");
-			return 0;
-		}
-	}
 	rc = sf_model_add_tensor(d->m, false, key, dt, ndim, shape, &t);
 	if (rc)
 		return sf_fail(&d->w, rc, "tensor %s: %s", key, sf_model_why(d->m));
-	for (size_t i = 0; i < chunks->u.seq.n && !rc; i++)
-		rc = add_chunk(d, key, t, chunks->u.seq.v[i]);
+	for (size_t i = 0; i < n && !rc; i++)
+		rc = add_chunk(d, key, t, &chunks[i]);
 	if (rc && rc != -ENOMEM) {
 		/* a chunk that cannot be served: the tensor alone is left out */
 		sf_model_drop_last(d->m, SF_ENTRY_TENSOR);
 		leave_out(d, key, d->w.err && d->w.err[0] ? d->w.err : sf_strerror(rc));
-		if (d->w.err && d->w.errlen)
-			d->w.err[0] = '\0';
+		clear_err(d);
 		rc = 0;
 	}
 	return rc;
@@ -425,46 +571,161 @@ static int add_object(struct dcp *d, const char *key)
 	struct sf_shard s = { 0 };
 	struct sf_tensor *t;
 	struct sf_input in;
+	char why[384] = "", desc[256];
+	enum sf_codec codec;
+	size_t declen = 0;
+	void *dec = NULL;
+	uint64_t size;
 	int rc;
 
 	if (!si)
 		return sf_fail(&d->w, -SF_EFORMAT, "object %s: no storage_data entry", key);
-	if (si->transformed) {
-		leave_out(d, key, "stored compressed (DCP extensions)");
-		return 0;
-	}
 	rc = chunk_input(d, key, si, &in);
 	if (rc && rc != -ENOMEM) {
 		leave_out(d, key, d->w.err && d->w.err[0] ? d->w.err : sf_strerror(rc));
-		if (d->w.err && d->w.errlen)
-			d->w.err[0] = '\0';
+		clear_err(d);
 		return 0;
 	}
 	if (rc)
 		return rc;
-	rc = sf_model_add_object(d->m, key, si->len, &t);
+	size = si->len;
+	codec = chunk_codec(si, desc, sizeof(desc));
+	if (codec == SF_CODEC_UNREADABLE) {
+		snprintf(why, sizeof(why), "stored with transform %s, which shardfs cannot undo",
+			 desc);
+		leave_out(d, key, why);
+		return 0;
+	}
+	if (codec == SF_CODEC_ZSTD) {
+		/* its size is the decoded size: decode it once to learn it */
+		rc = decode_chunk(&in, si, &dec, &declen, why, sizeof(why));
+		free(dec);
+		if (rc == -ENOMEM)
+			return rc;
+		if (rc) {
+			leave_out(d, key, why);
+			return 0;
+		}
+		size = declen;
+	}
+	rc = sf_model_add_object(d->m, key, size, &t);
 	if (rc)
 		return sf_fail(&d->w, rc, "object %s: %s", key, sf_model_why(d->m));
-	if (si->len == 0)
+	if (size == 0)
 		return 0;
 	s.box.ndim = 1;
-	s.box.len[0] = si->len;
+	s.box.len[0] = size;
 	s.file = (char *)si->path;
 	s.file_offset = si->foff;
-	s.nbytes = si->len;
+	s.nbytes = size;
+	if (codec == SF_CODEC_ZSTD) {
+		s.codec = codec;
+		s.stored_len = si->len;
+		s.decoded_len = declen;
+	}
 	rc = sf_tensor_add_shard(d->m, t, &s);
 	if (rc)
 		return sf_fail(&d->w, rc, "object %s: %s", key, sf_model_why(d->m));
 	return 0;
 }
 
-/* Is name one of DCP's own files? */
-static bool dcp_own(const char *name)
+/* --- names --- */
+
+/* A rank: decimal, no leading zero, below SF_MAX_WORLD. */
+static bool parse_rank(const char *s, size_t len, uint32_t *out)
+{
+	uint32_t v = 0;
+
+	if (len == 0 || len > 5 || (len > 1 && s[0] == '0'))
+		return false;
+	for (size_t i = 0; i < len; i++) {
+		if (s[i] < '0' || s[i] > '9')
+			return false;
+		v = v * 10 + (uint32_t)(s[i] - '0');
+	}
+	if (v >= SF_MAX_WORLD)
+		return false;
+	*out = v;
+	return true;
+}
+
+static bool ends_with(const char *name, const char *suffix)
+{
+	size_t n = strlen(name), ns = strlen(suffix);
+
+	return n >= ns && strcmp(name + n - ns, suffix) == 0;
+}
+
+/* "__R.metadata" (with a suffix: "__R.metadata.tmp"): rank R's metadata. */
+static bool rank_md_name(const char *name, const char *suffix, uint32_t *rank)
+{
+	size_t n = strlen(name), ns = sizeof(SF_DCP_METADATA) - 1 + strlen(suffix);
+
+	return n > 2 + ns && strncmp(name, "__", 2) == 0 &&
+	       strncmp(name + n - ns, SF_DCP_METADATA, sizeof(SF_DCP_METADATA) - 1) == 0 &&
+	       strcmp(name + n - strlen(suffix), suffix) == 0 &&
+	       parse_rank(name + 2, n - 2 - ns, rank);
+}
+
+static bool is_distcp(const char *name)
 {
 	size_t n = strlen(name), ns = sizeof(SF_DCP_SUFFIX) - 1;
 
-	return strcmp(name, SF_DCP_METADATA) == 0 ||
-	       (n > ns && strcmp(name + n - ns, SF_DCP_SUFFIX) == 0);
+	return strncmp(name, "__", 2) == 0 && n > ns + 2 &&
+	       strcmp(name + n - ns, SF_DCP_SUFFIX) == 0;
+}
+
+/* Is name one of DCP's own files? */
+static bool dcp_own(const char *name)
+{
+	uint32_t r;
+
+	return strcmp(name, SF_DCP_METADATA) == 0 || ends_with(name, SF_DCP_SUFFIX) ||
+	       rank_md_name(name, "", &r) || rank_md_name(name, ".tmp", &r);
+}
+
+/* What a directory's names say about DCP metadata. */
+struct dcp_scan {
+	bool any_distcp;            /* some __*.distcp */
+	bool global;                /* .metadata */
+	size_t nranks;              /* __R.metadata files */
+	uint32_t top;               /* highest rank named by either */
+};
+
+static void scan_names(const struct sf_dirlist *ls, struct dcp_scan *sc)
+{
+	memset(sc, 0, sizeof(*sc));
+	for (size_t i = 0; i < ls->n; i++) {
+		const char *nm = ls->names[i];
+		uint32_t r;
+
+		if (ls->is_dir[i])
+			continue;
+		if (strcmp(nm, SF_DCP_METADATA) == 0) {
+			sc->global = true;
+		} else if (rank_md_name(nm, "", &r)) {
+			sc->nranks++;
+			sc->top = r > sc->top ? r : sc->top;
+		} else if (is_distcp(nm)) {
+			const char *us = strchr(nm + 2, '_');
+
+			sc->any_distcp = true;
+			if (us && parse_rank(nm + 2, (size_t)(us - nm - 2), &r))
+				sc->top = r > sc->top ? r : sc->top;
+		}
+	}
+}
+
+/*
+ * Per-rank metadata is complete when every rank from 0 to the highest
+ * rank any DCP file names has its __R.metadata (each rank renames it into
+ * place after its chunk files are written). A highest rank that has
+ * written nothing at all cannot be seen; its chunks are then missing and
+ * the coverage check refuses the checkpoint.
+ */
+static bool ranks_complete(const struct dcp_scan *sc)
+{
+	return sc->nranks > 0 && sc->nranks == (size_t)sc->top + 1;
 }
 
 /* Every other regular, visible file at the top of the directory. */
@@ -528,39 +789,312 @@ static void set_format(struct dcp *d, const struct sf_pk *md)
 	sf_model_set_format(d->m, f);
 }
 
-static int build(struct dcp *d, const struct sf_pk *md)
+/* --- merging the documents' keys --- */
+
+/* Keys, then ranks, then (in one document) the last entry first. */
+static int cmp_item(const void *a, const void *b)
 {
-	const struct sf_pk *sdm = sf_pk_attr(md, "state_dict_metadata");
+	const struct item *x = a, *y = b;
+	int c = strcmp(x->key, y->key);
+
+	if (c)
+		return c;
+	if (x->rank != y->rank)
+		return x->rank < y->rank ? -1 : 1;
+	return x->seq == y->seq ? 0 : x->seq > y->seq ? -1 : 1;
+}
+
+/* Chunks by offsets (zero past their dimensions), then rank. */
+static int cmp_chunk(const void *a, const void *b)
+{
+	const struct chunk *x = a, *y = b;
+	int c = memcmp(x->off, y->off, sizeof(x->off)) ? 1 : 0;
+
+	for (unsigned i = 0; c && i < SF_MAX_NDIM; i++)
+		if (x->off[i] != y->off[i])
+			return x->off[i] < y->off[i] ? -1 : 1;
+	return x->rank == y->rank ? 0 : x->rank < y->rank ? -1 : 1;
+}
+
+/* A tensor's dtype and size as document it->rank says. */
+static bool tensor_props(const struct item *it, enum sf_dtype *dt,
+			 uint64_t *shape, unsigned *ndim)
+{
+	*dt = props_dtype(sf_pk_attr(it->v, "properties"));
+	return size_of(sf_pk_attr(it->v, "size"), shape, ndim);
+}
+
+/* The chunks every rank lists for tensor key (items its[0..n), one per
+ * rank), sorted by offsets, one per offset (the lowest rank's). *out is
+ * malloc'd. A malformed chunk: -SF_EFORMAT with the reason. */
+static int gather_chunks(struct dcp *d, const char *key, const struct item *its,
+			 size_t n, unsigned ndim, struct chunk **out, size_t *nout)
+{
+	struct chunk *c = NULL;
+	size_t nc = 0, cap = 0, k = 0;
+	int rc = 0;
+
+	for (size_t i = 0; i < n && !rc; i++) {
+		const struct sf_pk *list = sf_pk_attr(its[i].v, "chunks");
+
+		if (!list || list->kind != SF_PK_LIST) {
+			rc = sf_fail(&d->w, -SF_EFORMAT, "tensor %s: no chunks", key);
+			break;
+		}
+		for (size_t j = 0; j < list->u.seq.n && !rc; j++) {
+			const struct sf_pk *ch = list->u.seq.v[j];
+			struct chunk x = { .rank = its[i].rank };
+			unsigned nd_off, nd_len;
+
+			if (!is_dcp(ch, "ChunkStorageMetadata") ||
+			    !size_of(sf_pk_attr(ch, "offsets"), x.off, &nd_off) ||
+			    !size_of(sf_pk_attr(ch, "sizes"), x.len, &nd_len) ||
+			    nd_off != ndim || nd_len != ndim) {
+				rc = sf_fail(&d->w, -SF_EFORMAT, "tensor %s: malformed chunk", key);
+				break;
+			}
+			rc = sf_array_grow(&c, nc, &cap, sizeof(*c), 4, DCP_MAX_CHUNKS);
+			if (rc == -SF_ETOOBIG)
+				sf_fail(&d->w, rc, "tensor %s: more than %u chunks", key,
+					DCP_MAX_CHUNKS);
+			if (!rc)
+				c[nc++] = x;
+		}
+	}
+	if (rc) {
+		free(c);
+		return rc;
+	}
+	if (nc > 1)
+		qsort(c, nc, sizeof(*c), cmp_chunk);
+	for (size_t i = 0; i < nc; i++)
+		if (k == 0 || memcmp(c[k - 1].off, c[i].off, sizeof(c[i].off)) != 0)
+			c[k++] = c[i];
+	*out = c;
+	*nout = k;
+	return 0;
+}
+
+/* One key of the merged documents: its[0..n), one per rank, lowest first. */
+static int add_key(struct dcp *d, const struct item *its, size_t n)
+{
+	const char *key = its[0].key;
+	bool tensor = is_dcp(its[0].v, "TensorStorageMetadata");
+	uint64_t shape[SF_MAX_NDIM] = { 0 };
+	struct chunk *chunks = NULL;
+	enum sf_dtype dt = SF_DT_INVALID;
+	unsigned ndim = 0;
+	size_t nc = 0;
 	int rc;
 
-	bool ext_md = d->ext && d->ext->meta_class &&
-		      sf_pk_is_obj(md, d->ext->meta_module, d->ext->meta_class);
+	if (!tensor && !is_dcp(its[0].v, "BytesStorageMetadata"))
+		return sf_fail(&d->w, -SF_EFORMAT, "%s: neither tensor nor bytes metadata", key);
+	if (tensor && !tensor_props(&its[0], &dt, shape, &ndim))
+		return sf_fail(&d->w, -SF_EFORMAT, "tensor %s: no size or chunks", key);
+	for (size_t i = 1; i < n; i++) {
+		uint64_t sh[SF_MAX_NDIM] = { 0 };
+		enum sf_dtype dt2;
+		unsigned nd2;
 
-	if ((!is_dcp(md, "Metadata") && !ext_md) || !sdm || sdm->kind != SF_PK_DICT)
-		return sf_fail(&d->w, -SF_EFORMAT,
-			    ".metadata: not a DCP Metadata with a state_dict_metadata dict");
-	rc = read_storage(d, sf_pk_attr(md, "storage_data"));
+		if (is_dcp(its[i].v, "TensorStorageMetadata") != tensor)
+			return sf_fail(&d->w, -SF_EFORMAT,
+				    "%s: the metadata of ranks %u and %u disagree: a tensor in one, bytes in the other",
+				    key, its[0].rank, its[i].rank);
+		if (!tensor)
+			continue;
+		if (!tensor_props(&its[i], &dt2, sh, &nd2))
+			return sf_fail(&d->w, -SF_EFORMAT, "tensor %s: no size or chunks", key);
+		if (dt2 != dt || nd2 != ndim || memcmp(sh, shape, sizeof(sh)) != 0)
+			return sf_fail(&d->w, -SF_EFORMAT,
+				    "tensor %s: the metadata of ranks %u and %u disagree on its dtype or size (%s, %u dimensions vs %s, %u dimensions)",
+				    key, its[0].rank, its[i].rank, sf_dtype_name(dt),
+				    ndim, sf_dtype_name(dt2), nd2);
+	}
+	if (!tensor)
+		return add_object(d, key);
+	if (dt == SF_DT_INVALID) {
+		leave_out(d, key, "a dtype shardfs does not know");
+		return 0;
+	}
+	rc = gather_chunks(d, key, its, n, ndim, &chunks, &nc);
+	if (rc == -SF_EFORMAT) {
+		leave_out(d, key, d->w.err && d->w.err[0] ? d->w.err : sf_strerror(rc));
+		clear_err(d);
+		return 0;
+	}
 	if (rc)
 		return rc;
-	set_format(d, md);
-	for (size_t i = 0; i < sdm->u.dict.n && !rc; i++) {
-		const char *key = sf_pk_str(sdm->u.dict.k[i]);
-		const struct sf_pk *v = sdm->u.dict.v[i];
+	rc = add_tensor(d, key, dt, ndim, shape, chunks, nc);
+	free(chunks);
+	return rc;
+}
 
-		if (!key)
-			return sf_fail(&d->w, -SF_EFORMAT, ".metadata: a key is not a string");
-		if (!sf_name_valid(key)) {
-			leave_out(d, key, "not a name shardfs can show");
+/* The model of docs[0..n): one global document, or rank i's in docs[i]. */
+static int build(struct dcp *d, const struct mdoc *docs, size_t n)
+{
+	struct item *its = NULL, *kept = NULL;
+	size_t nit = 0, cap = 0;
+	int rc = 0;
+
+	for (size_t r = 0; r < n && !rc; r++) {
+		const struct sf_pk *md = docs[r].root;
+		const struct sf_pk *sdm = sf_pk_attr(md, "state_dict_metadata");
+		char nb[32];
+
+		bool ext_md = d->ext && d->ext->meta_class &&
+			      sf_pk_is_obj(md, d->ext->meta_module, d->ext->meta_class);
+
+		if ((!is_dcp(md, "Metadata") && !ext_md) || !sdm || sdm->kind != SF_PK_DICT) {
+			rc = sf_fail(&d->w, -SF_EFORMAT,
+				     "%s: not a DCP Metadata with a state_dict_metadata dict",
+				     doc_name(d, (uint32_t)r, nb, sizeof(nb)));
+			break;
+		}
+		rc = read_storage(d, sf_pk_attr(md, "storage_data"), (uint32_t)r);
+		for (size_t i = 0; i < sdm->u.dict.n && !rc; i++) {
+			struct item it = { sf_pk_str(sdm->u.dict.k[i]), sdm->u.dict.v[i],
+					   (uint32_t)r, (uint32_t)i };
+
+			if (!it.key) {
+				rc = sf_fail(&d->w, -SF_EFORMAT, "metadata: a key is not a string");
+				break;
+			}
+			rc = sf_array_grow(&its, nit, &cap, sizeof(*its), 64, DCP_MAX_ITEMS);
+			if (rc)
+				sf_fail(&d->w, rc, "metadata: too many keys");
+			else
+				its[nit++] = it;
+		}
+	}
+	if (rc)
+		goto out_free;
+	sort_storage(d);
+	set_format(d, docs[0].root);
+	if (nit > 1)
+		qsort(its, nit, sizeof(*its), cmp_item);
+	kept = malloc((n ? n : 1) * sizeof(*kept));
+	if (!kept) {
+		rc = -ENOMEM;
+		goto out_free;
+	}
+	for (size_t i = 0, j; i < nit && !rc; i = j) {
+		size_t nk = 0;
+
+		/* one key: the first entry of each rank (its last in the file) */
+		for (j = i; j < nit && strcmp(its[j].key, its[i].key) == 0; j++)
+			if (nk == 0 || kept[nk - 1].rank != its[j].rank)
+				kept[nk++] = its[j];
+		if (!sf_name_valid(its[i].key)) {
+			leave_out(d, its[i].key, "not a name shardfs can show");
 			continue;
 		}
-		if (is_dcp(v, "TensorStorageMetadata"))
-			rc = add_tensor(d, key, v);
-		else if (is_dcp(v, "BytesStorageMetadata"))
-			rc = add_object(d, key);
-		else
-			return sf_fail(&d->w, -SF_EFORMAT, "%s: neither tensor nor bytes metadata", key);
+		rc = add_key(d, kept, nk);
 	}
-	return rc ? rc : add_root_files(d);
+	if (!rc)
+		rc = add_root_files(d);
+out_free:
+	free(kept);
+	free(its);
+	return rc;
+}
+
+/* --- opening --- */
+
+/* Decode one metadata document from in (what names it, for messages). */
+static int load_doc(struct dcp *d, const struct sf_input *in, const char *what,
+		    struct mdoc *doc)
+{
+	struct sf_pickle_opts po = { 0 };
+	char why[256] = "";
+	int rc;
+
+	po.allow = d->allow;
+	po.nallow = d->nallow;
+	rc = sf_pickle_load(in, &po, &doc->pk, why, sizeof(why));
+	if (rc)
+		return sf_fail(&d->w, rc, "%s: %s", what, why);
+	doc->root = sf_pickle_root(doc->pk);
+	return 0;
+}
+
+/* Open and decode the metadata file fname; *total counts the bytes of
+ * every document, bounded by SF_MAX_MANIFEST_BYTES. */
+static int load_file(struct dcp *d, const char *fname, struct mdoc *doc,
+		     uint64_t *total)
+{
+	struct sf_cfile f;
+	int rc;
+
+	rc = sf_cfile_open(d->cd, fname, &f);
+	if (rc == -EINVAL)
+		return sf_fail(&d->w, -SF_EFORMAT, "%s: not a regular file", fname);
+	if (rc)
+		return sf_fail(&d->w, rc, "%s: %s", fname, sf_strerror(rc));
+	*total += f.size;
+	if (f.size > SF_MAX_MANIFEST_BYTES || *total > SF_MAX_MANIFEST_BYTES) {
+		rc = sf_fail(&d->w, -SF_ETOOBIG, "%s: metadata larger than %u bytes",
+			     fname, SF_MAX_MANIFEST_BYTES);
+		goto out_close;
+	}
+	rc = load_doc(d, &f.in, fname, doc);
+out_close:
+	sf_cfile_close(&f);
+	return rc;
+}
+
+/* Build from the loaded documents into out, and free what d holds. */
+static int finish_open(struct dcp *d, struct mdoc *docs, size_t n,
+		       struct sf_format_result *out, char *err, size_t errlen)
+{
+	int rc;
+
+	sf_fileset_init(&d->files, d->cd, DCP_MAX_FILES);
+	d->m = sf_model_new(d->name, 1, SF_DEFAULT_BLOCK_SIZE);
+	rc = d->m ? build(d, docs, n) : -ENOMEM;
+	if (!rc && d->ext && d->ext->adjust)
+		rc = d->ext->adjust(d->ext->arg, d->m, docs[0].root, &d->w);
+	if (!rc)
+		rc = sf_model_finish(d->m, err, errlen);
+	if (!rc)
+		rc = sf_shardfs_dump(d->m, &out->meta, &out->metalen);
+	if (rc)
+		sf_model_destroy(d->m);
+	else
+		out->model = d->m;
+	sf_fileset_clear(&d->files);
+	free(d->si);
+	return rc;
+}
+
+static void free_docs(struct mdoc *docs, size_t n)
+{
+	for (size_t i = 0; docs && i < n; i++)
+		sf_pickle_free(docs[i].pk);
+	free(docs);
+}
+
+/* The globals metadata may name: DCP's, and ext's on top (merged into
+ * *merged, which the caller frees). 0, or an error with the reason. */
+static int setup_allow(struct dcp *d, struct sf_pk_global **merged)
+{
+	const struct sf_dcp_ext *ext = d->ext;
+
+	pthread_once(&allow_once, allow_build);
+	*merged = NULL;
+	d->allow = allow;
+	d->nallow = nallow;
+	if (!ext || !ext->nallow)
+		return 0;
+	if (ext->nallow > SF_DCP_EXT_MAX_ALLOW)
+		return sf_fail(&d->w, -EINVAL, "too many extra globals");
+	*merged = malloc((nallow + ext->nallow) * sizeof(**merged));
+	if (!*merged)
+		return -ENOMEM;
+	memcpy(*merged, allow, nallow * sizeof(**merged));
+	memcpy(*merged + nallow, ext->allow, ext->nallow * sizeof(**merged));
+	d->allow = *merged;
+	d->nallow = nallow + ext->nallow;
+	return 0;
 }
 
 int sf_dcp_open_ex(const struct sf_cdir *cd, const struct sf_dcp_ext *ext,
@@ -568,73 +1102,49 @@ int sf_dcp_open_ex(const struct sf_cdir *cd, const struct sf_dcp_ext *ext,
 {
 	struct dcp d = { .cd = cd, .name = cd->name, .ext = ext };
 	struct sf_pk_global *merged = NULL;
-	struct sf_pickle_opts po = { 0 };
-	struct sf_pickle *pk = NULL;
-	struct sf_cfile mf;
-	char why[256] = "";
+	struct sf_dirlist ls = { 0 };
+	struct dcp_scan sc;
+	struct mdoc *docs = NULL;
+	uint64_t total = 0;
+	size_t n = 1;
 	int rc;
 
 	sf_where_init(&d.w, err, errlen);
-	pthread_once(&allow_once, allow_build);
-	rc = sf_cfile_open(cd, SF_DCP_METADATA, &mf);
+	rc = sf_cdir_list(cd, &ls);
 	if (rc)
-		return sf_fail(&d.w, rc == -EINVAL ? -SF_EFORMAT : rc, SF_DCP_METADATA ": %s",
-			       rc == -EINVAL ? "not a regular file" : sf_strerror(rc));
-	if (mf.size > SF_MAX_MANIFEST_BYTES) {
-		rc = sf_fail(&d.w, -SF_ETOOBIG, SF_DCP_METADATA ": larger than %u bytes",
-			  SF_MAX_MANIFEST_BYTES);
-		goto out_close;
+		return sf_fail(&d.w, rc, "cannot list the directory: %s", sf_strerror(rc));
+	scan_names(&ls, &sc);
+	sf_dirlist_free(&ls);
+	if (!sc.global) {
+		/* torch reads a global .metadata when there is one; else each
+		 * rank its own, and together they are the checkpoint */
+		if (!ranks_complete(&sc))
+			return sf_fail(&d.w, -SF_EFORMAT,
+				       "no .metadata, and not every rank's __R.metadata");
+		n = sc.nranks;
+		d.per_rank = true;
 	}
-	po.allow = allow;
-	po.nallow = nallow;
-	if (ext && ext->nallow) {
-		if (ext->nallow > SF_DCP_EXT_MAX_ALLOW) {
-			rc = sf_fail(&d.w, -EINVAL, "too many extra globals");
-			goto out_close;
-		}
-		merged = malloc((nallow + ext->nallow) * sizeof(*merged));
-		if (!merged) {
-			rc = -ENOMEM;
-			goto out_close;
-		}
-		memcpy(merged, allow, nallow * sizeof(*merged));
-		memcpy(merged + nallow, ext->allow, ext->nallow * sizeof(*merged));
-		po.allow = merged;
-		po.nallow = nallow + ext->nallow;
+	rc = setup_allow(&d, &merged);
+	if (rc)
+		return rc;
+	docs = calloc(n, sizeof(*docs));
+	if (!docs) {
+		free(merged);
+		return -ENOMEM;
 	}
-	rc = sf_pickle_load(&mf.in, &po, &pk, why, sizeof(why));
-	if (rc) {
-		sf_fail(&d.w, rc, SF_DCP_METADATA ": %s", why);
-		goto out_close;
+	for (size_t r = 0; r < n && !rc; r++) {
+		char fname[32];
+
+		if (sc.global)
+			snprintf(fname, sizeof(fname), "%s", SF_DCP_METADATA);
+		else
+			snprintf(fname, sizeof(fname), "__%zu%s", r, SF_DCP_METADATA);
+		rc = load_file(&d, fname, &docs[r], &total);
 	}
-	d.m = sf_model_new(cd->name, 1, SF_DEFAULT_BLOCK_SIZE);
-	if (!d.m) {
-		rc = -ENOMEM;
-		goto out_free_pickle;
-	}
-	rc = build(&d, sf_pickle_root(pk));
-	if (!rc && ext && ext->adjust)
-		rc = ext->adjust(ext->arg, d.m, sf_pickle_root(pk), &d.w);
 	if (!rc)
-		rc = sf_model_finish(d.m, err, errlen);
-	if (!rc)
-		rc = sf_shardfs_dump(d.m, &out->meta, &out->metalen);
-	if (rc) {
-		sf_model_destroy(d.m);
-		goto out_free_pickle;
-	}
-	out->model = d.m;
-out_free_pickle:
-	sf_pickle_free(pk);
-	for (size_t i = 0; i < d.nfiles; i++) {
-		sf_cfile_close(&d.files[i].f);
-		free(d.files[i].path);
-	}
-	free(d.files);
-	free(d.si);
-out_close:
+		rc = finish_open(&d, docs, n, out, err, errlen);
+	free_docs(docs, n);
 	free(merged);
-	sf_cfile_close(&mf);
 	return rc;
 }
 
@@ -644,24 +1154,46 @@ static int dcp_open(const struct sf_cdir *cd, struct sf_format_result *out,
 	return sf_dcp_open_ex(cd, NULL, out, err, errlen);
 }
 
-static bool is_distcp(const char *name)
+int sf_dcp_open_docs(int dirfd, const char *name, const struct sf_dcp_doc *in,
+		     size_t n, struct sf_format_result *out, char *err,
+		     size_t errlen)
 {
-	size_t n = strlen(name), ns = sizeof(SF_DCP_SUFFIX) - 1;
+	struct sf_cdir cd = { .dirfd = dirfd, .name = name, .ref = { NULL, name } };
+	struct dcp d = { .cd = &cd, .name = name, .per_rank = n > 1 };
+	struct sf_pk_global *merged = NULL;
+	struct mdoc *docs;
+	int rc = 0;
 
-	return strncmp(name, "__", 2) == 0 && n > ns + 2 &&
-	       strcmp(name + n - ns, SF_DCP_SUFFIX) == 0;
+	sf_where_init(&d.w, err, errlen);
+	if (n == 0 || n > SF_MAX_WORLD)
+		return sf_fail(&d.w, -EINVAL, "%zu metadata documents", n);
+	rc = setup_allow(&d, &merged);
+	if (rc)
+		return rc;
+	docs = calloc(n, sizeof(*docs));
+	if (!docs)
+		return -ENOMEM;
+	for (size_t r = 0; r < n && !rc; r++) {
+		struct sf_input si = sf_input_mem(in[r].buf, in[r].len);
+		char nb[32];
+
+		rc = load_doc(&d, &si, doc_name(&d, (uint32_t)r, nb, sizeof(nb)),
+			      &docs[r]);
+	}
+	if (!rc)
+		rc = finish_open(&d, docs, n, out, err, errlen);
+	free_docs(docs, n);
+	return rc;
 }
 
 static enum sf_probe dcp_probe(const struct sf_dirlist *ls)
 {
-	bool any = false;
+	struct dcp_scan sc;
 
-	for (size_t i = 0; i < ls->n && !any; i++)
-		any = !ls->is_dir[i] && is_distcp(ls->names[i]);
-	if (!any)
+	scan_names(ls, &sc);
+	if (!sc.any_distcp)
 		return SF_PROBE_NO;
-	return sf_dirlist_has(ls, SF_DCP_METADATA, false) ? SF_PROBE_YES :
-	       SF_PROBE_PARTIAL;
+	return sc.global || ranks_complete(&sc) ? SF_PROBE_YES : SF_PROBE_PARTIAL;
 }
 
 const struct sf_format sf_format_dcp = {

@@ -15,6 +15,16 @@
  * whole nested dicts in torch 1.13) become objects holding their stored
  * bytes. Every other regular file in the directory is a root file.
  *
+ * Two layouts of torch 2.x are read too. Saved without collectives
+ * (use_collectives=False) a checkpoint has no `.metadata` but one
+ * `__R.metadata` per rank, each with only that rank's chunks: they are
+ * merged into one model, complete only when every rank from 0 to the
+ * highest one any file names has its metadata (else PARTIAL: being
+ * written). Chunks written through torch's ZStandard extension
+ * (`transform_descriptors` ["stream.zstd/1"]) are coded shards
+ * (sf_codec.h); any other transform, or a corrupt stream, makes the
+ * chunk's reads fail with EIO and is logged.
+ *
  * DCP carries no checksums: every shard is unverified.
  */
 #ifndef SF_DCP_H
@@ -56,5 +66,22 @@ struct sf_dcp_ext {
 /* The DCP open (sf_format_dcp.open) with ext (NULL: exactly that open). */
 int sf_dcp_open_ex(const struct sf_cdir *cd, const struct sf_dcp_ext *ext,
 		   struct sf_format_result *out, char *err, size_t errlen);
+/* One metadata document in memory (a `.metadata` or `__R.metadata` file's
+ * bytes; borrowed). */
+struct sf_dcp_doc {
+	const void *buf;
+	size_t len;
+};
+
+/*
+ * Build the model of the DCP checkpoint in dirfd (named name) from
+ * metadata given in memory instead of its files: n == 1, one global
+ * `.metadata`; n > 1, rank i's `__i.metadata` in docs[i]. Chunk files are
+ * read from dirfd as by the adapter's open (the fuzzer and tests use it).
+ * 0, or a negative error with a one-line reason in err.
+ */
+int sf_dcp_open_docs(int dirfd, const char *name, const struct sf_dcp_doc *docs,
+		     size_t n, struct sf_format_result *out, char *err,
+		     size_t errlen);
 
 #endif

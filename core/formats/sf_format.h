@@ -8,8 +8,9 @@
  *
  * Probes look at names only (no file is opened), so a scan of a big store
  * is cheap, and they are exact about what is complete: a checkpoint still
- * being written (a DCP directory without its .metadata yet, a shardfs
- * directory without manifest.json) is PARTIAL, never shown as complete.
+ * being written (a DCP directory without its .metadata or some rank's
+ * __R.metadata yet, a shardfs directory without manifest.json) is
+ * PARTIAL, never shown as complete.
  *
  * open() reads only files inside the checkpoint directory, through a
  * struct sf_cdir (the local directory, with every path resolved beneath

@@ -611,6 +611,9 @@ static int collect_jobs(const struct sf_model *m, struct job **out, size_t *n,
 	size_t cnt = 0;
 	struct job *jobs;
 
+	/* A compressed shard (a zstd chunk) is not indexed: its checksums
+	 * would be of the decoded bytes, which only the engine has; it is
+	 * served unverified, as without an index. */
 	for (int l = 0; l < 3; l++)
 		for (size_t i = 0; i < counts[l]; i++)
 			cnt += lists[l][i].nshards;
@@ -624,9 +627,10 @@ static int collect_jobs(const struct sf_model *m, struct job **out, size_t *n,
 	for (int l = 0; l < 3; l++)
 		for (size_t i = 0; i < counts[l]; i++)
 			for (size_t k = 0; k < lists[l][i].nshards; k++)
-				jobs[(*n)++] = (struct job){ (enum sf_entry_kind)l,
-							     &lists[l][i],
-							     &lists[l][i].shards[k] };
+				if (lists[l][i].shards[k].codec == SF_CODEC_NONE)
+					jobs[(*n)++] = (struct job){ (enum sf_entry_kind)l,
+								     &lists[l][i],
+								     &lists[l][i].shards[k] };
 	qsort(jobs, *n, sizeof(*jobs), job_cmp);
 	*total = 0;
 	for (size_t i = 0; i < *n; i++)

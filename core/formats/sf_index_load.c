@@ -175,6 +175,10 @@ int sf_index_apply(int stat_dirfd, const char *name, const char *adapter,
 				const struct sf_index_shard *p = NULL;
 				const struct sf_index_file *f;
 
+				if (s->codec != SF_CODEC_NONE) {
+					st->unverified++; /* never indexed: sf_index.c */
+					continue;
+				}
 				if (ix->nshards)
 					p = bsearch(&key, ix->shards, ix->nshards,
 						    sizeof(*ix->shards), skey_cmp);

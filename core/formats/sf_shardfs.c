@@ -520,6 +520,18 @@ void sf_shardfs_put_shard(struct sf_jw *w, unsigned ndim,
 	sf_jw_comma(w);
 	sf_jw_key(w, "nbytes");
 	sf_jw_u64(w, s->nbytes);
+	/* a foreign format's coded (compressed) chunk: shown, never parsed */
+	if (s->codec != SF_CODEC_NONE) {
+		sf_jw_comma(w);
+		sf_jw_key(w, "codec");
+		sf_jw_str(w, sf_codec_name(s->codec));
+		sf_jw_comma(w);
+		sf_jw_key(w, "stored_nbytes");
+		sf_jw_u64(w, s->stored_len);
+		sf_jw_comma(w);
+		sf_jw_key(w, "decoded_offset");
+		sf_jw_u64(w, s->decoded_off);
+	}
 	/* an empty shard has no blocks but is verified all the same */
 	if (with_sums && (s->xxh3 || s->nbytes == 0)) {
 		sf_jw_comma(w);

@@ -197,6 +197,7 @@ def test(env, ck):
         return
     names = [n for n, _ in cases]
     exp_of = dict(cases)
+    coded = {n for n in names if "zstd" in n}  # torch-2.15-ext's zstd chunks
     env.gen(os.path.join(store, "native"), layout="mixed", ranks=2, size="128K", ref=False)
     base = "torch-2.15-rows4" if "torch-2.15-rows4" in exp_of else names[0]
     # a root file of several blocks, indexed in blocks of 4 KiB
@@ -296,6 +297,13 @@ def test(env, ck):
         return env.shardctl_run("verify", os.path.join(store, n), check=False)
     for n in names:
         r = verify(n)
+        if n in coded:
+            # zstd chunks are not indexed (their checksums would be of the
+            # decoded bytes): verify says so and fails, never passes blindly
+            ck.ok(r.returncode == 1 and b"unverified" in r.stdout,
+                  "verify %s reports its compressed chunks unverified: %r" % (
+                      n, r.stdout[-300:]))
+            continue
         ck.ok(r.returncode == 0 and b"verify: OK" in r.stdout,
               "verify %s passes: %r %r" % (n, r.stdout[-300:], r.stderr[-300:]))
     r = verify("v-bitrot")
@@ -337,11 +345,13 @@ def test(env, ck):
             root = root_of(n)
             if not ck.ok(n in listed, "%s is mounted" % n):
                 continue
-            ck.eq(verified(n), "yes", "%s: verified after indexing" % n)
+            ck.eq(verified(n), "no" if n in coded else "yes",
+                  "%s: verified after indexing" % n)
             check_tree(ck, root, exp_of[n], n)
             ck.ok(INDEX not in os.listdir(root), "%s: the index is no root file" % n)
-            ck.ok('"xxh3"' in json.dumps(sm.manifest_of(root)),
-                  "%s: manifest.json shows the checksums" % n)
+            if n not in coded:
+                ck.ok('"xxh3"' in json.dumps(sm.manifest_of(root)),
+                      "%s: manifest.json shows the checksums" % n)
         ck.bytes_eq(sm.read_file(os.path.join(root_of(base), ROOTFILE)), ROOTBYTES,
                     "%s: the indexed root file" % base)
         def log_has(n, *words):
