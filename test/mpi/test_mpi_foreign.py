@@ -47,6 +47,9 @@ CHECKER = os.path.join(TOP, "test", "interop", "check_dcp_tree.py")
 SPLIT = [("rows4", "dcp/torch-2.15/rows4", 2),
          ("mesh2d", "dcp/torch-2.15/mesh2d", 0),
          ("cols4", "dcp/torch-2.15-more/cols4", 3),
+         # per-rank metadata: every file on its own rank's store
+         ("perrank4", "dcp/torch-2.15-ext/perrank4", 0),
+         ("perrank2-zstd", "dcp/torch-2.15-ext/perrank2_zstd", 0),
          # Hugging Face shards spread over the nodes, the index on one
          ("hf-st", "hf/transformers-5.24/llama-st", 1),
          ("hf-bin", "hf/transformers-4.46/llama-bin", 2),
@@ -62,6 +65,9 @@ def rank_of(fn):
     None for anything else (metadata, index, config)."""
     if fn.startswith("__") and fn.endswith(".distcp"):
         return int(fn[2:].split("_")[0])
+    m = re.match(r"__(\d+)\.metadata$", fn)    # DCP per-rank metadata
+    if m:
+        return int(m.group(1)) % sfmpi.NRANKS
     m = re.match(r"(\d+)_\d+\.distcp$", fn)   # paddle: R_ID.distcp
     if m:
         return int(m.group(1)) % sfmpi.NRANKS
