@@ -728,47 +728,16 @@ static bool ranks_complete(const struct dcp_scan *sc)
 	return sc->nranks > 0 && sc->nranks == (size_t)sc->top + 1;
 }
 
-/* Every other regular, visible file at the top of the directory. */
+/* The checkpoint's other files (sf_cdir_add_root_files): not DCP's own. */
+static bool own_file(void *arg, const char *name)
+{
+	(void)arg;
+	return dcp_own(name);
+}
+
 static int add_root_files(struct dcp *d)
 {
-	struct sf_dirlist ls = { 0 };
-	int rc = sf_cdir_list(d->cd, &ls);
-
-	if (rc)
-		return sf_fail(&d->w, rc, "cannot list the directory: %s", sf_strerror(rc));
-	for (size_t i = 0; i < ls.n && !rc; i++) {
-		const char *nm = ls.names[i];
-		struct sf_shard s = { 0 };
-		struct sf_tensor *t;
-		uint64_t size;
-
-		if (ls.is_dir[i] || nm[0] == '.' || dcp_own(nm))
-			continue;
-		if (sf_cdir_stat(d->cd, nm, &size) != 0)
-			continue; /* symlinks and specials are never shown */
-		if (!sf_shardfs_file_name_ok(nm, strlen(nm)) ||
-		    strcmp(nm, "objects") == 0) {
-			leave_out(d, nm, "its name is one of the mount's own");
-			continue;
-		}
-		rc = sf_model_add_tensor(d->m, true, nm, SF_DT_U8, 1, &size, &t);
-		if (rc) {
-			leave_out(d, nm, sf_model_why(d->m));
-			rc = 0;
-			continue;
-		}
-		if (size == 0)
-			continue;
-		s.box.ndim = 1;
-		s.box.len[0] = size;
-		s.file = (char *)nm;
-		s.nbytes = size;
-		rc = sf_tensor_add_shard(d->m, t, &s);
-		if (rc)
-			sf_fail(&d->w, rc, "file %s: %s", nm, sf_model_why(d->m));
-	}
-	sf_dirlist_free(&ls);
-	return rc;
+	return sf_cdir_add_root_files(d->cd, d->m, own_file, NULL, &d->w);
 }
 
 /* The format string: the layout's torch generation, and the version the

@@ -106,6 +106,19 @@ void sf_cfile_close(struct sf_cfile *f);
 int sf_cfile_read_all(const struct sf_cfile *f, size_t max, char **out,
 		      size_t *len);
 
+/*
+ * Add the files cd holds besides its format's own (config.json, tokenizer
+ * files) to m as root files: every visible, regular file at the top (no
+ * symlink, directory or special file) for which own(arg, name) is false
+ * (own may be NULL), each one U8 entry over the whole file. A name the
+ * mount uses itself is left out with one warning. 0, -ENOMEM, or an error
+ * with its reason through w (sf_rootfiles.c).
+ */
+struct sf_where;
+int sf_cdir_add_root_files(const struct sf_cdir *cd, struct sf_model *m,
+			   bool (*own)(void *arg, const char *name), void *arg,
+			   struct sf_where *w);
+
 /* What an open checkpoint gives the mount. Owned by the caller, who frees
  * it with sf_format_result_clear. */
 struct sf_format_result {

@@ -683,47 +683,10 @@ static bool is_weight_file(const struct hf *h, const char *name)
 	       find_file(h, name) != NULL;
 }
 
-/* Every other regular, visible file at the top of the directory. */
-static int add_root_files(struct hf *h, const struct sf_dirlist *ls)
+/* The checkpoint's other files (sf_cdir_add_root_files): not weights. */
+static bool own_file(void *arg, const char *name)
 {
-	int rc = 0;
-
-	for (size_t i = 0; i < ls->n && !rc; i++) {
-		const char *nm = ls->names[i];
-		struct sf_shard s = { 0 };
-		struct sf_tensor *t;
-		uint64_t size;
-
-		if (!is_file(ls, i) || is_weight_file(h, nm))
-			continue;
-		if (sf_cdir_stat(h->cd, nm, &size) != 0)
-			continue; /* symlinks and specials are never shown */
-		if (!sf_shardfs_file_name_ok(nm, strlen(nm)) ||
-		    strcmp(nm, "objects") == 0) {
-			sf_warn("checkpoint %s: root file %s not shown: its name is one of the mount's own",
-				h->name, nm);
-			continue;
-		}
-		rc = sf_model_add_tensor(h->m, true, nm, SF_DT_U8, 1, &size, &t);
-		if (rc == -ENOMEM)
-			return rc;
-		if (rc) {
-			sf_warn("checkpoint %s: root file not shown: %s", h->name,
-				sf_model_why(h->m));
-			rc = 0;
-			continue;
-		}
-		if (size == 0)
-			continue;
-		s.box.ndim = 1;
-		s.box.len[0] = size;
-		s.file = (char *)nm;
-		s.nbytes = size;
-		rc = sf_tensor_add_shard(h->m, t, &s);
-		if (rc)
-			sf_fail(&h->w, rc, "file %s: %s", nm, sf_model_why(h->m));
-	}
-	return rc;
+	return is_weight_file(arg, name);
 }
 
 /* --- manifest.json --- */
@@ -858,7 +821,7 @@ static int build(struct hf *h, const struct sf_dirlist *ls)
 	set_format(h);
 	rc = build_tensors(h);
 	if (!rc)
-		rc = add_root_files(h, ls);
+		rc = sf_cdir_add_root_files(h->cd, h->m, own_file, h, &h->w);
 	return rc;
 }
 
