@@ -157,7 +157,17 @@ def test(env, ck):
           "torch 2.x fixtures found in %s" % FIXTURES)
     # torch 1.13: written now by Debian's torch
     gen = env.path("gen113")
-    rc, out, err = run([PY, os.path.join(INTEROP, "make_dcp_fixtures.py"), gen])
+    # torch 1.13's gloo sometimes aborts a rank while the process group is
+    # torn down ("terminate called without an active exception", SIGABRT,
+    # seen once in ~30 CI runs here): that is torch's teardown, not the
+    # files; write them again, up to 3 times, each from scratch.
+    for attempt in range(3):
+        shutil.rmtree(gen, ignore_errors=True)
+        rc, out, err = run([PY, os.path.join(INTEROP, "make_dcp_fixtures.py"), gen])
+        if rc == 0 or "terminate called without an active exception" not in err:
+            break
+        print("torch 1.13's writer aborted in gloo teardown (attempt %d); again"
+              % (attempt + 1))
     ck.eq(rc, 0, "torch 1.13 wrote its fixtures: %s" % err[-2000:])
     n0 = len(cases)
     collect(gen, "", store, cases)
