@@ -167,25 +167,7 @@ static const char *doc_name(const struct dcp *d, uint32_t rank, char *buf,
 /* A torch.Size(...) (or a plain tuple) of non-negative ints. */
 static bool size_of(const struct sf_pk *v, uint64_t *out, unsigned *ndim)
 {
-	const struct sf_pk *t = v;
-	size_t n;
-
-	if (sf_pk_is_obj(v, "torch", "Size"))
-		t = sf_pk_item(v->u.obj.args, 0);
-	if (!t || t->kind != SF_PK_TUPLE)
-		return false;
-	n = sf_pk_len(t);
-	if (n > SF_MAX_NDIM)
-		return false;
-	for (size_t i = 0; i < n; i++) {
-		int64_t x;
-
-		if (!sf_pk_int(sf_pk_item(t, i), &x) || x < 0)
-			return false;
-		out[i] = (uint64_t)x;
-	}
-	*ndim = (unsigned)n;
-	return true;
+	return sf_pk_uints(v, SF_PK_UINTS_SIZE, out, SF_MAX_NDIM, ndim);
 }
 
 /* Is v an instance of DCP's class cls (either module)? */

@@ -174,28 +174,11 @@ struct mcore {
 	size_t nbad, capbad;
 };
 
-/* A torch.Size(...) or tuple of non-negative ints, at most max dims. */
+/* A torch.Size(...), tuple or list of non-negative ints, at most max dims. */
 static bool shape_of(const struct sf_pk *v, uint64_t *out, unsigned *ndim,
 		     unsigned max)
 {
-	size_t n;
-
-	if (sf_pk_is_obj(v, "torch", "Size"))
-		v = sf_pk_item(v->u.obj.args, 0);
-	if (!v || (v->kind != SF_PK_TUPLE && v->kind != SF_PK_LIST))
-		return false;
-	n = sf_pk_len(v);
-	if (n > max)
-		return false;
-	for (size_t i = 0; i < n; i++) {
-		int64_t x;
-
-		if (!sf_pk_int(sf_pk_item(v, i), &x) || x < 0)
-			return false;
-		out[i] = (uint64_t)x;
-	}
-	*ndim = (unsigned)n;
-	return true;
+	return sf_pk_uints(v, SF_PK_UINTS_SIZE | SF_PK_UINTS_LIST, out, max, ndim);
 }
 
 static void free_shards(struct sf_shard *s, size_t n)

@@ -251,25 +251,10 @@ static void leave_out(struct pd *d, const char *key, const char *why)
 	sf_warn("checkpoint %s: %s left out: %s", d->name, q, why);
 }
 
-/* A tuple of non-negative ints (at most SF_MAX_NDIM). */
+/* A tuple or list of non-negative ints (at most SF_MAX_NDIM). */
 static bool int_tuple(const struct sf_pk *t, uint64_t *out, unsigned *ndim)
 {
-	size_t n;
-
-	if (!t || (t->kind != SF_PK_TUPLE && t->kind != SF_PK_LIST))
-		return false;
-	n = sf_pk_len(t);
-	if (n > SF_MAX_NDIM)
-		return false;
-	for (size_t i = 0; i < n; i++) {
-		int64_t x;
-
-		if (!sf_pk_int(sf_pk_item(t, i), &x) || x < 0)
-			return false;
-		out[i] = (uint64_t)x;
-	}
-	*ndim = (unsigned)n;
-	return true;
+	return sf_pk_uints(t, SF_PK_UINTS_LIST, out, SF_MAX_NDIM, ndim);
 }
 
 static bool is_pd(const struct sf_pk *v, const char *cls)

@@ -679,6 +679,30 @@ bool sf_pk_int(const struct sf_pk *v, int64_t *out)
 	return true;
 }
 
+bool sf_pk_uints(const struct sf_pk *v, unsigned flags, uint64_t *out,
+		 size_t max, unsigned *n)
+{
+	size_t len;
+
+	if ((flags & SF_PK_UINTS_SIZE) && sf_pk_is_obj(v, "torch", "Size"))
+		v = sf_pk_item(v->u.obj.args, 0);
+	if (!v || (v->kind != SF_PK_TUPLE &&
+		   !((flags & SF_PK_UINTS_LIST) && v->kind == SF_PK_LIST)))
+		return false;
+	len = sf_pk_len(v);
+	if (len > max)
+		return false;
+	for (size_t i = 0; i < len; i++) {
+		int64_t x;
+
+		if (!sf_pk_int(sf_pk_item(v, i), &x) || x < 0)
+			return false;
+		out[i] = (uint64_t)x;
+	}
+	*n = (unsigned)len;
+	return true;
+}
+
 const char *sf_pk_str(const struct sf_pk *v)
 {
 	if (!v || v->kind != SF_PK_STR || strlen(v->u.str.s) != v->u.str.len)

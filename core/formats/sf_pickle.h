@@ -160,6 +160,16 @@ const struct sf_pk *sf_pk_item(const struct sf_pk *seq, size_t i);
 size_t sf_pk_len(const struct sf_pk *v);
 /* An INT (or BOOL) into *out: true, else false. */
 bool sf_pk_int(const struct sf_pk *v, int64_t *out);
+/*
+ * v as a shape, offsets or strides: a tuple (with SF_PK_UINTS_LIST a list
+ * too; with SF_PK_UINTS_SIZE also a torch.Size(...) call holding one) of
+ * at most max non-negative ints (bools count as ints, as in Python), into
+ * out[0..*n). false for anything else; out and *n are then unspecified.
+ */
+#define SF_PK_UINTS_LIST 1u
+#define SF_PK_UINTS_SIZE 2u
+bool sf_pk_uints(const struct sf_pk *v, unsigned flags, uint64_t *out,
+		 size_t max, unsigned *n);
 /* The string of a STR, else NULL (NULL too for a STR with a NUL inside,
  * so a C string from here is the whole value). */
 const char *sf_pk_str(const struct sf_pk *v);

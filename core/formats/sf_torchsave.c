@@ -93,19 +93,7 @@ static void allow_build(void)
 /* A tuple of ndim non-negative ints into v[]. */
 static int int_tuple(const struct sf_pk *t, uint64_t *v, unsigned *ndim)
 {
-	size_t n = sf_pk_len(t);
-
-	if (!t || t->kind != SF_PK_TUPLE || n > SF_MAX_NDIM)
-		return -1;
-	for (size_t i = 0; i < n; i++) {
-		int64_t x;
-
-		if (!sf_pk_int(sf_pk_item(t, i), &x) || x < 0)
-			return -1;
-		v[i] = (uint64_t)x;
-	}
-	*ndim = (unsigned)n;
-	return 0;
+	return sf_pk_uints(t, 0, v, SF_MAX_NDIM, ndim) ? 0 : -1;
 }
 
 struct ctx {
