@@ -82,39 +82,18 @@ static void scan_cb(void *arg, const char *name, const char *dir,
 	l->cks[l->n++] = ck;
 }
 
-/* Is a FUSE file system mounted exactly at path (absolute, resolved)?
- * From /proc/self/mounts, whose paths escape ' ', '\t', '\n' and '\\'
- * as octal. */
+/* Is a FUSE file system mounted exactly at path (absolute, resolved)? */
 static bool fuse_mounted_at(const char *path)
 {
-	char line[8192];
+	struct sf_mount_ent *v = NULL;
 	bool found = false;
-	FILE *f = fopen("/proc/self/mounts", "re");
+	size_t n = 0;
 
-	if (!f)
+	if (sf_mounts_list("fuse", &v, &n) != 0)
 		return false;
-	while (!found && fgets(line, sizeof(line), f)) {
-		char dev[4096], mnt[4096], type[256], un[4096];
-		size_t o = 0;
-
-		if (sscanf(line, "%4095s %4095s %255s", dev, mnt, type) != 3 ||
-		    strncmp(type, "fuse", 4) != 0)
-			continue;
-		for (size_t i = 0; mnt[i] && o + 1 < sizeof(un); i++) {
-			if (mnt[i] == '\\' && mnt[i + 1] >= '0' && mnt[i + 1] <= '3' &&
-			    mnt[i + 2] >= '0' && mnt[i + 2] <= '7' &&
-			    mnt[i + 3] >= '0' && mnt[i + 3] <= '7') {
-				un[o++] = (char)((mnt[i + 1] - '0') * 64 +
-						 (mnt[i + 2] - '0') * 8 + (mnt[i + 3] - '0'));
-				i += 3;
-			} else {
-				un[o++] = mnt[i];
-			}
-		}
-		un[o] = '\0';
-		found = strcmp(un, path) == 0;
-	}
-	fclose(f);
+	for (size_t i = 0; i < n && !found; i++)
+		found = strcmp(v[i].mnt, path) == 0;
+	sf_mounts_free(v, n);
 	return found;
 }
 
