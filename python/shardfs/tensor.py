@@ -114,9 +114,14 @@ class Tensor:
 
     def __getitem__(self, key):
         """Basic indexing (ints, slices with any step, one Ellipsis) read as
-        the smallest box that holds the selection."""
+        the smallest box that holds the selection (a 0-d array, not a
+        scalar, when every dimension is an int)."""
         box, post = _box_of(key, self.shape, self.name)
-        return self.read_box(box)[post]
+        box_arr = self.read_box(box)
+        out = box_arr[post]
+        if not isinstance(out, np().ndarray):   # every dimension an int:
+            out = box_arr.reshape(())           # a 0-d array, not a scalar
+        return out
 
 
 def _box_of(key, shape, name):
