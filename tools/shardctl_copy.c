@@ -333,7 +333,8 @@ static int plan_own(struct copy *c)
 			}
 	if (rc)
 		goto out_free_names;
-	qsort(names, n, sizeof(*names), cmp_str);
+	if (n)
+		qsort(names, n, sizeof(*names), cmp_str);
 	if (fstatat(c->srcfd, SF_SHARDFS_MARKER, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
 	    S_ISREG(sb.st_mode))
 		rc = add_file(c, SF_SHARDFS_MARKER, &sb);
@@ -426,6 +427,8 @@ static struct cfile *find_file(struct copy *c, const char *rel)
 {
 	struct cfile key = { .rel = (char *)rel };
 
+	if (!c->nfiles)
+		return NULL;
 	return bsearch(&key, c->files, c->nfiles, sizeof(*c->files), cmp_file);
 }
 
@@ -461,8 +464,10 @@ static int plan_blocks(struct copy *c)
 					cb->sum = s->xxh3[b];
 				}
 			}
-	qsort(c->files, c->nfiles, sizeof(*c->files), cmp_file);
-	qsort(c->blocks, c->nblocks, sizeof(*c->blocks), cmp_block);
+	if (c->nfiles) /* qsort and bsearch want a real array, even of 0 */
+		qsort(c->files, c->nfiles, sizeof(*c->files), cmp_file);
+	if (c->nblocks)
+		qsort(c->blocks, c->nblocks, sizeof(*c->blocks), cmp_block);
 	for (size_t i = 0; i < c->nblocks; ) {
 		struct cfile *f = find_file(c, c->blocks[i].file);
 		size_t j = i;
