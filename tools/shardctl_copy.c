@@ -891,6 +891,7 @@ static int copy_manifest(struct copy *c)
 /* Rename the temporary directory to DST (swapping out the old one). */
 static int publish(struct copy *c, bool replace)
 {
+	struct stat sb;
 	char *old;
 	int rc;
 
@@ -898,7 +899,7 @@ static int publish(struct copy *c, bool replace)
 		return fail("%s/%s: %s", c->parent, c->tmpname, strerror(errno));
 	if (replace)
 		rc = renameat2(c->parentfd, c->tmpname, c->parentfd, c->name, RENAME_EXCHANGE);
-	else if (faccessat(c->parentfd, c->name, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
+	else if (fstatat(c->parentfd, c->name, &sb, AT_SYMLINK_NOFOLLOW) == 0)
 		rc = renameat(c->parentfd, c->tmpname, c->parentfd, c->name); /* empty dir */
 	else
 		rc = renameat2(c->parentfd, c->tmpname, c->parentfd, c->name, RENAME_NOREPLACE);
