@@ -76,7 +76,7 @@ class Checkpoint:
         return len(self.names())
 
     def __contains__(self, name):
-        return os.path.isfile(self.tensor_path(name))
+        return "@" not in name and os.path.isfile(self.tensor_path(name))
 
     def tensor_path(self, name, box=None):
         """MOUNT/CKPT/tensors/NAME, or with box [(start, stop), ...] the

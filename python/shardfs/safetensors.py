@@ -52,6 +52,8 @@ def parse_header(text, data_size):
         obj = json.loads(text.decode("utf-8"), object_pairs_hook=_no_duplicates)
     except UnicodeDecodeError as e:
         raise SafetensorsError("header is not UTF-8: %s" % e) from None
+    except RecursionError:
+        raise SafetensorsError("header is not JSON: nested too deeply") from None
     except ValueError as e:
         if isinstance(e, SafetensorsError):
             raise

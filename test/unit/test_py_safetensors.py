@@ -19,8 +19,8 @@ item 9): its safetensors reader and its dtype conversions.
   its header: a length over 100 MB, a length past the end of the file,
   offsets outside the data, begin > end, an unknown dtype, bytes that do
   not match dtype and shape, overlapping entries, a hole, trailing bytes,
-  duplicate keys, non-JSON, non-UTF-8, non-string metadata, a file shorter
-  than 8 bytes: each raises SafetensorsError naming the rule; and 300
+  duplicate keys, non-JSON, JSON nested 100000 deep, non-UTF-8,
+  non-string metadata, a file shorter than 8 bytes: each raises SafetensorsError naming the rule; and 300
   random byte flips in the header either open to the right sizes or raise
   SafetensorsError, nothing else.
 
@@ -264,6 +264,8 @@ def check_hostile(tmp):
     expect_refused(tmp, "not UTF-8", build(None, data, raw_header=b'{"\xff": 1}'), "UTF-8")
     expect_refused(tmp, "not an object", build(None, data, raw_header=b"[1, 2]"),
                    "not a JSON object")
+    expect_refused(tmp, "nested 100000 deep",
+                   build(None, data, raw_header=b"[" * 100000 + b"]" * 100000), "not JSON")
     expect_refused(tmp, "metadata of numbers",
                    edited(lambda h: h.__setitem__("__metadata__", {"format": 1})),
                    "__metadata__")
