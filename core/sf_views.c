@@ -209,6 +209,26 @@ int sf_npy_header(const struct sf_tensor *t, char **out, size_t *len)
 	return 0;
 }
 
+size_t sf_npy_left_out(const struct sf_model *m, char *buf, size_t size)
+{
+	bool seen[SF_DT_COUNT] = { false };
+	size_t n = 0, used = 0;
+
+	for (size_t i = 0; i < m->ntensors; i++)
+		if (!sf_dtype_npy_descr(m->tensors[i].dtype)) {
+			seen[m->tensors[i].dtype] = true;
+			n++;
+		}
+	if (size)
+		buf[0] = '\0';
+	for (int dt = 0; dt < SF_DT_COUNT && used < size; dt++)
+		if (seen[dt])
+			used += (size_t)snprintf(buf + used, size - used, "%s%s",
+						 used ? ", " : "",
+						 sf_dtype_name((enum sf_dtype)dt));
+	return n;
+}
+
 bool sf_view_name_reserved(const char *name, size_t len)
 {
 	static const char *const views[] = {

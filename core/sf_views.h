@@ -55,4 +55,9 @@ int sf_st_read(struct sf_engine *e, const struct sf_ckpt_ref *ck,
  * -ENOTSUP when numpy has no native type for t's dtype. */
 int sf_npy_header(const struct sf_tensor *t, char **out, size_t *len);
 
+/* How many tensors of m npy/ leaves out (their dtype has no numpy type),
+ * and their dtypes' names, ", "-separated in dtype order, into buf
+ * (always terminated, cut to size). */
+size_t sf_npy_left_out(const struct sf_model *m, char *buf, size_t size);
+
 #endif

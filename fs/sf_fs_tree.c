@@ -416,6 +416,15 @@ static int build_ckpt(struct sf_fs *fs, struct sf_node *cd)
 		n->npy_head_len = hlen;
 		n->size = hlen + t->nbytes;
 	}
+	{
+		char dts[128];
+		size_t nout = sf_npy_left_out(m, dts, sizeof(dts));
+
+		if (nout)
+			sf_info("checkpoint %s: npy/ leaves out %zu tensor%s of %s %s (no numpy dtype); read them from tensors/ or model.safetensors",
+				ck->name, nout, nout == 1 ? "" : "s",
+				strchr(dts, ',') ? "dtypes" : "dtype", dts);
+	}
 	for (i = 0; i < m->nfiles; i++) {
 		const struct sf_tensor *t = &m->files[i];
 

@@ -66,6 +66,7 @@ static const char usage_main[] =
 	"  export  write a checkpoint's model.safetensors to a file\n"
 	"  commit  commit a checkpoint being written through a mount\n"
 	"  rm      delete a committed checkpoint through a mount\n"
+	"  copy    copy a checkpoint in its own format, verified and resumable\n"
 	"\n"
 	"shardctl COMMAND --help describes a command; shardctl --version\n"
 	"prints the version.\n";
@@ -213,7 +214,7 @@ static bool has_manifest(const char *dir)
 
 /* Is dir a checkpoint shardfs wrote: its marker, a rank's journal, or a
  * manifest.json of format shardfs/1? */
-static bool is_shardfs_ckpt(const char *dir)
+bool is_shardfs_ckpt(const char *dir)
 {
 	char path[PATH_MAX], *text = NULL;
 	size_t len = 0;
@@ -237,7 +238,7 @@ static bool is_shardfs_ckpt(const char *dir)
 
 /* The mountpoint of a shardfs mount serving dir (its store is dir, or
  * holds it), copied into mnt; false when none does. */
-static bool served_by_mount(const char *dir, char *mnt, size_t mntlen)
+bool served_by_mount(const char *dir, char *mnt, size_t mntlen)
 {
 	struct sf_mount_ent *v = NULL;
 	char *real = realpath(dir, NULL);
@@ -1227,6 +1228,8 @@ int main(int argc, char **argv)
 		return cmd_export(argc, argv);
 	if (strcmp(cmd, "index") == 0)
 		return cmd_index(argc, argv);
+	if (strcmp(cmd, "copy") == 0)
+		return cmd_copy(argc, argv);
 	if (strcmp(cmd, "commit") == 0)
 		return xattr_cmd("commit", usage_commit, "user.shardfs.commit",
 				 argc, argv);
