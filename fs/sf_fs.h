@@ -87,6 +87,16 @@ struct sf_fs_cluster {
 	void (*removed)(void *ctx, const char *name);
 
 	/*
+	 * Before a user's `shardctl rm` deletes committed checkpoint `name`
+	 * here: 0 lets it go ahead; a negative error refuses it, with a
+	 * one-line reason in why (whylen bytes, NUL-terminated) that the
+	 * daemon logs: nothing is deleted and the rm fails with EIO. Called
+	 * from the FUSE worker serving that setxattr with no daemon lock
+	 * held; may block for a bounded time. May be NULL.
+	 */
+	int (*removing)(void *ctx, const char *name, char *why, size_t whylen);
+
+	/*
 	 * attach(ctx, fs): the daemon built its tree and is about to serve;
 	 * fs is valid until the matching attach(ctx, NULL), which the daemon
 	 * calls once it stopped serving and before it frees fs. The layer may

@@ -879,7 +879,7 @@ static int do_delete(struct sf_fs *fs, struct sf_fs_ckpt *c,
 	const struct sf_fs_cluster *cl = fs->cfg->cluster;
 	char why[SF_FS_WHY] = "";
 	char *gone = NULL;
-	bool committed;
+	bool committed, checked = false;
 	int rc;
 
 	if (fs->single) {
@@ -892,12 +892,29 @@ static int do_delete(struct sf_fs *fs, struct sf_fs_ckpt *c,
 			c->name, c->ck->fmt->name);
 		return -EROFS;
 	}
+	/* The cluster may refuse a user's delete of a committed checkpoint
+	 * before anything is touched (MPI: a rank that holds it is down). No
+	 * lock is held while it decides (it may wait for peers). */
+	if (origin == RM_USER && cl && cl->removing) {
+		pthread_mutex_lock(&fs->tree_lock);
+		checked = c->state == SF_CK_COMMITTED;
+		pthread_mutex_unlock(&fs->tree_lock);
+		if (checked &&
+		    (rc = cl->removing(cl->ctx, c->name, why, sizeof(why))) != 0) {
+			sf_err("checkpoint %s: not deleted, here or anywhere: %s",
+			       c->name, why[0] ? why : sf_strerror(rc));
+			return -EIO;
+		}
+	}
 	pthread_mutex_lock(&fs->commit_lock);
 	pthread_mutex_lock(&fs->tree_lock);
 	committed = c->state == SF_CK_COMMITTED;
 	rc = c->state == SF_CK_GONE ? -ENOENT : c->state == SF_CK_REPLACED ?
 	     -ESTALE : c->busy || c->nwfiles ? -EBUSY :
-	     origin == RM_PEER && !committed ? -EBUSY : 0;
+	     origin == RM_PEER && !committed ? -EBUSY :
+	     /* committed since the cluster was asked: ask again */
+	     origin == RM_USER && committed && cl && cl->removing && !checked ?
+	     -EBUSY : 0;
 	if (!rc)
 		c->busy = true;
 	pthread_mutex_unlock(&fs->tree_lock);

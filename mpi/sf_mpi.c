@@ -1,7 +1,9 @@
 /*
  * sf_mpi.c - the MPI peer layer's public face (sf_mpi.h): init on a private
  * communicator, start (inventory exchange, service thread), the commit and
- * commit-done calls to rank 0, notices to every rank, and an orderly leave.
+ * commit-done calls to rank 0 (failing early, by name, when a rank is down),
+ * the check that every rank is up before a delete, notices to every rank,
+ * and an orderly leave.
  * The threads, messages and invariants of the layer are described in
  * sf_mpi_int.h; each job lives in a file of its own (listed there).
  */
@@ -227,6 +229,199 @@ out_free_store:
 	return ret;
 }
 
+/* "rank 3 is" or "ranks 1,3,7 are" for the ranks with flag[i] set,
+ * capped (",..." when cut). */
+static void ranks_are(const bool *flag, int n, char *buf, size_t cap)
+{
+	size_t pos = 0;
+	int count = 0;
+
+	for (int i = 0; i < n; i++)
+		count += flag[i];
+	pos = (size_t)snprintf(buf, cap, "rank%s ", count == 1 ? "" : "s");
+	for (int i = 0, k = 0; i < n && pos + 32 < cap; i++)
+		if (flag[i])
+			pos += (size_t)snprintf(buf + pos, cap - pos, "%s%d",
+						k++ ? "," : "", i);
+	if (pos + 32 >= cap)
+		pos += (size_t)snprintf(buf + pos, cap - pos, ",...");
+	snprintf(buf + pos, cap - pos, count == 1 ? " is" : " are");
+}
+
+/*
+ * Ask the other ranks in want[] "are you there?", all at once, and wait: a
+ * rank marked down has SF_MPI_QUICK_PROBE_MS to answer, any other the read
+ * timeout. One that answers is marked up; one that does not (or that
+ * cannot be asked) is marked down and flagged in dead[]. Returns how many
+ * did not answer (*slowest_ms: the longest limit among them), or -ENOMEM.
+ * Any thread; blocks at most the read timeout.
+ */
+static int probe_ranks(struct sf_mpi *mp, const bool *want, bool *dead,
+		       const char *what, int *slowest_ms)
+{
+	struct peer_probe *pr = calloc((size_t)mp->size, sizeof(*pr));
+	int rto = atomic_load(&mp->read_timeout_ms), left = 0, ndead = 0;
+	uint64_t t0 = sf_mpi_now_ns();
+	unsigned us = 10;
+
+	if (!pr)
+		return -ENOMEM;
+	*slowest_ms = 0;
+	for (int p = 0; p < mp->size; p++) {
+		dead[p] = false;
+		if (p == mp->rank || !want[p])
+			continue;
+		pr[p].limit_ns = (uint64_t)(sf_mpi_peer_down(mp, p) ?
+			SF_MPI_QUICK_PROBE_MS : rto) * 1000000u;
+		if (sf_mpi_post_probe(mp, p, &pr[p].rbuf, &pr[p].req) == 0) {
+			pr[p].posted = true;
+			left++;
+		} else {
+			sf_mpi_mark_down(mp, p, what, NULL, "MPI error");
+			dead[p] = true;
+			ndead++;
+		}
+	}
+	while (left > 0) {
+		uint64_t now = sf_mpi_now_ns();
+
+		for (int p = 0; p < mp->size; p++) {
+			int done = 0;
+
+			if (!pr[p].posted)
+				continue;
+			MPI_Test(&pr[p].req, &done, MPI_STATUS_IGNORE);
+			if (done) {
+				free(pr[p].rbuf);
+				sf_mpi_mark_up(mp, p);
+			} else if (now - t0 > pr[p].limit_ns) {
+				sf_mpi_recv_abandon(mp, &pr[p].req, pr[p].rbuf);
+				sf_mpi_mark_down(mp, p, what, NULL, "timed out");
+				dead[p] = true;
+				ndead++;
+				if ((int)(pr[p].limit_ns / 1000000u) > *slowest_ms)
+					*slowest_ms = (int)(pr[p].limit_ns / 1000000u);
+			} else {
+				continue;
+			}
+			pr[p].posted = false;
+			left--;
+		}
+		if (left > 0)
+			sf_mpi_backoff(&us, SF_MPI_WAIT_POLL_US);
+	}
+	free(pr);
+	return ndead;
+}
+
+int sf_mpi_peers_up(struct sf_mpi *mp, char *err, size_t errlen)
+{
+	bool *want, *dead;
+	char ranks[256];
+	int n, ms;
+
+	if (errlen)
+		err[0] = '\0';
+	if (!mp || !mp->started)
+		return -EINVAL;
+	want = malloc((size_t)mp->size * sizeof(*want));
+	dead = malloc((size_t)mp->size * sizeof(*dead));
+	if (!want || !dead) {
+		free(want);
+		free(dead);
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	for (int p = 0; p < mp->size; p++)
+		want[p] = true;
+	n = probe_ranks(mp, want, dead, "a probe before a delete", &ms);
+	if (n > 0) {
+		ranks_are(dead, mp->size, ranks, sizeof(ranks));
+		snprintf(err, errlen, "%s down (no answer within %.1f s)", ranks,
+			 ms / 1000.0);
+	} else if (n < 0) {
+		snprintf(err, errlen, "out of memory");
+	}
+	free(want);
+	free(dead);
+	return n > 0 ? -SF_EPEER : n;
+}
+
+/* Before a commit: every rank this one has marked down must answer a quick
+ * probe, or the commit fails at once (0, or -SF_EPEER with the reason). */
+static int commit_precheck(struct sf_mpi *mp, const char *ckpt, char *err,
+			   size_t errlen)
+{
+	bool *want, *dead;
+	char ranks[256];
+	int n = 0, ms = 0;
+
+	if (sf_mpi_first_down(mp) < 0)
+		return 0;
+	want = malloc((size_t)mp->size * sizeof(*want));
+	dead = malloc((size_t)mp->size * sizeof(*dead));
+	if (want && dead) {
+		for (int p = 0; p < mp->size; p++)
+			want[p] = p != mp->rank && sf_mpi_peer_down(mp, p);
+		n = probe_ranks(mp, want, dead, "a probe before a commit", &ms);
+	} else {
+		n = -ENOMEM;
+	}
+	if (n > 0) {
+		ranks_are(dead, mp->size, ranks, sizeof(ranks));
+		snprintf(err, errlen,
+			 "%s down (marked down before, no answer to a quick probe "
+			 "within %.1f s): the commit of \"%s\" needs every rank; it "
+			 "stays uncommitted", ranks, ms / 1000.0, ckpt);
+		sf_err("mpi: %s", err);
+	} else if (n < 0) {
+		snprintf(err, errlen, "out of memory");
+	}
+	free(want);
+	free(dead);
+	return n > 0 ? -SF_EPEER : n;
+}
+
+/* While a rank other than 0 waits for a verdict, it asks rank 0 "are you
+ * there?" every SF_MPI_REPROBE_MS: one that does not answer within the read
+ * timeout is marked down, and the wait ends (-SF_EPEER) instead of lasting
+ * the whole commit timeout. *pr is the caller's; 0 while rank 0 answers. */
+static int coord_probe(struct sf_mpi *mp, struct peer_probe *pr)
+{
+	uint64_t now = sf_mpi_now_ns();
+	int done = 0;
+
+	if (mp->rank == 0)
+		return 0;
+	if (!pr->posted) {
+		if (now < pr->next_ns)
+			return 0;
+		pr->next_ns = now + (uint64_t)SF_MPI_REPROBE_MS * 1000000u;
+		pr->limit_ns = (uint64_t)(sf_mpi_peer_down(mp, 0) ?
+			SF_MPI_QUICK_PROBE_MS : atomic_load(&mp->read_timeout_ms)) *
+			1000000u;
+		if (sf_mpi_post_probe(mp, 0, &pr->rbuf, &pr->req) == 0) {
+			pr->posted = true;
+			pr->sent_ns = now;
+		}
+		return 0;
+	}
+	MPI_Test(&pr->req, &done, MPI_STATUS_IGNORE);
+	if (done) {
+		free(pr->rbuf);
+		pr->posted = false;
+		sf_mpi_mark_up(mp, 0);
+		return 0;
+	}
+	if (now - pr->sent_ns <= pr->limit_ns)
+		return 0;
+	sf_mpi_recv_abandon(mp, &pr->req, pr->rbuf);
+	pr->posted = false;
+	sf_mpi_mark_down(mp, 0, "a probe while waiting for a commit verdict", NULL,
+			 "timed out");
+	return -SF_EPEER;
+}
+
 /* Send a request to rank 0 and wait for its verdict on `tag`; the verdict
  * payload (NUL-terminated) goes to *payload (malloc'd) on success. */
 static int coord_call(struct sf_mpi *mp, struct sbuf *sb, int tag,
@@ -238,6 +433,7 @@ static int coord_call(struct sf_mpi *mp, struct sbuf *sb, int tag,
 	MPI_Message msg;
 	MPI_Status st;
 	struct sf_mpi_wire_reply v;
+	struct peer_probe pr = { 0 };
 	unsigned char *buf;
 	int rc, flag = 0, count = 0, ret;
 	unsigned us = 50;
@@ -263,7 +459,8 @@ static int coord_call(struct sf_mpi *mp, struct sbuf *sb, int tag,
 		rc = MPI_Improbe(0, tag, mp->comm, &flag, &msg, &st);
 		if (rc != MPI_SUCCESS) {
 			snprintf(err, errlen, "MPI error waiting for rank 0");
-			return sf_mpi_fail("MPI_Improbe", rc);
+			ret = sf_mpi_fail("MPI_Improbe", rc);
+			goto out_probe;
 		}
 		if (flag)
 			break;
@@ -271,10 +468,22 @@ static int coord_call(struct sf_mpi *mp, struct sbuf *sb, int tag,
 			snprintf(err, errlen, "no verdict from rank 0 within %d ms",
 				 timeout_ms);
 			sf_err("mpi: %s", err);
-			return -ETIMEDOUT;
+			ret = -ETIMEDOUT;
+			goto out_probe;
+		}
+		if (coord_probe(mp, &pr) < 0) {
+			snprintf(err, errlen,
+				 "rank 0 (the commit coordinator) is down (no answer within %.1f s): "
+				 "the commit fails",
+				 (double)(pr.limit_ns / 1000000u) / 1000.0);
+			sf_err("mpi: %s", err);
+			ret = -SF_EPEER;
+			goto out_probe;
 		}
 		sf_mpi_backoff(&us, 2000);
 	}
+	if (pr.posted)
+		sf_mpi_recv_abandon(mp, &pr.req, pr.rbuf);
 	MPI_Get_count(&st, MPI_BYTE, &count);
 	/* Sized before it is received: drain anything out of bounds. */
 	if (count < SF_MPI_WIRE_REPLY_HDR ||
@@ -323,6 +532,10 @@ out_bad:
 	snprintf(err, errlen, "bad %d-byte verdict from rank 0", count);
 	sf_err("mpi: %s", err);
 	return -SF_EPEER;
+out_probe:
+	if (pr.posted)
+		sf_mpi_recv_abandon(mp, &pr.req, pr.rbuf);
+	return ret;
 }
 
 int sf_mpi_commit(struct sf_mpi *mp, const char *ckpt, const char *part,
@@ -349,6 +562,12 @@ int sf_mpi_commit(struct sf_mpi *mp, const char *ckpt, const char *part,
 			 partlen, SF_MPI_MAX_PART);
 		return -SF_ETOOBIG;
 	}
+	/* A rank known to be down fails the commit here, at once; rank 0
+	 * (which probes every rank its round waits for) fails it for the
+	 * others. */
+	ret = commit_precheck(mp, ckpt, err, errlen);
+	if (ret < 0)
+		return ret;
 	h.len = partlen;
 	h.data = (const unsigned char *)part;
 	h.timeout_ms = (uint32_t)timeout_ms;

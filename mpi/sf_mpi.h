@@ -25,6 +25,9 @@
 
 #define SF_MPI_MAX_MSG (64u << 20)       /* largest message accepted (bytes) */
 #define SF_MPI_MAX_PART (256u << 20)     /* largest commit part (bytes) */
+#define SF_MPI_QUICK_PROBE_MS 300        /* a rank marked down that a commit
+					  * or delete needs: this long to
+					  * answer, or the call fails */
 
 struct sf_mpi;
 
@@ -97,6 +100,13 @@ typedef int (*sf_merge_fn)(void *arg, const char *ckpt,
  * error if any rank failed or the timeout passed. A rank that never commits
  * makes every other rank's commit fail with -ETIMEDOUT after timeout_ms,
  * with the reason in err.
+ *
+ * A rank that is down fails both calls sooner, with -SF_EPEER and a reason
+ * naming it: within SF_MPI_QUICK_PROBE_MS when this rank or rank 0 marked
+ * it down already (a read or probe timed out; a quick probe that it
+ * answers marks it up and the commit goes on), within the read timeout
+ * when it stops answering rank 0's probes during the round (or, for rank
+ * 0 itself, the waiting rank's), and never later than timeout_ms.
  */
 int sf_mpi_commit(struct sf_mpi *mp, const char *ckpt, const char *part,
 		  size_t partlen, sf_merge_fn merge, void *merge_arg,
@@ -104,6 +114,17 @@ int sf_mpi_commit(struct sf_mpi *mp, const char *ckpt, const char *part,
 		  char *err, size_t errlen);
 int sf_mpi_commit_done(struct sf_mpi *mp, const char *ckpt, int publish_result,
 		       int timeout_ms, char *err, size_t errlen);
+
+/*
+ * Whether every other rank is up, before a change that must reach them all
+ * (a committed checkpoint's delete): each is asked "are you there?" at
+ * once; one marked down has SF_MPI_QUICK_PROBE_MS to answer, any other the
+ * read timeout. An answer marks a rank up, silence marks it down. Returns 0
+ * when all answered, else -SF_EPEER with "rank(s) N,M down (...)" in err
+ * (errlen bytes, NUL-terminated), or -ENOMEM. Any thread; blocks at most
+ * the read timeout.
+ */
+int sf_mpi_peers_up(struct sf_mpi *mp, char *err, size_t errlen);
 
 /*
  * Tell peers that checkpoint `ckpt` was deleted or (re)committed, so that

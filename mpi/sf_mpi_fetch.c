@@ -13,35 +13,8 @@
 /* ------------------------------------------------------------------ */
 /* payload source                                                      */
 
-/* ------------------------------------------------------------------ */
-/* peer liveness (struct peer_live)                                    */
-
-static bool peer_down(const struct sf_mpi *mp, int peer)
-{
-	return atomic_load(&mp->live[peer].down);
-}
-
-static void mark_down(struct sf_mpi *mp, int peer, const char *file, int why)
-{
-	struct peer_live *l = &mp->live[peer];
-
-	atomic_store(&l->probe_ns, sf_mpi_now_ns() +
-		     (uint64_t)SF_MPI_PROBE_EVERY_MS * 1000000u);
-	if (!atomic_exchange(&l->down, true))
-		sf_err("mpi: rank %d did not answer a read of %s (%s): marked down; "
-		       "reads that need only it fail at once until it answers a probe "
-		       "(one every %d ms)", peer, file,
-		       why == -ETIMEDOUT ? "timed out" : "MPI error",
-		       SF_MPI_PROBE_EVERY_MS);
-}
-
-static void mark_up(struct sf_mpi *mp, int peer)
-{
-	if (atomic_load(&mp->live[peer].down) &&
-	    atomic_exchange(&mp->live[peer].down, false))
-		sf_err("mpi: rank %d answers again: marked up", peer);
-}
-
+/* Peer liveness (sf_mpi_peer_down and friends) lives in sf_mpi_xfer.c:
+ * the service thread and the commit calls share it. */
 /* May this read probe down peer `peer` now? At most one at a time, one
  * every SF_MPI_PROBE_EVERY_MS. */
 static bool probe_claim(struct sf_mpi *mp, int peer)
@@ -76,11 +49,14 @@ static int pick_peer(const struct sf_mpi *mp, const char *name,
 			       (int)writer : -1;
 	for (unsigned i = 0; i < e->nh; i++) {
 		int r = e->h[i].rank;
+		bool bd, rd;
 
 		if (r == mp->rank || e->h[i].size < end)
 			continue;
-		if (best < 0 || (peer_down(mp, best) && !peer_down(mp, r)) ||
-		    (r == (int)writer && peer_down(mp, best) >= peer_down(mp, r)))
+		bd = best >= 0 && sf_mpi_peer_down(mp, best);
+		rd = sf_mpi_peer_down(mp, r);
+
+		if (best < 0 || (bd && !rd) || (r == (int)writer && bd >= rd))
 			best = r;
 	}
 	return best;
@@ -154,11 +130,12 @@ static int finish_read(struct sf_mpi *mp, int peer, const char *file,
 	if (ret < 0) {
 		sf_debug("mpi: rank %d did not answer a read of %s (%s)", peer,
 			 file, ret == -ETIMEDOUT ? "timed out" : "MPI error");
-		mark_down(mp, peer, file, ret);
+		sf_mpi_mark_down(mp, peer, "a read of", file,
+				 ret == -ETIMEDOUT ? "timed out" : "MPI error");
 		sf_mpi_recv_abandon(mp, rreq, rbuf);
 		return -SF_EPEER;
 	}
-	mark_up(mp, peer);
+	sf_mpi_mark_up(mp, peer);
 	MPI_Get_count(&st, MPI_BYTE, &count);
 	ret = count < 0 ? -SF_EPEER :
 	      sf_mpi_wire_read_reply_decode(rbuf, (size_t)count, want, &rp);
@@ -389,7 +366,7 @@ static int mpi_src_read(void *ctx, const struct sf_ckpt_ref *ck, uint32_t rank,
 	peer = pick_peer(mp, name, file, rank, off + len);
 	if (peer < 0)
 		return -SF_ESHORT;
-	if (peer_down(mp, peer)) {
+	if (sf_mpi_peer_down(mp, peer)) {
 		/* No live holder: fail at once, or be the one probe. */
 		int t = atomic_load(&mp->read_timeout_ms);
 
@@ -413,7 +390,7 @@ static int mpi_src_read(void *ctx, const struct sf_ckpt_ref *ck, uint32_t rank,
 out_prefetch:
 	/* A sequential stream: keep the next SF_MPI_PF_DEPTH ranges of the
 	 * same length under way (pf_issue skips one already pending). */
-	if (!peer_down(mp, peer) && stream_next(mp, ck, file, off, len, &pf_off)) {
+	if (!sf_mpi_peer_down(mp, peer) && stream_next(mp, ck, file, off, len, &pf_off)) {
 		const struct inv_ent *e = sf_mpi_inv_find(mp, name, file);
 		uint64_t step = len < SF_MPI_PF_MAX ? len : SF_MPI_PF_MAX;
 		uint64_t size = UINT64_MAX; /* unknown file: best effort */

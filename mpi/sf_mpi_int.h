@@ -5,10 +5,13 @@
  *
  *   sf_mpi.c        lifecycle, commit calls, notices    -> all below
  *   sf_mpi_serve.c  the service thread: serving reads, commit rounds on
- *                   rank 0, notices and leaves           -> xfer
- *   sf_mpi_fetch.c  the payload source: remote reads, prefetch -> inv, xfer
+ *                   rank 0, probes of the ranks a round or a leave waits
+ *                   for, notices and leaves              -> fetch, xfer
+ *   sf_mpi_fetch.c  the payload source: remote reads, prefetch, the
+ *                   "are you there?" probe                -> inv, xfer
  *   sf_mpi_inv.c    the inventory: which rank holds which file -> xfer
- *   sf_mpi_xfer.c   tags, send buffers, pending requests, waits
+ *   sf_mpi_xfer.c   tags, send buffers, pending requests, waits, and which
+ *                   peers are marked down
  *
  * Threads and messages. All traffic runs on a private duplicate of
  * MPI_COMM_WORLD (errors return, never abort). Requests to a daemon go to
@@ -32,7 +35,13 @@
  *    whose buffers live on the pending list until the send completes;
  *  - the inventory is built once in sf_mpi_start and read-only afterwards;
  *  - commit/commit-done rounds exist only on rank 0 and are touched only by
- *    its service thread.
+ *    its service thread;
+ *  - a collective (commit, commit-done, a committed checkpoint's delete)
+ *    needs every rank: a rank marked down fails it within
+ *    SF_MPI_QUICK_PROBE_MS (unless a quick probe finds it back), one that
+ *    stops answering fails it within the read timeout (rank 0 probes the
+ *    ranks a round waits for; the others probe rank 0 while they wait),
+ *    and the commit timeout bounds everything.
  *
  * Wire format: sf_mpi_wire.h describes every message (request headers,
  * reply framing, verdicts, notices, inventories) and sf_mpi_wire.c encodes
@@ -77,6 +86,8 @@
 #define SF_MPI_READ_TIMEOUT_MS 30000      /* default bound on one peer read */
 #define SF_MPI_PROBE_EVERY_MS 1000        /* a down peer: one read probes it this often */
 #define SF_MPI_PROBE_TIMEOUT_MS 1000      /* bound on such a probe */
+#define SF_MPI_REPROBE_MS 2000            /* a rank a round or a leave waits
+					   * for is asked again this often */
 #define SF_MPI_SEND_DRAIN_MS 5000         /* bound on draining sends at exit */
 #define SF_MPI_MAX_DEPTH 16               /* directory depth walked */
 #define SF_MPI_MAX_TEXT 1024              /* error text in a verdict */
@@ -156,11 +167,13 @@ struct merge_reg {
 };
 
 /*
- * A peer as reads see it. A read that gets no answer in time marks it down
- * (one log line); while it is down, reads that need only it fail at once,
- * except one read every SF_MPI_PROBE_EVERY_MS that tries it with a short
- * deadline (the probe); any answer marks it up again (one log line).
- * Atomics only: every reading thread shares the verdict.
+ * A peer as reads and collectives see it. A read, or a probe, that gets no
+ * answer in time marks it down (one log line); while it is down, reads that
+ * need only it fail at once, except one read every SF_MPI_PROBE_EVERY_MS
+ * that tries it with a short deadline (the probe), and a collective fails
+ * unless a quick probe (SF_MPI_QUICK_PROBE_MS) finds it back; any answer,
+ * or any request from it, marks it up again (one log line). Atomics only:
+ * every thread shares the verdict.
  */
 struct peer_live {
 	atomic_bool down;
@@ -168,17 +181,20 @@ struct peer_live {
 	atomic_bool probing;             /* down: one read is probing it */
 };
 
-/* While this rank leaves: a peer that has not left yet is asked "are you
- * there?" (a read no checkpoint has, answered at once by a live service
- * thread) every SF_MPI_LEAVE_PROBE_MS; one that does not answer within the
- * read timeout is gone (killed, its node lost) and not waited for.
- * Service thread only. */
-#define SF_MPI_LEAVE_PROBE_MS 2000
-struct leave_probe {
+/* The service thread asks a peer "are you there?" (a read no checkpoint
+ * has, answered at once by a live service thread) every SF_MPI_REPROBE_MS
+ * while this rank leaves and the peer has not left (one that does not
+ * answer within the read timeout is gone: killed, its node lost, and not
+ * waited for), and on rank 0 while a commit round waits for the peer (one
+ * that does not answer is marked down and fails the round). Service thread
+ * only. */
+struct peer_probe {
 	unsigned char *rbuf;             /* owned while posted */
 	MPI_Request req;
 	bool posted;
 	uint64_t sent_ns, next_ns;       /* sf_mpi_now_ns */
+	uint64_t limit_ns;               /* posted: no answer after this long
+					  * is a timeout */
 };
 
 struct sf_mpi {
@@ -206,7 +222,8 @@ struct sf_mpi {
 
 	struct round *rounds;            /* rank 0 service thread only */
 	bool *left;                      /* [size] LEAVE seen (or gone); service thread */
-	struct leave_probe *lp;          /* [size]; owned; service thread */
+	struct peer_probe *lp;           /* [size]; owned; service thread */
+	int nprobes;                     /* lp[] posted; service thread */
 	int ngone;                       /* peers found gone while leaving;
 					  * service thread, read after join */
 	int nleft;                       /* service thread */
@@ -241,6 +258,16 @@ void sf_mpi_recv_orphan(struct sf_mpi *mp, MPI_Request *req, void *rbuf);
 unsigned sf_mpi_pend_poll(struct sf_mpi *mp);
 int sf_mpi_wait_req(MPI_Request *req, uint64_t deadline, MPI_Status *st);
 void sf_mpi_pend_drain(struct sf_mpi *mp, unsigned drain_ms);
+
+/* Peer liveness (struct peer_live), from any thread. mark_down logs once
+ * per episode: "rank P did not answer WHAT[ FILE] (WHY): marked down"
+ * (file may be NULL); mark_up logs when the peer was down. first_down is
+ * the lowest other rank marked down, or -1. */
+bool sf_mpi_peer_down(const struct sf_mpi *mp, int peer);
+int sf_mpi_first_down(const struct sf_mpi *mp);
+void sf_mpi_mark_down(struct sf_mpi *mp, int peer, const char *what,
+		      const char *file, const char *why);
+void sf_mpi_mark_up(struct sf_mpi *mp, int peer);
 
 /* --- sf_mpi_fetch.c --- */
 

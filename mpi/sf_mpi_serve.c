@@ -1,12 +1,15 @@
 /*
  * sf_mpi_serve.c - the service thread of a daemon: receives every request on
  * SF_TAG_REQ (sized before received), serves payload reads from the local
- * store, runs the commit and commit-done rounds on rank 0, delivers
- * notices, and notes peers that leave.
+ * store, runs the commit and commit-done rounds on rank 0 (probing the
+ * ranks they wait for, so that a dead rank fails them early and by name),
+ * delivers notices, and notes peers that leave (probing those that do not).
  *
  * Invariants: it never blocks on a peer (replies are MPI_Isend kept on the
- * pending list until complete); rounds exist only on rank 0 and are
- * touched only by this thread.
+ * pending list until complete; a probe's request is a small eager send);
+ * rounds exist only on rank 0 and are touched only by this thread; a
+ * round that fails is answered and freed at once, so a later commit of
+ * the same name starts a new round.
  */
 #include "sf_mpi_int.h"
 #include "sf_format.h"
@@ -241,8 +244,18 @@ static void round_complete(struct sf_mpi *mp, struct round *r)
 	sf_mpi_round_free(r, mp->size);
 }
 
-/* Expire rounds whose deadline passed: the ranks that are in get the
- * reason, the state is discarded. */
+/* End round r with an error: the ranks that are in get status and the
+ * reason (logged), the state is discarded. */
+static void round_fail(struct sf_mpi *mp, struct round *r, int status,
+		       const char *err)
+{
+	sf_err("mpi: %s", err);
+	round_answer(mp, r, status, err, strlen(err));
+	round_unlink(mp, r);
+	sf_mpi_round_free(r, mp->size);
+}
+
+/* Expire rounds whose deadline passed. */
 static void rounds_expire(struct sf_mpi *mp)
 {
 	uint64_t now = sf_mpi_now_ns();
@@ -258,10 +271,28 @@ static void rounds_expire(struct sf_mpi *mp)
 			 "rank(s) %s did not %s \"%s\" within %.1f s", ranks,
 			 r->kind == SF_MPI_MSG_COMMIT_PART ? "commit" : "report publishing",
 			 r->name, r->timeout_ms / 1000.0);
-		sf_err("mpi: %s", err);
-		round_answer(mp, r, -ETIMEDOUT, err, strlen(err));
-		round_unlink(mp, r);
-		sf_mpi_round_free(r, mp->size);
+		round_fail(mp, r, -ETIMEDOUT, err);
+	}
+}
+
+/* Peer p did not answer rank 0's probe within limit_ms: every round that
+ * waits for it fails at once, naming it (nothing was published yet for a
+ * commit round; a commit-done round makes the ranks take theirs back). */
+static void rounds_fail_peer(struct sf_mpi *mp, int p, uint64_t limit_ms)
+{
+	for (struct round *r = mp->rounds, *next; r; r = next) {
+		char err[SF_MPI_MAX_TEXT];
+
+		next = r->next;
+		if (r->have[p])
+			continue;
+		snprintf(err, sizeof(err),
+			 "rank %d is down (no answer to rank 0 within %.1f s): %s \"%s\" "
+			 "needs every rank; it stays uncommitted", p,
+			 (double)limit_ms / 1000.0,
+			 r->kind == SF_MPI_MSG_COMMIT_PART ? "the commit of" :
+			 "publishing", r->name);
+		round_fail(mp, r, -SF_EPEER, err);
 	}
 }
 
@@ -336,6 +367,8 @@ static void serve_one(struct sf_mpi *mp, int src, const unsigned char *msg,
 			      rej.text ? strlen(rej.text) : 0);
 		return;
 	}
+	/* A request from src: it is there (whatever a timeout said). */
+	sf_mpi_mark_up(mp, src);
 	/* Decoded: both fit and hold no NUL. */
 	memcpy(name, h.name, h.name_len);
 	name[h.name_len] = '\0';
@@ -403,46 +436,88 @@ static int serve_poll(struct sf_mpi *mp)
 	return 1;
 }
 
-/* Leaving: probe the peers that have not left; one that does not answer
- * a probe within the read timeout is gone and no longer waited for. */
-static void probe_stayers(struct sf_mpi *mp)
+/* Does a round (rank 0 only) wait for peer p? */
+static bool round_waits_for(const struct sf_mpi *mp, int p)
+{
+	for (const struct round *r = mp->rounds; r; r = r->next)
+		if (!r->have[p])
+			return true;
+	return false;
+}
+
+/*
+ * Probe the peers someone waits for (struct peer_probe): while leaving,
+ * those that have not left (no answer within the read timeout: gone, not
+ * waited for); on rank 0, those a round waits for (no answer within the
+ * read timeout, or SF_MPI_QUICK_PROBE_MS for one marked down already: it
+ * is marked down and every round that waits for it fails). A peer marked
+ * down is probed at once when a round starts waiting for it, so a commit
+ * with a dead rank fails in well under a second. Any answer marks the peer
+ * up. Probes nobody needs any more are left to complete on the pending
+ * list.
+ */
+static void probe_peers(struct sf_mpi *mp)
 {
 	uint64_t now = sf_mpi_now_ns();
-	uint64_t limit = (uint64_t)atomic_load(&mp->read_timeout_ms) * 1000000u;
+	int rto = atomic_load(&mp->read_timeout_ms);
+	bool leaving = atomic_load(&mp->leaving);
 
 	for (int p = 0; p < mp->size; p++) {
-		struct leave_probe *lp = &mp->lp[p];
+		struct peer_probe *lp = &mp->lp[p];
+		bool want = p != mp->rank &&
+			    (leaving ? !mp->left[p] : round_waits_for(mp, p));
+		bool down = sf_mpi_peer_down(mp, p);
+		uint64_t limit_ms;
 		int done = 0;
 
-		if (mp->left[p]) {
+		if (!want) {
 			if (lp->posted) {
 				sf_mpi_recv_orphan(mp, &lp->req, lp->rbuf);
 				lp->posted = false;
+				mp->nprobes--;
 			}
 			continue;
 		}
 		if (!lp->posted) {
-			if (now < lp->next_ns)
+			/* Rounds ask a down peer at once: it must prove it is
+			 * back, quickly, or the round fails. */
+			if (now < lp->next_ns && (leaving || !down))
 				continue;
 			if (sf_mpi_post_probe(mp, p, &lp->rbuf, &lp->req) == 0) {
 				lp->posted = true;
+				mp->nprobes++;
 				lp->sent_ns = now;
+				limit_ms = !leaving && down ? SF_MPI_QUICK_PROBE_MS :
+					   (uint64_t)rto;
+				lp->limit_ns = limit_ms * 1000000u;
 			}
-			lp->next_ns = now + (uint64_t)SF_MPI_LEAVE_PROBE_MS * 1000000u;
+			lp->next_ns = now + (uint64_t)SF_MPI_REPROBE_MS * 1000000u;
 			continue;
 		}
 		MPI_Test(&lp->req, &done, MPI_STATUS_IGNORE);
 		if (done) {
 			free(lp->rbuf);
 			lp->posted = false; /* alive: still waited for */
-		} else if (now - lp->sent_ns > limit) {
-			sf_err("mpi: rank %d neither left nor answers (%d ms): gone, "
-			       "not waited for", p, atomic_load(&mp->read_timeout_ms));
-			sf_mpi_recv_abandon(mp, &lp->req, lp->rbuf);
-			lp->posted = false;
+			mp->nprobes--;
+			sf_mpi_mark_up(mp, p);
+			continue;
+		}
+		if (now - lp->sent_ns <= lp->limit_ns)
+			continue;
+		sf_mpi_recv_abandon(mp, &lp->req, lp->rbuf);
+		lp->posted = false;
+		mp->nprobes--;
+		limit_ms = lp->limit_ns / 1000000u;
+		if (leaving) {
+			sf_err("mpi: rank %d neither left nor answers (%llu ms): gone, "
+			       "not waited for", p, (unsigned long long)limit_ms);
 			mp->left[p] = true;
 			mp->nleft++;
 			mp->ngone++;
+		} else {
+			sf_mpi_mark_down(mp, p, "a probe from the commit coordinator",
+					 NULL, "timed out");
+			rounds_fail_peer(mp, p, limit_ms);
 		}
 	}
 }
@@ -461,10 +536,11 @@ void *sf_mpi_service_main(void *arg)
 		sf_mpi_pend_poll(mp);
 		if (mp->rank == 0 && mp->rounds)
 			rounds_expire(mp);
+		if (mp->rounds || mp->nprobes || atomic_load(&mp->leaving))
+			probe_peers(mp);
 		if (atomic_load(&mp->leaving)) {
 			if (mp->nleft >= mp->size - 1)
 				break;
-			probe_stayers(mp);
 			if (sf_mpi_now_ns() - last_note > 60000000000ull) {
 				char ranks[256];
 
@@ -489,6 +565,7 @@ void *sf_mpi_service_main(void *arg)
 		if (mp->lp[p].posted) {
 			sf_mpi_recv_orphan(mp, &mp->lp[p].req, mp->lp[p].rbuf);
 			mp->lp[p].posted = false;
+			mp->nprobes--;
 		}
 	return NULL;
 }

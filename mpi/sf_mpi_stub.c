@@ -77,6 +77,13 @@ int sf_mpi_commit_done(struct sf_mpi *mp, const char *ckpt, int publish_result,
 	return -SF_ENOMPI;
 }
 
+int sf_mpi_peers_up(struct sf_mpi *mp, char *err, size_t errlen)
+{
+	if (err && errlen)
+		snprintf(err, errlen, "shardfs was built without MPI");
+	return -SF_ENOMPI;
+}
+
 void sf_mpi_set_notice(struct sf_mpi *mp, sf_notice_fn fn, void *arg)
 {
 }

@@ -261,3 +261,41 @@ void sf_mpi_pend_drain(struct sf_mpi *mp, unsigned drain_ms)
 	mp->pend = NULL;
 	pthread_mutex_unlock(&mp->pend_lock);
 }
+
+/* ------------------------------------------------------------------ */
+/* peer liveness (struct peer_live)                                    */
+
+bool sf_mpi_peer_down(const struct sf_mpi *mp, int peer)
+{
+	return atomic_load(&mp->live[peer].down);
+}
+
+int sf_mpi_first_down(const struct sf_mpi *mp)
+{
+	for (int p = 0; p < mp->size; p++)
+		if (p != mp->rank && sf_mpi_peer_down(mp, p))
+			return p;
+	return -1;
+}
+
+void sf_mpi_mark_down(struct sf_mpi *mp, int peer, const char *what,
+		      const char *file, const char *why)
+{
+	struct peer_live *l = &mp->live[peer];
+
+	atomic_store(&l->probe_ns, sf_mpi_now_ns() +
+		     (uint64_t)SF_MPI_PROBE_EVERY_MS * 1000000u);
+	if (!atomic_exchange(&l->down, true))
+		sf_err("mpi: rank %d did not answer %s%s%s (%s): marked down; "
+		       "reads that need only it fail at once until it answers a probe "
+		       "(one every %d ms), commits and deletes fail while it is down",
+		       peer, what, file ? " " : "", file ? file : "", why,
+		       SF_MPI_PROBE_EVERY_MS);
+}
+
+void sf_mpi_mark_up(struct sf_mpi *mp, int peer)
+{
+	if (atomic_load(&mp->live[peer].down) &&
+	    atomic_exchange(&mp->live[peer].down, false))
+		sf_err("mpi: rank %d answers again: marked up", peer);
+}

@@ -7,6 +7,9 @@
  *                service thread merges them (merge_parts below) and sends
  *                the manifest back to everyone
  *   commit_done  sf_mpi_commit_done(): returns once every rank published
+ *   removing     sf_mpi_peers_up(): a committed checkpoint is deleted only
+ *                while every rank answers (each holds a copy), else the
+ *                user's rm fails with EIO and nothing is deleted anywhere
  *   removed      sf_mpi_notify("removed", ...): each peer deletes its own
  *                copy (on_notice queues the name, rm_main runs
  *                sf_fs_remove), so `shardctl rm` on one rank deletes a
@@ -195,6 +198,28 @@ static int cl_commit_done(void *ctx, const char *name, int publish_rc,
 	return ret;
 }
 
+/* Before a user's rm of a committed checkpoint: every rank committed it and
+ * holds its manifest, so every rank must be up to delete its copy. Deleting
+ * the live ranks' copies while a dead rank keeps its own would bring the
+ * checkpoint back, half-present, when that node restarts: refuse instead
+ * (bounded by the peer timeout; a rank marked down answers a quick probe
+ * or fails it at once). */
+static int cl_removing(void *ctx, const char *name, char *why, size_t whylen)
+{
+	struct sf_cluster_mpi *c = ctx;
+	char err[256];
+	int ret;
+
+	if (whylen)
+		why[0] = '\0';
+	ret = sf_mpi_peers_up(c->mp, err, sizeof(err));
+	if (ret < 0)
+		snprintf(why, whylen, "%s: every rank holds a copy of %s, so every "
+			 "rank must be up to delete it; rm it again once they are",
+			 err, name);
+	return ret;
+}
+
 static void cl_removed(void *ctx, const char *name)
 {
 	struct sf_cluster_mpi *c = ctx;
@@ -377,6 +402,7 @@ int sf_cluster_mpi_create(struct sf_mpi *mp, int single, int commit_timeout_ms,
 	c->fs.store_single = c->single;
 	c->fs.commit = cl_commit;
 	c->fs.commit_done = cl_commit_done;
+	c->fs.removing = cl_removing;
 	c->fs.removed = cl_removed;
 	c->fs.attach = cl_attach;
 	/* No shutdown hook: sf_mpi_finalize frees the source fs/ still holds,

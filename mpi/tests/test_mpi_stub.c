@@ -42,6 +42,9 @@ int main(int argc, char **argv)
 	CHECK_EQ(sf_mpi_commit_done(NULL, "step-1", 0, 1000, err, sizeof(err)),
 		 -SF_ENOMPI);
 	CHECK(err[0] != '\0');
+	err[0] = '\0';
+	CHECK_EQ(sf_mpi_peers_up(NULL, err, sizeof(err)), -SF_ENOMPI);
+	CHECK(err[0] != '\0');
 	sf_mpi_set_notice(NULL, NULL, NULL);
 	sf_mpi_set_read_timeout(NULL, 10);
 	CHECK_EQ(sf_mpi_notify(NULL, "deleted", "step-1"), -SF_ENOMPI);

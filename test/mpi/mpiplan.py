@@ -96,10 +96,12 @@ class Plan:
                             "src": self.rb.file(name, data)})
 
 
-def run_writers(env, ck, c, ckpt, plan, label):
-    """One writer process per rank, all at once; True if all succeeded."""
+def run_writers(env, ck, c, ckpt, plan, label, ranks=None):
+    """One writer process per rank (every rank, or those in ranks), all at
+    once; True if all succeeded."""
     procs = []
-    for r in range(sfmpi.NRANKS):
+    ranks = list(range(sfmpi.NRANKS)) if ranks is None else list(ranks)
+    for r in ranks:
         pf = env.path("plan-%s-%d.json" % (ckpt, r))
         with open(pf, "w") as f:
             json.dump({"root": os.path.join(c.mnt(r), ckpt),
@@ -108,7 +110,7 @@ def run_writers(env, ck, c, ckpt, plan, label):
                                       stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT))
     ok = True
-    for r, pr in enumerate(procs):
+    for r, pr in zip(ranks, procs):
         try:
             out, _ = pr.communicate(timeout=WRITER_WAIT_S)
         except subprocess.TimeoutExpired:

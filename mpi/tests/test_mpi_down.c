@@ -1,0 +1,245 @@
+/*
+ * test_mpi_down.c - commits and the delete check with a rank that stopped
+ * answering (SIGSTOP, so that it can come back), across 4 ranks with a
+ * 1 s read timeout.
+ *
+ *  1. rank 3 stops itself; ranks 0-2 commit: rank 0's probe finds rank 3
+ *     silent, so every commit fails with -SF_EPEER and a reason naming
+ *     rank 3 within the read timeout plus slack, far below the 8 s commit
+ *     timeout;
+ *  2. a second commit: rank 0 has rank 3 marked down, so it fails in well
+ *     under a second everywhere (a quick probe, no read timeout);
+ *  3. sf_mpi_peers_up on ranks 0-2 fails naming rank 3 (quickly where it
+ *     is marked down), and then a third commit fails at once on every rank
+ *     (each has it marked down now, before sending anything);
+ *  4. rank 0 continues rank 3; sf_mpi_peers_up succeeds on every rank (a
+ *     quick probe marks it up), and a commit on all 4 ranks succeeds with
+ *     the merged text everywhere;
+ *  5. rank 0 (the coordinator) stops itself; ranks 1-3 commit and fail
+ *     within the read timeout plus slack, naming rank 0, instead of
+ *     waiting out the commit timeout; rank 1 continues rank 0.
+ *
+ * The stopped rank is continued by a peer (kill, same machine: the tests
+ * run every rank here); each waits until /proc shows it stopped.
+ */
+#include "mpi_testutil.h"
+#include "sf_test.h"
+
+#include "sf_error.h"
+#include "sf_mpi.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <sys/types.h>
+
+#define READ_TIMEOUT_MS 1000
+#define COMMIT_TIMEOUT_MS 8000
+#define SLOW_BOUND_S 3.5   /* read timeout + probe period + a loaded machine */
+#define QUICK_BOUND_S 1.0  /* "at once": a quick probe (0.3 s) + slack */
+
+static int join_merge(void *arg, const char *ckpt, const char *const *parts,
+		      const size_t *lens, int nparts, char **out,
+		      size_t *outlen, char *err, size_t errlen)
+{
+	size_t total = 1, pos = 0;
+	char *buf;
+
+	(void)arg;
+	(void)ckpt;
+	(void)err;
+	(void)errlen;
+	for (int i = 0; i < nparts; i++)
+		total += lens[i] + 1;
+	buf = malloc(total);
+	if (!buf)
+		return -ENOMEM;
+	for (int i = 0; i < nparts; i++) {
+		if (i)
+			buf[pos++] = '|';
+		memcpy(buf + pos, parts[i], lens[i]);
+		pos += lens[i];
+	}
+	buf[pos] = '\0';
+	*out = buf;
+	*outlen = pos;
+	return 0;
+}
+
+/* Wait (at most 10 s) until process pid is stopped; 1 if it is. */
+static int wait_stopped(pid_t pid)
+{
+	char path[64], buf[512];
+	double t0 = now_s();
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	while (now_s() - t0 < 10) {
+		FILE *f = fopen(path, "r");
+		char *p = NULL;
+
+		if (f) {
+			if (fgets(buf, sizeof(buf), f))
+				p = strrchr(buf, ')');
+			fclose(f);
+		}
+		if (p && p[1] == ' ' && p[2] == 'T')
+			return 1;
+		sleep_ms(10);
+	}
+	return 0;
+}
+
+/* Commit `name` with this rank's part; the error, the reason in err and
+ * the seconds it took. */
+static int commit(struct sf_mpi *mp, int rank, const char *name, char *err,
+		  size_t errlen, double *secs)
+{
+	char part[64], *manifest = NULL;
+	size_t mlen = 0;
+	double t0 = now_s();
+	int ret;
+
+	snprintf(part, sizeof(part), "p%d", rank);
+	ret = sf_mpi_commit(mp, name, part, strlen(part), join_merge, NULL,
+			    COMMIT_TIMEOUT_MS, &manifest, &mlen, err, errlen);
+	*secs = now_s() - t0;
+	if (ret == 0) {
+		if (!CHECK(manifest && strcmp(manifest, "p0|p1|p2|p3") == 0))
+			fprintf(stderr, "rank %d: %s: merged \"%s\"\n", rank, name,
+				manifest ? manifest : "(null)");
+		ret = sf_mpi_commit_done(mp, name, 0, COMMIT_TIMEOUT_MS, err,
+					 errlen);
+	}
+	free(manifest);
+	printf("rank %d: commit %s: %s (%.2f s)\n", rank, name,
+	       ret ? err : "ok", *secs);
+	return ret;
+}
+
+/* A failed commit that names `who` within bound seconds. */
+static void expect_down(struct sf_mpi *mp, int rank, const char *name,
+			const char *who, double bound)
+{
+	char err[512];
+	double dt;
+
+	CHECK_EQ(commit(mp, rank, name, err, sizeof(err), &dt), -SF_EPEER);
+	if (!CHECK(strstr(err, who) != NULL))
+		fprintf(stderr, "rank %d: %s: reason does not name %s: %s\n",
+			rank, name, who, err);
+	if (!CHECK(dt < bound))
+		fprintf(stderr, "rank %d: %s failed after %.2f s (bound %.1f s)\n",
+			rank, name, dt, bound);
+}
+
+int main(int argc, char **argv)
+{
+	struct sf_mpi *mp = NULL;
+	char base[256], store[512], err[512];
+	int pids[NRANKS], mypid = (int)getpid();
+	MPI_Comm live = MPI_COMM_NULL, rest = MPI_COMM_NULL;
+	int rank, ret, ok;
+	double t0, dt;
+
+	ret = test_mpi_start(&argc, &argv, "test_mpi_down", &mp, &rank);
+	if (ret)
+		return ret;
+	scratch_dir_or_abort(rank, base, sizeof(base));
+	snprintf(store, sizeof(store), "%s/store-%d", base, rank);
+	mkdir(store, 0755);
+	ret = sf_mpi_start(mp, store, 0);
+	if (!CHECK_EQ(ret, 0))
+		goto out_finalize;
+	sf_mpi_set_read_timeout(mp, READ_TIMEOUT_MS);
+	MPI_Allgather(&mypid, 1, MPI_INT, pids, 1, MPI_INT, MPI_COMM_WORLD);
+	/* ranks 0-2, for barriers while rank 3 is stopped */
+	MPI_Comm_split(MPI_COMM_WORLD, rank < 3 ? 0 : MPI_UNDEFINED, rank,
+		       &live);
+	/* ranks 1-3, while rank 0 is stopped */
+	MPI_Comm_split(MPI_COMM_WORLD, rank > 0 ? 0 : MPI_UNDEFINED, rank,
+		       &rest);
+	MPI_Barrier(MPI_COMM_WORLD);
+
+	if (rank == 3) {
+		raise(SIGSTOP); /* until rank 0 continues it (part 4) */
+	} else {
+		int stopped = rank != 0 || wait_stopped((pid_t)pids[3]);
+
+		MPI_Bcast(&stopped, 1, MPI_INT, 0, live);
+		if (!CHECK(stopped)) {
+			fprintf(stderr, "rank %d: rank 3 did not stop\n", rank);
+			if (rank == 0)
+				kill((pid_t)pids[3], SIGCONT);
+			goto out_barrier;
+		}
+		/* 1. nobody knows yet: rank 0's probe times out */
+		expect_down(mp, rank, "down-1", "rank 3 is down", SLOW_BOUND_S);
+		MPI_Barrier(live);
+		/* 2. rank 0 knows */
+		expect_down(mp, rank, "down-2", "rank 3 is down", QUICK_BOUND_S);
+		MPI_Barrier(live);
+		/* 3. the delete check; then everyone knows */
+		t0 = now_s();
+		ret = sf_mpi_peers_up(mp, err, sizeof(err));
+		dt = now_s() - t0;
+		CHECK_EQ(ret, -SF_EPEER);
+		CHECK(strstr(err, "rank 3 is down") != NULL);
+		CHECK(dt < (rank == 0 ? QUICK_BOUND_S : SLOW_BOUND_S));
+		printf("rank %d: peers_up: %s (%.2f s)\n", rank, err, dt);
+		MPI_Barrier(live);
+		expect_down(mp, rank, "down-3", "rank 3 is down", QUICK_BOUND_S);
+		MPI_Barrier(live);
+		/* 4. back */
+		if (rank == 0)
+			CHECK_EQ(kill((pid_t)pids[3], SIGCONT), 0);
+	}
+out_barrier:
+	MPI_Barrier(MPI_COMM_WORLD);
+	if (rank != 3) {
+		/* A quick probe may lose against a loaded machine: ask again
+		 * (bounded) until rank 3 answers one. */
+		t0 = now_s();
+		do
+			ret = sf_mpi_peers_up(mp, err, sizeof(err));
+		while (ret && now_s() - t0 < 10);
+		if (!CHECK_EQ(ret, 0))
+			fprintf(stderr, "rank %d: rank 3 not back: %s\n", rank, err);
+	}
+	sf_mpi_set_read_timeout(mp, 30000);
+	MPI_Barrier(MPI_COMM_WORLD);
+	CHECK_EQ(commit(mp, rank, "back", err, sizeof(err), &dt), 0);
+	MPI_Barrier(MPI_COMM_WORLD);
+
+	/* 5. the coordinator stops */
+	sf_mpi_set_read_timeout(mp, READ_TIMEOUT_MS);
+	MPI_Barrier(MPI_COMM_WORLD);
+	if (rank == 0) {
+		raise(SIGSTOP); /* until rank 1 continues it */
+	} else {
+		int stopped = rank != 1 || wait_stopped((pid_t)pids[0]);
+
+		/* rank 1 sees it stopped before anyone commits */
+		MPI_Bcast(&stopped, 1, MPI_INT, 0, rest);
+		if (CHECK(stopped))
+			expect_down(mp, rank, "coord-down",
+				    "rank 0 (the commit coordinator) is down",
+				    SLOW_BOUND_S);
+		else
+			fprintf(stderr, "rank %d: rank 0 did not stop\n", rank);
+		if (rank == 1)
+			CHECK_EQ(kill((pid_t)pids[0], SIGCONT), 0);
+	}
+	MPI_Barrier(MPI_COMM_WORLD);
+	sf_mpi_set_read_timeout(mp, 30000);
+
+out_finalize:
+	if (live != MPI_COMM_NULL)
+		MPI_Comm_free(&live);
+	if (rest != MPI_COMM_NULL)
+		MPI_Comm_free(&rest);
+	ok = sf_test_done("test_mpi_down") == 0;
+	if (!test_mpi_finish(mp, rank))
+		ok = 0;
+	if (rank == 0)
+		scratch_remove(base);
+	return ok ? 0 : 1;
+}
