@@ -9,6 +9,8 @@
  */
 #include "sf_mpi_int.h"
 
+#include <strings.h>
+
 /* ------------------------------------------------------------------ */
 /* lifecycle                                                           */
 
@@ -25,6 +27,27 @@ int sf_mpi_rank(const struct sf_mpi *mp)
 int sf_mpi_size(const struct sf_mpi *mp)
 {
 	return mp ? mp->size : -EINVAL;
+}
+
+/*
+ * Open MPI 4's mpirun ends every process of a job when one dies, unless it
+ * was started with --enable-recovery; its launcher tells its processes so
+ * in the environment (OMPI_MCA_orte_launch, OMPI_MCA_orte_enable_recovery).
+ * Rank 0 says it once at start. Under any other launcher nothing can be
+ * told, and nothing is said.
+ */
+static void warn_if_job_aborts_on_failure(const struct sf_mpi *mp)
+{
+	const char *rec = getenv("OMPI_MCA_orte_enable_recovery");
+
+	if (mp->rank != 0 || !getenv("OMPI_MCA_orte_launch"))
+		return;
+	if (rec && (!strcmp(rec, "1") || !strcasecmp(rec, "true") ||
+		    !strcasecmp(rec, "yes")))
+		return;
+	sf_warn("mpi: mpirun was started without --enable-recovery: if one daemon "
+		"dies, Open MPI ends every daemon of the job and every mount goes; "
+		"start it as 'mpirun --enable-recovery ... shardfs --mpi ...'");
 }
 
 int sf_mpi_init(int *argc, char ***argv, struct sf_mpi **out)
@@ -89,6 +112,7 @@ int sf_mpi_init(int *argc, char ***argv, struct sf_mpi **out)
 	mp->left[mp->rank] = true; /* "left" lists the ranks not to wait for */
 	snprintf(prefix, sizeof(prefix), "[rank %d] shardfs: ", mp->rank);
 	sf_log_setup(prefix, SF_LOG_INFO);
+	warn_if_job_aborts_on_failure(mp);
 	*out = mp;
 	return 0;
 

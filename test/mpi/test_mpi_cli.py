@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """The `shardfs --mpi` command line: %r expands in STORE and MOUNTPOINT
 (several occurrences; %% is a literal %), bad --commit-timeout and
---peer-timeout values are usage errors (exit 2), and a shardfs linked
-with the MPI stub refuses --mpi with a clear message and exit 2."""
+--peer-timeout values are usage errors (exit 2), a shardfs linked
+with the MPI stub refuses --mpi with a clear message and exit 2, and rank 0
+warns once when mpirun was started without --enable-recovery."""
 
 import os
 import subprocess
@@ -51,6 +52,13 @@ def run(env, ck):
             ck.bytes_eq(sm.read_file(sm.tensor_path(os.path.join(c.mnt(r), "ck"),
                                                     name)),
                         ref.tensor_bytes(name), "rank %d: tensors/%s" % (r, name))
+    # mpirun without --enable-recovery: rank 0 (only) says the job would end
+    # with any daemon's death, and how to start it instead
+    warn = [ln for ln in c.log_text().splitlines()
+            if "started without --enable-recovery" in ln]
+    ck.eq(len(warn), 1, "one warning about --enable-recovery: %r" % warn)
+    ck.ok(all(ln.startswith("[rank 0] ") for ln in warn),
+          "the warning comes from rank 0")
 
 
 if __name__ == "__main__":

@@ -123,6 +123,8 @@ def run(env, ck):
         log = c.log_text()
         ck.ok("rank 3 neither left nor answers" in log,
               "the daemons say rank 3 is gone")
+        ck.ok("without --enable-recovery" not in log,
+              "no warning about --enable-recovery when mpirun has it")
         for marker in ("AddressSanitizer", "runtime error:", "Segmentation fault"):
             ck.ok(marker not in log, "no %s in the log" % marker)
     finally:
