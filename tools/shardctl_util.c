@@ -1,0 +1,105 @@
+/*
+ * shardctl_util.c - what every file of shardctl uses: usage errors, byte
+ * counts and shapes as people read them, and the one progress line of the
+ * long commands (gen, export, verify, index, diff).
+ *
+ * The bottom of shardctl's files: it calls none of them. Progress goes to
+ * stderr only, and only where a person watches: on a terminal one line is
+ * rewritten in place (\r, erase to end of line) at most four times a
+ * second; elsewhere nothing, unless a command's --progress asks for one
+ * plain line a second (CI logs, pipes). stdout stays for results.
+ */
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "shardctl.h"
+
+int usage_error(const char *usage, const char *fmt, const char *arg)
+{
+	fputs("shardctl: ", stderr);
+	fprintf(stderr, fmt, arg);
+	fputs("\n", stderr);
+	fputs(usage, stderr);
+	return EXIT_USAGE;
+}
+
+bool is_help(const char *s)
+{
+	return strcmp(s, "--help") == 0 || strcmp(s, "-h") == 0;
+}
+
+const char *fmt_bytes(uint64_t n, char buf[32])
+{
+	static const char *const unit[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB" };
+	double v = (double)n;
+	unsigned u = 0;
+
+	while (v >= 1024 && u < 5) {
+		v /= 1024;
+		u++;
+	}
+	if (u == 0)
+		snprintf(buf, 32, "%llu B", (unsigned long long)n);
+	else
+		snprintf(buf, 32, "%.1f %s", v, unit[u]);
+	return buf;
+}
+
+const char *fmt_shape(const struct sf_tensor *t, char *buf, size_t size)
+{
+	size_t n = 0;
+
+	n += (size_t)snprintf(buf + n, size - n, "[");
+	for (unsigned d = 0; d < t->ndim && n < size; d++)
+		n += (size_t)snprintf(buf + n, size - n, "%s%llu", d ? "," : "",
+				      (unsigned long long)t->shape[d]);
+	if (n < size)
+		n += (size_t)snprintf(buf + n, size - n, "]");
+	if (n >= size)
+		snprintf(buf, size, "[...]");
+	return buf;
+}
+
+/* ------------------------------------------------------------------ */
+/* progress                                                            */
+
+void progress_init(struct progress *p, const char *what, bool force)
+{
+	memset(p, 0, sizeof(*p));
+	p->what = what;
+	p->tty = isatty(STDERR_FILENO) == 1;
+	p->on = p->tty || force;
+}
+
+void progress_show(void *arg, uint64_t done, uint64_t total)
+{
+	struct progress *p = arg;
+	struct timespec now;
+	char a[32], b[32];
+	long gap;
+
+	if (!p->on)
+		return;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	gap = (now.tv_sec - p->last.tv_sec) * 1000 +
+	      (now.tv_nsec - p->last.tv_nsec) / 1000000;
+	if (done < total && gap < (p->tty ? 250 : 1000))
+		return;
+	p->last = now;
+	fprintf(stderr, "%s%s: %d%% %s/%s%s", p->tty ? "\r" : "", p->what,
+		total ? (int)(done * 100 / total) : 100, fmt_bytes(done, a),
+		fmt_bytes(total, b), p->tty ? "\033[K" : "\n");
+	p->shown = p->tty;
+}
+
+void progress_clear(struct progress *p)
+{
+	if (p->shown)
+		fputs("\r\033[K", stderr);
+	p->shown = false;
+	/* the next update redraws at once (after a line printed between) */
+	p->last.tv_sec = 0;
+	p->last.tv_nsec = 0;
+}
