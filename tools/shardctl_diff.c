@@ -250,6 +250,20 @@ static bool needs_reading(const struct diff *d, const struct sf_tensor *x,
 	       (d->content || by_sums(d->a->m, x, d->b->m, y, &k, &b) == V_UNDECIDED);
 }
 
+/* "BF16 [4096,4096]" for a tensor, "532 bytes" for a file or object. */
+static const char *describe(enum sf_entry_kind kind, const struct sf_tensor *t,
+			    char *buf, size_t size)
+{
+	char shape[200];
+
+	if (kind == SF_ENTRY_TENSOR)
+		snprintf(buf, size, "%s %s", sf_dtype_name(t->dtype),
+			 fmt_shape(t, shape, sizeof(shape)));
+	else
+		snprintf(buf, size, "%" PRIu64 " bytes", t->nbytes);
+	return buf;
+}
+
 /* Walk two name-sorted lists of one kind (plan: only add up what will be
  * read). */
 static void compare_lists(struct diff *d, enum sf_entry_kind kind,
@@ -267,13 +281,13 @@ static void compare_lists(struct diff *d, enum sf_entry_kind kind,
 			if (c == 0 && needs_reading(d, &xa[i], &xb[j]))
 				d->to_read += xa[i].nbytes;
 		} else if (c < 0) {
-			say(d, "- %s %s (%s %s)\n", kn, xa[i].name,
-			    sf_dtype_name(xa[i].dtype), fmt_shape(&xa[i], s, sizeof(s)));
+			say(d, "- %s %s (%s)\n", kn, xa[i].name,
+			    describe(kind, &xa[i], s, sizeof(s)));
 			d->count[V_REMOVED]++;
 			d->removed += xa[i].nbytes;
 		} else if (c > 0) {
-			say(d, "+ %s %s (%s %s)\n", kn, xb[j].name,
-			    sf_dtype_name(xb[j].dtype), fmt_shape(&xb[j], s, sizeof(s)));
+			say(d, "+ %s %s (%s)\n", kn, xb[j].name,
+			    describe(kind, &xb[j], s, sizeof(s)));
 			d->count[V_ADDED]++;
 			d->added += xb[j].nbytes;
 		} else {
