@@ -2,6 +2,7 @@
 """Mount test: shardctl info --json, info PATH TENSOR, info --ranks, diff,
 and the progress lines of the long commands (issue 14, item 7).
 
+A zstd-coded DCP chunk is described alike on disk and in a mount.
 Every expected value comes from somewhere else than shardctl: the
 manifest.json shardctl gen wrote (parsed here), the unsharded references
 of `gen --ref`, the expected.json torch's fixtures carry, and bytes
@@ -29,6 +30,7 @@ import sfmount as sm  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DCP = os.path.join(HERE, "..", "fixtures", "dcp", "torch-2.15")
+DCP_EXT = os.path.join(HERE, "..", "fixtures", "dcp", "torch-2.15-ext")
 
 # The documented keys of each document (README, "shardctl info --json"),
 # in their order: a key added, removed or renamed must change the README too.
@@ -403,6 +405,14 @@ def check_diff_dcp(env, ck, store, m):
                                    os.path.join(m.mnt, "single-sf"))
     ck.ok(rc == 0 and out == "", "the same in the mount (%d %r %r)" % (rc, out, err[-300:]))
 
+    # export reads a mounted foreign checkpoint's manifest.json the same way
+    st_mnt = sm.read_file(os.path.join(m.mnt, "single", "model.safetensors"))
+    for src, label in ((os.path.join(m.mnt, "single"), "mount"), (single, "disk")):
+        out_st = env.path("single-%s.safetensors" % label)
+        env.shardctl_run("export", "--safetensors", out_st, src)
+        ck.bytes_eq(sm.read_file(out_st), st_mnt,
+                    "export of the DCP checkpoint (%s) = the mount's model.safetensors" % label)
+
     # a flipped byte in a DCP tensor's payload
     sflip = copy_ckpt(single, os.path.join(store, "single-flip"))
     em = info_json(env, sflip, "model.embed.weight")["shards"][0]
@@ -493,6 +503,7 @@ def test(env, ck):
     ref_a = env.gen(a, layout="mixed", ranks=3, size="256K", seed=1, block_size="16K")
     for n in ("single", "rows4"):
         copy_ckpt(os.path.join(DCP, n), os.path.join(store, n))
+    copy_ckpt(os.path.join(DCP_EXT, "zstd"), os.path.join(store, "zstd"))
     for n in ("step-10", "step-2"):
         env.gen(os.path.join(store, n), size="64K", ranks=1, ref=False)
 
@@ -503,7 +514,7 @@ def test(env, ck):
     check_info_tensor(env, ck, a, pick(man, flat_sharded), "disk flat")
     check_info_ranks(env, ck, a, "disk")
     check_info_dcp(env, ck, store)
-    names = ["a", "rows4", "single", "single-ix", "step-2", "step-10"]
+    names = ["a", "rows4", "single", "single-ix", "step-2", "step-10", "zstd"]
     check_info_store(env, ck, store, names)
 
     fname, flip = check_diff_shardfs(env, ck, store, a, ref_a)
@@ -518,6 +529,17 @@ def test(env, ck):
         tr = info_json(env, os.path.join(m.mnt, "single"), "transposed")
         ck.eq((tr["format"][:9], tr["shards"][0]["strides"]), ("torch-dcp", [1, 5]),
               "a mounted DCP checkpoint's tensor, as the mount shows it")
+        # a zstd-coded DCP chunk: the same shard on disk and in the mount
+        zd = info_json(env, os.path.join(store, "zstd"), "ramp")
+        zm = info_json(env, os.path.join(m.mnt, "zstd"), "ramp")
+        ck.eq(strip(zm), strip(zd), "a coded shard: info the same on disk and in the mount")
+        ck.ok(zd["shards"][0]["codec"] == "zstd" and
+              0 < zd["shards"][0]["stored_nbytes"] < zd["nbytes"],
+              "a coded shard: codec and stored bytes: %s" % zd["shards"])
+        rc, lines, out, err = run_diff(env, os.path.join(store, "zstd"),
+                                       os.path.join(m.mnt, "zstd"))
+        ck.ok(rc == 0 and out == "", "zstd DCP, disk vs mount: the same (%d %r %r)"
+              % (rc, out, err[-300:]))
         doc = info_json(env, m.mnt)
         ck.ok({"a", "single", "rows4"} <= {c["name"] for c in doc["checkpoints"]} and
               doc["totals"]["invalid"] == 0, "info of the mount's root: foreign ones valid")
