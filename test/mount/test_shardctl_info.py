@@ -2,14 +2,14 @@
 """Mount test: shardctl info --json, info PATH TENSOR, info --ranks, diff,
 and the progress lines of the long commands (issue 14, item 7).
 
-A zstd-coded DCP chunk is described alike on disk and in a mount.
 Every expected value comes from somewhere else than shardctl: the
 manifest.json shardctl gen wrote (parsed here), the unsharded references
 of `gen --ref`, the expected.json torch's fixtures carry, and bytes
 flipped here in copies. Checkpoints are read on disk and through a mount,
 shardfs/1 and PyTorch DCP alike; the DCP checkpoint is also copied through
 the mount into a shardfs/1 one (tools/shardfs_save.py), and the two diff
-as equal tensor for tensor. Progress lines are looked for on a
+as equal tensor for tensor; a zstd-coded DCP chunk is described alike on
+disk and in a mount. Progress lines are looked for on a
 pseudo-terminal and must be absent when stderr is a pipe.
 """
 
