@@ -205,6 +205,20 @@ struct gen_tensor {
 	size_t nshards, cap;
 };
 
+/* Bytes written so far, for opts->progress. */
+struct gen_progress {
+	void (*fn)(void *arg, uint64_t done, uint64_t total); /* or NULL */
+	void *arg;
+	uint64_t done, total;     /* bytes: payloads, plus the reference */
+};
+
+static void gen_advance(struct gen_progress *g, uint64_t n)
+{
+	g->done += n;
+	if (g->fn)
+		g->fn(g->arg, g->done, g->total);
+}
+
 struct gen_plan {
 	struct gen_tensor *t;     /* owned */
 	size_t n, cap;
@@ -764,6 +778,7 @@ struct rank_writer {
 	struct sf_payload *p;   /* open file, or NULL */
 	unsigned k;             /* index of the next file to open */
 	uint64_t file_bytes;    /* bytes in the open file */
+	struct gen_progress *prog;
 };
 
 static int rank_writer_next(struct rank_writer *w)
@@ -815,6 +830,7 @@ static int write_shard(struct rank_writer *w, const struct gen_tensor *t,
 		rc = sf_payload_write(w->p, buf, n);
 		if (rc < 0)
 			return rc;
+		gen_advance(w->prog, n);
 	}
 	rc = sf_payload_end(w->p, &done);
 	if (rc < 0)
@@ -835,10 +851,11 @@ static int write_shard(struct rank_writer *w, const struct gen_tensor *t,
 }
 
 static int write_rank(const char *dir, const struct sf_gen_opts *o,
-		      struct gen_plan *p, uint32_t rank, uint8_t *buf)
+		      struct gen_plan *p, uint32_t rank, uint8_t *buf,
+		      struct gen_progress *prog)
 {
 	struct rank_writer w = { .dir = dir, .rank = rank,
-				 .block_size = o->block_size };
+				 .block_size = o->block_size, .prog = prog };
 	int rc = 0, crc;
 
 	for (size_t i = 0; rc == 0 && i < p->n; i++) {
@@ -899,7 +916,7 @@ static int publish(const char *dir, const char *name,
 
 /* Write the bytes of t, element by element in flat order, to path. */
 static int ref_write_tensor(const char *path, const struct gen_tensor *t,
-			    uint8_t *buf)
+			    uint8_t *buf, struct gen_progress *prog)
 {
 	size_t isz = t->is_file ? 1 : sf_dtype_size(t->dt), fill = 0;
 	uint64_t numel = t->nbytes / isz;
@@ -921,11 +938,13 @@ static int ref_write_tensor(const char *path, const struct gen_tensor *t,
 		if (fill + 8 > GEN_CHUNK) {
 			if (fwrite(buf, 1, fill, f) != fill)
 				goto out_write_error;
+			gen_advance(prog, fill);
 			fill = 0;
 		}
 	}
 	if (fill && fwrite(buf, 1, fill, f) != fill)
 		goto out_write_error;
+	gen_advance(prog, fill);
 	if (fclose(f) != 0) {
 		rc = -errno;
 		sf_err("gen: ref: %s: %s", path, strerror(errno));
@@ -964,7 +983,8 @@ static int ref_path(const char *dir, const char *sub, const char *name,
 
 /* DIR/tensors/NAME, DIR/files/NAME and DIR/index.json. */
 static int write_reference(const char *dir, const char *ckpt_name,
-			   const struct gen_plan *p, uint8_t *buf)
+			   const struct gen_plan *p, uint8_t *buf,
+			   struct gen_progress *prog)
 {
 	json_t *idx, *tensors, *files;
 	char *path = NULL;
@@ -987,7 +1007,7 @@ static int write_reference(const char *dir, const char *ckpt_name,
 		rc = ref_path(dir, t->is_file ? "files" : "tensors", t->name, &path);
 		if (rc < 0)
 			break;
-		rc = ref_write_tensor(path, t, buf);
+		rc = ref_write_tensor(path, t, buf, prog);
 		free(path);
 		if (rc < 0)
 			break;
@@ -1071,6 +1091,7 @@ static char *ckpt_name_of(const char *dir)
 int sf_gen_checkpoint(const char *ckpt_dir, const struct sf_gen_opts *o,
 		      struct sf_gen_stats *st)
 {
+	struct gen_progress prog = { .fn = o->progress, .arg = o->progress_arg };
 	struct gen_plan plan;
 	char *name, *mpath = NULL;
 	uint8_t *buf;
@@ -1117,8 +1138,14 @@ int sf_gen_checkpoint(const char *ckpt_dir, const struct sf_gen_opts *o,
 		sf_err("gen: cannot remove old %s: %s", mpath, strerror(errno));
 		goto out_free_mpath;
 	}
+	for (size_t i = 0; i < plan.n; i++) {
+		for (size_t k = 0; k < plan.t[i].nshards; k++)
+			prog.total += plan.t[i].shards[k].nbytes;
+		if (o->ref_dir)
+			prog.total += plan.t[i].nbytes;
+	}
 	for (uint32_t r = 0; r < o->ranks; r++) {
-		rc = write_rank(ckpt_dir, o, &plan, r, buf);
+		rc = write_rank(ckpt_dir, o, &plan, r, buf, &prog);
 		if (rc < 0)
 			goto out_free_mpath;
 	}
@@ -1126,7 +1153,7 @@ int sf_gen_checkpoint(const char *ckpt_dir, const struct sf_gen_opts *o,
 	if (rc < 0)
 		goto out_free_mpath;
 	if (o->ref_dir) {
-		rc = write_reference(o->ref_dir, name, &plan, buf);
+		rc = write_reference(o->ref_dir, name, &plan, buf, &prog);
 		if (rc < 0)
 			goto out_free_mpath;
 	}

@@ -42,6 +42,10 @@ struct sf_gen_opts {
 	uint64_t block_size;   /* SF_MIN_BLOCK_SIZE..SF_MAX_BLOCK_SIZE */
 	const char *ref_dir;   /* NULL: no unsharded reference */
 	bool blobs;            /* write config.json and tokenizer_config.json */
+	/* NULL, or called after every chunk written (payloads, then the
+	 * reference) with the bytes written so far and the total */
+	void (*progress)(void *arg, uint64_t done, uint64_t total);
+	void *progress_arg;
 };
 
 struct sf_gen_stats {

@@ -2,14 +2,17 @@
  * shardctl.c - the companion command-line tool of shardfs.
  *
  *   shardctl gen     write a deterministic test checkpoint (sf_gen.c)
- *   shardctl info    tabulate a checkpoint's tensors, or a store's checkpoints
+ *   shardctl info    a checkpoint's tensors, shards, ranks (shardctl_info.c)
+ *   shardctl diff    compare two checkpoints (shardctl_diff.c)
  *   shardctl verify  re-read every payload block and check its XXH3
  *   shardctl index   checksum a foreign checkpoint (shardctl_index.c)
  *   shardctl export  write a checkpoint's model.safetensors atomically
  *   shardctl commit  ask the daemon to commit a checkpoint (xattr)
  *   shardctl rm      ask the daemon to delete a checkpoint (xattr)
  *
- * Exit status: 0 success, 1 failure (the reason is printed), 2 usage error.
+ * Exit status: 0 success, 1 failure (the reason is printed), 2 usage error
+ * (diff: 0 same, 1 different, 2 trouble). Long commands show progress on
+ * stderr when it is a terminal (shardctl_util.c).
  * Everything read from disk is bounded before use: manifest.json by
  * SF_MAX_MANIFEST_BYTES, blocks by the manifest's validated block_size.
  * Only core's public API is used, so what shardctl accepts is exactly what
@@ -60,7 +63,8 @@ static const char usage_main[] =
 	"\n"
 	"commands:\n"
 	"  gen     write a deterministic sharded test checkpoint\n"
-	"  info    show a checkpoint's tensors, or a store's checkpoints\n"
+	"  info    show a checkpoint's tensors, shards or ranks, or a store's checkpoints\n"
+	"  diff    compare two checkpoints: tensors added, removed or changed\n"
 	"  verify  check every payload block of a checkpoint against its XXH3\n"
 	"  index   checksum a checkpoint another framework wrote (shardfs.index.json)\n"
 	"  export  write a checkpoint's model.safetensors to a file\n"
@@ -88,11 +92,6 @@ static const char usage_gen[] =
 	"  --force         overwrite an existing shardfs checkpoint in CKPT_DIR\n"
 	"                  (never one a mount serves, never anything else)\n";
 
-static const char usage_info[] =
-	"usage: shardctl info PATH\n"
-	"\n"
-	"PATH is a checkpoint directory (on disk or in a mount) or a store.\n";
-
 static const char usage_verify[] =
 	"usage: shardctl verify CKPT_DIR\n"
 	"\n"
@@ -117,152 +116,9 @@ static const char usage_rm[] =
 	"Delete a committed checkpoint (or discard an unfinished one) through a\n"
 	"shardfs mount. Only root, the daemon's user and the store's owner may.\n";
 
-int usage_error(const char *usage, const char *fmt, const char *arg)
-{
-	fputs("shardctl: ", stderr);
-	fprintf(stderr, fmt, arg);
-	fputs("\n", stderr);
-	fputs(usage, stderr);
-	return EXIT_USAGE;
-}
-
-bool is_help(const char *s)
-{
-	return strcmp(s, "--help") == 0 || strcmp(s, "-h") == 0;
-}
-
-/* ------------------------------------------------------------------ */
-/* small helpers                                                       */
-/* ------------------------------------------------------------------ */
-
-
-const char *fmt_bytes(uint64_t n, char buf[32])
-{
-	static const char *const unit[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB" };
-	double v = (double)n;
-	unsigned u = 0;
-
-	while (v >= 1024 && u < 5) {
-		v /= 1024;
-		u++;
-	}
-	if (u == 0)
-		snprintf(buf, 32, "%llu B", (unsigned long long)n);
-	else
-		snprintf(buf, 32, "%.1f %s", v, unit[u]);
-	return buf;
-}
-
-/* "[4096,4096]" into buf (always terminated; "[...]" when it is cut). */
-static const char *fmt_shape(const struct sf_tensor *t, char *buf, size_t size)
-{
-	size_t n = 0;
-
-	n += (size_t)snprintf(buf + n, size - n, "[");
-	for (unsigned d = 0; d < t->ndim && n < size; d++)
-		n += (size_t)snprintf(buf + n, size - n, "%s%llu", d ? "," : "",
-				      (unsigned long long)t->shape[d]);
-	if (n < size)
-		n += (size_t)snprintf(buf + n, size - n, "]");
-	if (n >= size)
-		snprintf(buf, size, "[...]");
-	return buf;
-}
-
-/* Read and validate dir/manifest.json; prints the reason on failure. */
-static int load_manifest(const char *cmd, const char *dir,
-			 struct sf_model **m)
-{
-	char err[512] = "", path[PATH_MAX];
-	size_t len = 0;
-	char *json = NULL;
-	int rc;
-
-	if ((size_t)snprintf(path, sizeof(path), "%s/" SF_SHARDFS_MANIFEST, dir) >=
-	    sizeof(path))
-		return -ENAMETOOLONG;
-	/* bounded, and a FIFO planted there fails instead of blocking */
-	rc = sf_read_file(path, SF_MAX_MANIFEST_BYTES, &json, &len);
-	if (rc < 0) {
-		fprintf(stderr, "shardctl %s: %s: %s\n", cmd, path,
-			rc == -EINVAL ? "not a regular file" : sf_strerror(rc));
-		return rc;
-	}
-	rc = sf_shardfs_parse(json, len, m, err, sizeof(err));
-	free(json);
-	if (rc < 0)
-		fprintf(stderr, "shardctl %s: %s: invalid manifest: %s\n",
-			cmd, path, err[0] ? err : sf_strerror(rc));
-	return rc;
-}
-
-static bool has_manifest(const char *dir)
-{
-	char *path;
-	bool yes;
-
-	if (asprintf(&path, "%s/" SF_SHARDFS_MANIFEST, dir) < 0)
-		return false;
-	yes = access(path, F_OK) == 0;
-	free(path);
-	return yes;
-}
-
 /* ------------------------------------------------------------------ */
 /* gen                                                                 */
 /* ------------------------------------------------------------------ */
-
-/* Is dir a checkpoint shardfs wrote: its marker, a rank's journal, or a
- * manifest.json of format shardfs/1? */
-bool is_shardfs_ckpt(const char *dir)
-{
-	char path[PATH_MAX], *text = NULL;
-	size_t len = 0;
-	json_t *root, *fmt;
-	bool ours;
-
-	if (sf_wckpt_dir_is_ours(dir))
-		return true;
-	if ((size_t)snprintf(path, sizeof(path), "%s/" SF_SHARDFS_MANIFEST, dir) >=
-	    sizeof(path) ||
-	    sf_read_file(path, SF_MAX_MANIFEST_BYTES, &text, &len) != 0)
-		return false;
-	root = json_loadb(text, len, 0, NULL);
-	fmt = root ? json_object_get(root, "format") : NULL;
-	ours = fmt && json_is_string(fmt) &&
-	       strcmp(json_string_value(fmt), SF_SHARDFS_FORMAT) == 0;
-	json_decref(root);
-	free(text);
-	return ours;
-}
-
-/* The mountpoint of a shardfs mount serving dir (its store is dir, or
- * holds it), copied into mnt; false when none does. */
-bool served_by_mount(const char *dir, char *mnt, size_t mntlen)
-{
-	struct sf_mount_ent *v = NULL;
-	char *real = realpath(dir, NULL);
-	size_t n = 0;
-	bool found = false;
-
-	if (!real || sf_mounts_list("fuse.shardfs", &v, &n) != 0) {
-		free(real);
-		return false;
-	}
-	for (size_t i = 0; i < n && !found; i++) {
-		const char *store = sf_mount_shardfs_store(&v[i]);
-		size_t sl = store ? strlen(store) : 0;
-
-		if (store && strncmp(real, store, sl) == 0 &&
-		    (real[sl] == '\0' || real[sl] == '/' || sl == 1)) {
-			snprintf(mnt, mntlen, "%s", v[i].mnt);
-			found = true;
-		}
-	}
-	sf_mounts_free(v, n);
-	free(real);
-	return found;
-}
 
 /*
  * May gen write into dir? A new or empty directory, yes. An existing
@@ -333,6 +189,7 @@ static int cmd_gen(int argc, char **argv)
 		.block_size = SF_DEFAULT_BLOCK_SIZE, .blobs = true,
 	};
 	struct sf_gen_stats st;
+	struct progress prog;
 	uint64_t v;
 	int c, rc;
 
@@ -396,7 +253,11 @@ static int cmd_gen(int argc, char **argv)
 	if (gen_target_ok(argv[optind], force) != 0)
 		return 1;
 
+	progress_init(&prog, "gen", false);
+	o.progress = progress_show;
+	o.progress_arg = &prog;
 	rc = sf_gen_checkpoint(argv[optind], &o, &st);
+	progress_clear(&prog);
 	if (rc < 0) {
 		fprintf(stderr, "shardctl gen: %s: %s\n", argv[optind], sf_strerror(rc));
 		return 1;
@@ -405,216 +266,6 @@ static int cmd_gen(int argc, char **argv)
 	       argv[optind], st.ntensors, st.nshards,
 	       (unsigned long long)st.payload_bytes, o.ranks,
 	       sf_gen_layout_name(o.layout));
-	return 0;
-}
-
-/* ------------------------------------------------------------------ */
-/* info                                                                */
-/* ------------------------------------------------------------------ */
-
-static void print_tensor_table(const struct sf_model *m)
-{
-	int wn = 4, wd = 5, ws = 5, wk = 6;
-	uint64_t tbytes = 0, fbytes = 0;
-	size_t nshards = 0;
-	char shape[256], num[32], hb[32];
-
-	for (size_t i = 0; i < m->ntensors; i++) {
-		const struct sf_tensor *t = &m->tensors[i];
-		int l;
-
-		l = (int)strlen(t->name);
-		wn = l > wn ? l : wn;
-		l = (int)strlen(sf_dtype_name(t->dtype));
-		wd = l > wd ? l : wd;
-		l = (int)strlen(fmt_shape(t, shape, sizeof(shape)));
-		ws = l > ws ? l : ws;
-		l = snprintf(num, sizeof(num), "%zu", t->nshards);
-		wk = l > wk ? l : wk;
-	}
-	printf("%-*s  %-*s  %-*s  %*s  %s\n", wn, "NAME", wd, "DTYPE", ws, "SHAPE",
-	       wk, "SHARDS", "BYTES");
-	for (size_t i = 0; i < m->ntensors; i++) {
-		const struct sf_tensor *t = &m->tensors[i];
-
-		printf("%-*s  %-*s  %-*s  %*zu  %llu\n", wn, t->name, wd,
-		       sf_dtype_name(t->dtype), ws, fmt_shape(t, shape, sizeof(shape)),
-		       wk, t->nshards, (unsigned long long)t->nbytes);
-		tbytes += t->nbytes;
-		nshards += t->nshards;
-	}
-	if (m->nfiles) {
-		int wf = 4;
-
-		for (size_t i = 0; i < m->nfiles; i++) {
-			int l = (int)strlen(m->files[i].name);
-
-			wf = l > wf ? l : wf;
-		}
-		printf("\n%-*s  %6s  %s\n", wf, "FILE", "SHARDS", "BYTES");
-		for (size_t i = 0; i < m->nfiles; i++) {
-			const struct sf_tensor *f = &m->files[i];
-
-			printf("%-*s  %6zu  %llu\n", wf, f->name, f->nshards,
-			       (unsigned long long)f->nbytes);
-			fbytes += f->nbytes;
-			nshards += f->nshards;
-		}
-	}
-	printf("\ntotal: %zu tensors, %zu files, %zu shards, %llu tensor bytes (%s), "
-	       "%llu file bytes; world_size %u, block_size %llu\n",
-	       m->ntensors, m->nfiles, nshards, (unsigned long long)tbytes,
-	       fmt_bytes(tbytes, hb), (unsigned long long)fbytes, m->world_size,
-	       (unsigned long long)m->block_size);
-}
-
-/* One line per checkpoint of a store, collected then printed aligned. */
-struct store_row {
-	char *name;        /* owned */
-	char *state;       /* owned: "committed", "uncommitted", "invalid: ..." */
-	size_t ntensors, nfiles;
-	uint64_t bytes;
-	uint32_t world;
-	bool committed;
-};
-
-struct store_list {
-	struct store_row *rows;  /* owned */
-	size_t n, cap;
-	bool oom;
-	int invalid;             /* checkpoints that failed to open */
-};
-
-static void store_cb(void *arg, const char *name, const char *dir,
-		     struct sf_ckpt *ck, int err, const char *why)
-{
-	struct store_list *l = arg;
-	struct store_row *r;
-
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? 2 * l->cap : 16;
-		struct store_row *nr = realloc(l->rows, cap * sizeof(*nr));
-
-		if (!nr) {
-			l->oom = true;
-			sf_ckpt_close(ck);
-			return;
-		}
-		l->rows = nr;
-		l->cap = cap;
-	}
-	r = &l->rows[l->n];
-	memset(r, 0, sizeof(*r));
-	r->name = strdup(name);
-	if (ck) {
-		r->state = strdup("committed");
-		r->committed = true;
-		r->ntensors = ck->m->ntensors;
-		r->nfiles = ck->m->nfiles;
-		r->world = ck->m->world_size;
-		for (size_t i = 0; i < ck->m->ntensors; i++)
-			r->bytes += ck->m->tensors[i].nbytes;
-		sf_ckpt_close(ck);
-	} else if (err) {
-		if (asprintf(&r->state, "invalid: %s", why && *why ? why :
-			     sf_strerror(err)) < 0)
-			r->state = NULL;
-		l->invalid++;
-	} else {
-		r->state = strdup("uncommitted");
-	}
-	if (!r->name || !r->state) {
-		free(r->name);
-		free(r->state);
-		l->oom = true;
-		return;
-	}
-	l->n++;
-}
-
-/* step-2 before step-10: names compared as people read numbers in them. */
-static int cmp_rows(const void *a, const void *b)
-{
-	return strverscmp(((const struct store_row *)a)->name,
-			  ((const struct store_row *)b)->name);
-}
-
-static int info_store(const char *path)
-{
-	struct store_list l = { 0 };
-	int single = 0, wn = 10, rc;
-	char hb[32];
-
-	rc = sf_store_scan(path, store_cb, &l, &single);
-	if (rc < 0) {
-		fprintf(stderr, "shardctl info: %s: %s\n", path, sf_strerror(rc));
-		goto out_free_rows;
-	}
-	if (l.oom) {
-		fprintf(stderr, "shardctl info: %s: out of memory\n", path);
-		rc = -ENOMEM;
-		goto out_free_rows;
-	}
-	if (l.n > 1)
-		qsort(l.rows, l.n, sizeof(*l.rows), cmp_rows);
-	for (size_t i = 0; i < l.n; i++) {
-		int n = (int)strlen(l.rows[i].name);
-
-		wn = n > wn ? n : wn;
-	}
-	printf("%-*s  %7s  %5s  %5s  %12s  %s\n", wn, "CHECKPOINT", "TENSORS",
-	       "FILES", "RANKS", "BYTES", "STATE");
-	for (size_t i = 0; i < l.n; i++) {
-		const struct store_row *r = &l.rows[i];
-
-		if (r->committed)
-			printf("%-*s  %7zu  %5zu  %5u  %12s  %s\n", wn, r->name,
-			       r->ntensors, r->nfiles, r->world,
-			       fmt_bytes(r->bytes, hb), r->state);
-		else
-			printf("%-*s  %7s  %5s  %5s  %12s  %s\n", wn, r->name, "-",
-			       "-", "-", "-", r->state);
-	}
-	printf("\ntotal: %zu checkpoints (%d invalid)\n", l.n, l.invalid);
-	rc = l.invalid ? -SF_EMANIFEST : 0;
-
-out_free_rows:
-	for (size_t i = 0; i < l.n; i++) {
-		free(l.rows[i].name);
-		free(l.rows[i].state);
-	}
-	free(l.rows);
-	return rc;
-}
-
-static int cmd_info(int argc, char **argv)
-{
-	struct sf_model *m;
-	struct stat sb;
-	const char *path;
-
-	if (argc == 2 && is_help(argv[1])) {
-		fputs(usage_info, stdout);
-		return 0;
-	}
-	if (argc != 2 || argv[1][0] == '-')
-		return usage_error(usage_info, "%s", "want exactly one PATH");
-	path = argv[1];
-	if (stat(path, &sb) < 0) {
-		fprintf(stderr, "shardctl info: %s: %s\n", path, strerror(errno));
-		return 1;
-	}
-	if (!S_ISDIR(sb.st_mode)) {
-		fprintf(stderr, "shardctl info: %s: not a directory\n", path);
-		return 1;
-	}
-	if (!has_manifest(path))
-		return info_store(path) < 0 ? 1 : 0;
-	if (load_manifest("info", path, &m) < 0)
-		return 1;
-	printf("checkpoint %s (%s)\n\n", m->name, path);
-	print_tensor_table(m);
-	sf_model_destroy(m);
 	return 0;
 }
 
@@ -630,36 +281,8 @@ struct verify {
 	uint64_t block_size;
 	uint64_t total, done;  /* payload bytes */
 	uint64_t blocks, bad;
-	bool tty;              /* progress on stderr */
-	int last_pct;
-	struct timespec last;  /* last progress update */
+	struct progress prog;
 };
-
-static void verify_progress(struct verify *v, bool force)
-{
-	struct timespec now;
-	char a[32], b[32];
-	int pct;
-
-	if (!v->tty)
-		return;
-	pct = v->total ? (int)(v->done * 100 / v->total) : 100;
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	if (!force && pct == v->last_pct &&
-	    (now.tv_sec - v->last.tv_sec) * 1000000000L +
-	    (now.tv_nsec - v->last.tv_nsec) < 250000000L)
-		return;
-	v->last_pct = pct;
-	v->last = now;
-	fprintf(stderr, "\rverify: %d%% %s/%s\033[K", pct, fmt_bytes(v->done, a),
-		fmt_bytes(v->total, b));
-}
-
-static void verify_clear_progress(const struct verify *v)
-{
-	if (v->tty)
-		fputs("\r\033[K", stderr);
-}
 
 /* Why reading a block failed: "missing file", "short file" or the error. */
 static const char *why_unreadable(const struct verify *v, const char *file,
@@ -701,20 +324,18 @@ static void verify_shard(struct verify *v, const struct sf_tensor *t,
 		v->done += len;
 		if (why) {
 			v->bad++;
-			verify_clear_progress(v);
+			progress_clear(&v->prog);
 			printf("verify: BAD tensor %s shard %zu rank %u file %s block %llu: %s\n",
 			       t->name, k, s->rank, s->file, (unsigned long long)b, why);
 			fflush(stdout);
-			verify_progress(v, true);
-		} else {
-			verify_progress(v, false);
 		}
+		progress_show(&v->prog, v->done, v->total);
 	}
 }
 
 static int cmd_verify(int argc, char **argv)
 {
-	struct verify v = { .last_pct = -1 };
+	struct verify v = { 0 };
 	struct sf_ckpt_ref ref;
 	struct statfs fs;
 	struct sf_model *m;
@@ -761,7 +382,7 @@ static int cmd_verify(int argc, char **argv)
 	v.ref = &ref;
 	v.dir = dir;
 	v.block_size = m->block_size;
-	v.tty = isatty(STDERR_FILENO);
+	progress_init(&v.prog, "verify", false);
 	for (size_t i = 0; i < m->ntensors; i++)
 		for (size_t k = 0; k < m->tensors[i].nshards; k++)
 			v.total += m->tensors[i].shards[k].nbytes;
@@ -775,7 +396,7 @@ static int cmd_verify(int argc, char **argv)
 	for (size_t i = 0; i < m->nfiles; i++)
 		for (size_t k = 0; k < m->files[i].nshards; k++)
 			verify_shard(&v, &m->files[i], k);
-	verify_clear_progress(&v);
+	progress_clear(&v.prog);
 	if (v.bad) {
 		printf("verify: FAILED: %llu of %llu blocks bad\n",
 		       (unsigned long long)v.bad, (unsigned long long)v.blocks);
@@ -840,7 +461,7 @@ static ssize_t read_full(int fd, void *buf, size_t len)
 
 /* Stream model.safetensors assembled by the engine from local payloads. */
 static int export_from_disk(const char *dir, int out_fd, uint8_t *buf,
-			    uint64_t *written)
+			    uint64_t *written, struct progress *prog)
 {
 	struct sf_engine_opts eo = { .cache_bytes = 64u << 20, .verify = true };
 	struct sf_engine *e;
@@ -879,6 +500,7 @@ static int export_from_disk(const char *dir, int out_fd, uint8_t *buf,
 		}
 		off += n;
 		*written = off;
+		progress_show(prog, off, ck->st->total);
 	}
 	sf_engine_forget(e, &ck->ref);
 	sf_engine_destroy(e);
@@ -894,7 +516,7 @@ out_close_ckpt:
  * copy it, and check its size against the layout of the mount's manifest.
  */
 static int export_from_mount(const char *dir, int out_fd, uint8_t *buf,
-			     uint64_t *written)
+			     uint64_t *written, struct progress *prog)
 {
 	struct sf_st_layout *st;
 	struct sf_model *m;
@@ -936,6 +558,7 @@ static int export_from_mount(const char *dir, int out_fd, uint8_t *buf,
 			break;
 		}
 		*written += (uint64_t)n;
+		progress_show(prog, *written, st->total);
 	}
 	if (rc == 0 && *written != st->total) {
 		fprintf(stderr, "shardctl export: %s: got %llu bytes, the manifest "
@@ -987,6 +610,7 @@ static int cmd_export(int argc, char **argv)
 	const char *out = NULL, *dir;
 	struct statfs fs;
 	uint64_t written = 0;
+	struct progress prog;
 	char *tmp;
 	uint8_t *buf;
 	char hb[32];
@@ -1025,10 +649,12 @@ static int cmd_export(int argc, char **argv)
 		fprintf(stderr, "shardctl export: %s: %s\n", tmp, strerror(errno));
 		goto out_free_tmp;
 	}
+	progress_init(&prog, "export", false);
 	if (fs.f_type == FUSE_SUPER_MAGIC)
-		rc = export_from_mount(dir, fd, buf, &written);
+		rc = export_from_mount(dir, fd, buf, &written, &prog);
 	else
-		rc = export_from_disk(dir, fd, buf, &written);
+		rc = export_from_disk(dir, fd, buf, &written, &prog);
+	progress_clear(&prog);
 	if (rc < 0)
 		goto out_unlink_tmp;
 	if (fchmod(fd, 0644) < 0 || fsync(fd) < 0) {
@@ -1222,6 +848,8 @@ int main(int argc, char **argv)
 		return cmd_gen(argc, argv);
 	if (strcmp(cmd, "info") == 0)
 		return cmd_info(argc, argv);
+	if (strcmp(cmd, "diff") == 0)
+		return cmd_diff(argc, argv);
 	if (strcmp(cmd, "verify") == 0)
 		return cmd_verify(argc, argv);
 	if (strcmp(cmd, "export") == 0)

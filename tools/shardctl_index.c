@@ -138,50 +138,7 @@ static int open_dir(const char *cmd, const char *path, bool want_foreign_only,
 }
 
 /* ------------------------------------------------------------------ */
-/* progress                                                            */
-
-struct progress {
-	const char *what;       /* "index", "verify" */
-	bool on;                /* show it */
-	bool tty;               /* rewrite one line, else one line a second */
-	bool shown;             /* something is on the line */
-	struct timespec last;
-};
-
-static void progress_init(struct progress *p, const char *what, bool force)
-{
-	memset(p, 0, sizeof(*p));
-	p->what = what;
-	p->tty = isatty(STDERR_FILENO);
-	p->on = p->tty || force;
-}
-
-static void progress_show(void *arg, uint64_t done, uint64_t total)
-{
-	struct progress *p = arg;
-	struct timespec now;
-	char a[32], b[32];
-	long gap;
-
-	if (!p->on)
-		return;
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	gap = (now.tv_sec - p->last.tv_sec) * 1000 + (now.tv_nsec - p->last.tv_nsec) / 1000000;
-	if (done < total && gap < (p->tty ? 250 : 1000))
-		return;
-	p->last = now;
-	fprintf(stderr, "%s%s: %d%% %s/%s%s", p->tty ? "\r" : "", p->what,
-		total ? (int)(done * 100 / total) : 100, fmt_bytes(done, a),
-		fmt_bytes(total, b), p->tty ? "\033[K" : "\n");
-	p->shown = p->tty;
-}
-
-static void progress_clear(struct progress *p)
-{
-	if (p->shown)
-		fputs("\r\033[K", stderr);
-	p->shown = false;
-}
+/* timing                                                              */
 
 static double seconds_since(const struct timespec *t0)
 {

@@ -89,8 +89,36 @@ static int get_u64_array(const struct sf_where *w, const json_t *v, const char *
 	return 0;
 }
 
+/* A shown manifest's coded shard (sf_shardfs_put_shard): "codec",
+ * "stored_nbytes", "decoded_offset" and "decoded_nbytes" into *s; nothing
+ * when o has no "codec". */
+static int parse_codec(const struct sf_where *w, const json_t *o,
+		       struct sf_shard *s)
+{
+	static const enum sf_codec codecs[] = { SF_CODEC_ZSTD, SF_CODEC_UNREADABLE };
+	const json_t *c = json_object_get(o, "codec");
+	int rc;
+
+	if (!c)
+		return 0;
+	if (!json_is_string(c))
+		return sf_fail(w, -SF_EMANIFEST, "\"codec\" must be a string");
+	for (size_t i = 0; i < sizeof(codecs) / sizeof(codecs[0]); i++)
+		if (strcmp(json_string_value(c), sf_codec_name(codecs[i])) == 0)
+			s->codec = codecs[i];
+	if (s->codec == SF_CODEC_NONE)
+		return sf_fail(w, -SF_EMANIFEST, "unknown \"codec\"");
+	rc = get_u64(w, o, "stored_nbytes", &s->stored_len);
+	if (rc == 0)
+		rc = get_u64(w, o, "decoded_offset", &s->decoded_off);
+	if (rc == 0)
+		rc = get_u64(w, o, "decoded_nbytes", &s->decoded_len);
+	return rc;
+}
+
 /* Parse shard object o of tensor t into *s (zeroed by the caller; on
- * failure the caller frees what *s holds). */
+ * failure the caller frees what *s holds). need_sums: a shardfs/1
+ * manifest's shard (checksums required, no codec); else a shown one's. */
 static int parse_shard(const struct sf_where *w, const struct sf_model *m,
 		       const struct sf_tensor *t, const json_t *o, bool need_sums,
 		       struct sf_shard *s)
@@ -169,6 +197,11 @@ static int parse_shard(const struct sf_where *w, const struct sf_model *m,
 			return rc;
 	}
 
+	if (!need_sums) {
+		rc = parse_codec(w, o, s);
+		if (rc < 0)
+			return rc;
+	}
 	const json_t *sums = json_object_get(o, "xxh3");
 	if (!sums && !need_sums) {
 		rc = sf_shard_check(w, m, t, s);
@@ -201,7 +234,7 @@ static int parse_shard(const struct sf_where *w, const struct sf_model *m,
 /* Parse one entry of "tensors", "files" or "objects". */
 static int parse_tensor(struct sf_where *w, struct sf_model *m,
 			enum sf_entry_kind kind, const char *name, size_t len,
-			const json_t *o)
+			const json_t *o, bool shown)
 {
 	uint64_t shape[SF_MAX_NDIM];
 	struct sf_tensor *t;
@@ -233,7 +266,7 @@ static int parse_tensor(struct sf_where *w, struct sf_model *m,
 	rc = get_u64_array(w, js, "shape", ndim, "", shape);
 	if (rc < 0)
 		return rc;
-	if (kind == SF_ENTRY_FILE && !sf_shardfs_file_name_ok(name, len))
+	if (kind == SF_ENTRY_FILE && !shown && !sf_shardfs_file_name_ok(name, len))
 		return sf_fail(w, -SF_EMANIFEST,
 			       "name starts with \"" SF_SHARDFS_RANK_PREFIX "\" (payload directories)");
 
@@ -258,7 +291,7 @@ static int parse_tensor(struct sf_where *w, struct sf_model *m,
 	for (size_t i = 0; i < nsh; i++) {
 		struct sf_shard s = { 0 };
 		w->shard = (long)i;
-		rc = parse_shard(w, m, t, json_array_get(jsh, i), true, &s);
+		rc = parse_shard(w, m, t, json_array_get(jsh, i), !shown, &s);
 		if (rc < 0) {
 			sf_shard_clear(&s);
 			return rc;
@@ -271,21 +304,28 @@ static int parse_tensor(struct sf_where *w, struct sf_model *m,
 
 /* Parse every entry of a "tensors", "files" or "objects" object. */
 static int parse_section(struct sf_where *w, struct sf_model *m,
-			 enum sf_entry_kind kind, const json_t *obj)
+			 enum sf_entry_kind kind, const json_t *obj, bool shown)
 {
 	const char *key;
 	size_t klen;
 	json_t *v;
 
 	json_object_keylen_foreach((json_t *)obj, key, klen, v) {
-		int rc = parse_tensor(w, m, kind, key, klen, v);
+		int rc = parse_tensor(w, m, kind, key, klen, v, shown);
 		if (rc < 0)
 			return rc;
 	}
 	return 0;
 }
 
-static int parse_impl(const char *json, size_t len, bool partial,
+/* How parse_impl reads its input. */
+enum parse_mode {
+	PARSE_MANIFEST,        /* a shardfs/1 manifest.json */
+	PARSE_PART,            /* one rank's part: no coverage check */
+	PARSE_SHOWN,           /* a mount's manifest.json, of any format */
+};
+
+static int parse_impl(const char *json, size_t len, enum parse_mode mode,
 		      struct sf_model **out, char *err, size_t errlen)
 {
 	struct sf_where w;
@@ -294,6 +334,7 @@ static int parse_impl(const char *json, size_t len, bool partial,
 	const char *s;
 	size_t slen;
 	uint64_t world, bsize;
+	char fmt[SF_MAX_FORMAT] = SF_SHARDFS_FORMAT;
 	int rc;
 
 	sf_where_init(&w, err, errlen);
@@ -316,7 +357,20 @@ static int parse_impl(const char *json, size_t len, bool partial,
 	rc = get_string(&w, root, "format", &s, &slen);
 	if (rc < 0)
 		goto out_decref;
-	if (slen != strlen(SF_SHARDFS_FORMAT) || memcmp(s, SF_SHARDFS_FORMAT, slen) != 0) {
+	if (mode == PARSE_SHOWN) {
+		bool ok = slen && slen < SF_MAX_FORMAT;
+
+		for (size_t i = 0; ok && i < slen; i++)
+			ok = (unsigned char)s[i] >= 0x20 && s[i] != 0x7f;
+		if (!ok) {
+			rc = sf_fail(&w, -SF_EMANIFEST, "\"format\" must be 1..%d printable bytes",
+				     SF_MAX_FORMAT - 1);
+			goto out_decref;
+		}
+		memcpy(fmt, s, slen);
+		fmt[slen] = '\0';
+	} else if (slen != strlen(SF_SHARDFS_FORMAT) ||
+		   memcmp(s, SF_SHARDFS_FORMAT, slen) != 0) {
 		char q[sizeof(w.qname)];
 		sf_quote_name(q, s, slen);
 		rc = sf_fail(&w, -SF_EMANIFEST, "\"format\" is %s, expected \"" SF_SHARDFS_FORMAT "\"", q);
@@ -379,6 +433,7 @@ static int parse_impl(const char *json, size_t len, bool partial,
 	m = sf_model_new(name, (uint32_t)world, bsize);
 	if (!m)
 		goto out_decref;
+	sf_model_set_format(m, fmt);
 	if (nt && !(m->tensors = calloc(nt, sizeof(*m->tensors))))
 		goto out_destroy;
 	m->cap_tensors = nt;
@@ -386,20 +441,20 @@ static int parse_impl(const char *json, size_t len, bool partial,
 		goto out_destroy;
 	m->cap_files = nf;
 
-	rc = parse_section(&w, m, SF_ENTRY_TENSOR, tens);
+	rc = parse_section(&w, m, SF_ENTRY_TENSOR, tens, mode == PARSE_SHOWN);
 	if (rc < 0)
 		goto out_destroy;
 	if (files) {
-		rc = parse_section(&w, m, SF_ENTRY_FILE, files);
+		rc = parse_section(&w, m, SF_ENTRY_FILE, files, mode == PARSE_SHOWN);
 		if (rc < 0)
 			goto out_destroy;
 	}
 	if (objs) {
-		rc = parse_section(&w, m, SF_ENTRY_OBJECT, objs);
+		rc = parse_section(&w, m, SF_ENTRY_OBJECT, objs, mode == PARSE_SHOWN);
 		if (rc < 0)
 			goto out_destroy;
 	}
-	rc = partial ? sf_model_finish_part(m, err, errlen) :
+	rc = mode == PARSE_PART ? sf_model_finish_part(m, err, errlen) :
 		       sf_model_finish(m, err, errlen);
 	if (rc < 0)
 		goto out_destroy;
@@ -417,13 +472,19 @@ out_decref:
 int sf_shardfs_parse(const char *json, size_t len, struct sf_model **out,
 		     char *err, size_t errlen)
 {
-	return parse_impl(json, len, false, out, err, errlen);
+	return parse_impl(json, len, PARSE_MANIFEST, out, err, errlen);
 }
 
 int sf_shardfs_parse_part(const char *json, size_t len,
 			  struct sf_model **out, char *err, size_t errlen)
 {
-	return parse_impl(json, len, true, out, err, errlen);
+	return parse_impl(json, len, PARSE_PART, out, err, errlen);
+}
+
+int sf_shardfs_parse_shown(const char *json, size_t len, struct sf_model **out,
+			   char *err, size_t errlen)
+{
+	return parse_impl(json, len, PARSE_SHOWN, out, err, errlen);
 }
 
 
@@ -531,6 +592,9 @@ void sf_shardfs_put_shard(struct sf_jw *w, unsigned ndim,
 		sf_jw_comma(w);
 		sf_jw_key(w, "decoded_offset");
 		sf_jw_u64(w, s->decoded_off);
+		sf_jw_comma(w);
+		sf_jw_key(w, "decoded_nbytes");
+		sf_jw_u64(w, s->decoded_len);
 	}
 	/* an empty shard has no blocks but is verified all the same */
 	if (with_sums && (s->xxh3 || s->nbytes == 0)) {

@@ -43,6 +43,17 @@ int sf_shardfs_parse(const char *json, size_t len, struct sf_model **out,
 int sf_shardfs_parse_part(const char *json, size_t len,
 			  struct sf_model **out, char *err, size_t errlen);
 
+/*
+ * Parse a manifest.json as a mount shows it (sf_shardfs_dump of any
+ * format's model): as sf_shardfs_parse, except that "format" may name any
+ * format (kept in m->format), shards may lack checksums, a coded shard's
+ * "codec", "stored_nbytes", "decoded_offset" and "decoded_nbytes" are
+ * read, and root files may have any valid name. For tools that describe
+ * a mounted checkpoint (shardctl info, diff in a mount).
+ */
+int sf_shardfs_parse_shown(const char *json, size_t len, struct sf_model **out,
+			   char *err, size_t errlen);
+
 /* Serialize a finished model as manifest JSON (NUL-terminated, malloc'd,
  * the caller frees) in the layout of docs/FORMAT.md; "format" is
  * m->format, so a foreign checkpoint's manifest.json says what wrote it;

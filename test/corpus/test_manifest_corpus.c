@@ -472,6 +472,77 @@ static void test_builder(void)
 /* ------------------------------------------------------------------ */
 /* coverage against a naive byte bitmap                                */
 
+/* A foreign model as the mount shows it (sf_shardfs_dump): another format's
+ * name, a shard without checksums, a strided box, a zstd-coded shard, an
+ * object. sf_shardfs_parse_shown reads all of it back; the strict parser
+ * refuses it. */
+static void test_shown(void)
+{
+	char err[ERRLEN], why[256];
+	struct sf_model *m = sf_model_new("fx", 2, 4096), *back = NULL;
+	struct sf_tensor *t;
+	char *js = NULL;
+	size_t jl = 0;
+
+	check(m != NULL, "new fx");
+	if (!m)
+		return;
+	sf_model_set_format(m, "torch-dcp 1.0.0");
+	uint64_t shape[2] = { 5, 6 }, off[2] = { 0, 0 }, strides[2] = { 1, 5 };
+	check(sf_model_add_tensor(m, false, "transposed", SF_DT_F32, 2, shape, &t) == 0,
+	      "shown: add transposed");
+	struct sf_shard s = mk_box(0, 2, off, shape, 4, 4096);
+	s.xxh3 = NULL;
+	s.nblocks = 0;
+	s.strides = strides;
+	check(sf_tensor_add_shard(m, t, &s) == 0, "shown: strided shard: %s", sf_model_why(m));
+	uint64_t n[1] = { 100 };
+	check(sf_model_add_tensor(m, false, "ramp", SF_DT_U8, 1, n, &t) == 0, "shown: add ramp");
+	s = mk_flat(1, 0, 100, 4096);
+	s.xxh3 = NULL;
+	s.nblocks = 0;
+	s.codec = SF_CODEC_ZSTD;
+	s.stored_len = 40;
+	s.decoded_off = 8;
+	s.decoded_len = 200;
+	check(sf_tensor_add_shard(m, t, &s) == 0, "shown: coded shard: %s", sf_model_why(m));
+	check(sf_model_add_object(m, "step", 7, &t) == 0, "shown: add object");
+	s = mk_flat(0, 0, 7, 4096);
+	check(sf_tensor_add_shard(m, t, &s) == 0, "shown: object shard: %s", sf_model_why(m));
+	check(sf_model_finish(m, err, sizeof(err)) == 0, "shown: finish: %s", err);
+	check(sf_shardfs_dump(m, &js, &jl) == 0, "shown: dump");
+	check(js && sf_shardfs_parse(js, jl, &back, err, sizeof(err)) == -SF_EMANIFEST &&
+	      strstr(err, "\"format\""), "shown: the strict parser refuses it (%s)", err);
+	sf_model_destroy(back);
+	back = NULL;
+	check(js && sf_shardfs_parse_shown(js, jl, &back, err, sizeof(err)) == 0,
+	      "shown: parse_shown: %s", err);
+	if (back) {
+		const struct sf_tensor *r = sf_model_find(back, "ramp");
+		const struct sf_tensor *tr = sf_model_find(back, "transposed");
+		const struct sf_tensor *o = sf_model_find_object(back, "step");
+
+		check(manifest_equal(m, back, why, sizeof(why)), "shown: round trip: %s", why);
+		check(strcmp(back->format, "torch-dcp 1.0.0") == 0, "shown: format kept");
+		check(r && r->shards[0].codec == SF_CODEC_ZSTD && r->shards[0].stored_len == 40 &&
+		      r->shards[0].decoded_off == 8 && r->shards[0].decoded_len == 200 &&
+		      !r->shards[0].xxh3, "shown: coded shard read back");
+		check(tr && tr->shards[0].strides && tr->shards[0].strides[1] == 5,
+		      "shown: strides read back");
+		check(o && o->shards[0].xxh3 && o->nbytes == 7, "shown: object with checksums");
+	}
+	sf_model_destroy(back);
+	free(js);
+	/* what stays refused: a format string with a control byte */
+	static const char bad[] = "{\"format\":\"x\\u0001\",\"name\":\"a\",\"world_size\":1,"
+				  "\"block_size\":4096,\"tensors\":{}}";
+	back = NULL;
+	check(sf_shardfs_parse_shown(bad, sizeof(bad) - 1, &back, err, sizeof(err)) ==
+	      -SF_EMANIFEST, "shown: control byte in format refused (%s)", err);
+	sf_model_destroy(back);
+	sf_model_destroy(m);
+}
+
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 
 static uint64_t rnd(uint64_t n) /* uniform-ish in [0, n), n > 0 */
@@ -627,6 +698,7 @@ int main(int argc, char **argv)
 	check(nv >= MIN_VALID, "only %zu valid cases (want >= %d)", nv, MIN_VALID);
 	check(ni >= MIN_INVALID, "only %zu invalid cases (want >= %d)", ni, MIN_INVALID);
 	test_builder();
+	test_shown();
 	test_coverage_random();
 	test_coverage_large();
 	printf("%d checks, %d failed (%zu valid, %zu invalid manifests)\n", checks, failures, nv, ni);

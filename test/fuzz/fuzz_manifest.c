@@ -9,6 +9,9 @@
  *   - finds each of its tensors and files by name;
  *   - gives a shards JSON for every tensor and file;
  *   - passes its own coverage check again.
+ * sf_shardfs_parse_shown (a mount's manifest.json, any format) gets the
+ * same input: it fails with the same codes, or its model dumps and
+ * re-parses (shown) to a byte-identical dump.
  * Any violation aborts (a crash for libFuzzer and for the replay driver).
  * The input is not NUL-terminated, so an over-read shows under ASan.
  */
@@ -44,6 +47,32 @@ static void check_tensor(const struct sf_model *m, const struct sf_tensor *t,
 		fuzz_die("coverage changed its mind", err);
 }
 
+static void check_shown(const uint8_t *data, size_t size)
+{
+	char err[512], *d1 = NULL, *d2 = NULL;
+	struct sf_model *m = NULL, *m2 = NULL;
+	size_t l1 = 0, l2 = 0;
+	int rc = sf_shardfs_parse_shown((const char *)data, size, &m, err, sizeof(err));
+
+	if (rc < 0) {
+		if (m)
+			fuzz_die("failed shown parse returned a manifest", err);
+		if (rc != -SF_EMANIFEST && rc != -SF_EGAP && rc != -SF_ETOOBIG && rc != -ENOMEM)
+			fuzz_die("shown: undocumented error", sf_strerror(rc));
+		fuzz_check_message(err, sizeof(err));
+		return;
+	}
+	if (sf_shardfs_dump(m, &d1, &l1) != 0 ||
+	    sf_shardfs_parse_shown(d1, l1, &m2, err, sizeof(err)) != 0)
+		fuzz_die("shown dump does not re-parse", err);
+	if (sf_shardfs_dump(m2, &d2, &l2) != 0 || l1 != l2 || memcmp(d1, d2, l1) != 0)
+		fuzz_die("shown: second dump differs", m->name);
+	free(d2);
+	free(d1);
+	sf_model_destroy(m2);
+	sf_model_destroy(m);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	char err[512], err2[512], why[256];
@@ -51,6 +80,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	char *d1 = NULL, *d2 = NULL;
 	size_t l1 = 0, l2 = 0;
 
+	check_shown(data, size);
 	fuzz_poison(err, sizeof(err));
 	int rc = sf_shardfs_parse((const char *)data, size, &m, err, sizeof(err));
 	if (rc < 0) {
