@@ -85,6 +85,8 @@ struct sf_fs_ckpt {
 	struct sf_wckpt *w;           /* immutable; owned; non-NULL iff opened
 	                               * for writing (kept until freed) */
 	char *why;                    /* tree_lock; owned: last failed commit */
+	char *rm_why;                 /* tree_lock; owned: why the last delete
+	                               * asked for was refused (NULL: none) */
 	unsigned nwfiles;             /* tree_lock: write handles with an open
 	                               * sf_wfile (commit waits for 0) */
 	unsigned nopen;               /* tree_lock: open handles on its nodes;
@@ -339,6 +341,10 @@ int sf_fs_w_tensor_xattr(struct sf_fs *fs, struct sf_node *n,
 /* user.shardfs.state of checkpoint c, malloc'd into *out. */
 int sf_fs_state(struct sf_fs *fs, struct sf_fs_ckpt *c, char **out,
 		size_t *len);
+/* Why a user's last delete of c was refused (a rank down, under MPI):
+ * *out owned by the caller; -ENODATA when none was. */
+int sf_fs_rm_error(struct sf_fs *fs, struct sf_fs_ckpt *c, char **out,
+		   size_t *len);
 
 /* --- sf_fs_reply.c --- */
 

@@ -508,6 +508,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 #define XA_STATE "user.shardfs.state"
 #define XA_FORMAT "user.shardfs.format"
 #define XA_VERIFIED "user.shardfs.verified"
+#define XA_RM_ERROR "user.shardfs.rm_error" /* not listed: only when set */
 
 static bool has_tensor_xattrs(const struct sf_node *n)
 {
@@ -527,6 +528,12 @@ static int xattr_value(struct sf_fs *fs, struct sf_node *n, const char *name,
 	*owned = false;
 	if (n->kind == SF_NODE_CKPT && strcmp(name, XA_STATE) == 0) {
 		int rc = sf_fs_state(fs, n->ck, val, len);
+
+		*owned = rc == 0;
+		return rc;
+	}
+	if (n->kind == SF_NODE_CKPT && strcmp(name, XA_RM_ERROR) == 0) {
+		int rc = sf_fs_rm_error(fs, n->ck, val, len);
 
 		*owned = rc == 0;
 		return rc;

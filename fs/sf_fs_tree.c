@@ -70,6 +70,7 @@ static void ckpt_free(struct sf_fs *fs, struct sf_fs_ckpt *c)
 	}
 	sf_wckpt_close(c->w);
 	free(c->why);
+	free(c->rm_why);
 	free(c->name);
 	free(c->dir);
 	free(c);

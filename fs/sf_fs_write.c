@@ -873,6 +873,35 @@ enum rm_origin {
  * to a hidden .deleted-* name, drop the checkpoint from the tree, remove
  * the directory. The caller holds a reference on c (a node of it).
  */
+/* Keep why a user's delete of c was refused, for user.shardfs.rm_error
+ * (shardctl rm prints it). Best effort: no memory, no note. */
+static void note_rm_refused(struct sf_fs *fs, struct sf_fs_ckpt *c,
+			    const char *why)
+{
+	char *copy = strdup(why);
+
+	pthread_mutex_lock(&fs->tree_lock);
+	free(c->rm_why);
+	c->rm_why = copy;
+	pthread_mutex_unlock(&fs->tree_lock);
+}
+
+int sf_fs_rm_error(struct sf_fs *fs, struct sf_fs_ckpt *c, char **out,
+		   size_t *len)
+{
+	int rc = -ENODATA;
+
+	pthread_mutex_lock(&fs->tree_lock);
+	if (c->rm_why) {
+		*out = strdup(c->rm_why);
+		rc = *out ? 0 : -ENOMEM;
+		if (*out)
+			*len = strlen(*out);
+	}
+	pthread_mutex_unlock(&fs->tree_lock);
+	return rc;
+}
+
 static int do_delete(struct sf_fs *fs, struct sf_fs_ckpt *c,
 		     enum rm_origin origin)
 {
@@ -903,6 +932,7 @@ static int do_delete(struct sf_fs *fs, struct sf_fs_ckpt *c,
 		    (rc = cl->removing(cl->ctx, c->name, why, sizeof(why))) != 0) {
 			sf_err("checkpoint %s: not deleted, here or anywhere: %s",
 			       c->name, why[0] ? why : sf_strerror(rc));
+			note_rm_refused(fs, c, why[0] ? why : sf_strerror(rc));
 			return -EIO;
 		}
 	}

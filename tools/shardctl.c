@@ -807,7 +807,11 @@ static int xattr_cmd(const char *cmd, const char *usage, const char *attr,
 			cmd, path);
 		return 1;
 	}
-	n = get_text_xattr(path, "user.shardfs.state", state, sizeof(state));
+	/* a delete the daemon refused says why (MPI: a rank is down) */
+	n = strcmp(attr, "user.shardfs.delete") == 0 ?
+	    get_text_xattr(path, "user.shardfs.rm_error", state, sizeof(state)) : -1;
+	if (n <= 0)
+		n = get_text_xattr(path, "user.shardfs.state", state, sizeof(state));
 	if (n > 0) {
 		fprintf(stderr, "shardctl %s: %s: %s: %s\n", cmd, path,
 			strerror(err), state);

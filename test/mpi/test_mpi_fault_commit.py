@@ -214,6 +214,8 @@ def part_killed(env, ck, c, ref, clean, broken):
         print("rm s1 via rank %d: rc %d after %.2fs: %s" % (r, rc, dt, out))
         ck.ok(rc != 0 and "Input/output error" in out,
               "rm of s1 via rank %d fails with EIO (%s)" % (r, out))
+        ck.ok("rank 3 is down" in out,
+              "shardctl rm says why: rank 3 is down (%s)" % out)
         ck.ok(dt < bound, "rm via rank %d failed after %.2fs (< %.1fs)" % (
             r, dt, bound))
     log = c.log_text()
