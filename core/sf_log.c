@@ -53,17 +53,28 @@ static int open_log(const char *path)
 
 int sf_log_to_file(const char *path)
 {
-	int fd;
+	char abs[PATH_MAX];
+	int fd, n;
 
-	if (strlen(path) >= sizeof(sf_log_path))
+	/* Absolute, so a reopen after the daemon's chdir("/") finds it. */
+	if (path[0] == '/') {
+		n = snprintf(abs, sizeof(abs), "%s", path);
+	} else {
+		char cwd[PATH_MAX];
+
+		if (!getcwd(cwd, sizeof(cwd)))
+			return -errno;
+		n = snprintf(abs, sizeof(abs), "%s/%s", cwd, path);
+	}
+	if (n < 0 || (size_t)n >= sizeof(abs))
 		return -ENAMETOOLONG;
-	fd = open_log(path);
+	fd = open_log(abs);
 	if (fd < 0)
 		return fd;
 	if (sf_log_fd >= 0)
 		close(sf_log_fd);
 	sf_log_fd = fd;
-	memcpy(sf_log_path, path, strlen(path) + 1);
+	memcpy(sf_log_path, abs, (size_t)n + 1);
 	return 0;
 }
 

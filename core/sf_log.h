@@ -31,7 +31,8 @@ void sf_log_setup(const char *prefix, enum sf_log_level max_level);
 
 /*
  * Append every line to the file at path (created 0640 if missing, opened
- * O_APPEND, close-on-exec; path copied, at most PATH_MAX - 1 bytes).
+ * O_APPEND, close-on-exec; path copied, made absolute against the working
+ * directory, at most PATH_MAX - 1 bytes).
  * Call before starting threads. Returns 0 or a negative errno (nothing
  * changed then).
  */

@@ -149,10 +149,10 @@ def check_log_file(env, ck, store, ref):
 
 
 def run_daemon(env, argv, mnt):
-    """Start a detaching shardfs; its (exit status, output)."""
+    """Start a detaching shardfs in env.tmp; its (exit status, output)."""
     sy.guard(mnt)
     r = subprocess.run([env.shardfs] + argv, stdout=subprocess.PIPE,
-                       stderr=subprocess.STDOUT, timeout=60)
+                       stderr=subprocess.STDOUT, timeout=60, cwd=env.tmp)
     return r.returncode, r.stdout.decode(errors="replace")
 
 
@@ -162,7 +162,9 @@ def check_daemonized(env, ck, store, ref):
         mnt = env.path("mnt-bg-%d" % extra)
         os.makedirs(mnt)
         log = env.path("bg.log")
-        argv = ["--log-level", "info"] + (["--log-file", log] if extra else []) + [store, mnt]
+        # relative: the daemon's chdir("/") must not lose it on SIGHUP
+        argv = ["--log-level", "info"] + (["--log-file", "bg.log"] if extra else []) + \
+            [store, mnt]
         rc, out = run_daemon(env, argv, mnt)
         ck.eq(rc, 0, "daemonized, %s: exit 0 once mounted (%r)" % (label, out[-300:]))
         if not ck.ok(sy.wait_mount(mnt), "daemonized, %s: mounted" % label):
@@ -177,6 +179,17 @@ def check_daemonized(env, ck, store, ref):
             text = sm.read_text(log)
             ck.ok("fs: serving" in text and SLICE_BAD in text,
                   "daemonized: the log file gets the lines: %r" % text[-500:])
+            os.rename(log, log + ".1")
+            for p in pids:
+                os.kill(p, signal.SIGHUP)
+            expect_errno(lambda: os.mkdir(os.path.join(root, "x")), 30)
+            t0 = time.monotonic()
+            while "mkdir ck/x: refused" not in sm.read_text(log) and \
+                    time.monotonic() < t0 + 10:
+                time.sleep(0.05)
+            ck.ok("mkdir ck/x: refused" in sm.read_text(log),
+                  "daemonized: SIGHUP reopened the relative log file: %r"
+                  % sm.read_text(log)[-300:])
         subprocess.run(["fusermount3", "-u", mnt], timeout=30)
         ck.ok(sy.wait_gone(pids), "daemonized, %s: the daemon exits after unmount" % label)
         ck.ok(not sm.is_mounted(mnt), "daemonized, %s: unmounted" % label)
