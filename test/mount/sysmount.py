@@ -9,12 +9,17 @@ test put a mount helper into /sbin, or a syslog socket at /dev/log,
 without changing the system: what is mounted there vanishes with the
 namespace.
 
+Detached daemons have no stderr: sanitizer_logs(env) points ASan and
+UBSan at files in the test's directory (for every process started from
+then on) and sanitizer_reports(env) lists the reports found there.
+
 Invariants: cleanup() unmounts the mountpoint (fusermount3 -u, then
 umount -l) and SIGTERMs, then SIGKILLs, every shardfs whose command line
 names it, and waits until they are gone; tests register it (sm._cleanups)
 before starting anything. Standard library only.
 """
 
+import glob
 import os
 import signal
 import subprocess
@@ -130,3 +135,20 @@ def can_unshare():
     except (OSError, subprocess.TimeoutExpired) as e:
         return False, str(e)
     return r.returncode == 0, r.stderr.decode(errors="replace").strip()
+
+
+def sanitizer_logs(env):
+    """Send sanitizer reports of every process started from now on to
+    files env.tmp/sanitizer.* (a detached daemon's stderr is /dev/null)."""
+    base = os.path.join(env.tmp, "sanitizer")
+    for var in ("ASAN_OPTIONS", "UBSAN_OPTIONS"):
+        old = os.environ.get(var, "")
+        os.environ[var] = (old + ":" if old else "") + "log_path=" + base
+
+
+def sanitizer_reports(env):
+    """Texts of the sanitizer reports written since sanitizer_logs(env)."""
+    out = []
+    for p in sorted(glob.glob(os.path.join(env.tmp, "sanitizer.*"))):
+        out.append("%s: %s" % (p, sm.read_text(p)[-2000:]))
+    return out

@@ -179,7 +179,7 @@ def ns_child(spec_path):
         print(json.dumps({"skip": "overlay on /usr/sbin: %s" % r.stdout.decode()}))
         return 0
     res["helper_seen"] = os.path.exists("/sbin/mount.fuse.shardfs")
-    env = {"PATH": SYS_PATH}
+    env = dict(os.environ, PATH=SYS_PATH)  # mount(8) resets PATH anyway
     for case in spec["cases"]:
         out = {}
         mnt = case["mnt"]
@@ -273,6 +273,13 @@ def check_mount8(env, ck, prefix, store, ref, tensor):
 
 
 def test(env, ck):
+    sy.sanitizer_logs(env)
+    run(env, ck)
+    # every daemon has exited by now: their reports are complete
+    ck.eq(sy.sanitizer_reports(env), [], "no sanitizer reports from any daemon")
+
+
+def run(env, ck):
     store = env.path("store")
     os.makedirs(store)
     ref = env.gen(os.path.join(store, "ck"), size="256K")
