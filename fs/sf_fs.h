@@ -134,6 +134,9 @@ struct sf_fs_config {
 	 * Changes are limited to root, the daemon's user and the store's owner
 	 * either way. */
 	bool no_default_permissions;
+	/* Mount even when MOUNTPOINT holds files (they are hidden while
+	 * mounted); without it such a mountpoint is refused. */
+	bool nonempty;
 
 	struct sf_engine_opts engine; /* block cache size, checksum verification */
 
@@ -142,9 +145,15 @@ struct sf_fs_config {
 
 /*
  * Scan cfg->store, mount it at cfg->mountpoint and serve requests until
- * unmounted (fusermount3 -u) or signalled (SIGINT, SIGTERM, SIGHUP: clean
- * unmount). Returns 0 after a clean exit, or a negative error (logged) when
- * the store cannot be read or the mount fails.
+ * unmounted (fusermount3 -u) or signalled (SIGINT, SIGTERM, and SIGHUP
+ * unless the caller set a handler for it: clean unmount). Refuses (logged)
+ * a STORE that is missing or not a directory, a MOUNTPOINT that is missing,
+ * not a directory, not empty (unless cfg->nonempty), already or stale
+ * mounted, or that is STORE or lies inside it (or STORE inside it).
+ * "/dev/fd/N" as mountpoint is a /dev/fuse descriptor mounted already
+ * (mount.fuse3 -o drop_privileges). Once serving, the log stops copying to
+ * stderr (sf_log_detach). Returns 0 after a clean exit, or a negative
+ * error (logged) when the store cannot be read or the mount fails.
  */
 int sf_fs_run(const struct sf_fs_config *cfg);
 

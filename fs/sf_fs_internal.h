@@ -359,6 +359,12 @@ void sf_fs_fill_entry(struct sf_fs *fs, struct sf_node *n,
 /* Reply with n's entry; the kernel's reference the caller took on n is
  * dropped again when the reply cannot be delivered. */
 void sf_fs_reply_entry(fuse_req_t req, struct sf_fs *fs, struct sf_node *n);
+/* One rate-limited warning for a change refused with err (EROFS: a
+ * committed or foreign checkpoint): what was asked, the path below the
+ * mount (n's, with "/name" when name is given: an entry of directory n),
+ * the user and pid, and why. */
+void sf_fs_log_refused(fuse_req_t req, const char *what,
+		       const struct sf_node *n, const char *name, int err);
 /* JSON list of ndim dims into buf (NUL-terminated, truncated to size);
  * its length. */
 size_t sf_fs_shape_json(unsigned ndim, const uint64_t *dims, char *buf,

@@ -308,8 +308,11 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		rc = -ENOENT;
 	} else if (writable || (fi->flags & O_TRUNC)) {
 		rc = sf_fs_may_change(req, fs, "open for writing", n->name);
-		if (!rc)
+		if (!rc) {
 			rc = -EROFS;
+			sf_fs_log_refused(req, "open for writing", n, NULL,
+					  -SF_ECOMMITTED);
+		}
 	} else {
 		sf_fs_tune_ro_open(fi);
 		rc = 0;
@@ -652,17 +655,23 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 }
 
 /* A change nothing takes: EACCES for a user who may change nothing (so
- * the answer does not depend on default_permissions), else EROFS. */
-static void reply_no_change(fuse_req_t req, const char *what, const char *name)
+ * the answer does not depend on default_permissions), else EROFS (logged:
+ * n, or entry name of directory n). */
+static void reply_no_change(fuse_req_t req, const char *what,
+			    const struct sf_node *n, const char *name)
 {
-	int rc = sf_fs_may_change(req, fs_of(req), what, name);
+	int rc = sf_fs_may_change(req, fs_of(req), what, name ? name : n->name);
 
-	sf_fs_reply_err(req, rc ? rc : -SF_ECOMMITTED);
+	if (!rc) {
+		rc = -SF_ECOMMITTED;
+		sf_fs_log_refused(req, what, n, name, rc);
+	}
+	sf_fs_reply_err(req, rc);
 }
 
 static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 {
-	reply_no_change(req, "removexattr", name);
+	reply_no_change(req, "removexattr", sf_fs_node(fs_of(req), ino), NULL);
 }
 
 static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
@@ -674,13 +683,13 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 	if (sf_node_is_w(n))
 		sf_fs_w_setattr(req, n, attr, to_set);
 	else
-		reply_no_change(req, "setattr", n->name);
+		reply_no_change(req, "setattr", n, NULL);
 }
 
 static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
 		     mode_t mode, dev_t rdev)
 {
-	reply_no_change(req, "mknod", name);
+	reply_no_change(req, "mknod", sf_fs_node(fs_of(req), parent), name);
 }
 
 static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
@@ -702,6 +711,8 @@ static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 	if (!rc)
 		rc = sf_node_is_w(p) || (p == fs->root && !fs->single) ?
 		     -EPERM : -SF_ECOMMITTED;
+	if (rc == -SF_ECOMMITTED)
+		sf_fs_log_refused(req, "unlink", p, name, rc);
 	sf_fs_reply_err(req, rc);
 }
 
@@ -709,19 +720,19 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 		      fuse_ino_t newparent, const char *newname,
 		      unsigned int flags)
 {
-	reply_no_change(req, "rename", name);
+	reply_no_change(req, "rename", sf_fs_node(fs_of(req), parent), name);
 }
 
 static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent,
 		       const char *name)
 {
-	reply_no_change(req, "symlink", name);
+	reply_no_change(req, "symlink", sf_fs_node(fs_of(req), parent), name);
 }
 
 static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
 		    const char *newname)
 {
-	reply_no_change(req, "link", newname);
+	reply_no_change(req, "link", sf_fs_node(fs_of(req), newparent), newname);
 }
 
 static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,

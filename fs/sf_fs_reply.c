@@ -10,7 +10,8 @@
  * Checkpoints being written (and the store root, which gains and loses
  * checkpoints) are never cached by the kernel; committed entries are
  * immutable and cached for SF_FS_TIMEOUT; checkpoint directories for
- * SF_FS_CKPT_TIMEOUT (a commit or delete swaps them).
+ * SF_FS_CKPT_TIMEOUT (a commit or delete swaps them). A refused change
+ * gets one rate-limited log line (sf_fs_log_refused).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -18,6 +19,7 @@
 #include <string.h>
 
 #include "sf_error.h"
+#include "sf_log.h"
 #include "sf_fs_internal.h"
 
 void sf_fs_reply_err(fuse_req_t req, int err)
@@ -73,3 +75,46 @@ size_t sf_fs_shape_json(unsigned ndim, const uint64_t *dims, char *buf,
 	return used < size ? used : size - 1;
 }
 
+
+/* n's path below the mount ("" for the root) into buf, with "/name"
+ * after it when name is given; truncated from the front to fit. Names and
+ * parents of a node the kernel references are immutable. */
+static void node_path(const struct sf_node *n, const char *name, char *buf,
+		      size_t size)
+{
+	size_t at = size - 1, l;
+
+	buf[at] = '\0';
+	if (name) {
+		l = strlen(name);
+		l = l < at ? l : at;
+		at -= l;
+		memcpy(buf + at, name, l);
+	}
+	for (; n && n->parent && at > 0; n = n->parent) {
+		if (at < size - 1)
+			buf[--at] = '/';
+		l = strlen(n->name);
+		l = l < at ? l : at;
+		at -= l;
+		memcpy(buf + at, n->name + strlen(n->name) - l, l);
+	}
+	memmove(buf, buf + at, size - at);
+}
+
+void sf_fs_log_refused(fuse_req_t req, const char *what,
+		       const struct sf_node *n, const char *name, int err)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	const struct sf_ckpt *ck = n->ck ? n->ck->ck : NULL;
+	char path[1024], why[128];
+
+	node_path(n, name, path, sizeof(path));
+	if (ck && !ck->fmt->writable)
+		snprintf(why, sizeof(why), "a %s checkpoint, which shardfs only reads",
+			 ck->fmt->name);
+	else
+		snprintf(why, sizeof(why), "%s", sf_strerror(err));
+	sf_warn_limited("%s %s: refused for uid %u (pid %d): %s", what, path,
+			(unsigned)ctx->uid, (int)ctx->pid, why);
+}

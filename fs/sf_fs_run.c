@@ -10,6 +10,7 @@
  * Every resource made here is released on every path before sf_fs_run
  * returns.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -204,6 +205,155 @@ static int serve(struct sf_fs *fs, struct fuse_session *se)
 	return sf_fs_session_loop(se, fs->cfg->max_threads);
 }
 
+/* STORE, resolved into *abs (malloc'd) with its stat: it must exist and be
+ * a directory. 0 or a negative error (logged). */
+static int check_store(const char *store, char **abs, struct stat *st)
+{
+	int rc;
+
+	*abs = realpath(store, NULL);
+	if (!*abs) {
+		rc = -errno;
+		if (rc == -ENOENT)
+			sf_err("STORE %s does not exist", store);
+		else
+			sf_err("STORE %s: %s", store, strerror(-rc));
+		return rc;
+	}
+	if (stat(*abs, st) != 0) {
+		rc = -errno;
+		sf_err("STORE %s: %s", store, strerror(-rc));
+	} else if (!S_ISDIR(st->st_mode)) {
+		rc = -ENOTDIR;
+		sf_err("STORE %s is not a directory (it must be a directory of checkpoints, or one checkpoint's directory)",
+		       store);
+	} else {
+		return 0;
+	}
+	free(*abs);
+	*abs = NULL;
+	return rc;
+}
+
+/* Is path a prefix of other, ending at a component ("/a" of "/a/b")? */
+static bool path_inside(const char *path, const char *other)
+{
+	size_t n = strlen(path);
+
+	if (strcmp(path, "/") == 0)
+		return true;
+	return strncmp(path, other, n) == 0 && other[n] == '/';
+}
+
+/* Does directory path hold anything? -errno when it cannot be read. */
+static int dir_has_entries(const char *path)
+{
+	DIR *d = opendir(path);
+	struct dirent *e;
+	int found = 0;
+
+	if (!d)
+		return -errno;
+	while (!found && (e = readdir(d)) != NULL)
+		found = strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+	closedir(d);
+	return found;
+}
+
+/* "/dev/fd/N": a /dev/fuse descriptor that mount.fuse3 -o drop_privileges
+ * mounted already (libfuse mounts nothing then). */
+static bool is_fd_mountpoint(const char *p)
+{
+	return strncmp(p, "/dev/fd/", 8) == 0 && p[8] &&
+	       strspn(p + 8, "0123456789") == strlen(p + 8);
+}
+
+/* Is opt one of the items of cfg's -o lists? */
+static bool has_opt(const struct sf_fs_config *cfg, const char *opt)
+{
+	size_t n = strlen(opt);
+
+	for (size_t i = 0; i < cfg->nfuse_opts; i++) {
+		const char *p = cfg->fuse_opts[i];
+
+		for (; (p = strstr(p, opt)) != NULL; p += n)
+			if ((p == cfg->fuse_opts[i] || p[-1] == ',') &&
+			    (p[n] == '\0' || p[n] == ','))
+				return true;
+	}
+	return false;
+}
+
+static void log_stale(const char *mnt)
+{
+	sf_err("MOUNTPOINT %s is a stale FUSE mount (its daemon is gone): "
+	       "clear it with `fusermount3 -uz %s` and start again", mnt, mnt);
+}
+
+/*
+ * MOUNTPOINT, resolved into *abs (malloc'd): an empty directory (unless
+ * cfg->nonempty) that nothing is mounted on, apart from STORE (store_abs)
+ * so the daemon never reads through its own mount. 0 or a negative error,
+ * logged with what to do about it.
+ */
+static int check_mountpoint(const struct sf_fs_config *cfg,
+			    const char *store_abs, char **abs)
+{
+	const char *mnt = cfg->mountpoint;
+	struct stat st;
+	int rc;
+
+	if (is_fd_mountpoint(mnt)) {
+		*abs = strdup(mnt);
+		return *abs ? 0 : -ENOMEM;
+	}
+	*abs = realpath(mnt, NULL);
+	if (!*abs) {
+		rc = -errno;
+		if (rc == -ENOTCONN)
+			log_stale(mnt);
+		else if (rc == -ENOENT)
+			sf_err("MOUNTPOINT %s does not exist: create the directory first (mkdir -p %s)",
+			       mnt, mnt);
+		else
+			sf_err("MOUNTPOINT %s: %s", mnt, strerror(-rc));
+		return rc;
+	}
+	mnt = *abs;
+	rc = 0;
+	if (fuse_mounted_at(mnt)) {
+		rc = -EBUSY;
+		if (stat(mnt, &st) != 0 && errno == ENOTCONN)
+			log_stale(mnt);
+		else
+			sf_err("MOUNTPOINT %s already has a FUSE file system mounted on it: "
+			       "unmount it first (`fusermount3 -u %s`)", mnt, mnt);
+	} else if (stat(mnt, &st) != 0 || !S_ISDIR(st.st_mode)) {
+		rc = -ENOTDIR;
+		sf_err("MOUNTPOINT %s is not a directory", mnt);
+	} else if (strcmp(mnt, store_abs) == 0 || path_inside(store_abs, mnt) ||
+		   path_inside(mnt, store_abs)) {
+		rc = -EINVAL;
+		sf_err("MOUNTPOINT %s and STORE %s overlap (one is, or lies inside, the other): "
+		       "the daemon would read through its own mount; mount it elsewhere",
+		       mnt, store_abs);
+	} else if (!cfg->nonempty && (rc = dir_has_entries(mnt)) != 0) {
+		if (rc > 0) {
+			rc = -ENOTEMPTY;
+			sf_err("MOUNTPOINT %s is not empty: the mount would hide its files; "
+			       "use an empty directory, or pass -o nonempty (--nonempty) to mount over them",
+			       mnt);
+		} else {
+			sf_err("MOUNTPOINT %s: %s", mnt, strerror(-rc));
+		}
+	}
+	if (rc) {
+		free(*abs);
+		*abs = NULL;
+	}
+	return rc;
+}
+
 int sf_fs_run(const struct sf_fs_config *cfg)
 {
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
@@ -224,47 +374,25 @@ int sf_fs_run(const struct sf_fs_config *cfg)
 	fs->rank = cfg->cluster ? cfg->cluster->rank : 0;
 	fs->world = cfg->cluster ? cfg->cluster->world_size : 1;
 	atomic_init(&fs->bdi_done, false);
-	fs->uid = getuid();
-	fs->gid = getgid();
 	fs->daemon_uid = geteuid();
-	fs->root_mode = 0755;
 
-	store_abs = realpath(cfg->store, NULL);
-	if (!store_abs) {
-		rc = -errno;
-		sf_err("store %s: %s", cfg->store, strerror(errno));
+	rc = check_store(cfg->store, &store_abs, &st);
+	if (rc)
 		goto out_free_fs;
-	}
 	fs->store_abs = store_abs;
-	if (stat(store_abs, &st) == 0) {
-		fs->uid = st.st_uid;
-		fs->gid = st.st_gid;
-		fs->root_mode = st.st_mode & 07777;
-	}
-	fs->mnt_abs = realpath(cfg->mountpoint, NULL);
-	if (!fs->mnt_abs) {
-		rc = -errno;
-		if (rc == -ENOTCONN)
-			sf_err("mountpoint %s is a stale FUSE mount (its daemon is gone): "
-			       "clear it with `fusermount3 -uz %s` and start again",
-			       cfg->mountpoint, cfg->mountpoint);
-		else
-			sf_err("mountpoint %s: %s", cfg->mountpoint, strerror(errno));
+	fs->uid = st.st_uid;
+	fs->gid = st.st_gid;
+	fs->root_mode = st.st_mode & 07777;
+	rc = check_mountpoint(cfg, store_abs, &fs->mnt_abs);
+	if (rc)
 		goto out_free_store;
-	}
-	if (fuse_mounted_at(fs->mnt_abs)) {
-		struct stat mst;
-
-		rc = -EBUSY;
-		if (stat(fs->mnt_abs, &mst) != 0 && errno == ENOTCONN)
-			sf_err("mountpoint %s is a stale FUSE mount (its daemon is gone): "
-			       "clear it with `fusermount3 -uz %s` and start again",
-			       fs->mnt_abs, fs->mnt_abs);
-		else
-			sf_err("mountpoint %s already has a FUSE file system mounted on it: "
-			       "unmount it first (`fusermount3 -u %s`)", fs->mnt_abs,
-			       fs->mnt_abs);
-		goto out_free_store;
+	if (is_fd_mountpoint(fs->mnt_abs)) {
+		/* mount.fuse3 mounted it with the user's options alone: no
+		 * mountpoint to find the bdi by, none of ours applied. */
+		atomic_store(&fs->bdi_done, true);
+		if (!cfg->no_default_permissions && !has_opt(cfg, "default_permissions"))
+			sf_warn("mounted by mount.fuse3 (drop_privileges) without default_permissions: "
+				"the kernel does not check the modes shown; add default_permissions to the mount options");
 	}
 	rc = sf_fs_tree_init(fs);
 	if (rc)
@@ -328,6 +456,10 @@ int sf_fs_run(const struct sf_fs_config *cfg)
 		sf_warn("fs: the store is not watched (new checkpoints need a remount): %s",
 			sf_strerror(rc));
 	sf_info("fs: serving %s at %s", store_abs, fs->mnt_abs);
+	/* From here the log goes only to its file or syslog, if it has one:
+	 * a daemon's stderr is /dev/null, a foreground one's a terminal
+	 * that got the start-up lines. */
+	sf_log_detach();
 	rc = serve(fs, se);
 	sf_fs_live_stop(live);
 	if (cfg->cluster && cfg->cluster->attach)

@@ -14,6 +14,7 @@
  * commit swaps the whole checkpoint for its committed tree at once.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -726,6 +727,27 @@ fuse_ino_t sf_fs_ino(struct sf_fs *fs, const struct sf_node *n)
 	return n == fs->root ? FUSE_ROOT_ID : (fuse_ino_t)(uintptr_t)n;
 }
 
+/* One rate-limited line for a bad NAME@SPEC (err: SF_ESLICE, SF_ERANGE). */
+static void log_bad_slice(const struct sf_node *base, const char *spec,
+			  int err, unsigned ndim, const uint64_t *shape)
+{
+	char tname[SF_MAX_NAME + 1], dims[SF_MAX_NDIM * 21 + 3];
+	size_t k = 0;
+
+	if (sf_fs_wname(base, tname, sizeof(tname)) != 0)
+		snprintf(tname, sizeof(tname), "%s", base->name);
+	dims[k++] = '[';
+	for (unsigned d = 0; d < ndim; d++)
+		k += (size_t)snprintf(dims + k, sizeof(dims) - k, "%s%" PRIu64,
+				      d ? "," : "", shape[d]);
+	snprintf(dims + k, sizeof(dims) - k, "]");
+	sf_warn_limited("checkpoint %s: tensors/%s@%s: %s (shape %s)",
+			base->ck->name, tname, spec,
+			err == -SF_ERANGE ? "slice outside the tensor: each START:STOP needs START <= STOP <= the dimension"
+					  : "bad slice syntax: want START:STOP (either may be empty) for each dimension, comma-separated",
+			dims);
+}
+
 /* tensors/NAME@SPEC: find or make the slice node. Under tree_lock. */
 static int lookup_slice(struct sf_fs *fs, struct sf_node *dir,
 			const char *name, struct sf_node **out)
@@ -757,6 +779,8 @@ static int lookup_slice(struct sf_fs *fs, struct sf_node *dir,
 	if (base->t) {
 		rc = sf_slice_parse(spec, strlen(spec), base->t->ndim,
 				    base->t->shape, &box);
+		if (rc == -SF_ESLICE || rc == -SF_ERANGE)
+			log_bad_slice(base, spec, rc, base->t->ndim, base->t->shape);
 		if (!rc)
 			rc = sf_shape_nbytes(box.ndim, box.len,
 					     sf_dtype_size(base->t->dtype), &nbytes);
@@ -769,13 +793,16 @@ static int lookup_slice(struct sf_fs *fs, struct sf_node *dir,
 		if (!rc)
 			rc = sf_wckpt_info(base->ck->w, tname, &info);
 		if (rc == -ENOENT || (!rc && !info.declared)) {
-			sf_warn("checkpoint %s: %s: declare dtype and shape before writing a slice",
+			sf_warn_limited("checkpoint %s: %s: declare dtype and shape before writing a slice",
 				base->ck->name, name);
 			rc = -EINVAL;
 		}
-		if (!rc)
+		if (!rc) {
 			rc = sf_slice_parse(spec, strlen(spec), info.ndim,
 					    info.shape, &box);
+			if (rc == -SF_ESLICE || rc == -SF_ERANGE)
+				log_bad_slice(base, spec, rc, info.ndim, info.shape);
+		}
 		if (!rc)
 			rc = sf_shape_nbytes(box.ndim, box.len,
 					     sf_dtype_size(info.dtype), &nbytes);

@@ -65,7 +65,7 @@ int sf_fs_may_change(fuse_req_t req, struct sf_fs *fs, const char *what,
 
 	if (ctx->uid == 0 || ctx->uid == fs->daemon_uid || ctx->uid == fs->uid)
 		return 0;
-	sf_warn("%s %s: refused for uid %u (pid %d): only root, the daemon's user (uid %u) and the store's owner (uid %u) change this store",
+	sf_warn_limited("%s %s: refused for uid %u (pid %d): only root, the daemon's user (uid %u) and the store's owner (uid %u) change this store",
 		what, name, (unsigned)ctx->uid, (int)ctx->pid,
 		(unsigned)fs->daemon_uid, (unsigned)fs->uid);
 	return -EACCES;
@@ -150,7 +150,7 @@ static int new_ckpt(struct sf_fs *fs, const char *name, struct sf_node **out)
 	int rc;
 
 	if (!component_ok(name) || name[0] == '.') {
-		sf_warn("mkdir %s: not a valid checkpoint name", name);
+		sf_warn_limited("mkdir %s: not a valid checkpoint name", name);
 		return -EINVAL;
 	}
 	if (asprintf(&dir, "%s/%s", fs->store_abs, name) < 0)
@@ -160,7 +160,7 @@ static int new_ckpt(struct sf_fs *fs, const char *name, struct sf_node **out)
 		/* A committed checkpoint the scan left out, or a directory
 		 * shardfs did not make (another framework's checkpoint, anything
 		 * a user put there): never adopted, never written into. */
-		sf_warn("mkdir %s: the store already holds %s, which is not a checkpoint shardfs is writing; left alone",
+		sf_warn_limited("mkdir %s: the store already holds %s, which is not a checkpoint shardfs is writing; left alone",
 			name, dir);
 		goto out_free_dir;
 	}
@@ -196,10 +196,11 @@ void sf_fs_w_mkdir(fuse_req_t req, struct sf_node *parent, const char *name)
 		rc = new_ckpt(fs, name, &n);
 	} else if (!sf_node_is_w(parent)) {
 		rc = -SF_ECOMMITTED;
+		sf_fs_log_refused(req, "mkdir", parent, name, rc);
 	} else if ((rc = ck_writable(fs, parent->ck, false)) != 0) {
 		/* rc says why */
 	} else if (parent->kind == SF_NODE_CKPT && strcmp(name, "tensors") != 0) {
-		sf_warn("checkpoint %s: mkdir %s: only tensors/ and plain files live at a checkpoint's root",
+		sf_warn_limited("checkpoint %s: mkdir %s: only tensors/ and plain files live at a checkpoint's root",
 			parent->ck->name, name);
 		rc = -EINVAL;
 	} else if (!component_ok(name)) {
@@ -302,8 +303,10 @@ void sf_fs_w_create(fuse_req_t req, struct sf_node *parent, const char *name,
 	if (!sf_node_is_w(parent)) {
 		rc = parent == fs->root && !fs->single ? -EPERM : -SF_ECOMMITTED;
 		if (rc == -EPERM)
-			sf_warn("create %s: only directories (checkpoints) live at the store root",
+			sf_warn_limited("create %s: only directories (checkpoints) live at the store root",
 				name);
+		else
+			sf_fs_log_refused(req, "create", parent, name, rc);
 		goto out_reply_err;
 	}
 	rc = ck_writable(fs, parent->ck, false);
@@ -316,7 +319,7 @@ void sf_fs_w_create(fuse_req_t req, struct sf_node *parent, const char *name,
 		rc = component_ok(name) ? sf_wckpt_add_file(parent->ck->w, name) :
 		     -EINVAL;
 		if (rc == -EINVAL)
-			sf_warn("checkpoint %s: %s: not a name a root file can take",
+			sf_warn_limited("checkpoint %s: %s: not a name a root file can take",
 				parent->ck->name, name);
 		if (rc)
 			goto out_reply_err;
@@ -324,7 +327,7 @@ void sf_fs_w_create(fuse_req_t req, struct sf_node *parent, const char *name,
 		kind = SF_NODE_TENSOR;
 		if (!component_ok(name)) {
 			if (strchr(name, '@'))
-				sf_warn("checkpoint %s: %s: a slice of a tensor that is not declared",
+				sf_warn_limited("checkpoint %s: %s: a slice of a tensor that is not declared",
 					parent->ck->name, name);
 			rc = -EINVAL;
 			goto out_reply_err;
@@ -417,7 +420,7 @@ static int wfile_start(struct sf_fs *fs, struct sf_fs_handle *h)
 			   &h->wf);
 	if (rc) {
 		if (rc == -ENOENT || rc == -EINVAL) {
-			sf_warn("checkpoint %s: %s: set user.shardfs.dtype and user.shardfs.shape before writing",
+			sf_warn_limited("checkpoint %s: %s: set user.shardfs.dtype and user.shardfs.shape before writing",
 				c->name, name);
 			rc = -EINVAL;
 		}
@@ -493,7 +496,7 @@ void sf_fs_w_setattr(fuse_req_t req, struct sf_node *n, struct stat *attr,
 		if (attr->st_size == 0) {
 			rc = restart_file(n);
 		} else if ((uint64_t)attr->st_size != sf_fs_w_size(fs, n)) {
-			sf_warn("checkpoint %s: %s: a root file can only be truncated to 0",
+			sf_warn_limited("checkpoint %s: %s: a root file can only be truncated to 0",
 				n->ck->name, n->name);
 			rc = -EINVAL;
 		}
@@ -578,14 +581,14 @@ static int set_decl(struct sf_fs *fs, struct sf_node *n, const char *attr,
 	if (is_dtype) {
 		want.dtype = sf_dtype_from_name(v, size);
 		if (want.dtype == SF_DT_INVALID) {
-			sf_warn("checkpoint %s: %s: unknown dtype '%s'", c->name,
+			sf_warn_limited("checkpoint %s: %s: unknown dtype '%s'", c->name,
 				name, v);
 			return -EINVAL;
 		}
 	} else {
 		want.has_shape = true;
 		if (parse_shape(v, &want.ndim, want.shape)) {
-			sf_warn("checkpoint %s: %s: shape '%s' is not a list of sizes like [4096,4096]",
+			sf_warn_limited("checkpoint %s: %s: shape '%s' is not a list of sizes like [4096,4096]",
 				c->name, name, v);
 			return -EINVAL;
 		}
@@ -627,12 +630,12 @@ static int set_decl(struct sf_fs *fs, struct sf_node *n, const char *attr,
 
 	rc = sf_wckpt_declare(c->w, name, want.dtype, want.ndim, want.shape);
 	if (rc == -SF_ECONFLICT) {
-		sf_warn("checkpoint %s: %s: declared differently before; declarations must agree",
+		sf_warn_limited("checkpoint %s: %s: declared differently before; declarations must agree",
 			c->name, name);
 		return -EINVAL;
 	}
 	if (rc) {
-		sf_warn("checkpoint %s: %s: cannot declare: %s", c->name, name,
+		sf_warn_limited("checkpoint %s: %s: cannot declare: %s", c->name, name,
 			sf_strerror(rc));
 		return rc == -SF_ETOOBIG || rc == -EOVERFLOW ? -EINVAL : rc;
 	}
@@ -912,12 +915,12 @@ static int do_delete(struct sf_fs *fs, struct sf_fs_ckpt *c,
 	int rc;
 
 	if (fs->single) {
-		sf_warn("delete: the store is this one checkpoint; delete it outside the mount");
+		sf_warn_limited("delete: the store is this one checkpoint; delete it outside the mount");
 		return -EPERM;
 	}
 	if (c->ck && !c->ck->fmt->writable) {
 		/* c->ck is immutable: a foreign checkpoint stays foreign */
-		sf_warn("checkpoint %s: not deleted: a %s checkpoint, which shardfs only reads",
+		sf_warn_limited("checkpoint %s: not deleted: a %s checkpoint, which shardfs only reads",
 			c->name, c->ck->fmt->name);
 		return -EROFS;
 	}
@@ -950,7 +953,7 @@ static int do_delete(struct sf_fs *fs, struct sf_fs_ckpt *c,
 	pthread_mutex_unlock(&fs->tree_lock);
 	if (rc) {
 		if (rc == -EBUSY)
-			sf_warn("checkpoint %s: cannot delete: %s", c->name,
+			sf_warn_limited("checkpoint %s: cannot delete: %s", c->name,
 				committed || origin == RM_USER ?
 				"files are open for writing or a commit runs" :
 				"a peer deleted it, but it is not committed here (left alone)");
@@ -1027,7 +1030,7 @@ static int delete_by_name(struct sf_fs *fs, const char *value, size_t size,
 	int rc;
 
 	if (size == 0 || size > SF_MAX_COMPONENT || memchr(value, '\0', size)) {
-		sf_warn("delete: the value of user.shardfs.delete on the store root must be a checkpoint's name");
+		sf_warn_limited("delete: the value of user.shardfs.delete on the store root must be a checkpoint's name");
 		return -EINVAL;
 	}
 	memcpy(name, value, size);
@@ -1077,6 +1080,7 @@ void sf_fs_w_setxattr(fuse_req_t req, struct sf_node *n, const char *name,
 		}
 	} else if (!sf_node_is_w(n)) {
 		rc = -SF_ECOMMITTED;
+		sf_fs_log_refused(req, "setxattr", n, NULL, rc);
 	} else if (strcmp(name, XA_DTYPE) == 0 || strcmp(name, XA_SHAPE) == 0) {
 		rc = set_decl(fs, n, name, value, size);
 	} else {

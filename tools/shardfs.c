@@ -9,13 +9,26 @@
  * the cluster glue of sf_cluster_mpi.c, and after the mount is gone
  * sf_mpi_finalize keeps answering peers until every daemon has left.
  *
- * Exit status: 0 after a clean unmount, 1 when the store cannot be served
- * or the mount fails, 2 for bad usage (also --mpi in a build without MPI).
+ * Calling conventions: options may stand before or after the paths, so
+ * mount.fuse3 (mount -t fuse.shardfs, /etc/fstab) can run `shardfs STORE
+ * DIR -o OPTS`; -o lists carry shardfs's own options too (cache_mb=N,
+ * no_verify, log_level=L, log_file=PATH, nonempty, no_default_permissions),
+ * fstab-only ones (defaults, nofail, _netdev, x-*, ...) are dropped, the
+ * rest go to FUSE unchanged.
+ *
+ * Logging: --log-file PATH (SIGHUP reopens it), else syslog (LOG_DAEMON)
+ * when the daemon detaches, else stderr (see sf_log.h).
+ *
+ * Exit status: 0 after a clean unmount (or, without -f, once mounted and
+ * detached), 1 when the store cannot be served, the log file cannot be
+ * opened or the mount fails, 2 for bad usage (also --mpi in a build
+ * without MPI).
  */
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
 #include <malloc.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,23 +92,31 @@ static void heap_thp(void)
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: shardfs [options] STORE MOUNTPOINT\n"
+		"usage: shardfs [options] STORE MOUNTPOINT [options]\n"
 		"       mpirun -np N shardfs --mpi [options] STORE MOUNTPOINT\n"
 		"Show the sharded checkpoints in STORE as directories of whole tensors.\n"
 		"\n"
 		"  -f                  stay in the foreground\n"
 		"  -d                  FUSE debug output (implies -f)\n"
 		"  -s                  serve requests on a single thread\n"
-		"  -o OPT[,OPT...]     FUSE mount options (ro, allow_other, ...)\n"
+		"  -o OPT[,OPT...]     mount options: shardfs's own (cache_mb=N, no_verify,\n"
+		"                      log_level=L, log_file=PATH, nonempty,\n"
+		"                      no_default_permissions), FUSE's (ro, allow_other, ...);\n"
+		"                      fstab-only ones (defaults, nofail, _netdev, x-*, ...)\n"
+		"                      are ignored\n"
 		"  --no-verify         skip XXH3 checksum verification of payloads\n"
 		"  --cache-mb N        block cache size in MiB (default 256)\n"
 		"  --log-level LEVEL   error, warn, info or debug (default warn)\n"
+		"  --log-file PATH     append the log to PATH (SIGHUP reopens it); without\n"
+		"                      it the log goes to stderr with -f, else to syslog\n"
+		"  --nonempty          allow a MOUNTPOINT that holds files (they are hidden)\n"
 		"  --no-default-permissions\n"
 		"                      do not have the kernel check the modes shown (with\n"
 		"                      -o allow_other every user may then read everything;\n"
 		"                      changes stay limited to root and the store's owner)\n"
 		"  --mpi               one daemon per MPI rank, always in the foreground;\n"
-		"                      %%r in STORE and MOUNTPOINT is the rank (%%%% is %%)\n"
+		"                      %%r in STORE, MOUNTPOINT and the log file is the rank\n"
+		"                      (%%%% is %%)\n"
 		"  --commit-timeout S  MPI: bound on a collective commit (default 60)\n"
 		"  --peer-timeout S    MPI: bound on one read from a peer (default 30)\n"
 		"  -h, --help          show this help\n"
@@ -135,15 +156,165 @@ static int parse_seconds(const char *s, int *ms)
 	return 0;
 }
 
-/*
- * MPI mode, after option parsing. cfg holds the parsed options with
- * store and mountpoint still as patterns. Returns the exit status.
- */
-static int run_mpi(int *argc, char ***argv, struct sf_fs_config *cfg,
-		   enum sf_log_level level, int commit_timeout_ms,
-		   int peer_timeout_ms)
+/* The command line, parsed. Strings are borrowed from argv except those
+ * in owned (freed by args_free). */
+struct args {
+	struct sf_fs_config cfg;
+	const char *fuse_opts[MAX_FUSE_OPTS];  /* cfg.fuse_opts */
+	char *owned[MAX_FUSE_OPTS];            /* malloc'd: the filtered -o lists */
+	size_t nowned;
+	char *log_file_owned;                  /* malloc'd: -o log_file=PATH */
+	const char *pos[2];                    /* STORE, MOUNTPOINT */
+	size_t npos;
+	enum sf_log_level level;
+	const char *log_file;                  /* NULL: stderr or syslog */
+	uint64_t mb;
+	bool mpi;
+	int commit_timeout_ms;
+	int peer_timeout_ms;                   /* 0: the peer layer's default */
+};
+
+static void args_free(struct args *a)
 {
-	char store[PATH_MAX], mnt[PATH_MAX], *store_abs;
+	while (a->nowned > 0)
+		free(a->owned[--a->nowned]);
+	free(a->log_file_owned);
+}
+
+static int set_cache_mb(struct args *a, const char *v)
+{
+	if (sf_parse_u64(v, MAX_CACHE_MB, &a->mb) || a->mb == 0)
+		return bad_usage("cache size (--cache-mb, -o cache_mb) wants MiB from 1 to 1048576, not '%s'",
+				 v);
+	return 0;
+}
+
+static int set_level(struct args *a, const char *v)
+{
+	if (parse_level(v, &a->level))
+		return bad_usage("log level (--log-level, -o log_level) wants error, warn, info or debug, not '%s'",
+				 v);
+	return 0;
+}
+
+/* Options of fstab and mount(8) that mean nothing to a FUSE mount (mount
+ * and mount.fuse3 consume most of them; they are dropped here too, for a
+ * helper or a unit that hands them on). */
+static bool fstab_only(const char *o)
+{
+	static const char *const names[] = {
+		"defaults", "auto", "noauto", "user", "nouser", "users", "owner",
+		"group", "nofail", "_netdev",
+	};
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (strcmp(o, names[i]) == 0)
+			return true;
+	return strncmp(o, "x-", 2) == 0 || strncmp(o, "comment=", 8) == 0;
+}
+
+/*
+ * One item of a -o list: shardfs's own option (applied, returns 1),
+ * dropped (returns 1), for FUSE (returns 0), or bad (returns the exit
+ * status 2, message printed). item is unescaped ("\," is ',').
+ */
+static int own_opt(struct args *a, const char *item)
+{
+	if (strncmp(item, "cache_mb=", 9) == 0)
+		return set_cache_mb(a, item + 9) ? 2 : 1;
+	if (strncmp(item, "log_level=", 10) == 0)
+		return set_level(a, item + 10) ? 2 : 1;
+	if (strncmp(item, "log_file=", 9) == 0) {
+		if (!item[9])
+			return bad_usage("-o log_file= wants a path%s", "");
+		free(a->log_file_owned);
+		a->log_file_owned = strdup(item + 9);
+		if (!a->log_file_owned) {
+			fprintf(stderr, "shardfs: out of memory\n");
+			return 2;
+		}
+		a->log_file = a->log_file_owned;
+		return 1;
+	}
+	if (strcmp(item, "no_verify") == 0)
+		a->cfg.engine.verify = false;
+	else if (strcmp(item, "no_default_permissions") == 0)
+		a->cfg.no_default_permissions = true;
+	else if (strcmp(item, "nonempty") == 0)
+		a->cfg.nonempty = true;
+	else if (!item[0] || fstab_only(item))
+		return 1;
+	else
+		return 0;
+	return 1;
+}
+
+/*
+ * A -o argument: take shardfs's own options out of the comma list (FUSE's
+ * syntax: "\," is a comma inside an item) and keep the rest, as written,
+ * for FUSE. Returns 0 or an exit status.
+ */
+static int add_o(struct args *a, const char *list)
+{
+	size_t len = strlen(list);
+	char *fuse = malloc(len + 1), *item = malloc(len + 1);
+	const char *p = list;
+	size_t nf = 0;
+	int rc = 0;
+
+	if (!fuse || !item) {
+		fprintf(stderr, "shardfs: out of memory\n");
+		rc = 1;
+		goto out_free;
+	}
+	while (*p) {
+		const char *start = p;
+		size_t ni = 0;
+
+		for (; *p && *p != ','; p++) {
+			if (*p == '\\' && p[1])
+				p++;
+			item[ni++] = *p;
+		}
+		item[ni] = '\0';
+		rc = own_opt(a, item);
+		if (rc == 2)
+			goto out_free;
+		if (rc == 0) {
+			if (nf)
+				fuse[nf++] = ',';
+			memcpy(fuse + nf, start, (size_t)(p - start));
+			nf += (size_t)(p - start);
+		}
+		rc = 0;
+		if (*p == ',')
+			p++;
+	}
+	fuse[nf] = '\0';
+	if (nf) {
+		if (a->cfg.nfuse_opts == MAX_FUSE_OPTS) {
+			rc = bad_usage("more than 64 -o options%s", "");
+			goto out_free;
+		}
+		a->owned[a->nowned++] = fuse;
+		a->fuse_opts[a->cfg.nfuse_opts++] = fuse;
+		fuse = NULL;
+	}
+out_free:
+	free(item);
+	free(fuse);
+	return rc;
+}
+
+/*
+ * MPI mode, after option parsing. a->cfg holds the parsed options with
+ * store, mountpoint and log file still as patterns. Returns the exit
+ * status.
+ */
+static int run_mpi(int *argc, char ***argv, struct args *a)
+{
+	char store[PATH_MAX], mnt[PATH_MAX], logf[PATH_MAX], *store_abs;
+	struct sf_fs_config *cfg = &a->cfg;
 	struct sf_cluster_mpi *cl = NULL;
 	struct sf_mpi *mp = NULL;
 	int ret, single, status = 1;
@@ -158,7 +329,18 @@ static int run_mpi(int *argc, char ***argv, struct sf_fs_config *cfg,
 			sf_strerror(ret));
 		return 1;
 	}
-	sf_log_setup(NULL, level); /* keep the "[rank R]" prefix */
+	sf_log_setup(NULL, a->level); /* keep the "[rank R]" prefix */
+	if (a->log_file) {
+		/* A rank that cannot open its log file logs to stderr: failing
+		 * alone here would leave the others in the collective start. */
+		ret = sf_cluster_mpi_expand(a->log_file, sf_mpi_rank(mp), logf,
+					    sizeof(logf));
+		if (!ret)
+			ret = sf_log_to_file(logf);
+		if (ret)
+			sf_err("cannot open the log file %s: %s; logging to stderr",
+			       a->log_file, sf_strerror(ret));
+	}
 	/* Tried with the widest rank first, so that every rank takes the
 	 * same branch and none is left alone in the collective start. */
 	if (sf_cluster_mpi_expand(cfg->store, sf_mpi_size(mp) - 1, store,
@@ -191,9 +373,9 @@ static int run_mpi(int *argc, char ***argv, struct sf_fs_config *cfg,
 		       sf_strerror(ret));
 		goto out_finalize;
 	}
-	if (peer_timeout_ms)
-		sf_mpi_set_read_timeout(mp, peer_timeout_ms);
-	ret = sf_cluster_mpi_create(mp, single, commit_timeout_ms, &cl);
+	if (a->peer_timeout_ms)
+		sf_mpi_set_read_timeout(mp, a->peer_timeout_ms);
+	ret = sf_cluster_mpi_create(mp, single, a->commit_timeout_ms, &cl);
 	if (ret) {
 		sf_err("mpi: %s", sf_strerror(ret));
 		goto out_finalize;
@@ -215,14 +397,32 @@ out_finalize:
 	return status;
 }
 
-int main(int argc, char **argv)
+/* SIGHUP with --log-file: reopen it (logrotate's postrotate). */
+static void on_sighup(int sig)
 {
-	enum { OPT_NO_VERIFY = 256, OPT_CACHE_MB, OPT_LOG_LEVEL, OPT_MPI,
-	       OPT_COMMIT_TIMEOUT, OPT_PEER_TIMEOUT, OPT_NO_DEFAULT_PERMS };
+	int e = errno;
+
+	(void)sig;
+	(void)sf_log_reopen();
+	errno = e;
+}
+
+/*
+ * Parse argv into a. Options may come before, between and after the two
+ * paths (`shardfs STORE DIR -o ro` is how mount.fuse3 calls it); after
+ * "--" everything is a path. Returns -1 to go on, else the exit status.
+ */
+static int parse_args(int argc, char **argv, struct args *a)
+{
+	enum { OPT_NO_VERIFY = 256, OPT_CACHE_MB, OPT_LOG_LEVEL, OPT_LOG_FILE,
+	       OPT_NONEMPTY, OPT_MPI, OPT_COMMIT_TIMEOUT, OPT_PEER_TIMEOUT,
+	       OPT_NO_DEFAULT_PERMS };
 	static const struct option longopts[] = {
 		{ "no-verify", no_argument, NULL, OPT_NO_VERIFY },
 		{ "cache-mb", required_argument, NULL, OPT_CACHE_MB },
 		{ "log-level", required_argument, NULL, OPT_LOG_LEVEL },
+		{ "log-file", required_argument, NULL, OPT_LOG_FILE },
+		{ "nonempty", no_argument, NULL, OPT_NONEMPTY },
 		{ "mpi", no_argument, NULL, OPT_MPI },
 		{ "commit-timeout", required_argument, NULL, OPT_COMMIT_TIMEOUT },
 		{ "peer-timeout", required_argument, NULL, OPT_PEER_TIMEOUT },
@@ -231,60 +431,62 @@ int main(int argc, char **argv)
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
-	const char *fuse_opts[MAX_FUSE_OPTS];
-	enum sf_log_level level = SF_LOG_WARN;
-	struct sf_fs_config cfg = { 0 };
-	uint64_t mb = 256;
-	bool mpi = false;
-	int commit_timeout_ms = DEFAULT_COMMIT_TIMEOUT_S * 1000;
-	int peer_timeout_ms = 0; /* 0: the peer layer's default */
 	int c, rc;
 
-	cfg.fuse_opts = fuse_opts;
-	cfg.engine.verify = true;
-	while ((c = getopt_long(argc, argv, "+fdso:hV", longopts, NULL)) != -1) {
+	/* '-': paths come back as option 1, in order, wherever they are */
+	while ((c = getopt_long(argc, argv, "-fdso:hV", longopts, NULL)) != -1) {
 		switch (c) {
+		case 1:
+			if (a->npos == 2)
+				return bad_usage("one STORE and one MOUNTPOINT, then '%s'?",
+						 optarg);
+			a->pos[a->npos++] = optarg;
+			break;
 		case 'f':
-			cfg.foreground = true;
+			a->cfg.foreground = true;
 			break;
 		case 'd':
-			cfg.debug = true;
-			cfg.foreground = true;
+			a->cfg.debug = true;
+			a->cfg.foreground = true;
 			break;
 		case 's':
-			cfg.single_thread = true;
+			a->cfg.single_thread = true;
 			break;
 		case 'o':
-			if (cfg.nfuse_opts == MAX_FUSE_OPTS)
-				return bad_usage("more than 64 -o options%s", "");
-			fuse_opts[cfg.nfuse_opts++] = optarg;
+			rc = add_o(a, optarg);
+			if (rc)
+				return rc;
 			break;
 		case OPT_NO_VERIFY:
-			cfg.engine.verify = false;
+			a->cfg.engine.verify = false;
 			break;
 		case OPT_CACHE_MB:
-			if (sf_parse_u64(optarg, MAX_CACHE_MB, &mb) || mb == 0)
-				return bad_usage("--cache-mb wants a size in MiB from 1 to 1048576, not '%s'",
-						 optarg);
+			if (set_cache_mb(a, optarg))
+				return 2;
 			break;
 		case OPT_LOG_LEVEL:
-			if (parse_level(optarg, &level))
-				return bad_usage("--log-level wants error, warn, info or debug, not '%s'",
-						 optarg);
+			if (set_level(a, optarg))
+				return 2;
+			break;
+		case OPT_LOG_FILE:
+			a->log_file = optarg;
+			break;
+		case OPT_NONEMPTY:
+			a->cfg.nonempty = true;
 			break;
 		case OPT_MPI:
-			mpi = true;
+			a->mpi = true;
 			break;
 		case OPT_NO_DEFAULT_PERMS:
-			cfg.no_default_permissions = true;
+			a->cfg.no_default_permissions = true;
 			break;
 		case OPT_COMMIT_TIMEOUT:
-			if (parse_seconds(optarg, &commit_timeout_ms))
+			if (parse_seconds(optarg, &a->commit_timeout_ms))
 				return bad_usage("--commit-timeout wants whole seconds from 1 to 86400, not '%s'",
 						 optarg);
 			break;
 		case OPT_PEER_TIMEOUT:
-			if (parse_seconds(optarg, &peer_timeout_ms))
+			if (parse_seconds(optarg, &a->peer_timeout_ms))
 				return bad_usage("--peer-timeout wants whole seconds from 1 to 86400, not '%s'",
 						 optarg);
 			break;
@@ -298,13 +500,71 @@ int main(int argc, char **argv)
 			return bad_usage("bad option%s", "");
 		}
 	}
-	if (argc - optind != 2) {
+	for (; optind < argc; optind++) { /* after "--" */
+		if (a->npos == 2)
+			return bad_usage("one STORE and one MOUNTPOINT, then '%s'?",
+					 argv[optind]);
+		a->pos[a->npos++] = argv[optind];
+	}
+	if (a->npos != 2) {
 		usage(stderr);
 		return 2;
 	}
-	cfg.store = argv[optind];
-	cfg.mountpoint = argv[optind + 1];
-	cfg.engine.cache_bytes = (uint64_t)mb << 20;
+	return -1;
+}
+
+/*
+ * Where the log goes: --log-file (reopened on SIGHUP), else syslog when
+ * the daemon will detach from the terminal, else stderr. MPI mode (always
+ * in the foreground) opens its file itself, after %r expansion. Returns
+ * -1 to go on, else the exit status.
+ */
+static int setup_log(struct args *a)
+{
+	struct sigaction sa;
+	int rc;
+
+	sf_log_setup("shardfs: ", a->level);
+	if (a->mpi)
+		return -1;
+	if (!a->log_file) {
+		if (!a->cfg.foreground)
+			sf_log_to_syslog("shardfs");
+		return -1;
+	}
+	rc = sf_log_to_file(a->log_file);
+	if (rc) {
+		fprintf(stderr, "shardfs: cannot open the log file %s: %s\n",
+			a->log_file, sf_strerror(rc));
+		return 1;
+	}
+	/* Installed before libfuse's handlers, which then leave SIGHUP
+	 * alone: with a log file it reopens the file instead of unmounting. */
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_sighup;
+	sa.sa_flags = SA_RESTART;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGHUP, &sa, NULL);
+	return -1;
+}
+
+int main(int argc, char **argv)
+{
+	struct args a;
+	int rc;
+
+	memset(&a, 0, sizeof(a));
+	a.cfg.fuse_opts = a.fuse_opts;
+	a.cfg.engine.verify = true;
+	a.level = SF_LOG_WARN;
+	a.mb = 256;
+	a.commit_timeout_ms = DEFAULT_COMMIT_TIMEOUT_S * 1000;
+	rc = parse_args(argc, argv, &a);
+	if (rc >= 0)
+		goto out_free;
+	a.cfg.store = a.pos[0];
+	a.cfg.mountpoint = a.pos[1];
+	a.cfg.engine.cache_bytes = (uint64_t)a.mb << 20;
 
 	/*
 	 * The engine allocates and frees checksum blocks (up to
@@ -318,10 +578,14 @@ int main(int argc, char **argv)
 	mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD);
 	mallopt(M_TRIM_THRESHOLD, 1 << 30);
 	heap_thp();
-	sf_log_setup("shardfs: ", level);
-	if (mpi)
-		return run_mpi(&argc, &argv, &cfg, level, commit_timeout_ms,
-			       peer_timeout_ms);
-	rc = sf_fs_run(&cfg);
-	return rc ? 1 : 0;
+	rc = setup_log(&a);
+	if (rc >= 0)
+		goto out_free;
+	if (a.mpi)
+		rc = run_mpi(&argc, &argv, &a);
+	else
+		rc = sf_fs_run(&a.cfg) ? 1 : 0;
+out_free:
+	args_free(&a);
+	return rc;
 }

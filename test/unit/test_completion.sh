@@ -95,7 +95,7 @@ expect "shardfs --log-level" "$(lines debug error info warn)" \
 	"$(complete_words _shardfs shardfs --log-level "")"
 expect "shardfs -o list" "$(lines ro,allow_other ro,allow_root)" \
 	"$(complete_words _shardfs shardfs -o ro,allow_)"
-expect "shardfs --log" "$(lines --log-level)" "$(complete_words _shardfs shardfs --log)"
+expect "shardfs --log" "$(lines --log-file --log-level)" "$(complete_words _shardfs shardfs --log)"
 expect "shardfs STORE" "$(lines "$tmp/ckpt-a" "$tmp/ckpt-b")" \
 	"$(complete_words _shardfs shardfs -f "$tmp/ck")"
 offered=$(complete_words _shardfs shardfs -)

@@ -22,16 +22,22 @@ _shardfs()
 		head=
 		[[ $cur == *,* ]] && head=${cur%,*},
 		COMPREPLY=($(compgen -P "$head" -W "ro rw allow_other allow_root
-			default_permissions auto_unmount max_read= fsname= subtype=" \
+			default_permissions auto_unmount max_read= fsname= subtype=
+			cache_mb= no_verify log_level= log_file= nonempty
+			no_default_permissions" \
 			-- "${cur##*,}"))
 		compopt -o nospace 2>/dev/null
 		return ;;
 	--cache-mb | --commit-timeout | --peer-timeout)
 		return ;;
+	--log-file)
+		compopt -o filenames 2>/dev/null
+		COMPREPLY=($(compgen -f -- "$cur"))
+		return ;;
 	esac
 	if [[ $cur == -* ]]; then
 		COMPREPLY=($(compgen -W "-f -d -s -o --no-verify --cache-mb --log-level
-			--no-default-permissions --mpi --commit-timeout --peer-timeout
+			--log-file --nonempty --no-default-permissions --mpi --commit-timeout --peer-timeout
 			-h --help -V --version" -- "$cur"))
 		return
 	fi
