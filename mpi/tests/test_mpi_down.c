@@ -225,6 +225,10 @@ out_barrier:
 				    SLOW_BOUND_S);
 		else
 			fprintf(stderr, "rank %d: rank 0 did not stop\n", rank);
+		/* rank 0 resumes only once every other rank has seen it down: a
+		 * slow rank's probe would otherwise be answered by the resumed
+		 * rank 0, which then waits for the parts of ranks that gave up */
+		MPI_Barrier(rest);
 		if (rank == 1)
 			CHECK_EQ(kill((pid_t)pids[0], SIGCONT), 0);
 	}
