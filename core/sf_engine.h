@@ -63,6 +63,17 @@ struct sf_source_ops {
 	 */
 	int (*peer_ckpts)(void *ctx, int (*fn)(void *arg, const char *name),
 			  void *arg);
+	/*
+	 * A read-ahead hint: bytes [off, off+len) of payload `file` of `rank`
+	 * are likely read soon; start bringing them in (the local source:
+	 * POSIX_FADV_WILLNEED into the page cache) and return without waiting
+	 * for them. No result: a hint that fails changes nothing, and read()
+	 * must return the same bytes whether or not it was given. Must be
+	 * thread-safe. May be NULL (no read-ahead; the MPI source prefetches
+	 * on its own).
+	 */
+	void (*advise)(void *ctx, const struct sf_ckpt_ref *ck, uint32_t rank,
+		       const char *file, uint64_t off, uint64_t len);
 	/* Free ctx. May be NULL. */
 	void (*destroy)(void *ctx);
 };
@@ -84,9 +95,19 @@ bool sf_shard_locate(const struct sf_tensor *t, const struct sf_shard *s,
 		     uint64_t p, uint64_t *pos, uint64_t *run);
 
 struct sf_engine_opts {
-	uint64_t cache_bytes;  /* bound on cached block bytes (default 256 MiB) */
+	uint64_t cache_bytes;  /* bound on cached block bytes (0: the default,
+				* SF_ENGINE_CACHE_DEFAULT) */
 	bool verify;           /* check XXH3 of every block that has one (default true) */
+	uint64_t readahead_bytes; /* how far ahead of a sequential reader the
+				   * source is advised (0: the default,
+				   * SF_ENGINE_RA_DEFAULT) */
+	bool no_readahead;     /* never call the source's advise() */
 };
+/* 8 blocks of 4 MiB: what a sequential reader's FUSE requests pin, and a
+ * few more; the page cache holds the rest (README, Performance). */
+#define SF_ENGINE_CACHE_DEFAULT (32ull << 20)
+/* Advised ahead of a sequential reader: into the page cache, not the pool. */
+#define SF_ENGINE_RA_DEFAULT (32ull << 20)
 
 struct sf_engine;
 
