@@ -88,7 +88,7 @@ static void usage(FILE *f)
 		"  -s                  serve requests on a single thread\n"
 		"  -o OPT[,OPT...]     FUSE mount options (ro, allow_other, ...)\n"
 		"  --no-verify         skip XXH3 checksum verification of payloads\n"
-		"  --cache-mb N        block cache size in MiB (default 256)\n"
+		"  --cache-mb N        block cache size in MiB (default 32)\n"
 		"  --log-level LEVEL   error, warn, info or debug (default warn)\n"
 		"  --no-default-permissions\n"
 		"                      do not have the kernel check the modes shown (with\n"
@@ -234,7 +234,7 @@ int main(int argc, char **argv)
 	const char *fuse_opts[MAX_FUSE_OPTS];
 	enum sf_log_level level = SF_LOG_WARN;
 	struct sf_fs_config cfg = { 0 };
-	uint64_t mb = 256;
+	uint64_t mb = 32;
 	bool mpi = false;
 	int commit_timeout_ms = DEFAULT_COMMIT_TIMEOUT_S * 1000;
 	int peer_timeout_ms = 0; /* 0: the peer layer's default */
