@@ -41,20 +41,13 @@
  * decode, or decodes to another size than the model says, fails the read
  * with EIO and one log line; an unreadable shard fails every read so.
  *
- * Read-ahead (when the source has advise() and opts allow it): every read
- * is noted in a small table of streams (under e->ra_lock, never held with
- * e->lock), one per (checkpoint, tensor, view) recently read. A read that
- * starts a view or goes on from the last one moves the stream's window
- * (growing from the first read's size to ra_win) past the furthest byte
- * read, and the payload blocks behind the new part of the window are
- * advised, shard by shard, so every shard file of a tensor is read at
- * once; a reader that finished one tensor and started the next in model
- * order (tensors/ listed, model.safetensors) is advised on into the
- * following tensors. Hints only move bytes into the page cache: every
- * byte served is still read and verified through the block cache.
+ * Read-ahead (sf_engine_ra.c), when the source has advise(): every read is
+ * noted before its blocks are pinned, so the payload a sequential reader
+ * needs next is on its way (into the page cache) while this read waits.
  */
 #include "sf_engine.h"
 #include "sf_checksum.h"
+#include "sf_engine_ra.h"
 #include "sf_error.h"
 #include "sf_log.h"
 
@@ -72,9 +65,6 @@
 #define HUGE_SZ (2u << 20)      /* size classes (and alignment) above */
 #define DEC_CAP_MAX (256ull << 20) /* decoded streams kept, at most */
 #define DEC_READ (4u << 20)     /* source reads of a coded stream, at most */
-#define RA_STREAMS 32           /* sequential readers followed at once */
-#define RA_CHAIN 16             /* next tensors one step may advise into */
-#define RA_GROUP 16             /* shard ranges merged before advising */
 
 enum blk_state { BLK_LOADING, BLK_READY, BLK_FAILED };
 
@@ -103,27 +93,6 @@ struct dec_ent {
 	struct dec_ent *next;           /* most recently used first */
 };
 
-/*
- * A reader followed for read-ahead: the last reads of one view of one
- * tensor. Keys are compared, never dereferenced (a stale key only costs a
- * wrong hint).
- */
-struct ra_stream {
-	const struct sf_ckpt_ref *ck;   /* key; NULL: a free slot */
-	const struct sf_tensor *t;      /* key */
-	const struct sf_box *view;      /* key; NULL: the whole tensor */
-	uint64_t next;                  /* view offset past the furthest read */
-	uint64_t ahead;                 /* view bytes [0, ahead) were advised
-					 * (or needed no advice) */
-	uint64_t win;                   /* current window, bytes: grows to
-					 * e->ra_win while the reader follows */
-	uint64_t tick;                  /* last use */
-	uint64_t chained;               /* chain: bytes past the end advised */
-	bool chain;                     /* the reader goes through the tensors
-					 * in model order: advise into the next
-					 * ones near the end of this one */
-};
-
 /* A free pool buffer; the header lives in the buffer's first bytes. */
 struct pool_free {
 	struct pool_free *next;
@@ -149,13 +118,7 @@ struct sf_engine {
 	struct dec_ent *dec;            /* decoded streams, MRU first */
 	uint64_t dec_bytes;             /* their decoded bytes */
 	uint64_t dec_cap;               /* bound on dec_bytes beyond the MRU one */
-	pthread_mutex_t ra_lock;        /* protects ra, ra_tick, ra_done_*;
-					 * taken without e->lock held */
-	struct ra_stream ra[RA_STREAMS]; /* followed readers (ck NULL: free) */
-	uint64_t ra_tick;               /* use counter, for replacement */
-	const struct sf_ckpt_ref *ra_done_ck; /* the last tensor read to its */
-	const struct sf_tensor *ra_done_t;    /* end (whole view), or NULL */
-	uint64_t ra_win;                /* read-ahead window, bytes; 0: off */
+	struct sf_ra *ra;               /* read-ahead (own lock); NULL: none */
 };
 
 static size_t hash_key(const struct sf_engine *e, const void *ck,
@@ -197,10 +160,12 @@ int sf_engine_create(const struct sf_engine_opts *opts, struct sf_source *src,
 	pthread_mutex_init(&e->lock, NULL);
 	pthread_cond_init(&e->cond, NULL);
 	pthread_mutex_init(&e->dec_lock, NULL);
-	pthread_mutex_init(&e->ra_lock, NULL);
-	if (src->ops->advise && !(opts && opts->no_readahead))
-		e->ra_win = opts && opts->readahead_bytes ? opts->readahead_bytes :
-			    SF_ENGINE_RA_DEFAULT;
+	if (src->ops->advise && !(opts && opts->no_readahead) &&
+	    sf_ra_create(opts && opts->readahead_bytes ? opts->readahead_bytes :
+			 SF_ENGINE_RA_DEFAULT, src, &e->ra)) {
+		sf_engine_destroy(e);
+		return -ENOMEM;
+	}
 	*out = e;
 	return 0;
 }
@@ -710,24 +675,6 @@ static int copy_payload(struct read_ctx *c, const struct sf_shard *s,
 	return 0;
 }
 
-bool sf_shard_locate(const struct sf_tensor *t, const struct sf_shard *s,
-		     uint64_t p, uint64_t *pos, uint64_t *run)
-{
-	if (s->flat) {
-		if (p < s->flat_off || p - s->flat_off >= s->flat_len)
-			return false;
-		*pos = p - s->flat_off;
-		*run = s->flat_len - *pos;
-		return true;
-	}
-	if (s->strides)
-		return sf_box_locate_strided(t->ndim, t->shape,
-					     sf_dtype_size(t->dtype), &s->box,
-					     s->strides, p, pos, run);
-	return sf_box_locate(t->ndim, t->shape, sf_dtype_size(t->dtype),
-			     &s->box, p, pos, run);
-}
-
 static int on_segment(void *arg, uint64_t toff, uint64_t voff, uint64_t len)
 {
 	struct read_ctx *c = arg;
@@ -778,276 +725,6 @@ static int read_walk(struct read_ctx *c, const struct sf_box *view,
 			   off, len, on_segment, c);
 }
 
-/* --- read-ahead --- */
-
-/* Payload block ranges a walk found, merged per shard, then advised. */
-struct ra_walk {
-	struct sf_engine *e;
-	const struct sf_ckpt_ref *ck;
-	const struct sf_tensor *t;
-	uint64_t bs;                    /* the model's block size */
-	size_t last;                    /* index of the last shard found */
-	struct ra_range {
-		const struct sf_shard *s;
-		uint64_t lo, hi;        /* payload blocks [lo, hi) */
-	} r[RA_GROUP];
-	unsigned n;
-};
-
-static void ra_flush(struct ra_walk *w)
-{
-	const struct sf_source *src = w->e->src;
-
-	for (unsigned i = 0; i < w->n; i++) {
-		const struct sf_shard *s = w->r[i].s;
-		uint64_t lo = w->r[i].lo * w->bs, hi = w->r[i].hi * w->bs;
-
-		if (s->codec == SF_CODEC_UNREADABLE)
-			continue;
-		if (s->codec != SF_CODEC_NONE) {
-			/* decoded whole on its first block: advise the stream once */
-			if (lo == 0)
-				src->ops->advise(src->ctx, w->ck, s->rank, s->file,
-						 s->file_offset, s->stored_len);
-			continue;
-		}
-		if (hi > s->nbytes)
-			hi = s->nbytes;
-		if (lo < hi)
-			src->ops->advise(src->ctx, w->ck, s->rank, s->file,
-					 s->file_offset + lo, hi - lo);
-	}
-	w->n = 0;
-}
-
-static void ra_add(struct ra_walk *w, const struct sf_shard *s, uint64_t lo,
-		   uint64_t hi)
-{
-	for (unsigned i = 0; i < w->n; i++) {
-		struct ra_range *r = &w->r[i];
-
-		if (r->s == s && lo <= r->hi && hi >= r->lo) {
-			r->lo = lo < r->lo ? lo : r->lo;
-			r->hi = hi > r->hi ? hi : r->hi;
-			return;
-		}
-	}
-	if (w->n == RA_GROUP)
-		ra_flush(w);
-	w->r[w->n].s = s;
-	w->r[w->n].lo = lo;
-	w->r[w->n++].hi = hi;
-}
-
-/* sf_box_runs callback: the blocks of the shards covering a segment. */
-static int ra_segment(void *arg, uint64_t toff, uint64_t voff, uint64_t len)
-{
-	struct ra_walk *w = arg;
-	const struct sf_tensor *t = w->t;
-	uint64_t p = toff, end = toff + len;
-
-	(void)voff;
-	while (p < end) {
-		uint64_t pos = 0, run = 0, n;
-		size_t i = 0, k;
-
-		for (k = 0; k < t->nshards; k++) {
-			i = (w->last + k) % t->nshards;
-			if (sf_shard_locate(t, &t->shards[i], p, &pos, &run))
-				break;
-		}
-		if (k == t->nshards || run == 0)
-			return 1; /* a gap: the read itself reports it */
-		w->last = i;
-		n = run < end - p ? run : end - p;
-		ra_add(w, &t->shards[i], pos / w->bs, (pos + n - 1) / w->bs + 1);
-		p += n;
-	}
-	return 0;
-}
-
-/* Advise the payload blocks behind bytes [from, to) of view of t. No lock
- * held. */
-static void ra_advise(struct sf_engine *e, const struct sf_ckpt_ref *ck,
-		      const struct sf_model *m, const struct sf_tensor *t,
-		      const struct sf_box *view, uint64_t from, uint64_t to)
-{
-	struct ra_walk w = { .e = e, .ck = ck, .t = t, .bs = m->block_size };
-	struct sf_box full;
-
-	if (from >= to || t->nshards == 0)
-		return;
-	if (!view) {
-		sf_box_full(&full, t->ndim, t->shape);
-		view = &full;
-	}
-	(void)sf_box_runs(t->ndim, t->shape, sf_dtype_size(t->dtype), view,
-			  from, to - from, ra_segment, &w);
-	ra_flush(&w);
-}
-
-/* The stream of (ck, t, view): found (*found), or a slot taken for it (a
- * free one, else the least recently used), keyed and zeroed. Locked
- * (ra_lock). */
-static struct ra_stream *ra_slot(struct sf_engine *e,
-				 const struct sf_ckpt_ref *ck,
-				 const struct sf_tensor *t,
-				 const struct sf_box *view, bool *found)
-{
-	struct ra_stream *old = &e->ra[0];
-
-	for (unsigned i = 0; i < RA_STREAMS; i++) {
-		struct ra_stream *st = &e->ra[i];
-
-		if (st->ck == ck && st->t == t && st->view == view) {
-			*found = true;
-			return st;
-		}
-		if (!st->ck || (old->ck && st->tick < old->tick))
-			old = st;
-	}
-	*found = false;
-	memset(old, 0, sizeof(*old));
-	old->ck = ck;
-	old->t = t;
-	old->view = view;
-	return old;
-}
-
-/* Is tensor idx of m the first one with bytes after tensor done? */
-static bool ra_follows(const struct sf_model *m, size_t idx,
-		       const struct sf_tensor *done)
-{
-	if (idx >= m->ntensors || !done)
-		return false;
-	for (size_t k = 1; k <= RA_CHAIN && k <= idx; k++) {
-		if (&m->tensors[idx - k] == done)
-			return true;
-		if (m->tensors[idx - k].nbytes)
-			return false;
-	}
-	return false;
-}
-
-struct ra_plan {
-	const struct sf_tensor *t;
-	const struct sf_box *view;
-	uint64_t from, to;              /* view bytes to advise */
-};
-
-/*
- * Note a read of [off, off+len) of view of t, and advise the source of
- * what a sequential reader reads next (the kernel's read-ahead, one level
- * up: it sees tensors, so it can ask for every shard file at once). A read
- * at the start of a view, or one that goes on from the last, moves the
- * window (growing from the first read's size to e->ra_win) past the
- * furthest read; a read elsewhere only starts following. A reader that
- * finished tensor i of the model and starts tensor i+1 (tensors/ in
- * listing order, or model.safetensors) is advised on into the next
- * tensors when the window passes the end of this one. No lock held.
- */
-static void ra_note(struct sf_engine *e, const struct sf_ckpt_ref *ck,
-		    const struct sf_model *m, const struct sf_tensor *t,
-		    const struct sf_box *view, uint64_t off, size_t len)
-{
-	struct ra_plan plan[1 + RA_CHAIN];
-	uint64_t vlen, end = off + len, bs = m->block_size, init, budget;
-	uintptr_t tp = (uintptr_t)t, t0 = (uintptr_t)m->tensors;
-	size_t idx = tp >= t0 ? (tp - t0) / sizeof(*t) : SIZE_MAX;
-	struct ra_stream *st;
-	unsigned np = 0;
-	bool found;
-
-	if (!e->ra_win)
-		return;
-	vlen = view ? sf_box_numel(view) * sf_dtype_size(t->dtype) : t->nbytes;
-	init = 4 * (uint64_t)len > 2 * bs ? 4 * (uint64_t)len : 2 * bs;
-	if (init > e->ra_win)
-		init = e->ra_win;
-	pthread_mutex_lock(&e->ra_lock);
-	st = ra_slot(e, ck, t, view, &found);
-	st->tick = ++e->ra_tick;
-	if (found && off <= st->ahead && end + st->win >= st->next) {
-		if (end > st->next)
-			st->next = end; /* goes on: workers may answer out of order */
-	} else if (off < bs) {
-		/* a reader at the start */
-		st->next = end;
-		st->ahead = 0;
-		st->win = init;
-		st->chained = 0;
-		st->chain = !view && e->ra_done_ck == ck &&
-			    ra_follows(m, idx, e->ra_done_t);
-	} else {
-		/* somewhere else: follow, advise once it goes on */
-		st->next = st->ahead = end;
-		st->win = init;
-		st->chained = 0;
-		st->chain = false;
-		goto out_unlock;
-	}
-	if (st->ahead < vlen && st->ahead < st->next + st->win / 2) {
-		uint64_t to = vlen - st->next > st->win ? st->next + st->win : vlen;
-
-		plan[np].t = t;
-		plan[np].view = view;
-		plan[np].from = st->ahead;
-		plan[np++].to = to;
-		st->ahead = to;
-		st->win = 2 * st->win < e->ra_win ? 2 * st->win : e->ra_win;
-	}
-	if (!view && st->next >= vlen) {
-		e->ra_done_ck = ck;
-		e->ra_done_t = t;
-	}
-	/* Past the end, the window goes on into the next tensors. */
-	budget = st->next + st->win > vlen ? st->next + st->win - vlen : 0;
-	/* in steps of half a window, like the window itself */
-	if (!st->chain || st->ahead < vlen || idx >= m->ntensors ||
-	    (st->chained && budget < st->chained + st->win / 2))
-		budget = 0;
-	if (budget)
-		st->chained = budget;
-	for (size_t k = 1; budget && k <= RA_CHAIN && idx + k < m->ntensors; k++) {
-		const struct sf_tensor *t2 = &m->tensors[idx + k];
-		uint64_t n2 = t2->nbytes < budget ? t2->nbytes : budget;
-		struct ra_stream *s2 = ra_slot(e, ck, t2, NULL, &found);
-
-		if (!found) {
-			s2->win = e->ra_win;
-			s2->chain = true;
-		}
-		s2->tick = ++e->ra_tick;
-		if (s2->ahead < n2) {
-			plan[np].t = t2;
-			plan[np].view = NULL;
-			plan[np].from = s2->ahead;
-			plan[np++].to = n2;
-			s2->ahead = n2;
-		}
-		budget -= n2;
-	}
-out_unlock:
-	pthread_mutex_unlock(&e->ra_lock);
-	for (unsigned i = 0; i < np; i++)
-		ra_advise(e, ck, m, plan[i].t, plan[i].view, plan[i].from,
-			  plan[i].to);
-}
-
-/* Forget the streams of checkpoint ck. */
-static void ra_forget(struct sf_engine *e, const struct sf_ckpt_ref *ck)
-{
-	pthread_mutex_lock(&e->ra_lock);
-	for (unsigned i = 0; i < RA_STREAMS; i++)
-		if (e->ra[i].ck == ck)
-			memset(&e->ra[i], 0, sizeof(e->ra[i]));
-	if (e->ra_done_ck == ck) {
-		e->ra_done_ck = NULL;
-		e->ra_done_t = NULL;
-	}
-	pthread_mutex_unlock(&e->ra_lock);
-}
-
 /* Drop the pins in pins[0..n) under one lock. */
 static void unpin_all(struct sf_engine *e, struct sf_block **pins, unsigned n)
 {
@@ -1076,7 +753,8 @@ int sf_engine_read(struct sf_engine *e, const struct sf_ckpt_ref *ck,
 
 	if (len == 0)
 		return 0;
-	ra_note(e, ck, m, t, view, off, len);
+	if (e->ra)
+		sf_ra_note(e->ra, ck, m, t, view, off, len);
 	ret = read_walk(&c, view, off, len);
 	unpin_all(e, pins, PINS);
 	return ret;
@@ -1097,7 +775,8 @@ int sf_engine_readv(struct sf_engine *e, const struct sf_ckpt_ref *ck,
 	hold->n = 0;
 	if (len == 0)
 		return 0;
-	ra_note(e, ck, m, t, view, off, len);
+	if (e->ra)
+		sf_ra_note(e->ra, ck, m, t, view, off, len);
 	ret = read_walk(&c, view, off, len);
 	if (ret < 0) {
 		unpin_all(e, pins, SF_ENGINE_HOLD_MAX);
@@ -1151,7 +830,8 @@ void sf_engine_forget(struct sf_engine *e, const struct sf_ckpt_ref *ck)
 		free(d);
 	}
 	pthread_mutex_unlock(&e->dec_lock);
-	ra_forget(e, ck);
+	if (e->ra)
+		sf_ra_forget(e->ra, ck);
 	if (e->src->ops->forget)
 		e->src->ops->forget(e->src->ctx, ck);
 }
@@ -1184,7 +864,7 @@ void sf_engine_destroy(struct sf_engine *e)
 		free(d);
 	}
 	pthread_mutex_destroy(&e->dec_lock);
-	pthread_mutex_destroy(&e->ra_lock);
+	sf_ra_destroy(e->ra);
 	free(e->buckets);
 	pthread_mutex_destroy(&e->lock);
 	pthread_cond_destroy(&e->cond);
