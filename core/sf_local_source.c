@@ -19,8 +19,13 @@
  * checkpoint and waits for the running ones before it closes anything, so
  * a hint never reaches a closed (or reused) descriptor. A full queue drops
  * hints: they change no result.
+ *
+ * file_id() names a file's state by fstat (device, inode, size, times), so
+ * the engine can trust blocks it verified earlier while the file stays as
+ * it was.
  */
 #include "sf_engine.h"
+#include "sf_checksum.h"
 #include "sf_error.h"
 #include "sf_format.h"
 #include "sf_io.h"
@@ -315,6 +320,39 @@ static void local_advise(void *ctx, const struct sf_ckpt_ref *ck,
 	pthread_mutex_unlock(&ls->lock);
 }
 
+/* The identity of the file (for the engine's map of verified blocks):
+ * XXH3 of its device, inode, size, and modification and change times. A
+ * write, a truncation, a rename over it or a restore changes at least one
+ * (the change time is bumped before the data of a write(2) or an mmap
+ * store lands, to the file system's timestamp granularity). */
+static int local_file_id(void *ctx, const struct sf_ckpt_ref *ck,
+			 uint32_t rank, const char *file, uint64_t *id)
+{
+	struct stat st;
+	uint64_t v[7];
+	bool owned;
+	int fd, ret;
+
+	(void)rank;
+	ret = get_fd(ctx, ck, file, &fd, &owned);
+	if (ret)
+		return ret;
+	ret = fstat(fd, &st) ? -errno : 0;
+	if (owned)
+		close(fd);
+	if (ret)
+		return ret;
+	v[0] = (uint64_t)st.st_dev;
+	v[1] = (uint64_t)st.st_ino;
+	v[2] = (uint64_t)st.st_size;
+	v[3] = (uint64_t)st.st_mtim.tv_sec;
+	v[4] = (uint64_t)st.st_mtim.tv_nsec;
+	v[5] = (uint64_t)st.st_ctim.tv_sec;
+	v[6] = (uint64_t)st.st_ctim.tv_nsec;
+	*id = sf_xxh3(v, sizeof(v));
+	return 0;
+}
+
 static void local_forget(void *ctx, const struct sf_ckpt_ref *ck)
 {
 	struct local_src *ls = ctx;
@@ -380,6 +418,7 @@ static const struct sf_source_ops local_ops = {
 	.read = local_read,
 	.forget = local_forget,
 	.advise = local_advise,
+	.file_id = local_file_id,
 	.destroy = local_destroy,
 };
 
