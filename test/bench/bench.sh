@@ -32,9 +32,11 @@
 #   cold     (BENCH_COLD=1) the same with nothing in the page cache: before
 #            each side `sync; echo 3 > /proc/sys/vm/drop_caches`, then the
 #            reader's own programs read back in (untimed); dd bs=1M of the
-#            payload files, and tensors/, model.safetensors and the dim-1
-#            slices through a fresh mount; their ratios are to the cold dd
-#            row of the same run
+#            payload files one after another (the reference) and all at
+#            once (what the disk gives several streams), and tensors/,
+#            model.safetensors and the dim-1 slices through a fresh mount;
+#            their ratios are to the cold one-after-another dd row of the
+#            same run
 # and prints a markdown table (what, bytes, seconds, GB/s, ratio vs raw),
 # each fresh-mount row's ratio to the FUSE ceiling, then each mount's
 # start-up time (start to mountpoint ready), the daemon's peak RSS (VmHWM)
@@ -240,6 +242,17 @@ if [[ ${BENCH_COLD:-0} == 1 ]]; then
 			while read -r f; do dd if="$f" of=/dev/null bs=1M status=none; done <"$WORK/payloads"
 			t1=$(now)
 			keep_row "$COLD_RAW" "$rawbytes" "$(echo "$t1 - $t0" | bc)"
+			drop_caches
+			t0=$(now)
+			pids=()
+			while read -r f; do
+				dd if="$f" of=/dev/null bs=1M status=none &
+				pids+=($!)
+			done <"$WORK/payloads"
+			wait "${pids[@]}"
+			t1=$(now)
+			keep_row "raw payload files (one dd bs=1M per file, all at once), cold" \
+				"$rawbytes" "$(echo "$t1 - $t0" | bc)"
 			for kind in tensors st slices; do
 				case $kind in
 				tensors) what="tensors/ (all tensors)" ;;
