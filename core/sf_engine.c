@@ -40,9 +40,25 @@
  * then live in the block cache like any other. A stream that fails to
  * decode, or decodes to another size than the model says, fails the read
  * with EIO and one log line; an unreadable shard fails every read so.
+ *
+ * Verified-block maps (when the source has file_id() and verify is on):
+ * per shard read, a bit per block that matched its XXH3, with the file's
+ * identity when it did (under e->vmap_lock, never held with e->lock). A
+ * bit is set only when the identity read before the fetch equals the one
+ * read after it, and trusted only while the identity read after a later
+ * fetch still equals it; any change of identity clears the shard's map.
+ * So a block evicted from the cache and fetched again is copied but not
+ * hashed again, while its file stays as it was. A plain payload's maps
+ * only (a coded shard's blocks come from memory); at most VMAP_MAX shards
+ * get one, the rest are hashed on every fetch as before.
+ *
+ * Read-ahead (sf_engine_ra.c), when the source has advise(): every read is
+ * noted before its blocks are pinned, so the payload a sequential reader
+ * needs next is on its way (into the page cache) while this read waits.
  */
 #include "sf_engine.h"
 #include "sf_checksum.h"
+#include "sf_engine_ra.h"
 #include "sf_error.h"
 #include "sf_log.h"
 
@@ -60,6 +76,8 @@
 #define HUGE_SZ (2u << 20)      /* size classes (and alignment) above */
 #define DEC_CAP_MAX (256ull << 20) /* decoded streams kept, at most */
 #define DEC_READ (4u << 20)     /* source reads of a coded stream, at most */
+#define VMAP_BUCKETS 4096u      /* hash chains of the verified-block maps */
+#define VMAP_MAX (1u << 16)     /* shards with a map, at most (then: hash) */
 
 enum blk_state { BLK_LOADING, BLK_READY, BLK_FAILED };
 
@@ -88,6 +106,17 @@ struct dec_ent {
 	struct dec_ent *next;           /* most recently used first */
 };
 
+/* The blocks of one shard that matched their XXH3, and the identity of
+ * the shard's file when they did (struct sf_source_ops.file_id). */
+struct vmap {
+	const struct sf_ckpt_ref *ck;   /* key: checkpoint */
+	const struct sf_shard *shard;   /* key: shard (address) */
+	uint64_t id;                    /* the file's identity for these bits */
+	struct vmap *next;              /* hash chain */
+	uint64_t bits[];                /* bit i: block i verified; the
+					 * shard's nblocks bits */
+};
+
 /* A free pool buffer; the header lives in the buffer's first bytes. */
 struct pool_free {
 	struct pool_free *next;
@@ -113,6 +142,13 @@ struct sf_engine {
 	struct dec_ent *dec;            /* decoded streams, MRU first */
 	uint64_t dec_bytes;             /* their decoded bytes */
 	uint64_t dec_cap;               /* bound on dec_bytes beyond the MRU one */
+	struct sf_ra *ra;               /* read-ahead (own lock); NULL: none */
+	pthread_mutex_t vmap_lock;      /* protects vmaps, nvmaps; taken
+					 * without e->lock held */
+	struct vmap **vmaps;            /* VMAP_BUCKETS chains; NULL when the
+					 * source has no file_id or verify is
+					 * off */
+	size_t nvmaps;                  /* maps in the chains */
 };
 
 static size_t hash_key(const struct sf_engine *e, const void *ck,
@@ -129,7 +165,8 @@ int sf_engine_create(const struct sf_engine_opts *opts, struct sf_source *src,
 		     struct sf_engine **out)
 {
 	struct sf_engine *e;
-	uint64_t cap = opts && opts->cache_bytes ? opts->cache_bytes : 256ull << 20;
+	uint64_t cap = opts && opts->cache_bytes ? opts->cache_bytes :
+		       SF_ENGINE_CACHE_DEFAULT;
 	size_t nb = 1024;
 
 	if (!src || !src->ops || !src->ops->read)
@@ -153,6 +190,18 @@ int sf_engine_create(const struct sf_engine_opts *opts, struct sf_source *src,
 	pthread_mutex_init(&e->lock, NULL);
 	pthread_cond_init(&e->cond, NULL);
 	pthread_mutex_init(&e->dec_lock, NULL);
+	pthread_mutex_init(&e->vmap_lock, NULL);
+	if (src->ops->file_id && e->verify &&
+	    !(e->vmaps = calloc(VMAP_BUCKETS, sizeof(*e->vmaps)))) {
+		sf_engine_destroy(e);
+		return -ENOMEM;
+	}
+	if (src->ops->advise && !(opts && opts->no_readahead) &&
+	    sf_ra_create(opts && opts->readahead_bytes ? opts->readahead_bytes :
+			 SF_ENGINE_RA_DEFAULT, src, &e->ra)) {
+		sf_engine_destroy(e);
+		return -ENOMEM;
+	}
 	*out = e;
 	return 0;
 }
@@ -462,23 +511,134 @@ static int fetch_coded(struct read_ctx *c, const struct sf_shard *s,
 	return ret;
 }
 
-/* Fetch a block's bytes into b->data and check them. No lock held. */
+/* --- the verified-block maps --- */
+
+static size_t vmap_hash(const void *ck, const void *shard)
+{
+	uint64_t h = (uint64_t)(uintptr_t)ck * 0x9E3779B97F4A7C15ull ^
+		     (uint64_t)(uintptr_t)shard * 0xC2B2AE3D27D4EB4Full;
+
+	return (size_t)(h ^ h >> 31) % VMAP_BUCKETS;
+}
+
+/* The map of shard s, or NULL. Locked (vmap_lock). */
+static struct vmap *vmap_find(struct sf_engine *e, const struct sf_ckpt_ref *ck,
+			      const struct sf_shard *s)
+{
+	struct vmap *v = e->vmaps[vmap_hash(ck, s)];
+
+	while (v && (v->ck != ck || v->shard != s))
+		v = v->next;
+	return v;
+}
+
+/* Was block idx of s verified while its file had identity id? */
+static bool vmap_test(struct sf_engine *e, const struct sf_ckpt_ref *ck,
+		      const struct sf_shard *s, uint64_t idx, uint64_t id)
+{
+	struct vmap *v;
+	bool yes;
+
+	pthread_mutex_lock(&e->vmap_lock);
+	v = vmap_find(e, ck, s);
+	yes = v && v->id == id && (v->bits[idx / 64] >> (idx % 64) & 1);
+	pthread_mutex_unlock(&e->vmap_lock);
+	return yes;
+}
+
+/* Note block idx of s verified while its file had identity id (a map for
+ * another identity starts over). Past VMAP_MAX maps nothing is noted. */
+static void vmap_set(struct sf_engine *e, const struct sf_ckpt_ref *ck,
+		     const struct sf_shard *s, uint64_t idx, uint64_t id)
+{
+	size_t words = (size_t)((s->nblocks + 63) / 64);
+	struct vmap *v;
+
+	pthread_mutex_lock(&e->vmap_lock);
+	v = vmap_find(e, ck, s);
+	if (!v && e->nvmaps < VMAP_MAX &&
+	    (v = calloc(1, sizeof(*v) + words * sizeof(v->bits[0])))) {
+		size_t h = vmap_hash(ck, s);
+
+		v->ck = ck;
+		v->shard = s;
+		v->id = id;
+		v->next = e->vmaps[h];
+		e->vmaps[h] = v;
+		e->nvmaps++;
+	}
+	if (v) {
+		if (v->id != id) {
+			memset(v->bits, 0, words * sizeof(v->bits[0]));
+			v->id = id;
+		}
+		v->bits[idx / 64] |= 1ull << (idx % 64);
+	}
+	pthread_mutex_unlock(&e->vmap_lock);
+}
+
+/* Drop the maps of ck (every map when ck is NULL). */
+static void vmap_forget(struct sf_engine *e, const struct sf_ckpt_ref *ck)
+{
+	if (!e->vmaps)
+		return;
+	pthread_mutex_lock(&e->vmap_lock);
+	for (size_t h = 0; h < VMAP_BUCKETS; h++) {
+		for (struct vmap **pp = &e->vmaps[h]; *pp;) {
+			struct vmap *v = *pp;
+
+			if (ck && v->ck != ck) {
+				pp = &v->next;
+				continue;
+			}
+			*pp = v->next;
+			free(v);
+			e->nvmaps--;
+		}
+	}
+	pthread_mutex_unlock(&e->vmap_lock);
+}
+
+/*
+ * Fetch a block's bytes into b->data and check them; *hashed is set when
+ * its XXH3 was computed, *trusted when the map of verified blocks made
+ * that unnecessary. No lock held.
+ */
 static int fetch(struct read_ctx *c, const struct sf_shard *s, uint64_t idx,
-		 struct sf_block *b)
+		 struct sf_block *b, bool *hashed, bool *trusted)
 {
 	struct sf_engine *e = c->e;
-	uint64_t bs = c->m->block_size;
+	const struct sf_source_ops *ops = e->src->ops;
+	uint64_t bs = c->m->block_size, id0 = 0, id1 = 0;
+	bool ids;
 	int ret;
 
+	/* Only a plain payload's bytes are the file's (a coded one's are
+	 * decoded in memory): the maps cover those alone. */
+	ids = e->vmaps && s->xxh3 && s->codec == SF_CODEC_NONE &&
+	      idx < s->nblocks &&
+	      ops->file_id(e->src->ctx, c->ck, s->rank, s->file, &id0) == 0;
 	if (s->codec != SF_CODEC_NONE)
 		ret = fetch_coded(c, s, idx, b);
 	else
-		ret = e->src->ops->read(e->src->ctx, c->ck, s->rank, s->file,
-					s->file_offset + idx * bs, b->data, b->len);
+		ret = ops->read(e->src->ctx, c->ck, s->rank, s->file,
+				s->file_offset + idx * bs, b->data, b->len);
 	if (ret < 0)
 		return ret;
-	if (e->verify && s->xxh3 && sf_xxh3(b->data, b->len) != s->xxh3[idx])
+	if (!e->verify || !s->xxh3)
+		return 0;
+	ids = ids && ops->file_id(e->src->ctx, c->ck, s->rank, s->file,
+				  &id1) == 0;
+	if (ids && vmap_test(e, c->ck, s, idx, id1)) {
+		*trusted = true;
+		return 0;
+	}
+	*hashed = true;
+	if (sf_xxh3(b->data, b->len) != s->xxh3[idx])
 		return -SF_ECHECKSUM;
+	/* unchanged while it was read: its bytes are the verified ones */
+	if (ids && id0 == id1)
+		vmap_set(e, c->ck, s, idx, id1);
 	return 0;
 }
 
@@ -529,6 +689,7 @@ static int pin(struct read_ctx *c, const struct sf_shard *s, uint64_t idx,
 	struct sf_engine *e = c->e;
 	uint64_t bs = c->m->block_size;
 	struct sf_block *b, *old;
+	bool hashed = false, trusted = false;
 	size_t h;
 	int ret;
 
@@ -591,9 +752,11 @@ static int pin(struct read_ctx *c, const struct sf_shard *s, uint64_t idx,
 	pthread_mutex_unlock(&e->lock);
 
 	if (ret == 0)
-		ret = fetch(c, s, idx, b);
+		ret = fetch(c, s, idx, b, &hashed, &trusted);
 
 	pthread_mutex_lock(&e->lock);
+	e->st.hashed += hashed;
+	e->st.hash_skips += trusted;
 	if (ret < 0) {
 		b->state = BLK_FAILED;
 		b->err = ret;
@@ -660,24 +823,6 @@ static int copy_payload(struct read_ctx *c, const struct sf_shard *s,
 		n -= k;
 	}
 	return 0;
-}
-
-bool sf_shard_locate(const struct sf_tensor *t, const struct sf_shard *s,
-		     uint64_t p, uint64_t *pos, uint64_t *run)
-{
-	if (s->flat) {
-		if (p < s->flat_off || p - s->flat_off >= s->flat_len)
-			return false;
-		*pos = p - s->flat_off;
-		*run = s->flat_len - *pos;
-		return true;
-	}
-	if (s->strides)
-		return sf_box_locate_strided(t->ndim, t->shape,
-					     sf_dtype_size(t->dtype), &s->box,
-					     s->strides, p, pos, run);
-	return sf_box_locate(t->ndim, t->shape, sf_dtype_size(t->dtype),
-			     &s->box, p, pos, run);
 }
 
 static int on_segment(void *arg, uint64_t toff, uint64_t voff, uint64_t len)
@@ -758,6 +903,8 @@ int sf_engine_read(struct sf_engine *e, const struct sf_ckpt_ref *ck,
 
 	if (len == 0)
 		return 0;
+	if (e->ra)
+		sf_ra_note(e->ra, ck, m, t, view, off, len);
 	ret = read_walk(&c, view, off, len);
 	unpin_all(e, pins, PINS);
 	return ret;
@@ -778,6 +925,8 @@ int sf_engine_readv(struct sf_engine *e, const struct sf_ckpt_ref *ck,
 	hold->n = 0;
 	if (len == 0)
 		return 0;
+	if (e->ra)
+		sf_ra_note(e->ra, ck, m, t, view, off, len);
 	ret = read_walk(&c, view, off, len);
 	if (ret < 0) {
 		unpin_all(e, pins, SF_ENGINE_HOLD_MAX);
@@ -831,6 +980,9 @@ void sf_engine_forget(struct sf_engine *e, const struct sf_ckpt_ref *ck)
 		free(d);
 	}
 	pthread_mutex_unlock(&e->dec_lock);
+	vmap_forget(e, ck);
+	if (e->ra)
+		sf_ra_forget(e->ra, ck);
 	if (e->src->ops->forget)
 		e->src->ops->forget(e->src->ctx, ck);
 }
@@ -863,6 +1015,10 @@ void sf_engine_destroy(struct sf_engine *e)
 		free(d);
 	}
 	pthread_mutex_destroy(&e->dec_lock);
+	sf_ra_destroy(e->ra);
+	vmap_forget(e, NULL);
+	free(e->vmaps);
+	pthread_mutex_destroy(&e->vmap_lock);
 	free(e->buckets);
 	pthread_mutex_destroy(&e->lock);
 	pthread_cond_destroy(&e->cond);

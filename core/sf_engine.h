@@ -7,7 +7,8 @@
  * through a bounded cache of whole checksum blocks, verifies each block's
  * XXH3 once when it enters the cache (only for shards that carry checksums:
  * a foreign format's shards may have none, and their blocks are served as
- * read), and copies the bytes out. A box shard may be strided (its payload
+ * read), and copies the bytes out. A block verified once is not hashed
+ * again when fetched again while its file is unchanged (source file_id). A box shard may be strided (its payload
  * laid out with the strides the model gives), and coded (stored
  * compressed, sf_codec.h: its whole stream is read through the source and
  * decoded in memory, then served like any payload). Thread-safe:
@@ -63,6 +64,32 @@ struct sf_source_ops {
 	 */
 	int (*peer_ckpts)(void *ctx, int (*fn)(void *arg, const char *name),
 			  void *arg);
+	/*
+	 * A read-ahead hint: bytes [off, off+len) of payload `file` of `rank`
+	 * are likely read soon; start bringing them in (the local source:
+	 * POSIX_FADV_WILLNEED into the page cache) and return without waiting
+	 * for them. No result: a hint that fails changes nothing, and read()
+	 * must return the same bytes whether or not it was given. Must be
+	 * thread-safe. May be NULL (no read-ahead; the MPI source prefetches
+	 * on its own).
+	 */
+	void (*advise)(void *ctx, const struct sf_ckpt_ref *ck, uint32_t rank,
+		       const char *file, uint64_t off, uint64_t len);
+	/*
+	 * An identity of payload `file` that changes whenever its bytes may
+	 * have (the local source: a hash of device, inode, size, modification
+	 * and change times from fstat). With it the engine keeps a map of the
+	 * blocks it verified, and a block fetched again (evicted from the
+	 * cache meanwhile) is not hashed again while the file's identity read
+	 * after fetching it equals the one read before and after the fetch
+	 * that verified it. 0 or a negative errno (the block is then hashed).
+	 * Must be thread-safe. May be NULL: every fetched block is hashed.
+	 * The map trusts the file, not the medium: bytes that rot on disk
+	 * after a block was verified, and are read again after both caches
+	 * dropped them, are not caught until the daemon restarts.
+	 */
+	int (*file_id)(void *ctx, const struct sf_ckpt_ref *ck, uint32_t rank,
+		       const char *file, uint64_t *id);
 	/* Free ctx. May be NULL. */
 	void (*destroy)(void *ctx);
 };
@@ -84,9 +111,19 @@ bool sf_shard_locate(const struct sf_tensor *t, const struct sf_shard *s,
 		     uint64_t p, uint64_t *pos, uint64_t *run);
 
 struct sf_engine_opts {
-	uint64_t cache_bytes;  /* bound on cached block bytes (default 256 MiB) */
+	uint64_t cache_bytes;  /* bound on cached block bytes (0: the default,
+				* SF_ENGINE_CACHE_DEFAULT) */
 	bool verify;           /* check XXH3 of every block that has one (default true) */
+	uint64_t readahead_bytes; /* how far ahead of a sequential reader the
+				   * source is advised (0: the default,
+				   * SF_ENGINE_RA_DEFAULT) */
+	bool no_readahead;     /* never call the source's advise() */
 };
+/* 8 blocks of 4 MiB: what a sequential reader's FUSE requests pin, and a
+ * few more; the page cache holds the rest (README, Performance). */
+#define SF_ENGINE_CACHE_DEFAULT (32ull << 20)
+/* Advised ahead of a sequential reader: into the page cache, not the pool. */
+#define SF_ENGINE_RA_DEFAULT (32ull << 20)
 
 struct sf_engine;
 
@@ -149,6 +186,9 @@ struct sf_engine_stats {
 				  * free for reuse (at most cache_bytes plus
 				  * blocks pinned beyond it) */
 	uint64_t pool_maps;      /* block buffers mapped fresh (not reused) */
+	uint64_t hashed;         /* fetched blocks whose XXH3 was computed */
+	uint64_t hash_skips;     /* fetched blocks trusted from the map of
+				  * verified blocks (source file_id) */
 };
 void sf_engine_stats(struct sf_engine *e, struct sf_engine_stats *out);
 

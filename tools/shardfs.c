@@ -105,7 +105,7 @@ static void usage(FILE *f)
 		"                      fstab-only ones (defaults, nofail, _netdev, x-*, ...)\n"
 		"                      are ignored\n"
 		"  --no-verify         skip XXH3 checksum verification of payloads\n"
-		"  --cache-mb N        block cache size in MiB (default 256)\n"
+		"  --cache-mb N        block cache size in MiB (default 32)\n"
 		"  --log-level LEVEL   error, warn, info or debug (default warn)\n"
 		"  --log-file PATH     append the log to PATH (SIGHUP reopens it); without\n"
 		"                      it the log goes to stderr with -f, else to syslog\n"
@@ -557,7 +557,7 @@ int main(int argc, char **argv)
 	a.cfg.fuse_opts = a.fuse_opts;
 	a.cfg.engine.verify = true;
 	a.level = SF_LOG_WARN;
-	a.mb = 256;
+	a.mb = 32;
 	a.commit_timeout_ms = DEFAULT_COMMIT_TIMEOUT_S * 1000;
 	rc = parse_args(argc, argv, &a);
 	if (rc >= 0)

@@ -13,6 +13,9 @@
 #             2-3x on a shared 2-core machine)
 #   --keep    keep the temporary checkpoint and logs (printed at the end)
 #   BENCH_QUICK=1 in the environment: a 256M smoke run
+#   BENCH_COLD=1 in the environment: also the cold rows below (root: they
+#             write /proc/sys/vm/drop_caches, which drops the whole
+#             machine's clean page cache, so other work slows too)
 #
 # Generates one checkpoint, reads every payload file once so the page cache
 # is warm for both sides, then times (best of --reps runs, on this machine):
@@ -26,6 +29,14 @@
 #            shard box of each dim-1-sharded weight, each first through a
 #            fresh mount (the daemon assembles) and then again (kernel page
 #            cache, keep_cache); and tensors/ again on a --no-verify mount
+#   cold     (BENCH_COLD=1) the same with nothing in the page cache: before
+#            each side `sync; echo 3 > /proc/sys/vm/drop_caches`, then the
+#            reader's own programs read back in (untimed); dd bs=1M of the
+#            payload files one after another (the reference) and all at
+#            once (what the disk gives several streams), and tensors/,
+#            model.safetensors and the dim-1 slices through a fresh mount;
+#            their ratios are to the cold one-after-another dd row of the
+#            same run
 # and prints a markdown table (what, bytes, seconds, GB/s, ratio vs raw),
 # each fresh-mount row's ratio to the FUSE ceiling, then each mount's
 # start-up time (start to mountpoint ready), the daemon's peak RSS (VmHWM)
@@ -144,6 +155,7 @@ timed_read() {
 	keep_row "$what" "${res% *}" "${res#* }"
 }
 
+LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
 echo "generating a $SIZE llama checkpoint in $CKPT ..." >&2
 t0=$(now)
 "$SHARDCTL" gen --layout llama --ranks 4 --size "$SIZE" --seed 1 "$CKPT" >/dev/null
@@ -209,15 +221,68 @@ for _ in $(seq "$REPS"); do
 	end_daemon
 done
 
+# Cold rows: the payload (and the mount's page cache) dropped before each
+# side. drop_caches also drops the programs, so they are read back in
+# before the clock starts.
+COLD_RAW="raw payload files (dd bs=1M), cold"
+drop_caches() {
+	sync
+	echo 3 >/proc/sys/vm/drop_caches
+	$PY -c 'import os, sys, time' </dev/null
+	cat "$HERE/readfiles.py" >/dev/null
+	dd --version >/dev/null
+}
+if [[ ${BENCH_COLD:-0} == 1 ]]; then
+	if [[ ! -w /proc/sys/vm/drop_caches ]]; then
+		echo "bench.sh: BENCH_COLD=1 needs root (/proc/sys/vm/drop_caches); no cold rows" >&2
+	else
+		for _ in $(seq "$REPS"); do
+			drop_caches
+			t0=$(now)
+			while read -r f; do dd if="$f" of=/dev/null bs=1M status=none; done <"$WORK/payloads"
+			t1=$(now)
+			keep_row "$COLD_RAW" "$rawbytes" "$(echo "$t1 - $t0" | bc)"
+			drop_caches
+			t0=$(now)
+			pids=()
+			while read -r f; do
+				dd if="$f" of=/dev/null bs=1M status=none &
+				pids+=($!)
+			done <"$WORK/payloads"
+			wait "${pids[@]}"
+			t1=$(now)
+			keep_row "raw payload files (one dd bs=1M per file, all at once), cold" \
+				"$rawbytes" "$(echo "$t1 - $t0" | bc)"
+			for kind in tensors st slices; do
+				case $kind in
+				tensors) what="tensors/ (all tensors)" ;;
+				st) what="model.safetensors" ;;
+				slices) what="dim-1 slices ($(wc -l <"$WORK/slices") paths)" ;;
+				esac
+				drop_caches
+				start_daemon "$what, cold"
+				timed_read "$what, fresh mount, cold" "$WORK/$kind"
+				end_daemon
+			done
+		done
+	fi
+fi
+
 rawgbs=$(echo "${BEST[${ROWS[0]}]}" | awk -F'|' '{printf "%.6f", $1 / $2 / 1e9}')
+coldgbs=$rawgbs
+[[ -z ${BEST[$COLD_RAW]+set} ]] ||
+	coldgbs=$(echo "${BEST[$COLD_RAW]}" | awk -F'|' '{printf "%.6f", $1 / $2 / 1e9}')
 echo
 echo "shardfs read benchmark: llama $SIZE, 4 ranks, $(nproc) cores, $(uname -r), best of $REPS"
+echo "(load average at the start: $LOAD0; at the end: $(cut -d' ' -f1-3 /proc/loadavg))"
 echo
 echo "| what | bytes | seconds | GB/s | ratio vs raw |"
 echo "|---|---:|---:|---:|---:|"
 for what in "${ROWS[@]}"; do
 	IFS='|' read -r bytes secs <<<"${BEST[$what]}"
-	awk -v w="$what" -v b="$bytes" -v s="$secs" -v raw="$rawgbs" \
+	raw=$rawgbs
+	[[ $what != *", cold" ]] || raw=$coldgbs
+	awk -v w="$what" -v b="$bytes" -v s="$secs" -v raw="$raw" \
 		'BEGIN { g = b / s / 1e9; printf "| %s | %d | %.3f | %.2f | %.2f |\n", w, b, s, g, g / raw }'
 done
 echo
@@ -235,6 +300,8 @@ else
 	done
 	echo "${line%;}"
 fi
+[[ -z ${BEST[$COLD_RAW]+set} ]] ||
+	echo "(rows ending in \"cold\": ratio to the cold raw row; page cache dropped before each)"
 echo
 echo "| mount | start-up ms | daemon peak RSS MiB | daemon CPU s (its reads) |"
 echo "|---|---:|---:|---:|"
