@@ -51,6 +51,7 @@ import json
 import mmap
 import os
 import random
+import subprocess
 import sys
 import threading
 import time
@@ -754,7 +755,37 @@ def join_clients(w, ck, clients, bound_s):
                 c.name, bound_s, what[0], time.monotonic() - what[1]))
 
 
-def watchdog(w, ck, hang_s):
+def dump_daemon(m):
+    """On a hang: every daemon thread's state (R: runnable, so starved of
+    CPU; S/D: waiting) and kernel wait channel, and its stacks (gdb, when
+    installed) in /tmp/soak-hang-PID.txt, kept after the run."""
+    pid = m.proc.pid
+    states = collections.Counter()
+    rows = []
+    for tid in sorted(os.listdir("/proc/%d/task" % pid), key=int):
+        try:
+            with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+                st = f.read().rsplit(")", 1)[1].split()[0]
+            with open("/proc/%d/task/%s/wchan" % (pid, tid)) as f:
+                wchan = f.read().strip()
+        except OSError:
+            continue
+        states[st] += 1
+        rows.append("%s %s %s" % (tid, st, wchan))
+    out = "/tmp/soak-hang-%d.txt" % pid
+    with open(out, "w") as f:
+        f.write("threads (tid state wchan):\n%s\n\n" % "\n".join(rows))
+        f.flush()
+        try:
+            subprocess.run(["gdb", "-p", str(pid), "-batch", "-ex", "thread apply all bt"],
+                           stdout=f, stderr=subprocess.STDOUT, timeout=30)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            f.write("gdb: %s\n" % e)
+    print("soak: hang: daemon threads by state %s; states, wait channels and stacks in %s" % (
+        dict(states), out))
+
+
+def watchdog(w, ck, hang_s, m=None):
     """False (and a failure) when some client operation runs too long."""
     now = time.monotonic()
     for name, (what, t0) in list(w.busy.items()):
@@ -762,6 +793,10 @@ def watchdog(w, ck, hang_s):
             with w.lock:
                 ck.ok(False, "client %s: %s has run %.0fs (bound %.0fs): hang" % (
                     name, what, now - t0, hang_s))
+                print("soak: client operations in flight: %s" % ", ".join(
+                    "%s %s %.0fs" % (c, wh, now - t) for c, (wh, t) in sorted(w.busy.items())))
+            if m is not None:
+                dump_daemon(m)
             return False
     return True
 
@@ -829,7 +864,7 @@ def run(env, ck):
             if args.sample_s > 0 and time.monotonic() >= next_sample:
                 next_sample += args.sample_s
                 samples.append((time.monotonic() - t_start, ncrash, rss_kb(m), m.open_fds()))
-            if not watchdog(w, ck, hang_s):
+            if not watchdog(w, ck, hang_s, m):
                 break
             if m.proc.poll() is not None:
                 ck.ok(False, "daemon died during the soak (rc %s)" % m.proc.returncode)
