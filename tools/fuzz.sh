@@ -13,6 +13,9 @@
 #                comes first. On a shared machine, count executions: run it
 #                as `chrt --idle 0 nice -n 19 tools/fuzz.sh --runs 10000000`
 #     --jobs N   parallel fuzzing jobs per target (default 1)
+# SIGINT or SIGTERM stops the target running (libFuzzer prints its final
+# stats), skips the rest and prints the table so far, the stopped target
+# marked "(stopped)".
 #
 # Installs what is missing (tools/deps.sh: clang among the test packages),
 # builds into build-fuzz/, and fuzzes a scratch copy of each corpus, so the
@@ -60,7 +63,20 @@ work=$(mktemp -d /tmp/shardfs-fuzz-XXXXXX)
 echo "fuzz.sh: work directory $work" >&2
 bad=0
 rows=()
+stop=0
+fpids=()   # the running fuzzer, then (once stopped) its descendants
+descendants() {
+	local p
+	for p in $(pgrep -P "$1"); do
+		echo "$p"
+		descendants "$p"
+	done
+}
+# Stop the running fuzzer and, with --jobs, its jobs (under a shell each);
+# the loop then waits for all of them, records the row and ends.
+trap 'stop=1; fpids+=($(descendants "${fpids[0]:-0}")); kill -TERM "${fpids[@]}" 2>/dev/null' INT TERM
 for t in "${targets[@]}"; do
+	((stop == 0)) || break
 	corpus=$work/$t/corpus
 	mkdir -p "$corpus" "$work/$t/artifacts"
 	cp "$top/test/fuzz/corpus/$t/"* "$corpus/"
@@ -78,22 +94,33 @@ for t in "${targets[@]}"; do
 	limit=()
 	((runs == 0)) || limit=("-runs=$(((runs + jobs - 1) / jobs))")
 	echo "fuzz.sh: $(date -u +%FT%TZ) fuzz_$t: $(((runs)) && echo "$runs runs, ")${secs} s limit (0: none), $jobs job(s)" >&2
+	par=()          # one job runs in this process, its stats in log
+	((jobs == 1)) || par=(-jobs="$jobs" -workers="$jobs")
 	t0=$SECONDS
-	(cd "$work/$t" && "$top/build-fuzz/test/fuzz/fuzz_$t" "${dict[@]}" \
+	(cd "$work/$t" && exec "$top/build-fuzz/test/fuzz/fuzz_$t" "${dict[@]}" \
 		-max_len=$maxlen -timeout=10 -rss_limit_mb=2048 "${limit[@]}" \
-		-max_total_time="$secs" -jobs="$jobs" -workers="$jobs" \
+		-max_total_time="$secs" "${par[@]}" \
 		-print_final_stats=1 -artifact_prefix="$work/$t/artifacts/" \
-		"$corpus" "${extra[@]}" >"$work/$t/log" 2>&1) || true
-	# -jobs runs each job in a child writing fuzz-N.log, and the parent
-	# copies every job's log into its own at the job's end: count that one
-	# only (counting both counted every execution twice)
-	execs=$(cat "$work/$t/log" 2>/dev/null |
+		"$corpus" "${extra[@]}" >"$work/$t/log" 2>&1) &
+	fpids=($!)
+	# a trapped signal ends wait early: wait until the fuzzer is gone
+	while kill -0 "${fpids[0]}" 2>/dev/null; do wait "${fpids[0]}" || true; done
+	for p in "${fpids[@]:1}"; do    # stopped jobs still writing their stats
+		for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+	done
+	fpids=()
+	# -jobs runs each job in a child writing fuzz-N.log (the parent copies
+	# it into its own log at the job's end, but not when stopped): count
+	# the jobs' logs then, else this process's log
+	logs=("$work/$t/log")
+	((jobs == 1)) || logs=("$work/$t"/fuzz-*.log)
+	execs=$(cat "${logs[@]}" 2>/dev/null |
 		awk '/stat::number_of_executed_units:/ {n += $2} END {print n + 0}')
 	after=$(ls "$corpus" | wc -l)
 	took=$((SECONDS - t0))
 	crashes=$(ls "$work/$t/artifacts" | wc -l)
 	((crashes == 0)) || bad=1
-	rows+=("| fuzz_$t | $execs | $took | $((execs / (took > 0 ? took : 1))) | $before -> $after | $crashes |")
+	rows+=("| fuzz_$t$( ((stop)) && echo " (stopped)") | $execs | $took | $((execs / (took > 0 ? took : 1))) | $before -> $after | $crashes |")
 	echo "fuzz.sh: $(date -u +%FT%TZ) ${rows[-1]}" >&2
 done
 # fuzz_journal's scratch checkpoints: a worker stopped by a crash or by
