@@ -120,7 +120,9 @@ for t in "${targets[@]}"; do
 	took=$((SECONDS - t0))
 	crashes=$(ls "$work/$t/artifacts" | wc -l)
 	((crashes == 0)) || bad=1
-	rows+=("| fuzz_$t$( ((stop)) && echo " (stopped)") | $execs | $took | $((execs / (took > 0 ? took : 1))) | $before -> $after | $crashes |")
+	mark=
+	if ((stop)); then mark=" (stopped)"; fi
+	rows+=("| fuzz_$t$mark | $execs | $took | $((execs / (took > 0 ? took : 1))) | $before -> $after | $crashes |")
 	echo "fuzz.sh: $(date -u +%FT%TZ) ${rows[-1]}" >&2
 done
 # fuzz_journal's scratch checkpoints: a worker stopped by a crash or by
