@@ -125,9 +125,12 @@ for t in "${targets[@]}"; do
 	rows+=("| fuzz_$t$mark | $execs | $took | $((execs / (took > 0 ? took : 1))) | $before -> $after | $crashes |")
 	echo "fuzz.sh: $(date -u +%FT%TZ) ${rows[-1]}" >&2
 done
-# fuzz_journal's scratch checkpoints: a worker stopped by a crash or by
-# -jobs' time limit cannot remove its own.
-rm -rf /dev/shm/fuzz_journal-* "${TMPDIR:-/tmp}"/fuzz_journal-*
+# The scratch directories of fuzz_journal, fuzz_megatron and fuzz_paddle:
+# a fuzzer stopped by a crash, a signal or -jobs' time limit cannot remove
+# its own.
+for d in /dev/shm "${TMPDIR:-/tmp}"; do
+	rm -rf "$d"/fuzz_journal-* "$d"/fuzz-megatron-* "$d"/fuzz_paddle.*
+done
 
 echo
 echo "shardfs fuzzing, $(date -u +%F): $(((runs)) && echo "up to $runs executions and ")$( ((secs)) && echo "$secs s" || echo "no time limit") per target, $jobs job(s), $(nproc) cores, $(clang --version | head -1)"
