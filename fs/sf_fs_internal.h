@@ -156,6 +156,9 @@ struct sf_fs {
 	struct fuse_session *se;        /* borrowed; set before the cluster's
 	                                 * attach(fs), immutable after: for
 	                                 * kernel notifications (sf_fs_remove) */
+	struct sf_fs_notify *notify;    /* owned by sf_fs_run; set with se, NULL
+	                                 * if its thread did not start: sends
+	                                 * the kernel entry invalidations */
 	atomic_bool bdi_done;           /* read_ahead_kb raised (once, after INIT) */
 };
 
@@ -211,6 +214,19 @@ int sf_fs_committed_dirs(struct sf_fs *fs, char ***names, char ***dirs,
  * gone) unless a commit or delete holds it; open handles keep reading.
  * true if it was dropped. */
 bool sf_fs_drop_vanished(struct sf_fs *fs, const char *name, const char *dir);
+
+/* --- sf_fs_notify.c: kernel entry invalidations off the workers --- */
+
+/* A request handler never calls fuse_lowlevel_notify_inval_entry itself
+ * (it waits for the parent's lock, which a client waiting for a worker may
+ * hold: with every worker there, the mount hangs); it queues the name and
+ * one thread sends it. */
+struct sf_fs_notify;
+int sf_fs_notify_start(struct fuse_session *se, struct sf_fs_notify **out);
+/* Queue parent/name (copied); dropped, with a debug line, when nt is NULL
+ * or its queue is full: the entry then lasts until its timeout. */
+void sf_fs_notify_entry(struct sf_fs_notify *nt, fuse_ino_t parent, const char *name);
+void sf_fs_notify_stop(struct sf_fs_notify *nt); /* accepts NULL; joins */
 
 /* --- sf_fs_live.c: the live store --- */
 

@@ -448,6 +448,10 @@ int sf_fs_run(const struct sf_fs_config *cfg)
 	/* The cluster may act on peers' removals from here until detached;
 	 * detached before the tree, the engine and the session go away. */
 	fs->se = se;
+	rc = sf_fs_notify_start(se, &fs->notify);
+	if (rc)
+		sf_warn("fs: no notifier thread (deleted checkpoints stay listed up to "
+			"the entry timeout): %s", sf_strerror(rc));
 	if (cfg->cluster && cfg->cluster->attach)
 		cfg->cluster->attach(cfg->cluster->ctx, fs);
 	/* Checkpoints appearing in or vanishing from the store from now on. */
@@ -464,6 +468,8 @@ int sf_fs_run(const struct sf_fs_config *cfg)
 	sf_fs_live_stop(live);
 	if (cfg->cluster && cfg->cluster->attach)
 		cfg->cluster->attach(cfg->cluster->ctx, NULL);
+	sf_fs_notify_stop(fs->notify);
+	fs->notify = NULL;
 	if (rc < 0)
 		sf_err("fs: session loop: %s", sf_strerror(rc));
 	else if (rc > 0)

@@ -984,18 +984,13 @@ out_unlock_commit:
 	return rc;
 }
 
-/* Drop the kernel's cached entry for the checkpoint directory `name`.
- * Call with no lock held and outside any unanswered request on the root:
- * the kernel takes the root's lock and may send FORGETs meanwhile.
- * -ENOENT from the kernel means it had nothing cached. */
+/* Drop the kernel's cached entry for the checkpoint directory `name`:
+ * queued for the notifier thread (sf_fs_notify.c), never sent from here,
+ * since the kernel takes the root's lock, which a client waiting for a
+ * worker may hold. Call after the reply: the kernel may send FORGETs. */
 static void invalidate_root_entry(struct sf_fs *fs, const char *name)
 {
-	int rc = fuse_lowlevel_notify_inval_entry(fs->se, FUSE_ROOT_ID, name,
-						  strlen(name));
-
-	if (rc && rc != -ENOENT)
-		sf_debug("checkpoint %s: kernel entry not invalidated: %s", name,
-			 sf_strerror(rc));
+	sf_fs_notify_entry(fs->notify, FUSE_ROOT_ID, name);
 }
 
 int sf_fs_remove(struct sf_fs *fs, const char *name)
@@ -1088,9 +1083,8 @@ void sf_fs_w_setxattr(fuse_req_t req, struct sf_node *n, const char *name,
 	}
 	sf_fs_reply_err(req, rc);
 	/* The kernel caches the deleted directory's entry for up to the entry
-	 * timeout. Invalidate it only now: the request is answered and this
-	 * thread holds no lock, so the kernel may take the root's lock (held
-	 * by nobody waiting on us) and send FORGETs to other workers. */
+	 * timeout. Invalidate it only now, once the request is answered (the
+	 * notifier thread sends it: see invalidate_root_entry). */
 	if (!rc && gone[0])
 		invalidate_root_entry(fs, gone);
 }

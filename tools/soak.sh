@@ -4,9 +4,16 @@
 # concurrent readers, writers, deletes and listings against one mount, with
 # a kill -9 and restart of the daemon about every 75 s. Any further
 # arguments go to test_soak.py (--seed N replays a run's random choices,
-# --keep keeps its temp dir, --cache-mb N, --rss-cap-mb N, --crashes N).
+# --keep keeps its temp dir, --cache-mb N, --rss-cap-mb N, --crashes N,
+# --readers N and --writers N: client threads, default 3 and 2, plus one
+# deleter and one lister; --sample-s S: how often the daemon's RSS and
+# descriptors are sampled, default 10).
 #
 #   tools/soak.sh [SECONDS] [test_soak.py options]
+#
+# The README's figure: 16 clients, one daemon for the whole run, on a
+# shared machine under the idle scheduler:
+#   chrt --idle 0 nice -n 19 tools/soak.sh 600 --readers 8 --writers 8 --crashes 0
 #
 # Environment: BUILD (build dir, default build-soak), JOBS (default nproc),
 # SANITIZE=1 builds with AddressSanitizer + UBSan (default dir build-soak-asan).

@@ -30,12 +30,18 @@ must stay deleted.
 At the end: no mismatch, no daemon crash or sanitizer report (sfmount),
 no hung operation (a watchdog bounds every client operation), the
 daemon's peak RSS (VmHWM) under a cap and its open descriptors bounded,
-and a summary line of operations per kind. Random choices come from
+and a summary line of operations per kind. Every --sample-s seconds the
+daemon's RSS (VmRSS) and open descriptors are sampled; the samples and,
+per daemon incarnation, first / last / max after the first minute are
+printed (to judge whether they stay flat; not asserted). Random choices come from
 --seed (printed); thread scheduling is not replayed, but the seed gives
 the same checkpoints, shapes and operation mix.
 
     test_soak.py --bin BUILD/tools [--duration S] [--seed N] [--crashes N]
-                 [--cache-mb N] [--rss-cap-mb N] [--keep]
+                 [--readers N] [--writers N] [--cache-mb N] [--rss-cap-mb N]
+                 [--sample-s S] [--keep]
+--readers and --writers (default 3 and 2) are the client threads; one
+deleter and one lister always run besides them.
 """
 
 import argparse
@@ -45,6 +51,7 @@ import json
 import mmap
 import os
 import random
+import subprocess
 import sys
 import threading
 import time
@@ -748,7 +755,37 @@ def join_clients(w, ck, clients, bound_s):
                 c.name, bound_s, what[0], time.monotonic() - what[1]))
 
 
-def watchdog(w, ck, hang_s):
+def dump_daemon(m):
+    """On a hang: every daemon thread's state (R: runnable, so starved of
+    CPU; S/D: waiting) and kernel wait channel, and its stacks (gdb, when
+    installed) in /tmp/soak-hang-PID.txt, kept after the run."""
+    pid = m.proc.pid
+    states = collections.Counter()
+    rows = []
+    for tid in sorted(os.listdir("/proc/%d/task" % pid), key=int):
+        try:
+            with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+                st = f.read().rsplit(")", 1)[1].split()[0]
+            with open("/proc/%d/task/%s/wchan" % (pid, tid)) as f:
+                wchan = f.read().strip()
+        except OSError:
+            continue
+        states[st] += 1
+        rows.append("%s %s %s" % (tid, st, wchan))
+    out = "/tmp/soak-hang-%d.txt" % pid
+    with open(out, "w") as f:
+        f.write("threads (tid state wchan):\n%s\n\n" % "\n".join(rows))
+        f.flush()
+        try:
+            subprocess.run(["gdb", "-p", str(pid), "-batch", "-ex", "thread apply all bt"],
+                           stdout=f, stderr=subprocess.STDOUT, timeout=30)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            f.write("gdb: %s\n" % e)
+    print("soak: hang: daemon threads by state %s; states, wait channels and stacks in %s" % (
+        dict(states), out))
+
+
+def watchdog(w, ck, hang_s, m=None):
     """False (and a failure) when some client operation runs too long."""
     now = time.monotonic()
     for name, (what, t0) in list(w.busy.items()):
@@ -756,8 +793,44 @@ def watchdog(w, ck, hang_s):
             with w.lock:
                 ck.ok(False, "client %s: %s has run %.0fs (bound %.0fs): hang" % (
                     name, what, now - t0, hang_s))
+                print("soak: client operations in flight: %s" % ", ".join(
+                    "%s %s %.0fs" % (c, wh, now - t) for c, (wh, t) in sorted(w.busy.items())))
+            if m is not None:
+                dump_daemon(m)
             return False
     return True
+
+
+def rss_kb(m):
+    """The daemon's resident set now (VmRSS, kB), None if it is gone."""
+    try:
+        with open("/proc/%d/status" % m.proc.pid) as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def report_samples(samples, warmup_s=60.0):
+    """Print the RSS / descriptor samples [(t, incarnation, kB, fds)] and,
+    per incarnation, first / last / max once warmed up."""
+    print("soak: samples (t s, incarnation, RSS MiB, fds): %s" % " ".join(
+        "%.0f/%d/%.1f/%s" % (t, inc, (kb or 0) / 1024, fds) for t, inc, kb, fds in samples))
+    for inc in sorted(set(s[1] for s in samples)):
+        mine = [s for s in samples if s[1] == inc]
+        t_first = mine[0][0]
+        warm = [s for s in mine if s[0] >= t_first + warmup_s]
+        what = "%d samples after its first %.0fs" % (len(warm), warmup_s)
+        if not warm:
+            warm, what = mine, "all %d samples (it ran under %.0fs)" % (len(mine), warmup_s)
+        kbs = [s[2] or 0 for s in warm]
+        fds = [s[3] or 0 for s in warm]
+        print("soak: incarnation %d, %.0f-%.0fs, %s: RSS MiB first %.1f "
+              "last %.1f max %.1f; fds first %d last %d max %d" % (
+                  inc, warm[0][0], warm[-1][0], what, kbs[0] / 1024,
+                  kbs[-1] / 1024, max(kbs) / 1024, fds[0], fds[-1], max(fds)))
 
 
 def run(env, ck):
@@ -772,20 +845,26 @@ def run(env, ck):
     crash_at = [t_start + args.duration * (k + 1) / (args.crashes + 1)
                 for k in range(args.crashes)]
     hwm = []                       # (incarnation, VmHWM kB)
+    samples = []                   # (t s, incarnation, VmRSS kB, fds)
+    next_sample = t_start
     ncrash = 0
     m = sm.Mount(env, store, opts, name="soak0")
     m.start()
     sanitized = m.sanitized()
     cap_mb = args.rss_cap_mb or (args.cache_mb + (1536 if sanitized else 256))
     hang_s = 240.0 if sanitized else 90.0
-    print("soak: %.0fs, %d kill -9 restarts, --cache-mb %d, RSS cap %d MiB%s" % (
-        args.duration, args.crashes, args.cache_mb, cap_mb, " (ASan daemon)" if sanitized else ""))
+    print("soak: %.0fs, %d readers, %d writers, %d kill -9 restarts, --cache-mb %d, "
+          "RSS cap %d MiB%s" % (args.duration, args.readers, args.writers, args.crashes,
+                                args.cache_mb, cap_mb, " (ASan daemon)" if sanitized else ""))
     load_gen(w, ck, m.mnt, gens)
     clients = start_clients(w, m.mnt, env.rng, args.readers, args.writers)
     try:
         while time.monotonic() < end:
             time.sleep(0.2)
-            if not watchdog(w, ck, hang_s):
+            if args.sample_s > 0 and time.monotonic() >= next_sample:
+                next_sample += args.sample_s
+                samples.append((time.monotonic() - t_start, ncrash, rss_kb(m), m.open_fds()))
+            if not watchdog(w, ck, hang_s, m):
                 break
             if m.proc.poll() is not None:
                 ck.ok(False, "daemon died during the soak (rc %s)" % m.proc.returncode)
@@ -831,10 +910,12 @@ def run(env, ck):
         ck.eq(gone, [], "no daemon descriptor on a deleted file at the end")
         fds_deleted = len(gone) if gone is not None else None
         hwm.append((m.mnt, m.rss_peak_kb()))
+        samples.append((time.monotonic() - t_start, ncrash, rss_kb(m), fds))
         ck.ok(m.alive(), "daemon alive at the end of the soak")
         m.stop()
     elapsed = time.monotonic() - t_start
     peak = max(kb or 0 for _, kb in hwm)
+    report_samples(samples)
     print("soak: daemon VmHWM per incarnation (MiB): %s" % ", ".join(
         "%.1f" % ((kb or 0) / 1024) for _, kb in hwm))
     ck.ok(all(kb is not None for _, kb in hwm), "daemon VmHWM readable")
@@ -863,6 +944,8 @@ if __name__ == "__main__":
                     help="cap on the daemon's VmHWM (default: cache + 256, + 1536 under ASan)")
     ap.add_argument("--readers", type=int, default=3)
     ap.add_argument("--writers", type=int, default=2)
+    ap.add_argument("--sample-s", type=float, default=10.0,
+                    help="seconds between samples of the daemon's RSS and fds (0: none)")
     ARGS, rest = ap.parse_known_args()
     if ARGS.crashes is None:
         ARGS.crashes = max(1, int(ARGS.duration // 75))
