@@ -311,7 +311,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		if (!rc)
 			rc = -EROFS;
 	} else {
-		sf_fs_tune_ro_open(fi);
+		sf_fs_tune_ro_open(fi, fs->cfg->direct_io);
 		rc = 0;
 	}
 	if (!rc)

@@ -296,6 +296,19 @@ int sf_fs_run(const struct sf_fs_config *cfg)
 		sf_err("fs: cannot mount %s", fs->mnt_abs);
 		goto out_remove_handlers;
 	}
+	if (cfg->direct_io) {
+		/* --direct-io keeps mmap working only with the kernel's
+		 * FUSE_DIRECT_IO_ALLOW_MMAP, which libfuse 3.14 cannot ask
+		 * for: take over the device I/O to add it to INIT. */
+		struct sf_fs_kinit want = { .direct_io_allow_mmap = true };
+
+		rc = sf_fs_kinit_install(se, &want);
+		if (rc) {
+			sf_err("fs: --direct-io: cannot take over the FUSE device I/O: %s",
+			       sf_strerror(rc));
+			goto out_unmount;
+		}
+	}
 	if (fuse_daemonize(cfg->foreground || cfg->debug) != 0) {
 		rc = -EIO;
 		goto out_unmount;

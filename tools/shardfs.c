@@ -89,6 +89,8 @@ static void usage(FILE *f)
 		"  -o OPT[,OPT...]     FUSE mount options (ro, allow_other, ...)\n"
 		"  --no-verify         skip XXH3 checksum verification of payloads\n"
 		"  --cache-mb N        block cache size in MiB (default 256)\n"
+		"  --direct-io         read committed files with FUSE direct_io (no copy\n"
+		"                      through the mount's page cache; mmap still works)\n"
 		"  --log-level LEVEL   error, warn, info or debug (default warn)\n"
 		"  --no-default-permissions\n"
 		"                      do not have the kernel check the modes shown (with\n"
@@ -218,7 +220,8 @@ out_finalize:
 int main(int argc, char **argv)
 {
 	enum { OPT_NO_VERIFY = 256, OPT_CACHE_MB, OPT_LOG_LEVEL, OPT_MPI,
-	       OPT_COMMIT_TIMEOUT, OPT_PEER_TIMEOUT, OPT_NO_DEFAULT_PERMS };
+	       OPT_COMMIT_TIMEOUT, OPT_PEER_TIMEOUT, OPT_NO_DEFAULT_PERMS,
+	       OPT_DIRECT_IO };
 	static const struct option longopts[] = {
 		{ "no-verify", no_argument, NULL, OPT_NO_VERIFY },
 		{ "cache-mb", required_argument, NULL, OPT_CACHE_MB },
@@ -227,6 +230,7 @@ int main(int argc, char **argv)
 		{ "commit-timeout", required_argument, NULL, OPT_COMMIT_TIMEOUT },
 		{ "peer-timeout", required_argument, NULL, OPT_PEER_TIMEOUT },
 		{ "no-default-permissions", no_argument, NULL, OPT_NO_DEFAULT_PERMS },
+		{ "direct-io", no_argument, NULL, OPT_DIRECT_IO },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -277,6 +281,9 @@ int main(int argc, char **argv)
 			break;
 		case OPT_NO_DEFAULT_PERMS:
 			cfg.no_default_permissions = true;
+			break;
+		case OPT_DIRECT_IO:
+			cfg.direct_io = true;
 			break;
 		case OPT_COMMIT_TIMEOUT:
 			if (parse_seconds(optarg, &commit_timeout_ms))
