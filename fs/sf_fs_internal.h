@@ -138,6 +138,11 @@ struct sf_fs {
 	struct sf_node *all;            /* tree_lock: every allocated node */
 	struct sf_fs_ckpt *ckpts;       /* tree_lock: every checkpoint */
 	bool single;                    /* immutable: the store is one checkpoint */
+	/* immutable: a read-only mount (single store, without --direct-io)
+	 * answers OPEN and FLUSH with ENOSYS, so the kernel stops sending
+	 * OPEN, FLUSH and RELEASE (FUSE's no_open: files open with
+	 * keep_cache, fi->fh 0); files are then read by inode */
+	bool no_open;
 	uid_t uid;                      /* immutable: the store directory's owner:
 	                                 * with root and the daemon's own user the
 	                                 * only one who may change anything */
@@ -173,6 +178,9 @@ struct sf_fs_handle {
 	pthread_mutex_t lock;         /* guards wf and err (writable only) */
 	struct sf_wfile *wf;          /* lock; opened at the first write, closed
 	                               * at flush; counted in n->ck->nwfiles */
+	bool direct;                  /* set once at open: read with direct_io */
+	_Atomic uint64_t next_off;    /* direct: end of the last read answered
+	                               * (a read starting there is sequential) */
 };
 
 /*

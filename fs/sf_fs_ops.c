@@ -14,7 +14,9 @@
  *    SF_FS_CKPT_TIMEOUT only (a commit or delete swaps them);
  *  - requests on checkpoints being written go to sf_fs_write.c, with
  *    attribute and entry timeouts of 0;
- *  - fi->fh of an open file is a struct sf_fs_handle;
+ *  - fi->fh of an open file is a struct sf_fs_handle, or 0 on a no_open
+ *    mount (a single checkpoint, read-only: the kernel opens files itself
+ *    and sends no OPEN, FLUSH or RELEASE; reads find the node by inode);
  *  - a read of tensor, slice or npy bytes is replied with fuse_reply_iov
  *    straight from the engine's verified blocks, pinned until the reply
  *    is written; any other read (or one the engine cannot express in
@@ -294,6 +296,13 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		sf_fs_reply_err(req, -EISDIR);
 		return;
 	}
+	if (fs->no_open && !writable && !(fi->flags & O_TRUNC)) {
+		/* The first open of the mount: from now on the kernel opens
+		 * files itself (keep_cache) and reads by inode. A read-only
+		 * mount refuses writes before they get here. */
+		sf_fs_reply_err(req, -ENOSYS);
+		return;
+	}
 	if (sf_node_is_w(n)) {
 		rc = writable || (fi->flags & O_TRUNC) ?
 		     sf_fs_may_change(req, fs, "open for writing", n->name) : 0;
@@ -320,6 +329,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		sf_fs_reply_err(req, rc);
 		return;
 	}
+	h->direct = !sf_node_is_w(n) && fi->direct_io;
 	fi->fh = (uint64_t)(uintptr_t)h;
 	if (fuse_reply_open(req, fi) != 0)
 		sf_fs_handle_free(fs, h);
@@ -329,12 +339,16 @@ static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct sf_fs_handle *h = (struct sf_fs_handle *)(uintptr_t)fi->fh;
 
-	sf_fs_reply_err(req, h->writable ? sf_fs_w_flush(fs_of(req), h, false) : 0);
+	if (!h) /* no_open: nothing to flush, and no FLUSH from now on */
+		sf_fs_reply_err(req, -ENOSYS);
+	else
+		sf_fs_reply_err(req, h->writable ? sf_fs_w_flush(fs_of(req), h, false) : 0);
 }
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	sf_fs_handle_free(fs_of(req), (struct sf_fs_handle *)(uintptr_t)fi->fh);
+	if (fi->fh) /* 0: a file the kernel opened itself (no_open) */
+		sf_fs_handle_free(fs_of(req), (struct sf_fs_handle *)(uintptr_t)fi->fh);
 	fuse_reply_err(req, 0);
 }
 
@@ -458,11 +472,56 @@ static bool read_zero_copy(fuse_req_t req, struct sf_fs *fs,
 	return true;
 }
 
+/*
+ * Read-ahead of a direct_io handle (--direct-io). Without the page cache
+ * the kernel sends one read() at a time and waits for it, so the daemon's
+ * fetch and hash of the next range would wait for the reader too. After
+ * answering a sequential read, the worker that answered it verifies the
+ * next SF_FS_DIO_AHEAD bytes into the engine's cache (the next read, on
+ * another worker, finds them there or waits for this one fetch): fetch and
+ * hash run while the reader copies. Errors are left to that next read.
+ */
+#define SF_FS_DIO_AHEAD SF_FS_MAX_READ
+
+static void read_ahead(struct sf_fs *fs, struct sf_node *n, uint64_t off)
+{
+	const struct sf_ckpt *ck = n->ck->ck;
+	struct sf_engine_hold hold = { .n = 0 };
+	struct iovec iov[SF_FS_READ_IOV];
+	uint64_t len = SF_FS_DIO_AHEAD;
+	char *buf;
+
+	if (off >= n->size)
+		return;
+	if (len > n->size - off)
+		len = n->size - off;
+	if (n->kind == SF_NODE_TENSOR || n->kind == SF_NODE_FILE ||
+	    n->kind == SF_NODE_SLICE) {
+		if (sf_engine_readv(fs->engine, &ck->ref, ck->m, n->t,
+				    n->kind == SF_NODE_SLICE ? n->box : NULL,
+				    off, (size_t)len, iov, SF_FS_READ_IOV,
+				    &hold) >= 0) {
+			sf_engine_release(fs->engine, &hold);
+			return;
+		}
+	}
+	/* model.safetensors, npy/, or a range in more pieces: assembled into
+	 * the worker's buffer (one copy more, still off the reader's path). */
+	if (n->kind == SF_NODE_MANIFEST)
+		return;
+	buf = read_buf_get((size_t)len);
+	if (buf)
+		node_read(fs, n, off, buf, (size_t)len);
+}
+
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
 	struct sf_fs *fs = fs_of(req);
-	struct sf_node *n = ((struct sf_fs_handle *)(uintptr_t)fi->fh)->n;
+	struct sf_fs_handle *h = (struct sf_fs_handle *)(uintptr_t)fi->fh;
+	/* no_open: the kernel's lookup of ino keeps the node alive */
+	struct sf_node *n = h ? h->n : sf_fs_node(fs, ino);
+	bool ahead = false;
 	char *buf;
 	size_t len;
 	int rc;
@@ -485,19 +544,26 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		len = (size_t)(n->size - (uint64_t)off);
 	if (len > SF_FS_MAX_READ)
 		len = SF_FS_MAX_READ;
-	if (read_zero_copy(req, fs, n, (uint64_t)off, len))
-		return;
-	buf = read_buf_get(len);
-	if (!buf) {
-		sf_fs_reply_err(req, -ENOMEM);
-		return;
+	/* sequential: this read starts where the handle's last one ended
+	 * (or at 0) */
+	if (h && h->direct)
+		ahead = atomic_exchange(&h->next_off, (uint64_t)off + len) ==
+			(uint64_t)off;
+	if (!read_zero_copy(req, fs, n, (uint64_t)off, len)) {
+		buf = read_buf_get(len);
+		if (!buf) {
+			sf_fs_reply_err(req, -ENOMEM);
+			return;
+		}
+		rc = node_read(fs, n, (uint64_t)off, buf, len);
+		if (rc < 0) {
+			sf_fs_reply_err(req, rc);
+			return;
+		}
+		fuse_reply_buf(req, buf, len);
 	}
-	rc = node_read(fs, n, (uint64_t)off, buf, len);
-	if (rc < 0) {
-		sf_fs_reply_err(req, rc);
-		return;
-	}
-	fuse_reply_buf(req, buf, len);
+	if (ahead)
+		read_ahead(fs, n, (uint64_t)off + len);
 }
 
 /* --- extended attributes --- */
@@ -728,6 +794,10 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 		     size_t size, off_t off, struct fuse_file_info *fi)
 {
+	if (!fi->fh) { /* no_open: opened by the kernel, never for writing */
+		sf_fs_reply_err(req, -EROFS);
+		return;
+	}
 	sf_fs_w_write(req, (struct sf_fs_handle *)(uintptr_t)fi->fh, buf, size,
 		      off);
 }

@@ -30,7 +30,8 @@
 #             FUSE_DIRECT_IO_ALLOW_MMAP and an mmap reader, and passthrough
 #             (the payload files themselves, mapped by the kernel)
 #   shardfs   tensors/ and model.safetensors through shardfs (fresh mount,
-#             then again from the page cache), cached and with --direct-io
+#             then again), by default and with --direct-io; 1 MiB and
+#             64 KiB reads, O_DIRECT 16 MiB reads, an mmap reader
 #   folios    re-reads against the page cache's folio sizes: the raw files
 #             cached in 4 KiB folios and in large ones, and the mount
 # Prints a markdown table: what, bytes, seconds, GB/s, ratio vs raw (dd)
@@ -129,14 +130,18 @@ ceiling_row() {
 	done
 }
 
-# shardfs_rows WHAT LISTFILE [SHARDFS OPTIONS]: fresh mount, then again
+# shardfs_rows WHAT LISTFILE [READER OPTIONS] [-- SHARDFS OPTIONS]: a
+# fresh mount read twice ("again": from the mount's page cache, or with
+# --direct-io from the daemon again), REPS times
 shardfs_rows() {
-	local what=$1 list=$2
+	local what=$1 list=$2 ropts=()
 	shift 2
+	while [[ $# -gt 0 && $1 != -- ]]; do ropts+=("$1"); shift; done
+	[[ $# -gt 0 ]] && shift
 	for _ in $(seq "$REPS"); do
 		start_mount "$SHARDFS" -f "$@" "$CKPT" "$MNT"
-		timed_read "$what, fresh mount" "$list"
-		timed_read "$what, again (page cache)" "$list"
+		timed_read "$what, fresh mount" "$list" ${ropts[@]+"${ropts[@]}"}
+		timed_read "$what, again" "$list" ${ropts[@]+"${ropts[@]}"}
 		stop_daemon
 	done
 }
@@ -241,6 +246,9 @@ if [[ -z $ONLY || $ONLY == ceiling ]]; then
 		--bs $SIXTEEN --odirect --
 	echo "$MPL_OLD" >"$MPL"
 	MPL_OLD=""
+	ceiling_row "ceiling, O_DIRECT 1 MiB reads" --odirect --
+	ceiling_row "ceiling, 64 KiB reads" --bs $((64 << 10)) --
+	ceiling_row "ceiling, direct_io, 64 KiB reads" --bs $((64 << 10)) -- -x dio
 	ceiling_row "ceiling, mmap reader" --mmap --
 	ceiling_row "ceiling, direct_io + DIRECT_IO_ALLOW_MMAP, mmap reader" --mmap -- -x dio -x mmap
 	mmap_refused "mmap of direct_io without DIRECT_IO_ALLOW_MMAP" -x dio
@@ -248,12 +256,19 @@ if [[ -z $ONLY || $ONLY == ceiling ]]; then
 fi
 
 if [[ -z $ONLY || $ONLY == shardfs ]]; then
+	K64=$((64 << 10))
 	shardfs_rows "shardfs tensors/" "$WORK/tensors"
+	shardfs_rows "shardfs tensors/ --direct-io" "$WORK/tensors" -- --direct-io
 	shardfs_rows "shardfs model.safetensors" "$WORK/st"
-	if "$SHARDFS" --help 2>&1 | grep -q -- --direct-io; then
-		shardfs_rows "shardfs tensors/ --direct-io" "$WORK/tensors" --direct-io
-		shardfs_rows "shardfs model.safetensors --direct-io" "$WORK/st" --direct-io
-	fi
+	shardfs_rows "shardfs model.safetensors --direct-io" "$WORK/st" -- --direct-io
+	shardfs_rows "shardfs tensors/, O_DIRECT 16 MiB reads" "$WORK/tensors" \
+		--odirect --bs $SIXTEEN
+	shardfs_rows "shardfs tensors/, 64 KiB reads" "$WORK/tensors" --bs $K64
+	shardfs_rows "shardfs tensors/ --direct-io, 64 KiB reads" "$WORK/tensors" \
+		--bs $K64 -- --direct-io
+	shardfs_rows "shardfs model.safetensors, mmap reader" "$WORK/st" --mmap
+	shardfs_rows "shardfs model.safetensors --direct-io, mmap reader" "$WORK/st" \
+		--mmap -- --direct-io
 fi
 
 if [[ -z $ONLY || $ONLY == folios ]]; then
