@@ -33,7 +33,11 @@
 #             then again), by default and with --direct-io; 1 MiB and
 #             64 KiB reads, O_DIRECT 16 MiB reads, an mmap reader
 #   folios    re-reads against the page cache's folio sizes: the raw files
-#             cached in 4 KiB folios and in large ones, and the mount
+#             cached in 4 KiB folios and in large ones, and the mount (STORE
+#             the checkpoint itself: read-only, no_open; and a store of
+#             checkpoints: an OPEN, RELEASE and GETATTR for every file), and
+#             4096 files of 64 KiB through fuse_ceiling with and without
+#             those round trips
 # Prints a markdown table: what, bytes, seconds, GB/s, ratio vs raw (dd)
 # and vs the FUSE ceiling row (fresh mount) of this run, and the average
 # folio size (pages) of the page cache behind the folio rows. Not a ctest
@@ -69,7 +73,8 @@ bench_need_tools
 [[ $(id -u) == 0 ]] || { echo "$ME: needs root (sysctl, passthrough)" >&2; exit 1; }
 
 WORK=$(mktemp -d /tmp/sfbench-fuse-XXXXXX)
-CKPT=$WORK/ckpt
+STORE=$WORK/store        # a store holding the one checkpoint
+CKPT=$STORE/ckpt
 MNT=$WORK/mnt
 DPID=""
 ROWS=()
@@ -126,6 +131,19 @@ ceiling_row() {
 	for _ in $(seq "$REPS"); do
 		start_mount "$CEILING" -f "${copts[@]}" "$list" "$MNT"
 		timed_read "$what" "$paths" ${ropts[@]+"${ropts[@]}"}
+		stop_daemon
+	done
+}
+
+# small_rows WHAT CEILING_OPTS: 4096 files of 64 KiB on a fresh
+# fuse_ceiling, read twice (again: from the page cache), REPS times
+small_rows() {
+	local what=$1
+	shift
+	for _ in $(seq "$REPS"); do
+		start_mount "$CEILING" -f "$@" "$WORK/small.list" "$MNT"
+		timed_read "$what, fresh mount" "$WORK/small"
+		timed_read "$what, again" "$WORK/small"
 		stop_daemon
 	done
 }
@@ -200,6 +218,13 @@ EOF
 echo "generating a $SIZE llama checkpoint in $CKPT ..." >&2
 "$SHARDCTL" gen --layout llama --ranks 4 --size "$SIZE" --seed 1 "$CKPT" >/dev/null
 find "$CKPT" -path '*/rank-*' -type f | sort >"$WORK/payloads"
+# The payload files in the page cache as a cold read leaves them (read
+# back through readahead, in large folios), not as the generator's writes
+# left them: raw reads vary 2-3x with the folio sizes.
+$PY -c 'import os, sys
+for p in sys.argv[1:]:
+    fd = os.open(p, os.O_RDONLY); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED); os.close(fd)' \
+	$(cat "$WORK/payloads")
 cat $(cat "$WORK/payloads") >/dev/null
 
 rawbytes=0
@@ -294,6 +319,21 @@ for p in sys.argv[1:]:
 		timed_read "raw copies, cached in large folios" "$WORK/copies"
 	done
 	NOTE["$RAW"]="folio $(folios $(cat "$WORK/payloads")) pages"
+	# small files: what a file costs beyond its bytes
+	for i in $(seq 0 4095); do printf '65536 s%04d\n' "$i"; done >"$WORK/small.list"
+	awk -v m="$MNT" '{print m "/" $2}' "$WORK/small.list" >"$WORK/small"
+	mkdir -p "$WORK/smallraw"
+	$PY -c 'import os, sys
+d = sys.argv[1]; b = os.urandom(65536)
+for i in range(4096):
+    with open(os.path.join(d, "s%04d" % i), "wb") as f: f.write(b)' "$WORK/smallraw"
+	ls -d "$WORK"/smallraw/* >"$WORK/smallraw.list"
+	cat $(cat "$WORK/smallraw.list") >/dev/null
+	for _ in $(seq "$REPS"); do
+		timed_read "raw, 4096 files of 64 KiB" "$WORK/smallraw.list"
+	done
+	small_rows "ceiling, 4096 files of 64 KiB (OPEN, RELEASE, GETATTR each)"
+	small_rows "ceiling, 4096 files of 64 KiB, read-only + no_open" -x noopen
 	start_mount "$SHARDFS" -f "$CKPT" "$MNT"
 	$READER <"$WORK/tensors" >/dev/null
 	for _ in $(seq "$REPS"); do
@@ -301,6 +341,16 @@ for p in sys.argv[1:]:
 		timed_read "shardfs tensors/, again, 16 MiB reads" "$WORK/tensors" --bs $SIXTEEN
 	done
 	NOTE["shardfs tensors/, again (mount's page cache)"]="folio $(folios $(cat "$WORK/tensors")) pages"
+	stop_daemon
+	# the same checkpoint mounted as a store of checkpoints (writable:
+	# every open is an OPEN, RELEASE and GETATTRs round trip)
+	sed "s|^$MNT/|$MNT/ckpt/|" "$WORK/tensors" >"$WORK/tensors.store"
+	start_mount "$SHARDFS" -f "$STORE" "$MNT"
+	$READER <"$WORK/tensors.store" >/dev/null
+	for _ in $(seq "$REPS"); do
+		timed_read "shardfs tensors/, again, STORE a directory of checkpoints" \
+			"$WORK/tensors.store"
+	done
 	stop_daemon
 fi
 

@@ -73,6 +73,8 @@ struct ceil_x {
 	bool allow_mmap;      /* negotiate FUSE_DIRECT_IO_ALLOW_MMAP */
 	bool passthrough;     /* FOPEN_PASSTHROUGH onto each file's backing */
 	bool store;           /* push ahead with fuse_lowlevel_notify_store */
+	bool noopen;          /* read-only mount, OPEN and FLUSH answered
+			       * ENOSYS (as shardfs for a single checkpoint) */
 	uint64_t store_window;/* bytes pushed ahead of a READ; 0: to the end */
 	size_t store_chunk;   /* bytes per notify_store */
 	unsigned pages;       /* max_pages (and max_read) override; 0: shardfs's */
@@ -452,6 +454,10 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, EROFS);
 		return;
 	}
+	if (c->x.noopen) {
+		fuse_reply_err(req, ENOSYS);
+		return;
+	}
 	sf_fs_tune_ro_open(fi, false);
 	if (c->x.dio)
 		fi->direct_io = 1;
@@ -486,6 +492,11 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return;
 	}
 	fuse_reply_open(req, fi);
+}
+
+static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	fuse_reply_err(req, ceil_of(req)->x.noopen ? ENOSYS : 0);
 }
 
 static void op_release(fuse_req_t req, fuse_ino_t ino,
@@ -592,6 +603,7 @@ static const struct fuse_lowlevel_ops ceil_ops = {
 	.readdir = op_readdir,
 	.open = op_open,
 	.read = op_read,
+	.flush = op_flush,
 	.release = op_release,
 };
 
@@ -620,6 +632,8 @@ static int usage(void)
 	      "    mmap         negotiate FUSE_DIRECT_IO_ALLOW_MMAP\n"
 	      "    passthrough  map each file onto the path after a TAB on its\n"
 	      "                 LISTFILE line (FUSE passthrough; root)\n"
+	      "    noopen       mount read-only, answer OPEN with ENOSYS (no\n"
+	      "                 OPEN, FLUSH, RELEASE or GETATTR per file)\n"
 	      "    store[=MB]   after each READ push the next MB (default: the\n"
 	      "                 rest of the file) with notify_store\n"
 	      "    chunk=KB     bytes per notify_store (default max_read)\n"
@@ -652,6 +666,8 @@ static bool parse_x(const char *a, struct ceil_x *x)
 		x->allow_mmap = true;
 	else if (KEY("passthrough") && !eq)
 		x->passthrough = true;
+	else if (KEY("noopen") && !eq)
+		x->noopen = true;
 	else if (KEY("store")) {
 		x->store = true;
 		x->store_window = (uint64_t)v << 20;
@@ -701,6 +717,7 @@ int main(int argc, char **argv)
 	if (fuse_opt_add_arg(&args, "fuse_ceiling") ||
 	    fuse_opt_add_arg(&args, "-osubtype=fuse_ceiling,fsname=fuse_ceiling") ||
 	    sf_fs_add_transfer_args(&args) ||
+	    (c.x.noopen && fuse_opt_add_arg(&args, "-oro")) ||
 	    (c.x.pages && (snprintf(opt, sizeof(opt), "-omax_read=%u",
 				    c.x.pages * 4096u) < 0 ||
 			   fuse_opt_add_arg(&args, opt)))) {
