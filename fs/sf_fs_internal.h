@@ -178,9 +178,6 @@ struct sf_fs_handle {
 	pthread_mutex_t lock;         /* guards wf and err (writable only) */
 	struct sf_wfile *wf;          /* lock; opened at the first write, closed
 	                               * at flush; counted in n->ck->nwfiles */
-	bool direct;                  /* set once at open: read with direct_io */
-	_Atomic uint64_t next_off;    /* direct: end of the last read answered
-	                               * (a read starting there is sequential) */
 };
 
 /*

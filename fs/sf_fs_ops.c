@@ -329,7 +329,6 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		sf_fs_reply_err(req, rc);
 		return;
 	}
-	h->direct = !sf_node_is_w(n) && fi->direct_io;
 	fi->fh = (uint64_t)(uintptr_t)h;
 	if (fuse_reply_open(req, fi) != 0)
 		sf_fs_handle_free(fs, h);
@@ -472,48 +471,6 @@ static bool read_zero_copy(fuse_req_t req, struct sf_fs *fs,
 	return true;
 }
 
-/*
- * Read-ahead of a direct_io handle (--direct-io). Without the page cache
- * the kernel sends one read() at a time and waits for it, so the daemon's
- * fetch and hash of the next range would wait for the reader too. After
- * answering a sequential read, the worker that answered it verifies the
- * next SF_FS_DIO_AHEAD bytes into the engine's cache (the next read, on
- * another worker, finds them there or waits for this one fetch): fetch and
- * hash run while the reader copies. Errors are left to that next read.
- */
-#define SF_FS_DIO_AHEAD SF_FS_MAX_READ
-
-static void read_ahead(struct sf_fs *fs, struct sf_node *n, uint64_t off)
-{
-	const struct sf_ckpt *ck = n->ck->ck;
-	struct sf_engine_hold hold = { .n = 0 };
-	struct iovec iov[SF_FS_READ_IOV];
-	uint64_t len = SF_FS_DIO_AHEAD;
-	char *buf;
-
-	if (off >= n->size)
-		return;
-	if (len > n->size - off)
-		len = n->size - off;
-	if (n->kind == SF_NODE_TENSOR || n->kind == SF_NODE_FILE ||
-	    n->kind == SF_NODE_SLICE) {
-		if (sf_engine_readv(fs->engine, &ck->ref, ck->m, n->t,
-				    n->kind == SF_NODE_SLICE ? n->box : NULL,
-				    off, (size_t)len, iov, SF_FS_READ_IOV,
-				    &hold) >= 0) {
-			sf_engine_release(fs->engine, &hold);
-			return;
-		}
-	}
-	/* model.safetensors, npy/, or a range in more pieces: assembled into
-	 * the worker's buffer (one copy more, still off the reader's path). */
-	if (n->kind == SF_NODE_MANIFEST)
-		return;
-	buf = read_buf_get((size_t)len);
-	if (buf)
-		node_read(fs, n, off, buf, (size_t)len);
-}
-
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
@@ -521,7 +478,6 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	struct sf_fs_handle *h = (struct sf_fs_handle *)(uintptr_t)fi->fh;
 	/* no_open: the kernel's lookup of ino keeps the node alive */
 	struct sf_node *n = h ? h->n : sf_fs_node(fs, ino);
-	bool ahead = false;
 	char *buf;
 	size_t len;
 	int rc;
@@ -544,26 +500,19 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		len = (size_t)(n->size - (uint64_t)off);
 	if (len > SF_FS_MAX_READ)
 		len = SF_FS_MAX_READ;
-	/* sequential: this read starts where the handle's last one ended
-	 * (or at 0) */
-	if (h && h->direct)
-		ahead = atomic_exchange(&h->next_off, (uint64_t)off + len) ==
-			(uint64_t)off;
-	if (!read_zero_copy(req, fs, n, (uint64_t)off, len)) {
-		buf = read_buf_get(len);
-		if (!buf) {
-			sf_fs_reply_err(req, -ENOMEM);
-			return;
-		}
-		rc = node_read(fs, n, (uint64_t)off, buf, len);
-		if (rc < 0) {
-			sf_fs_reply_err(req, rc);
-			return;
-		}
-		fuse_reply_buf(req, buf, len);
+	if (read_zero_copy(req, fs, n, (uint64_t)off, len))
+		return;
+	buf = read_buf_get(len);
+	if (!buf) {
+		sf_fs_reply_err(req, -ENOMEM);
+		return;
 	}
-	if (ahead)
-		read_ahead(fs, n, (uint64_t)off + len);
+	rc = node_read(fs, n, (uint64_t)off, buf, len);
+	if (rc < 0) {
+		sf_fs_reply_err(req, rc);
+		return;
+	}
+	fuse_reply_buf(req, buf, len);
 }
 
 /* --- extended attributes --- */
