@@ -2,7 +2,10 @@
  * sf_fs_tune.c - the transfer settings of the daemon, one definition each,
  * shared with test/bench/fuse_ceiling.c (fs/sf_fs.h): request sizes and
  * INIT flags, the open flags of immutable files, the mount's readahead,
- * and the worker loop.
+ * the worker loop; and the INIT flags libfuse 3.14 cannot ask for
+ * (DIRECT_IO_ALLOW_MMAP, PASSTHROUGH, a bigger max_pages), added to its
+ * INIT reply by device I/O hooks (fuse_session_custom_io), with the
+ * passthrough backing-file calls.
  *
  * Invariant: nothing here knows the inode tree; it is the bottom of fs/
  * (every other fs file may call it, it calls none of them).
