@@ -19,6 +19,12 @@ with a flipped payload byte) and a checkpoint written through the mount:
     unverified reaches the reader), the rest of the tensor reads;
   - writing a checkpoint through the mount and committing it works as
     without the option, and it reads back.
+Also the default mount of a store that is one checkpoint (issue 12, item
+4): mounted read-only with FUSE's no_open (the daemon answers the first
+OPEN with ENOSYS; the kernel then opens files itself and sends no OPEN,
+FLUSH or RELEASE): /proc/mounts says ro, files opened again and again read
+right, by read() and mmap, stay in the page cache between opens, and
+opening for writing fails with EROFS.
 """
 
 import ctypes
@@ -254,6 +260,45 @@ def check_write(env, ck, m, store):
     ck.bytes_eq(mmap_bytes(p), data.tobytes(), "written tensor reads back (mmap)")
 
 
+def mount_opts(mnt):
+    with open("/proc/mounts") as f:
+        for line in f:
+            fields = line.split()
+            if len(fields) >= 4 and fields[1] == mnt:
+                return fields[3].split(",")
+    return []
+
+
+def check_single(env, ck, ckpt_dir, ref, st_want):
+    # -d: the daemon logs every request, so the log shows which came
+    with sm.Mount(env, ckpt_dir, opts=["-d"], name="single") as m:
+        ck.ok("ro" in mount_opts(m.mnt), "single checkpoint: mounted ro (%s)" % mount_opts(m.mnt))
+        names = sorted(ref.tensors, key=lambda n: -ref.nbytes(n))
+        for rnd in range(3):
+            for name in names[:8]:
+                p = sm.tensor_path(m.mnt, name)
+                ck.bytes_eq(sm.read_file(p), ref.tensor_bytes(name),
+                            "single: read tensors/%s (round %d)" % (name, rnd))
+                if rnd == 1 and ref.nbytes(name):
+                    ck.bytes_eq(mmap_bytes(p), ref.tensor_bytes(name),
+                                "single: mmap tensors/%s" % name)
+        big = sm.tensor_path(m.mnt, names[0])
+        n = cached_pages(big)
+        if n is not None:
+            ck.ok(n > 0, "single: tensors/%s stays cached between opens" % names[0])
+        ck.bytes_eq(sm.read_file(os.path.join(m.mnt, "model.safetensors")), st_want,
+                    "single: model.safetensors")
+        ck.raises(errno.EROFS, lambda: os.open(big, os.O_WRONLY), "single: open for writing")
+        ck.raises(errno.EROFS, lambda: os.open(big, os.O_RDWR), "single: open read-write")
+        ck.ok(m.alive(), "single: the daemon serves on")
+        ops = [l.split("opcode: ")[1].split()[0] for l in m.log_lines() if "opcode: " in l]
+        ck.ok(ops.count("READ") > 0, "single: the debug log shows the requests")
+        ck.ok(ops.count("OPEN") <= 1 and ops.count("RELEASE") <= 1 and ops.count("FLUSH") <= 1,
+              "single: at most one OPEN, RELEASE, FLUSH for %d opens (OPEN %d, RELEASE %d, "
+              "FLUSH %d)" % (3 * 8 + 3, ops.count("OPEN"), ops.count("RELEASE"),
+                             ops.count("FLUSH")))
+
+
 def run(env, ck):
     store = env.path("store")
     os.makedirs(store)
@@ -275,6 +320,7 @@ def run(env, ck):
         check_flip(env, ck, m, store, ref)
         check_write(env, ck, m, store)
         ck.ok(m.alive(), "the daemon serves on")
+    check_single(env, ck, os.path.join(store, "a"), ref, st_want)
 
 
 if __name__ == "__main__":
