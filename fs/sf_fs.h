@@ -128,6 +128,11 @@ struct sf_fs_config {
 	bool foreground;         /* false: daemonize after mounting */
 	bool debug;              /* FUSE request tracing (implies foreground) */
 	bool single_thread;      /* serve requests on one thread */
+	/* --direct-io: committed files are read with FUSE direct_io (each
+	 * read() straight into the reader's buffer: no copy into and out of
+	 * the mount's page cache, nothing cached there), mmap through the
+	 * page cache (needs FUSE_DIRECT_IO_ALLOW_MMAP, kernel 6.6+). */
+	bool direct_io;
 	unsigned max_threads;    /* worker cap for the multithreaded loop; 0: default */
 	/* The kernel checks every access against the modes shown (FUSE's
 	 * default_permissions) unless this is set (--no-default-permissions).
@@ -187,6 +192,7 @@ struct fuse_args;
 struct fuse_conn_info;
 struct fuse_file_info;
 struct fuse_session;
+struct fuse_req;
 
 /* Bytes per read (and write) request. */
 size_t sf_fs_max_read(void);
@@ -202,9 +208,13 @@ int sf_fs_add_transfer_args(struct fuse_args *args);
  * no AUTO_INVAL_DATA (the data never changes). */
 void sf_fs_tune_conn(struct fuse_conn_info *conn);
 
-/* In OPEN of a read-only, immutable file: keep_cache, noflush, no
- * direct_io. */
-void sf_fs_tune_ro_open(struct fuse_file_info *fi);
+/*
+ * In OPEN of a read-only, immutable file: keep_cache, noflush; and
+ * direct_io when `direct` (--direct-io) and the INIT reply granted
+ * FUSE_DIRECT_IO_ALLOW_MMAP (sf_fs_kinit_install), so that mmap still
+ * works; otherwise (warned once) the file is read through the page cache.
+ */
+void sf_fs_tune_ro_open(struct fuse_file_info *fi, bool direct);
 
 /*
  * Raise read_ahead_kb of the bdi of the FUSE mount at mnt_abs (an absolute
@@ -214,6 +224,34 @@ void sf_fs_tune_ro_open(struct fuse_file_info *fi);
  * (once); it never stats the mountpoint, which could deadlock there.
  */
 void sf_fs_raise_readahead(const char *mnt_abs);
+
+/*
+ * Kernel features Debian 12's libfuse 3.14 cannot ask for: its do_init()
+ * builds the INIT reply from the FUSE_CAP_* flags it knows (protocol 7.38),
+ * so FUSE_DIRECT_IO_ALLOW_MMAP (7.39), FUSE_PASSTHROUGH (7.40) and a
+ * max_pages above its 1 MiB receive buffer are out of reach of
+ * fuse_conn_info. sf_fs_kinit_install() takes over the session's device
+ * I/O (fuse_session_custom_io) and adds them to the INIT reply when the
+ * kernel offered them. Call it after fuse_session_mount() and before the
+ * loop; one session per process.
+ */
+struct sf_fs_kinit {
+	unsigned max_pages;        /* pages per request; 0: libfuse's (max_write);
+				    * the kernel caps it at fs.fuse.max_pages_limit */
+	bool direct_io_allow_mmap; /* MAP_SHARED of direct_io files (kernel 6.6+) */
+	bool passthrough;          /* FOPEN_PASSTHROUGH opens (kernel 6.9+, root) */
+};
+int sf_fs_kinit_install(struct fuse_session *se, const struct sf_fs_kinit *want);
+/* What the INIT reply granted (zeros before INIT or without the hooks). */
+void sf_fs_kinit_granted(struct sf_fs_kinit *got);
+/* Passthrough: register fd (open for reading; the caller may close it
+ * after) as a backing file: its id (>= 0) or a negative errno
+ * (-EOPNOTSUPP when passthrough was not granted). */
+int sf_fs_backing_open(int fd);
+void sf_fs_backing_close(int id); /* accepts -1 */
+/* fuse_reply_open() whose reply maps the file onto backing file id. */
+int sf_fs_reply_open_backing(struct fuse_req *req, const struct fuse_file_info *fi,
+			     int backing_id);
 
 /* Worker threads the daemon serves with when not told otherwise. */
 unsigned sf_fs_default_threads(void);

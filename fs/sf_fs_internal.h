@@ -140,6 +140,11 @@ struct sf_fs {
 	struct sf_node *all;            /* tree_lock: every allocated node */
 	struct sf_fs_ckpt *ckpts;       /* tree_lock: every checkpoint */
 	bool single;                    /* immutable: the store is one checkpoint */
+	/* immutable: a read-only mount (single store, without --direct-io)
+	 * answers OPEN and FLUSH with ENOSYS, so the kernel stops sending
+	 * OPEN, FLUSH and RELEASE (FUSE's no_open: files open with
+	 * keep_cache, fi->fh 0); files are then read by inode */
+	bool no_open;
 	uid_t uid;                      /* immutable: the store directory's owner:
 	                                 * with root and the daemon's own user the
 	                                 * only one who may change anything */

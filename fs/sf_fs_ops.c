@@ -14,7 +14,9 @@
  *    SF_FS_CKPT_TIMEOUT only (a commit or delete swaps them);
  *  - requests on checkpoints being written go to sf_fs_write.c, with
  *    attribute and entry timeouts of 0;
- *  - fi->fh of an open file is a struct sf_fs_handle;
+ *  - fi->fh of an open file is a struct sf_fs_handle, or 0 on a no_open
+ *    mount (a single checkpoint, read-only: the kernel opens files itself
+ *    and sends no OPEN, FLUSH or RELEASE; reads find the node by inode);
  *  - a read of tensor, slice or npy bytes is replied with fuse_reply_iov
  *    straight from the engine's verified blocks, pinned until the reply
  *    is written; any other read (or one the engine cannot express in
@@ -294,6 +296,13 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		sf_fs_reply_err(req, -EISDIR);
 		return;
 	}
+	if (fs->no_open && !writable && !(fi->flags & O_TRUNC)) {
+		/* The first open of the mount: from now on the kernel opens
+		 * files itself (keep_cache) and reads by inode. A read-only
+		 * mount refuses writes before they get here. */
+		sf_fs_reply_err(req, -ENOSYS);
+		return;
+	}
 	if (sf_node_is_w(n)) {
 		rc = writable || (fi->flags & O_TRUNC) ?
 		     sf_fs_may_change(req, fs, "open for writing", n->name) : 0;
@@ -314,7 +323,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 					  -SF_ECOMMITTED);
 		}
 	} else {
-		sf_fs_tune_ro_open(fi);
+		sf_fs_tune_ro_open(fi, fs->cfg->direct_io);
 		rc = 0;
 	}
 	if (!rc)
@@ -332,12 +341,16 @@ static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct sf_fs_handle *h = (struct sf_fs_handle *)(uintptr_t)fi->fh;
 
-	sf_fs_reply_err(req, h->writable ? sf_fs_w_flush(fs_of(req), h, false) : 0);
+	if (!h) /* no_open: nothing to flush, and no FLUSH from now on */
+		sf_fs_reply_err(req, -ENOSYS);
+	else
+		sf_fs_reply_err(req, h->writable ? sf_fs_w_flush(fs_of(req), h, false) : 0);
 }
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	sf_fs_handle_free(fs_of(req), (struct sf_fs_handle *)(uintptr_t)fi->fh);
+	if (fi->fh) /* 0: a file the kernel opened itself (no_open) */
+		sf_fs_handle_free(fs_of(req), (struct sf_fs_handle *)(uintptr_t)fi->fh);
 	fuse_reply_err(req, 0);
 }
 
@@ -465,7 +478,9 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
 	struct sf_fs *fs = fs_of(req);
-	struct sf_node *n = ((struct sf_fs_handle *)(uintptr_t)fi->fh)->n;
+	struct sf_fs_handle *h = (struct sf_fs_handle *)(uintptr_t)fi->fh;
+	/* no_open: the kernel's lookup of ino keeps the node alive */
+	struct sf_node *n = h ? h->n : sf_fs_node(fs, ino);
 	char *buf;
 	size_t len;
 	int rc;
@@ -746,6 +761,10 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 		     size_t size, off_t off, struct fuse_file_info *fi)
 {
+	if (!fi->fh) { /* no_open: opened by the kernel, never for writing */
+		sf_fs_reply_err(req, -EROFS);
+		return;
+	}
 	sf_fs_w_write(req, (struct sf_fs_handle *)(uintptr_t)fi->fh, buf, size,
 		      off);
 }

@@ -32,6 +32,11 @@ void sf_fs_reply_err(fuse_req_t req, int err)
 /* How long the kernel may cache n's attributes and its name. */
 double sf_fs_node_timeout(struct sf_fs *fs, const struct sf_node *n)
 {
+	/* A single-checkpoint store never changes: its root is cached like
+	 * any committed node (the kernel checks the root's permissions on
+	 * every path walk: no GETATTR each time). */
+	if (fs->single && !sf_node_is_w(n))
+		return SF_FS_TIMEOUT;
 	if (sf_node_is_w(n) || n == fs->root)
 		return 0.0;
 	if (n->kind == SF_NODE_CKPT)

@@ -169,10 +169,10 @@ static char *fsname_arg(const char *store_abs)
 }
 
 /* argv for fuse_session_new: program name, -d, the subtype and fsname,
- * default_permissions (unless turned off), the transfer settings and
- * every -o option. */
+ * default_permissions (unless turned off), ro for a single checkpoint,
+ * the transfer settings and every -o option. */
 static int build_args(const struct sf_fs_config *cfg, const char *store_abs,
-		      struct fuse_args *args)
+		      bool single, struct fuse_args *args)
 {
 	char *fsname = fsname_arg(store_abs);
 	size_t i;
@@ -185,6 +185,10 @@ static int build_args(const struct sf_fs_config *cfg, const char *store_abs,
 	    fuse_opt_add_arg(args, fsname) ||
 	    (!cfg->no_default_permissions &&
 	     fuse_opt_add_arg(args, "-odefault_permissions")) ||
+	    /* One checkpoint is read-only, and a read-only mount spares a
+	     * GETATTR after every read (the kernel drops a writable mount's
+	     * cached atime when a file is read). */
+	    (single && fuse_opt_add_arg(args, "-oro")) ||
 	    sf_fs_add_transfer_args(args))
 		goto out_free_fsname;
 	for (i = 0; i < cfg->nfuse_opts; i++) {
@@ -401,7 +405,10 @@ int sf_fs_run(const struct sf_fs_config *cfg)
 	if (rc)
 		goto out_free_tree;
 
-	rc = build_args(cfg, store_abs, &args);
+	/* No OPEN/RELEASE round trip per file where nothing is written and
+	 * no file needs an open flag (--direct-io does). */
+	fs->no_open = fs->single && !cfg->direct_io;
+	rc = build_args(cfg, store_abs, fs->single, &args);
 	if (rc)
 		goto out_free_args;
 	se = fuse_session_new(&args, &sf_fs_ops, sizeof(sf_fs_ops), fs);
@@ -423,6 +430,19 @@ int sf_fs_run(const struct sf_fs_config *cfg)
 		rc = -EIO;
 		sf_err("fs: cannot mount %s", fs->mnt_abs);
 		goto out_remove_handlers;
+	}
+	if (cfg->direct_io) {
+		/* --direct-io keeps mmap working only with the kernel's
+		 * FUSE_DIRECT_IO_ALLOW_MMAP, which libfuse 3.14 cannot ask
+		 * for: take over the device I/O to add it to INIT. */
+		struct sf_fs_kinit want = { .direct_io_allow_mmap = true };
+
+		rc = sf_fs_kinit_install(se, &want);
+		if (rc) {
+			sf_err("fs: --direct-io: cannot take over the FUSE device I/O: %s",
+			       sf_strerror(rc));
+			goto out_unmount;
+		}
 	}
 	if (fuse_daemonize(cfg->foreground || cfg->debug) != 0) {
 		rc = -EIO;

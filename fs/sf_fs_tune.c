@@ -2,13 +2,20 @@
  * sf_fs_tune.c - the transfer settings of the daemon, one definition each,
  * shared with test/bench/fuse_ceiling.c (fs/sf_fs.h): request sizes and
  * INIT flags, the open flags of immutable files, the mount's readahead,
- * and the worker loop.
+ * the worker loop; and the INIT flags libfuse 3.14 cannot ask for
+ * (DIRECT_IO_ALLOW_MMAP, PASSTHROUGH, a bigger max_pages), added to its
+ * INIT reply by device I/O hooks (fuse_session_custom_io), with the
+ * passthrough backing-file calls.
  *
  * Invariant: nothing here knows the inode tree; it is the bottom of fs/
  * (every other fs file may call it, it calls none of them).
  */
 #include <errno.h>
+#include <stddef.h>
+#include <sys/ioctl.h>
+#include <sys/uio.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -53,11 +60,25 @@ void sf_fs_tune_conn(struct fuse_conn_info *conn)
 		 conn->max_write);
 }
 
-void sf_fs_tune_ro_open(struct fuse_file_info *fi)
+static bool kinit_allows_mmap(void);
+
+void sf_fs_tune_ro_open(struct fuse_file_info *fi, bool direct)
 {
-	/* The page cache survives across opens (the data never changes). */
+	static atomic_bool warned;
+
+	/* The page cache survives across opens (the data never changes):
+	 * with direct_io only mmap uses it, and a new shared mapping drops
+	 * the pages no other mapping holds. */
 	fi->keep_cache = 1;
 	fi->direct_io = 0;
+	if (direct) {
+		if (kinit_allows_mmap())
+			fi->direct_io = 1;
+		else if (!atomic_exchange(&warned, true))
+			sf_warn("fs: --direct-io: the kernel did not grant "
+				"FUSE_DIRECT_IO_ALLOW_MMAP (6.6+); files are read "
+				"through the page cache so that mmap works");
+	}
 	/* Nothing to report at close: spare the FLUSH round trip. */
 	fi->noflush = 1;
 }
@@ -139,3 +160,218 @@ int sf_fs_session_loop(struct fuse_session *se, unsigned nthreads)
 	return rc;
 }
 
+
+/*
+ * --- INIT flags libfuse 3.14 cannot negotiate ---
+ *
+ * libfuse 3.14's do_init() builds the INIT reply from the FUSE_CAP_* bits
+ * it knows (protocol 7.38): FUSE_DIRECT_IO_ALLOW_MMAP (7.39), FUSE_PASSTHROUGH
+ * (7.40, with max_stack_depth) and a max_pages above max_write's (its
+ * receive buffer caps max_write at 1 MiB) cannot be asked for through
+ * fuse_conn_info. It does let a daemon own the device I/O
+ * (fuse_session_custom_io): the hooks below read requests and write
+ * replies exactly as libfuse would, and on the way out rewrite the one
+ * INIT reply (found by the unique of the INIT request they read) to add
+ * what sf_fs_kinit_install() was asked for and the kernel offered. The
+ * kernel reads those fields of fuse_init_out whatever minor version the
+ * reply names. One session per process: the state is static.
+ */
+#define SF_FUSE_INIT 26u                      /* opcode */
+#define SF_FUSE_INIT_EXT (1u << 30)           /* flags: flags2 is valid */
+#define SF_FUSE_MAX_PAGES (1u << 22)
+#define SF_FUSE2_DIRECT_IO_ALLOW_MMAP (1u << 4) /* flags2: 1ULL << 36 */
+#define SF_FUSE2_PASSTHROUGH (1u << 5)          /* flags2: 1ULL << 37 */
+#define SF_FOPEN_PASSTHROUGH (1u << 7)
+#define SF_FUSE_DEV_IOC_BACKING_OPEN _IOW(229, 1, struct sf_fuse_backing_map)
+#define SF_FUSE_DEV_IOC_BACKING_CLOSE _IOW(229, 2, uint32_t)
+
+/* The protocol's structs as the 6.x kernel reads them (stable ABI). */
+struct sf_fuse_in_header {
+	uint32_t len, opcode;
+	uint64_t unique, nodeid;
+	uint32_t uid, gid, pid;
+	uint16_t total_extlen, padding;
+};
+struct sf_fuse_out_header {
+	uint32_t len;
+	int32_t error;
+	uint64_t unique;
+};
+struct sf_fuse_init_in {
+	uint32_t major, minor, max_readahead, flags, flags2;
+	uint32_t unused[11];
+};
+struct sf_fuse_init_out {
+	uint32_t major, minor, max_readahead, flags;
+	uint16_t max_background, congestion_threshold;
+	uint32_t max_write, time_gran;
+	uint16_t max_pages, map_alignment;
+	uint32_t flags2, max_stack_depth;
+	uint16_t request_timeout, unused[11];
+};
+struct sf_fuse_open_out {
+	uint64_t fh;
+	uint32_t open_flags;
+	int32_t backing_id;
+};
+struct sf_fuse_backing_map {
+	int32_t fd;
+	uint32_t flags;
+	uint64_t padding;
+};
+
+static struct {
+	struct sf_fs_kinit want;          /* set before mount, then read-only */
+	_Atomic uint64_t init_unique;     /* unique of the INIT request, 0: none seen */
+	atomic_bool init_done;            /* the INIT reply went out */
+	atomic_uint offered2;             /* the kernel's init_in flags2 */
+	atomic_uint granted_pages;        /* max_pages in our INIT reply */
+	atomic_bool granted_mmap, granted_pt;
+	int fd;                           /* /dev/fuse of the session */
+} kinit = { .fd = -1 };
+
+/* Set by sf_fs_reply_open_backing() around fuse_reply_open() on the
+ * replying thread: the backing id the OPEN reply carries, or -1. */
+static _Thread_local int32_t open_backing = -1;
+
+static ssize_t kinit_read(int fd, void *buf, size_t len, void *userdata)
+{
+	const struct sf_fuse_in_header *in = buf;
+	ssize_t n = read(fd, buf, len);
+
+	(void)userdata;
+	if (n >= (ssize_t)(sizeof(*in) + offsetof(struct sf_fuse_init_in, unused)) &&
+	    in->opcode == SF_FUSE_INIT && !atomic_load(&kinit.init_done)) {
+		const struct sf_fuse_init_in *ii = (const void *)(in + 1);
+
+		atomic_store(&kinit.offered2,
+			     (ii->flags & SF_FUSE_INIT_EXT) ? ii->flags2 : 0);
+		atomic_store(&kinit.init_unique, in->unique);
+	}
+	return n;
+}
+
+/* Rewrite libfuse's INIT reply (iov[0] header, iov[1] its fuse_init_out
+ * of 7.38) into out: what was asked and offered added. */
+static void kinit_patch_init(struct sf_fuse_init_out *o)
+{
+	unsigned offered = atomic_load(&kinit.offered2);
+
+	if (!(o->flags & SF_FUSE_INIT_EXT))
+		return; /* the kernel predates flags2: nothing to add */
+	if (kinit.want.max_pages && (o->flags & SF_FUSE_MAX_PAGES) &&
+	    kinit.want.max_pages > o->max_pages)
+		o->max_pages = (uint16_t)(kinit.want.max_pages > 65535 ?
+					  65535 : kinit.want.max_pages);
+	if (kinit.want.direct_io_allow_mmap &&
+	    (offered & SF_FUSE2_DIRECT_IO_ALLOW_MMAP)) {
+		o->flags2 |= SF_FUSE2_DIRECT_IO_ALLOW_MMAP;
+		atomic_store(&kinit.granted_mmap, true);
+	}
+	if (kinit.want.passthrough && (offered & SF_FUSE2_PASSTHROUGH)) {
+		/* The backing files are on a plain file system (depth 1);
+		 * the kernel refuses passthrough with writeback caching. */
+		o->flags2 |= SF_FUSE2_PASSTHROUGH;
+		o->max_stack_depth = 1;
+		atomic_store(&kinit.granted_pt, true);
+	}
+	atomic_store(&kinit.granted_pages, (o->flags & SF_FUSE_MAX_PAGES) ?
+		     o->max_pages : 0);
+}
+
+static ssize_t kinit_writev(int fd, struct iovec *iov, int count,
+			    void *userdata)
+{
+	const struct sf_fuse_out_header *oh = iov[0].iov_base;
+	uint64_t iu = atomic_load(&kinit.init_unique);
+
+	(void)userdata;
+	if (count == 2 && iov[0].iov_len == sizeof(*oh) && oh->error == 0) {
+		if (iu && oh->unique == iu && !atomic_load(&kinit.init_done) &&
+		    iov[1].iov_len <= sizeof(struct sf_fuse_init_out) &&
+		    iov[1].iov_len >= offsetof(struct sf_fuse_init_out, request_timeout)) {
+			struct sf_fuse_init_out o;
+			struct sf_fuse_out_header h = *oh;
+			struct iovec v[2];
+			ssize_t n;
+
+			memset(&o, 0, sizeof(o));
+			memcpy(&o, iov[1].iov_base, iov[1].iov_len);
+			kinit_patch_init(&o);
+			h.len = (uint32_t)(sizeof(h) + iov[1].iov_len);
+			v[0].iov_base = &h;
+			v[0].iov_len = sizeof(h);
+			v[1].iov_base = &o;
+			v[1].iov_len = iov[1].iov_len;
+			n = writev(fd, v, 2);
+			atomic_store(&kinit.init_done, true);
+			return n;
+		}
+		if (open_backing >= 0 &&
+		    iov[1].iov_len == sizeof(struct sf_fuse_open_out)) {
+			struct sf_fuse_open_out *op = iov[1].iov_base;
+
+			op->open_flags |= SF_FOPEN_PASSTHROUGH;
+			op->backing_id = open_backing;
+		}
+	}
+	return writev(fd, iov, count);
+}
+
+int sf_fs_kinit_install(struct fuse_session *se, const struct sf_fs_kinit *want)
+{
+	static const struct fuse_custom_io io = {
+		.writev = kinit_writev,
+		.read = kinit_read,
+	};
+	int fd = fuse_session_fd(se);
+
+	if (fd < 0)
+		return -EBADF;
+	kinit.want = *want;
+	kinit.fd = fd;
+	return fuse_session_custom_io(se, &io, fd);
+}
+
+static bool kinit_allows_mmap(void)
+{
+	return atomic_load(&kinit.granted_mmap);
+}
+
+void sf_fs_kinit_granted(struct sf_fs_kinit *got)
+{
+	memset(got, 0, sizeof(*got));
+	got->max_pages = atomic_load(&kinit.granted_pages);
+	got->direct_io_allow_mmap = atomic_load(&kinit.granted_mmap);
+	got->passthrough = atomic_load(&kinit.granted_pt);
+}
+
+int sf_fs_backing_open(int fd)
+{
+	struct sf_fuse_backing_map map = { .fd = fd };
+	int id;
+
+	if (kinit.fd < 0 || !atomic_load(&kinit.granted_pt))
+		return -EOPNOTSUPP;
+	id = ioctl(kinit.fd, SF_FUSE_DEV_IOC_BACKING_OPEN, &map);
+	return id < 0 ? -errno : id;
+}
+
+void sf_fs_backing_close(int id)
+{
+	uint32_t v = (uint32_t)id;
+
+	if (kinit.fd >= 0 && id >= 0)
+		ioctl(kinit.fd, SF_FUSE_DEV_IOC_BACKING_CLOSE, &v);
+}
+
+int sf_fs_reply_open_backing(fuse_req_t req, const struct fuse_file_info *fi,
+			     int backing_id)
+{
+	int rc;
+
+	open_backing = backing_id;
+	rc = fuse_reply_open(req, fi);
+	open_backing = -1;
+	return rc;
+}

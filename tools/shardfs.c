@@ -106,6 +106,8 @@ static void usage(FILE *f)
 		"                      are ignored\n"
 		"  --no-verify         skip XXH3 checksum verification of payloads\n"
 		"  --cache-mb N        block cache size in MiB (default 32)\n"
+		"  --direct-io         read committed files with FUSE direct_io (no copy\n"
+		"                      through the mount's page cache; mmap still works)\n"
 		"  --log-level LEVEL   error, warn, info or debug (default warn)\n"
 		"  --log-file PATH     append the log to PATH (SIGHUP reopens it); without\n"
 		"                      it the log goes to stderr with -f, else to syslog\n"
@@ -416,7 +418,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 {
 	enum { OPT_NO_VERIFY = 256, OPT_CACHE_MB, OPT_LOG_LEVEL, OPT_LOG_FILE,
 	       OPT_NONEMPTY, OPT_MPI, OPT_COMMIT_TIMEOUT, OPT_PEER_TIMEOUT,
-	       OPT_NO_DEFAULT_PERMS };
+	       OPT_NO_DEFAULT_PERMS, OPT_DIRECT_IO };
 	static const struct option longopts[] = {
 		{ "no-verify", no_argument, NULL, OPT_NO_VERIFY },
 		{ "cache-mb", required_argument, NULL, OPT_CACHE_MB },
@@ -427,6 +429,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 		{ "commit-timeout", required_argument, NULL, OPT_COMMIT_TIMEOUT },
 		{ "peer-timeout", required_argument, NULL, OPT_PEER_TIMEOUT },
 		{ "no-default-permissions", no_argument, NULL, OPT_NO_DEFAULT_PERMS },
+		{ "direct-io", no_argument, NULL, OPT_DIRECT_IO },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -479,6 +482,9 @@ static int parse_args(int argc, char **argv, struct args *a)
 			break;
 		case OPT_NO_DEFAULT_PERMS:
 			a->cfg.no_default_permissions = true;
+			break;
+		case OPT_DIRECT_IO:
+			a->cfg.direct_io = true;
 			break;
 		case OPT_COMMIT_TIMEOUT:
 			if (parse_seconds(optarg, &a->commit_timeout_ms))

@@ -34,6 +34,7 @@
 #include <fuse_lowlevel.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -59,19 +60,48 @@
 
 struct ceil_file {
 	char *name;     /* owned */
+	char *backing;  /* owned; -x passthrough: the file it maps onto */
 	uint64_t size;
+	/* -x store: bytes [push_pos, push_want) are to be pushed (ceiling.lock) */
+	uint64_t push_pos, push_want;
+	bool queued;    /* in ceiling.queue (ceiling.lock) */
+};
+
+/* Experiments (-x): ways around cached-mode FUSE copying twice. */
+struct ceil_x {
+	bool dio;             /* open with direct_io */
+	bool allow_mmap;      /* negotiate FUSE_DIRECT_IO_ALLOW_MMAP */
+	bool passthrough;     /* FOPEN_PASSTHROUGH onto each file's backing */
+	bool store;           /* push ahead with fuse_lowlevel_notify_store */
+	bool noopen;          /* read-only mount, OPEN and FLUSH answered
+			       * ENOSYS (as shardfs for a single checkpoint) */
+	uint64_t store_window;/* bytes pushed ahead of a READ; 0: to the end */
+	size_t store_chunk;   /* bytes per notify_store */
+	unsigned pages;       /* max_pages (and max_read) override; 0: shardfs's */
+	unsigned ra_kb;       /* bdi readahead override, KiB; 0: shardfs's */
+	uint64_t src;         /* bytes of pattern replies cycle through; 0: one
+			       * period (cache-hot), else DRAM like real data */
 };
 
 struct ceiling {
 	struct ceil_file *files;  /* owned, sorted by name; inode 2 + index */
 	size_t n;
 	const char *mnt_abs;      /* borrowed */
-	const unsigned char *pat; /* the pattern, CEIL_PERIOD + max_read bytes */
+	const unsigned char *pat; /* the pattern, period + max_read bytes */
+	uint64_t period;          /* CEIL_PERIOD, or -x src rounded down to it */
 	size_t max_read;
 	uid_t uid;
 	gid_t gid;
 	struct timespec mtime;    /* start time, every node's times */
 	atomic_bool bdi_done;     /* readahead raised (once, after INIT) */
+	struct ceil_x x;
+	struct fuse_session *se;
+	/* -x store: the pusher thread's queue of files (indices) */
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	size_t *queue, qhead, qlen; /* ring of n entries (lock) */
+	bool stop;                  /* (lock) */
+	uint64_t pushed, push_err;  /* (pusher only) */
 };
 
 static int file_cmp(const void *a, const void *b)
@@ -91,6 +121,7 @@ static int parse_line(char *line, struct ceil_file *f, const char **why)
 {
 	char *sp = strchr(line, ' '), *end;
 	const char *name;
+	char *backing;
 	unsigned long long size;
 	size_t i;
 
@@ -100,6 +131,14 @@ static int parse_line(char *line, struct ceil_file *f, const char **why)
 	}
 	*sp = '\0';
 	name = sp + 1;
+	backing = strchr(name, '\t');
+	if (backing) {
+		*backing++ = '\0';
+		if (!backing[0]) {
+			*why = "empty backing path after the TAB";
+			return -EINVAL;
+		}
+	}
 	for (i = 0; line[i]; i++) {
 		if (line[i] < '0' || line[i] > '9') {
 			*why = "SIZE is not a decimal number";
@@ -132,6 +171,15 @@ static int parse_line(char *line, struct ceil_file *f, const char **why)
 		*why = "out of memory";
 		return -ENOMEM;
 	}
+	if (backing) {
+		f->backing = strdup(backing);
+		if (!f->backing) {
+			free(f->name);
+			f->name = NULL;
+			*why = "out of memory";
+			return -ENOMEM;
+		}
+	}
 	f->size = size;
 	return 0;
 }
@@ -140,8 +188,10 @@ static void free_files(struct ceiling *c)
 {
 	size_t i;
 
-	for (i = 0; i < c->n; i++)
+	for (i = 0; i < c->n; i++) {
 		free(c->files[i].name);
+		free(c->files[i].backing);
+	}
 	free(c->files);
 	c->files = NULL;
 	c->n = 0;
@@ -233,12 +283,45 @@ static const struct ceil_file *file_of(const struct ceiling *c, fuse_ino_t ino)
 	return &c->files[ino - CEIL_FIRST_INO];
 }
 
+/* -x ra=KB: what sf_fs_raise_readahead() does, with another value. */
+static void set_readahead(const struct ceiling *c)
+{
+	char path[128], line[4096], val[32];
+	unsigned maj = 0, min = 0;
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f)) {
+		char mnt[4096];
+		unsigned a, b;
+
+		if (sscanf(line, "%*u %*u %u:%u %*s %4095s", &a, &b, mnt) == 3 &&
+		    !strcmp(mnt, c->mnt_abs) && strstr(line, " fuse")) {
+			maj = a;
+			min = b;
+		}
+	}
+	fclose(f);
+	snprintf(path, sizeof(path), "/sys/class/bdi/%u:%u/read_ahead_kb", maj, min);
+	snprintf(val, sizeof(val), "%u", c->x.ra_kb);
+	f = fopen(path, "we");
+	if (!f || fputs(val, f) < 0)
+		fprintf(stderr, "fuse_ceiling: cannot set %s\n", path);
+	if (f)
+		fclose(f);
+}
+
 /* As shardfs: the first request after INIT raises the bdi's readahead. */
 static void after_init(struct ceiling *c)
 {
 	if (!atomic_load_explicit(&c->bdi_done, memory_order_acquire) &&
-	    !atomic_exchange(&c->bdi_done, true))
-		sf_fs_raise_readahead(c->mnt_abs);
+	    !atomic_exchange(&c->bdi_done, true)) {
+		if (c->x.ra_kb)
+			set_readahead(c);
+		else
+			sf_fs_raise_readahead(c->mnt_abs);
+	}
 }
 
 static void fill_stat(const struct ceiling *c, fuse_ino_t ino,
@@ -266,7 +349,11 @@ static void fill_stat(const struct ceiling *c, fuse_ino_t ino,
 
 static void op_init(void *userdata, struct fuse_conn_info *conn)
 {
+	struct ceiling *c = userdata;
+
 	sf_fs_tune_conn(conn);
+	if (c->x.pages)
+		conn->max_read = c->max_read;
 }
 
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -367,8 +454,122 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, EROFS);
 		return;
 	}
-	sf_fs_tune_ro_open(fi);
+	if (c->x.noopen) {
+		fuse_reply_err(req, ENOSYS);
+		return;
+	}
+	sf_fs_tune_ro_open(fi, false);
+	if (c->x.dio)
+		fi->direct_io = 1;
+	if (c->x.passthrough) {
+		const struct ceil_file *f = file_of(c, ino);
+		int fd, id;
+
+		if (!f->backing) {
+			fuse_reply_err(req, ENOENT);
+			return;
+		}
+		fd = open(f->backing, O_RDONLY | O_CLOEXEC);
+		if (fd < 0) {
+			fuse_reply_err(req, errno);
+			return;
+		}
+		id = sf_fs_backing_open(fd);
+		close(fd);
+		if (id < 0) {
+			fprintf(stderr, "fuse_ceiling: backing %s: %s\n",
+				f->backing, strerror(-id));
+			fuse_reply_err(req, -id);
+			return;
+		}
+		fi->fh = (uint64_t)id;
+		/* The kernel takes only passthrough, direct_io and noflush
+		 * with FOPEN_PASSTHROUGH (EIO otherwise). */
+		fi->direct_io = 0;
+		fi->keep_cache = 0;
+		if (sf_fs_reply_open_backing(req, fi, id) != 0)
+			sf_fs_backing_close(id);
+		return;
+	}
 	fuse_reply_open(req, fi);
+}
+
+static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	fuse_reply_err(req, ceil_of(req)->x.noopen ? ENOSYS : 0);
+}
+
+static void op_release(fuse_req_t req, fuse_ino_t ino,
+		       struct fuse_file_info *fi)
+{
+	if (ceil_of(req)->x.passthrough)
+		sf_fs_backing_close((int)fi->fh);
+	fuse_reply_err(req, 0);
+}
+
+/* -x store: after replying to a READ of [off, off+len), have the pusher
+ * store the next window of the file into the kernel's page cache. */
+static void push_after(struct ceiling *c, struct ceil_file *f, uint64_t end)
+{
+	uint64_t want = c->x.store_window && end + c->x.store_window < f->size ?
+			end + c->x.store_window : f->size;
+
+	pthread_mutex_lock(&c->lock);
+	if (f->push_pos < end)
+		f->push_pos = end;
+	if (f->push_want < want)
+		f->push_want = want;
+	if (f->push_pos < f->push_want && !f->queued) {
+		f->queued = true;
+		c->queue[(c->qhead + c->qlen++) % c->n] = (size_t)(f - c->files);
+		pthread_cond_signal(&c->cond);
+	}
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* The pusher: one chunk at a time, taking the lock between chunks so a
+ * READ further on moves push_pos past what the reader has already. */
+static void *pusher(void *arg)
+{
+	struct ceiling *c = arg;
+
+	pthread_mutex_lock(&c->lock);
+	for (;;) {
+		struct ceil_file *f;
+		uint64_t off, len;
+		struct fuse_bufvec bv = FUSE_BUFVEC_INIT(0);
+		int rc;
+
+		while (!c->stop && !c->qlen)
+			pthread_cond_wait(&c->cond, &c->lock);
+		if (c->stop)
+			break;
+		f = &c->files[c->queue[c->qhead]];
+		off = f->push_pos;
+		if (off >= f->push_want) {
+			f->queued = false;
+			c->qhead = (c->qhead + 1) % c->n;
+			c->qlen--;
+			continue;
+		}
+		len = f->push_want - off;
+		if (len > c->x.store_chunk)
+			len = c->x.store_chunk;
+		f->push_pos = off + len;
+		pthread_mutex_unlock(&c->lock);
+		bv.buf[0].size = len;
+		bv.buf[0].mem = (void *)(c->pat + off % c->period);
+		rc = fuse_lowlevel_notify_store(c->se, CEIL_FIRST_INO +
+						(fuse_ino_t)(f - c->files),
+						(off_t)off, &bv, 0);
+		pthread_mutex_lock(&c->lock);
+		if (rc)
+			c->push_err++;
+		else
+			c->pushed += len;
+	}
+	pthread_mutex_unlock(&c->lock);
+	return NULL;
 }
 
 /* The whole point: no work but one reply from the pattern buffer. */
@@ -388,8 +589,10 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		size = (size_t)left;
 	if (size > c->max_read)
 		size = c->max_read;
-	fuse_reply_buf(req, (const char *)c->pat + (uint64_t)off % CEIL_PERIOD,
+	fuse_reply_buf(req, (const char *)c->pat + (uint64_t)off % c->period,
 		       size);
+	if (c->x.store)
+		push_after(c, (struct ceil_file *)f, (uint64_t)off + size);
 }
 
 static const struct fuse_lowlevel_ops ceil_ops = {
@@ -400,28 +603,86 @@ static const struct fuse_lowlevel_ops ceil_ops = {
 	.readdir = op_readdir,
 	.open = op_open,
 	.read = op_read,
+	.flush = op_flush,
+	.release = op_release,
 };
 
 /* The pattern buffer: byte i is i % 251; every page touched. */
-static unsigned char *make_pattern(size_t max_read)
+static unsigned char *make_pattern(uint64_t period, size_t max_read)
 {
-	size_t len = CEIL_PERIOD + max_read, i;
+	size_t len = period + max_read, i;
 	unsigned char *p = aligned_alloc(4096, (len + 4095) & ~(size_t)4095);
 
 	if (!p)
 		return NULL;
-	for (i = 0; i < len; i++)
+	for (i = 0; i < len && i < CEIL_PERIOD; i++)
 		p[i] = (unsigned char)(i % 251);
+	for (; i < len; i += CEIL_PERIOD) /* period is a multiple of 251 */
+		memcpy(p + i, p, len - i < CEIL_PERIOD ? len - i : CEIL_PERIOD);
 	return p;
 }
 
 static int usage(void)
 {
-	fputs("usage: fuse_ceiling [-f] LISTFILE MOUNTPOINT\n"
+	fputs("usage: fuse_ceiling [-f] [-x EXP]... LISTFILE MOUNTPOINT\n"
 	      "  serves a flat read-only directory of the files LISTFILE lists\n"
-	      "  (one \"SIZE NAME\" a line); every byte at offset o is o % 251\n",
+	      "  (one \"SIZE NAME\" a line); every byte at offset o is o % 251\n"
+	      "  experiments (bench_fuse.sh), each -x one of:\n"
+	      "    dio          open files with direct_io\n"
+	      "    mmap         negotiate FUSE_DIRECT_IO_ALLOW_MMAP\n"
+	      "    passthrough  map each file onto the path after a TAB on its\n"
+	      "                 LISTFILE line (FUSE passthrough; root)\n"
+	      "    noopen       mount read-only, answer OPEN with ENOSYS (no\n"
+	      "                 OPEN, FLUSH, RELEASE or GETATTR per file)\n"
+	      "    store[=MB]   after each READ push the next MB (default: the\n"
+	      "                 rest of the file) with notify_store\n"
+	      "    chunk=KB     bytes per notify_store (default max_read)\n"
+	      "    pages=N      N pages per request (max_pages and max_read)\n"
+	      "    ra=KB        the mount's readahead\n"
+	      "    src=MB       reply from a pattern of MB (default: one\n"
+	      "                 period, which stays in the CPU's cache)\n",
 	      stderr);
 	return 2;
+}
+
+/* One -x argument into x; false when it is not one. */
+static bool parse_x(const char *a, struct ceil_x *x)
+{
+	unsigned long v = 0;
+	char *end;
+	const char *eq = strchr(a, '=');
+	size_t klen = eq ? (size_t)(eq - a) : strlen(a);
+
+	if (eq) {
+		errno = 0;
+		v = strtoul(eq + 1, &end, 10);
+		if (errno || *end || end == eq + 1 || v > (1ul << 20))
+			return false;
+	}
+#define KEY(k) (klen == strlen(k) && !strncmp(a, k, klen))
+	if (KEY("dio") && !eq)
+		x->dio = true;
+	else if (KEY("mmap") && !eq)
+		x->allow_mmap = true;
+	else if (KEY("passthrough") && !eq)
+		x->passthrough = true;
+	else if (KEY("noopen") && !eq)
+		x->noopen = true;
+	else if (KEY("store")) {
+		x->store = true;
+		x->store_window = (uint64_t)v << 20;
+	} else if (KEY("chunk") && eq && v >= 4 && v % 4 == 0)
+		x->store_chunk = (size_t)v << 10;
+	else if (KEY("pages") && eq && v >= 1 && v <= 65535)
+		x->pages = (unsigned)v;
+	else if (KEY("ra") && eq && v >= 4)
+		x->ra_kb = (unsigned)v;
+	else if (KEY("src") && eq && v >= 1 && v <= 4096)
+		x->src = (uint64_t)v << 20;
+	else
+		return false;
+#undef KEY
+	return true;
 }
 
 int main(int argc, char **argv)
@@ -431,13 +692,23 @@ int main(int argc, char **argv)
 	struct fuse_session *se;
 	unsigned char *pat;
 	bool foreground = false;
+	pthread_t push_tid;
+	char opt[48];
 	char *mnt_abs;
 	int argi = 1;
 	int rc = 1;
 
-	if (argc > 1 && !strcmp(argv[1], "-f")) {
-		foreground = true;
-		argi++;
+	for (;;) {
+		if (argi < argc && !strcmp(argv[argi], "-f")) {
+			foreground = true;
+			argi++;
+		} else if (argi + 1 < argc && !strcmp(argv[argi], "-x")) {
+			if (!parse_x(argv[argi + 1], &c.x))
+				return usage();
+			argi += 2;
+		} else {
+			break;
+		}
 	}
 	if (argc - argi != 2)
 		return usage();
@@ -445,7 +716,11 @@ int main(int argc, char **argv)
 		return 1;
 	if (fuse_opt_add_arg(&args, "fuse_ceiling") ||
 	    fuse_opt_add_arg(&args, "-osubtype=fuse_ceiling,fsname=fuse_ceiling") ||
-	    sf_fs_add_transfer_args(&args)) {
+	    sf_fs_add_transfer_args(&args) ||
+	    (c.x.noopen && fuse_opt_add_arg(&args, "-oro")) ||
+	    (c.x.pages && (snprintf(opt, sizeof(opt), "-omax_read=%u",
+				    c.x.pages * 4096u) < 0 ||
+			   fuse_opt_add_arg(&args, opt)))) {
 		fprintf(stderr, "fuse_ceiling: out of memory\n");
 		goto out_free_args;
 	}
@@ -456,12 +731,19 @@ int main(int argc, char **argv)
 		goto out_free_args;
 	}
 	c.mnt_abs = mnt_abs;
-	c.max_read = sf_fs_max_read();
+	c.max_read = c.x.pages ? c.x.pages * 4096u : sf_fs_max_read();
+	if (!c.x.store_chunk)
+		c.x.store_chunk = c.max_read;
 	c.uid = getuid();
 	c.gid = getgid();
 	clock_gettime(CLOCK_REALTIME, &c.mtime);
 	atomic_init(&c.bdi_done, false);
-	pat = make_pattern(c.max_read);
+	pthread_mutex_init(&c.lock, NULL);
+	pthread_cond_init(&c.cond, NULL);
+	c.period = c.x.src > CEIL_PERIOD ? c.x.src / CEIL_PERIOD * CEIL_PERIOD :
+		   CEIL_PERIOD;
+	pat = make_pattern(c.period, c.max_read > c.x.store_chunk ? c.max_read :
+			   c.x.store_chunk);
 	if (!pat) {
 		fprintf(stderr, "fuse_ceiling: out of memory\n");
 		goto out_free_mnt;
@@ -483,9 +765,48 @@ int main(int argc, char **argv)
 		fprintf(stderr, "fuse_ceiling: cannot mount %s\n", mnt_abs);
 		goto out_remove_handlers;
 	}
+	if (c.x.pages || c.x.allow_mmap || c.x.passthrough) {
+		struct sf_fs_kinit want = {
+			.max_pages = c.x.pages,
+			.direct_io_allow_mmap = c.x.allow_mmap,
+			.passthrough = c.x.passthrough,
+		};
+
+		if (sf_fs_kinit_install(se, &want) != 0) {
+			fprintf(stderr, "fuse_ceiling: cannot take over the device I/O\n");
+			goto out_unmount;
+		}
+	}
 	if (fuse_daemonize(foreground) != 0)
 		goto out_unmount;
+	c.se = se;
+	if (c.x.store) {
+		c.queue = calloc(c.n, sizeof(*c.queue));
+		if (!c.queue || pthread_create(&push_tid, NULL, pusher, &c) != 0) {
+			fprintf(stderr, "fuse_ceiling: cannot start the pusher\n");
+			goto out_unmount;
+		}
+	}
 	rc = sf_fs_session_loop(se, 0);
+	if (c.x.store) {
+		pthread_mutex_lock(&c.lock);
+		c.stop = true;
+		pthread_cond_signal(&c.cond);
+		pthread_mutex_unlock(&c.lock);
+		pthread_join(push_tid, NULL);
+		fprintf(stderr, "fuse_ceiling: pushed %" PRIu64 " bytes, %" PRIu64
+			" failed notify_store\n", c.pushed, c.push_err);
+	}
+	{
+		struct sf_fs_kinit got;
+
+		sf_fs_kinit_granted(&got);
+		if (c.x.pages || c.x.allow_mmap || c.x.passthrough)
+			fprintf(stderr, "fuse_ceiling: granted max_pages %u, "
+				"direct_io_allow_mmap %d, passthrough %d\n",
+				got.max_pages, got.direct_io_allow_mmap,
+				got.passthrough);
+	}
 	if (rc < 0)
 		fprintf(stderr, "fuse_ceiling: session loop: %s\n", strerror(-rc));
 	rc = rc < 0 ? 1 : 0;
@@ -502,6 +823,7 @@ out_free_mnt:
 	free(mnt_abs);
 out_free_args:
 	fuse_opt_free_args(&args);
+	free(c.queue);
 	free_files(&c);
 	return rc;
 }

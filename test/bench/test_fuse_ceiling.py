@@ -3,16 +3,25 @@
 
 Usage: test_fuse_ceiling.py PATH_TO_FUSE_CEILING
 
-Checks that bad LISTFILEs are refused with the line named, then mounts
-fuse_ceiling on a temporary directory with three files of odd sizes (0, 1
-and 3 MiB + 7 bytes) and checks that `ls -ln` shows them with those sizes,
+Checks that bad LISTFILEs and -x options are refused, then mounts
+fuse_ceiling on a temporary directory with four files of odd sizes (0, 1,
+3 MiB + 7 bytes and 24 MiB) and checks that `ls -ln` shows them with those sizes,
 that a full read of each returns exactly SIZE bytes of the documented
-pattern (the byte at offset o is o % 251), and that a pread at an odd
-offset does too. Times nothing. Always unmounts (fusermount3 -u, umount -l
-as a last resort) and reaps the daemon; fails if it exits non-zero.
-Exit 77 (skipped) when /dev/fuse or fusermount3 is missing.
+pattern (the byte at offset o is o % 251), that a pread at an odd offset
+does too, and that mmap(MAP_SHARED) gives the pattern. The same again for
+each experiment bench_fuse.sh times (-x): direct_io (whose shared mappings
+the kernel refuses with ENODEV unless -x mmap negotiated
+FUSE_DIRECT_IO_ALLOW_MMAP), notify_store pushing ahead (the daemon reports
+bytes pushed and no failure, and the bytes read are the pattern), bigger
+requests, a 2 MiB reply source, a read-only mount without OPEN; and passthrough onto files of random bytes
+(their bytes, read and mapped). Times nothing. Always unmounts
+(fusermount3 -u, umount -l as a last resort) and reaps the daemon; fails
+if it exits non-zero. Exit 77 (skipped) when /dev/fuse or fusermount3 is
+missing.
 """
 
+import errno
+import mmap
 import os
 import shutil
 import signal
@@ -24,7 +33,8 @@ import time
 SKIP = 77
 MOUNT_WAIT_S = 10.0
 EXIT_WAIT_S = 10.0
-FILES = [("empty", 0), ("one", 1), ("three_mib_7", (3 << 20) + 7)]
+FILES = [("empty", 0), ("one", 1), ("three_mib_7", (3 << 20) + 7),
+         ("big", 24 << 20)]
 PERIOD = bytes(i % 251 for i in range(251))
 
 
@@ -77,6 +87,56 @@ def check_bad_lists(tool, tmp):
         print("FAIL: duplicate names: exit %d, stderr %r"
               % (r.returncode, r.stderr))
         fails += 1
+    for x in ("nosuch", "store=x", "pages=0", "chunk=3", "dio=1", "src=0", "noopen=1"):
+        r = subprocess.run([tool, "-f", "-x", x, path, nomnt], capture_output=True,
+                           text=True, timeout=10)
+        if r.returncode != 2 or "usage" not in r.stderr:
+            print("FAIL: -x %s: exit %d, stderr %r" % (x, r.returncode, r.stderr))
+            fails += 1
+    return fails
+
+
+def mapped(path):
+    """The bytes of path through mmap(MAP_SHARED)."""
+    with open(path, "rb") as f:
+        with mmap.mmap(f.fileno(), 0, mmap.MAP_SHARED, mmap.PROT_READ) as m:
+            return m[:]
+
+
+def check_mmap(mnt, refuse):
+    """MAP_SHARED of a file: the pattern, or (refuse) ENODEV."""
+    name, size = FILES[2]
+    try:
+        data = mapped(os.path.join(mnt, name))
+    except OSError as e:
+        if refuse and e.errno == errno.ENODEV:
+            return 0
+        print("FAIL: mmap of %s: %s" % (name, e))
+        return 1
+    if refuse:
+        print("FAIL: mmap of %s under direct_io without -x mmap worked" % name)
+        return 1
+    if data != pattern(0, size):
+        print("FAIL: mmap of %s is not the pattern" % name)
+        return 1
+    return 0
+
+
+def check_backed(mnt, backed):
+    """Passthrough: each file reads and maps as its backing file."""
+    fails = 0
+    for name, data in backed:
+        path = os.path.join(mnt, name)
+        with open(path, "rb") as f:
+            got = f.read()
+        if got != data:
+            print("FAIL: passthrough %s: read %d bytes, not the backing file's"
+                  % (name, len(got)))
+            fails += 1
+        if data and mapped(path) != data:
+            print("FAIL: passthrough %s: mapped bytes are not the backing file's"
+                  % name)
+            fails += 1
     return fails
 
 
@@ -144,6 +204,69 @@ def stop(mnt, proc):
     return rc
 
 
+def check_passthrough(tool, tmp, listfile):
+    backed = []
+    with open(listfile + ".pt", "w") as f:
+        for name, size in FILES:
+            data = os.urandom(size)
+            path = os.path.join(tmp, "backing-" + name)
+            with open(path, "wb") as b:
+                b.write(data)
+            f.write("%d %s\t%s\n" % (size, name, path))
+            backed.append((name, data))
+    return run_mount(tool, tmp, listfile + ".pt", ["passthrough"], backed)
+
+
+def run_mount(tool, tmp, listfile, xs, backed=None):
+    """Mount with -x xs, check it, unmount: the failures."""
+    mnt = os.path.join(tmp, "mnt")
+    os.makedirs(mnt, exist_ok=True)
+    logpath = os.path.join(tmp, "daemon.log")
+    argv = [tool, "-f"]
+    for x in xs:
+        argv += ["-x", x]
+    label = " ".join(xs) or "(shardfs's settings)"
+    log = open(logpath, "w+")
+    proc = subprocess.Popen(argv + [listfile, mnt], stderr=log)
+    log.close()
+    fails = 0
+    try:
+        deadline = time.monotonic() + MOUNT_WAIT_S
+        while not mounted(mnt):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                with open(logpath) as f:
+                    print("FAIL: %s: not mounted (daemon %s): %s"
+                          % (label, proc.poll(), f.read()))
+                return 1
+            time.sleep(0.02)
+        if backed is None:
+            fails += check_mount(mnt)
+            fails += check_mmap(mnt, refuse="dio" in xs and "mmap" not in xs)
+        else:
+            fails += check_backed(mnt, backed)
+    finally:
+        rc = stop(mnt, proc)
+        if rc != 0:
+            print("FAIL: %s: daemon exit status %s" % (label, rc))
+            fails += 1
+    with open(logpath) as f:
+        log = f.read()
+    if "passthrough" in xs and "passthrough 1" not in log:
+        print("FAIL: passthrough was not granted: %s" % log[-500:])
+        fails += 1
+    if "mmap" in xs and "direct_io_allow_mmap 1" not in log:
+        print("FAIL: FUSE_DIRECT_IO_ALLOW_MMAP was not granted: %s" % log[-500:])
+        fails += 1
+    if any(x.startswith("store") for x in xs):
+        pushed = [l for l in log.splitlines() if "pushed" in l]
+        if not pushed or " 0 failed" not in pushed[-1] or pushed[-1].split()[2] == "0":
+            print("FAIL: %s: notify_store pushed nothing or failed: %s"
+                  % (label, pushed))
+            fails += 1
+    print("%s: %s" % (label, "ok" if not fails else "%d failures" % fails))
+    return fails
+
+
 def main():
     if len(sys.argv) != 2:
         sys.stderr.write(__doc__)
@@ -153,34 +276,23 @@ def main():
         print("SKIP: needs /dev/fuse and fusermount3")
         return SKIP
     tmp = tempfile.mkdtemp(prefix="sfceil-")
-    proc = None
-    mnt = os.path.join(tmp, "mnt")
     fails = 0
     try:
         fails += check_bad_lists(tool, tmp)
-        os.mkdir(mnt)
         listfile = os.path.join(tmp, "list")
         with open(listfile, "w") as f:
             for name, size in FILES:
                 f.write("%d %s\n" % (size, name))
-        log = open(os.path.join(tmp, "daemon.log"), "w+")
-        proc = subprocess.Popen([tool, "-f", listfile, mnt], stderr=log)
-        log.close()
-        deadline = time.monotonic() + MOUNT_WAIT_S
-        while not mounted(mnt):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                with open(os.path.join(tmp, "daemon.log")) as f:
-                    print("FAIL: not mounted (daemon %s): %s"
-                          % (proc.poll(), f.read()))
-                return 1
-            time.sleep(0.02)
-        fails += check_mount(mnt)
+        for xs in ([], ["dio"], ["dio", "mmap"], ["store"], ["store=1", "chunk=64"],
+                   ["pages=128", "ra=1024"], ["src=2"], ["noopen"]):
+            fails += run_mount(tool, tmp, listfile, xs)
+        # passthrough: files of random bytes, each mapped onto its own
+        # (registering a backing file takes CAP_SYS_ADMIN)
+        if os.geteuid() == 0:
+            fails += check_passthrough(tool, tmp, listfile)
+        else:
+            print("passthrough: skipped: registering backing files needs root")
     finally:
-        if proc is not None:
-            rc = stop(mnt, proc)
-            if rc != 0:
-                print("FAIL: daemon exit status %s" % rc)
-                fails += 1
         shutil.rmtree(tmp, ignore_errors=True)
     print("%s: %d failure%s" % ("FAIL" if fails else "PASS", fails,
                                 "" if fails == 1 else "s"))

@@ -36,7 +36,7 @@ _shardfs()
 		return ;;
 	esac
 	if [[ $cur == -* ]]; then
-		COMPREPLY=($(compgen -W "-f -d -s -o --no-verify --cache-mb --log-level
+		COMPREPLY=($(compgen -W "-f -d -s -o --no-verify --cache-mb --direct-io --log-level
 			--log-file --nonempty --no-default-permissions --mpi --commit-timeout --peer-timeout
 			-h --help -V --version" -- "$cur"))
 		return
