@@ -219,8 +219,7 @@ static void plan_clear(struct gen_plan *p)
 		struct gen_tensor *t = &p->t[i];
 
 		for (size_t k = 0; k < t->nshards; k++)
-			if (t->shards[k].file || t->shards[k].xxh3)
-				sf_shard_clear(&t->shards[k]);
+			sf_shard_clear(&t->shards[k]);
 		free(t->shards);
 		free(t->name);
 		free(t->blob);
@@ -281,10 +280,16 @@ static int tensor_push_shard(struct gen_tensor *t, const struct sf_shard *s)
 static int shard_box(struct gen_tensor *t, uint32_t rank,
 		     const struct sf_box *b)
 {
-	struct sf_shard s = { .rank = rank, .flat = false, .box = *b };
+	struct sf_shard s = { .rank = rank, .flat = false };
+	int rc;
 
 	s.nbytes = sf_box_numel(b) * sf_dtype_size(t->dt);
-	return s.nbytes || t->ndim == 0 ? tensor_push_shard(t, &s) : 0;
+	if (!s.nbytes && t->ndim)
+		return 0;
+	rc = sf_shard_set_box(&s, b);
+	if (rc == 0 && (rc = tensor_push_shard(t, &s)) < 0)
+		sf_shard_clear(&s);
+	return rc;
 }
 
 static int shard_flat(struct gen_tensor *t, uint32_t rank, uint64_t off,
@@ -806,8 +811,10 @@ static int write_shard(struct rank_writer *w, const struct gen_tensor *t,
 			gen_bytes(t, s->flat_off + off, n, buf);
 		} else {
 			struct fill_ctx c = { .t = t, .buf = buf, .base = off };
+			struct sf_box b;
 
-			rc = sf_box_runs(t->ndim, t->shape, isz, &s->box, off, n,
+			sf_shard_box(s, t->ndim, &b);
+			rc = sf_box_runs(t->ndim, t->shape, isz, &b, off, n,
 					 fill_run, &c);
 			if (rc < 0)
 				return rc;
