@@ -763,6 +763,67 @@ int sf_jr_arr_next(struct sf_jr *r, struct sf_jr_it *it)
 	return 1;
 }
 
+/* The value of 8 lowercase hex digits at p (the first the most
+ * significant), or false when one is not [0-9a-f]. Eight bytes at once:
+ * each byte must be a digit (0x30..0x39) or a letter (0x61..0x66), found
+ * by adding to every byte (all below 0x80, so no carry crosses bytes) and
+ * looking at the high bits; the nibbles are then packed pairwise. */
+static inline bool hex8(const unsigned char *p, uint32_t *out)
+{
+	const uint64_t hi = UINT64_C(0x8080808080808080), ones = UINT64_C(0x0101010101010101);
+	uint64_t x, digit, letter, v;
+
+	memcpy(&x, p, 8);
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+	x = __builtin_bswap64(x);
+#endif
+	if (x & hi)
+		return false;
+	digit = (x + ones * (0x80 - 0x30)) & ~(x + ones * (0x80 - 0x3a)) & hi;
+	letter = (x + ones * (0x80 - 0x61)) & ~(x + ones * (0x80 - 0x67)) & hi;
+	if ((digit | letter) != hi)
+		return false;
+	v = (x & ones * 0x0f) + (letter >> 7) * 9;
+	v = __builtin_bswap64(v); /* the first digit in the top byte */
+	v = (v | v >> 4) & UINT64_C(0x00ff00ff00ff00ff);
+	v = (v | v >> 8) & UINT64_C(0x0000ffff0000ffff);
+	v = (v | v >> 16) & UINT64_C(0x00000000ffffffff);
+	*out = (uint32_t)v;
+	return true;
+}
+
+size_t sf_jr_arr_hex64s(struct sf_jr *r, struct sf_jr_it *it, uint64_t *out,
+			size_t max)
+{
+	size_t n = 0;
+
+	if (r->err || r->pend || r->depth + 1 > SF_JR_MAX_DEPTH)
+		return 0;
+	while (n < max) {
+		const unsigned char *p, *e;
+		uint32_t h1, h2;
+
+		if (r->lim - r->pos < 64 && jr_fill(r, 64) < 0)
+			break; /* the error waits for sf_jr_arr_next */
+		p = r->buf + r->pos;
+		e = r->buf + r->lim;
+		if (it->started) {
+			if (p == e || *p != ',')
+				break;
+			p++;
+		}
+		while (p < e && *p == ' ')
+			p++;
+		if (e - p < 18 || p[0] != '"' || p[17] != '"' ||
+		    !hex8(p + 1, &h1) || !hex8(p + 9, &h2))
+			break;
+		out[n++] = (uint64_t)h1 << 32 | h2;
+		r->pos = (size_t)(p + 18 - r->buf);
+		it->started = true;
+	}
+	return n;
+}
+
 int sf_jr_string(struct sf_jr *r, struct sf_jr_str *out)
 {
 	int k = sf_jr_peek(r);

@@ -120,6 +120,14 @@ int sf_jr_obj_next(struct sf_jr *r, struct sf_jr_it *it, struct sf_jr_str *key);
 /* 1: an element follows (read it next); 0: ']' consumed; or the error. */
 int sf_jr_arr_next(struct sf_jr *r, struct sf_jr_it *it);
 
+/* For lists of checksums, inside an array being iterated: consume the
+ * next elements (at most max) as long as each is a string of exactly 16
+ * lowercase hex digits (sf_xxh3_parse's form) after a ',' and spaces,
+ * their values into out. Returns how many; 0 when the next element is
+ * anything else, or the array ends (sf_jr_arr_next then goes on). */
+size_t sf_jr_arr_hex64s(struct sf_jr *r, struct sf_jr_it *it, uint64_t *out,
+			size_t max);
+
 /* Read a string value (decoded), a number, or skip any value (checked as
  * the reader checks everything, duplicate keys included). 0 or the
  * error; -SF_EMANIFEST with a message when the value is of another kind

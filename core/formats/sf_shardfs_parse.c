@@ -202,6 +202,7 @@ static int read_str(struct sf_jr *r, struct raw_str *d)
 static int read_sums(struct sf_jr *r, struct raw_sums *d)
 {
 	struct sf_jr_it it;
+	uint64_t v;
 	int k = sf_jr_peek(r), rc;
 
 	d->n = 0;
@@ -214,10 +215,24 @@ static int read_sums(struct sf_jr *r, struct raw_sums *d)
 	}
 	d->state = RAW_OK;
 	rc = sf_jr_arr_begin(r, &it);
-	while (rc == 0 && (rc = sf_jr_arr_next(r, &it)) == 1) {
+	while (rc == 0) {
 		struct sf_jr_str s;
-		uint64_t v = 0;
+		size_t got;
 
+		/* bounded by the text: each entry takes at least 2 bytes */
+		if (d->n == d->cap &&
+		    sf_array_grow(&d->v, d->n, &d->cap, sizeof(*d->v), 16, 0))
+			return r->err = -ENOMEM;
+		/* the common case: runs of well-formed checksums */
+		got = sf_jr_arr_hex64s(r, &it, d->v + d->n, d->cap - d->n);
+		d->n += got;
+		if (got)
+			continue;
+		rc = sf_jr_arr_next(r, &it);
+		if (rc <= 0)
+			break;
+		rc = 0;
+		v = 0;
 		k = sf_jr_peek(r);
 		if (k < 0)
 			return k;
@@ -232,9 +247,6 @@ static int read_sums(struct sf_jr *r, struct raw_sums *d)
 		}
 		if (rc)
 			return rc;
-		/* bounded by the text: each entry takes at least 2 bytes */
-		if (sf_array_grow(&d->v, d->n, &d->cap, sizeof(*d->v), 16, 0))
-			return r->err = -ENOMEM;
 		d->v[d->n++] = v;
 	}
 	return rc;

@@ -22,6 +22,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "sf_checksum.h"
 #include "sf_error.h"
 #include "sf_jr.h"
 #include "sf_shardfs.h"
@@ -462,9 +463,83 @@ static void test_fidelity(void)
 	free(text);
 }
 
+/* sf_jr_arr_next_hex64 reads exactly the 16-lowercase-hex strings, with
+ * their values, and leaves every other element to the caller. */
+static void test_hex64(void)
+{
+	enum { N = 20000 };
+	static const char bad[] = "ABCDEFgxyz/:@`G -~";
+	uint64_t *want = calloc(N, sizeof(*want));
+	bool *ok = calloc(N, sizeof(*ok));
+	char *text = malloc((size_t)N * 24 + 8);
+	size_t n = 0, i = 0, got_ok = 0;
+	uint64_t out[64];
+	struct sf_jr_str str;
+	struct sf_input in;
+	struct sf_jr_it it;
+	struct sf_jr r;
+	char msg[256];
+	uint64_t v;
+	int rc;
+
+	if (!CHECK(want && ok && text))
+		goto out_free;
+	text[n++] = '[';
+	for (size_t k = 0; k < N; k++) {
+		char hex[17];
+
+		want[k] = sf_rand() >> sf_rand_below(64);
+		snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)want[k]);
+		ok[k] = sf_rand_below(3) != 0;
+		if (!ok[k])
+			hex[sf_rand_below(16)] = bad[sf_rand_below(sizeof(bad) - 1)];
+		n += (size_t)sprintf(text + n, "%s%s\"%s\"", k ? "," : "",
+				     sf_rand_below(4) ? "" : " \n", hex);
+	}
+	text[n++] = ']';
+	in = sf_input_mem(text, n);
+	if (!CHECK_EQ(sf_jr_init(&r, &in, msg, sizeof(msg)), 0))
+		goto out_free;
+	rc = sf_jr_arr_begin(&r, &it);
+	while (rc == 0) {
+		/* batches of random size, as a caller's room allows */
+		size_t max = 1 + sf_rand_below(64);
+		size_t got = sf_jr_arr_hex64s(&r, &it, out, max);
+
+		CHECK(got <= max);
+		for (size_t k = 0; k < got; k++, i++) {
+			got_ok++;
+			CHECK(i < N && ok[i] && out[k] == want[i]);
+		}
+		if (got)
+			continue;
+		rc = sf_jr_arr_next(&r, &it);
+		if (rc <= 0)
+			break;
+		/* the next element is the caller's: a bad one, or after "\n" */
+		CHECK(i < N && (!ok[i] || sf_jr_peek(&r) == SF_JR_STRING));
+		rc = sf_jr_string(&r, &str);
+		if (!rc && i < N && ok[i]) {
+			CHECK(sf_xxh3_parse(str.s, str.len, &v) == 0 && v == want[i]);
+			got_ok++;
+		}
+		i++;
+	}
+	CHECK_EQ(rc, 0);
+	CHECK_EQ(i, N);
+	CHECK(got_ok > N / 2);
+	CHECK(got_ok <= N);
+	sf_jr_free(&r);
+out_free:
+	free(want);
+	free(ok);
+	free(text);
+}
+
 int main(void)
 {
 	sf_test_seed(PROG, 424242);
+	test_hex64();
 	test_cases();
 	test_mutations();
 	test_window();
