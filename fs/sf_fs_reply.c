@@ -7,10 +7,14 @@
  * Invariants: a reply function answers its request exactly once; an entry
  * handed to the kernel carries the lookup reference the caller took, and
  * that reference is dropped again when the reply cannot be delivered.
- * Checkpoints being written (and the store root, which gains and loses
- * checkpoints) are never cached by the kernel; committed entries are
- * immutable and cached for SF_FS_TIMEOUT; checkpoint directories for
- * SF_FS_CKPT_TIMEOUT (a commit or delete swaps them).
+ * Checkpoints being written are never cached by the kernel; committed
+ * entries are immutable and cached for SF_FS_TIMEOUT; checkpoint
+ * directories for SF_FS_CKPT_TIMEOUT (a commit or delete swaps them), and
+ * so are the store root's attributes (its link count follows the
+ * checkpoints; a mkdir or rmdir through the mount drops the kernel's copy
+ * at once). Uncached, the root was asked for on every path walk: three
+ * GETATTRs of it per file of an `ls -lR` (stat and two xattrs, each
+ * checking the root's search permission).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -30,9 +34,9 @@ void sf_fs_reply_err(fuse_req_t req, int err)
 /* How long the kernel may cache n's attributes and its name. */
 double sf_fs_node_timeout(struct sf_fs *fs, const struct sf_node *n)
 {
-	if (sf_node_is_w(n) || n == fs->root)
+	if (sf_node_is_w(n))
 		return 0.0;
-	if (n->kind == SF_NODE_CKPT)
+	if (n->kind == SF_NODE_CKPT || n == fs->root)
 		return SF_FS_CKPT_TIMEOUT;
 	return SF_FS_TIMEOUT;
 }
