@@ -50,12 +50,13 @@ static void put_meta(struct sf_jw *w, const struct sf_model *m)
  */
 int sf_st_layout_build(const struct sf_model *m, struct sf_st_layout **out)
 {
-	struct sf_jw w = { .pretty = false, .max = SF_MAX_ST_HEADER };
+	/* the head is built in place: its length, the JSON, the padding */
+	struct sf_jw w = { .pretty = false, .max = 8 + SF_MAX_ST_HEADER + 7 };
 	struct sf_st_layout *st;
 	bool meta_done = false;
 	uint64_t off = 0;
 	char *text = NULL;
-	size_t n, pad;
+	size_t n, pad, len;
 	int ret = -ENOMEM;
 
 	st = calloc(1, sizeof(*st));
@@ -64,7 +65,7 @@ int sf_st_layout_build(const struct sf_model *m, struct sf_st_layout **out)
 	st->data_off = calloc(m->ntensors ? m->ntensors : 1, sizeof(uint64_t));
 	if (!st->data_off)
 		goto out_free;
-	sf_jw_mem(&w, "{", 1);
+	sf_jw_mem(&w, "\0\0\0\0\0\0\0\0{", 9);
 	for (size_t i = 0; i < m->ntensors; i++) {
 		const struct sf_tensor *t = &m->tensors[i];
 		int c = strcmp(t->name, "__metadata__");
@@ -96,23 +97,24 @@ int sf_st_layout_build(const struct sf_model *m, struct sf_st_layout **out)
 		put_meta(&w, m);
 	}
 	sf_jw_mem(&w, "}", 1);
-	ret = sf_jw_finish(&w, &text, &n);
+	n = w.len - 8;
+	pad = (8 - (8 + n) % 8) % 8;
+	sf_jw_mem(&w, "       ", pad);
+	ret = sf_jw_finish(&w, &text, &len);
 	if (ret)
 		goto out_free;
-	pad = (8 - (8 + n) % 8) % 8;
 	if (n + pad > SF_MAX_ST_HEADER) {
 		ret = -SF_ETOOBIG;
 		goto out_free;
 	}
-	ret = -ENOMEM;
-	st->head_len = 8 + n + pad;
-	st->head = malloc(st->head_len);
-	if (!st->head)
-		goto out_free;
 	for (int i = 0; i < 8; i++)
-		st->head[i] = (char)(((uint64_t)(n + pad) >> (8 * i)) & 0xff);
-	memcpy(st->head + 8, text, n);
-	memset(st->head + 8 + n, ' ', pad);
+		text[i] = (char)(((uint64_t)(n + pad) >> (8 * i)) & 0xff);
+	/* the writer doubled its buffer: keep only the head */
+	st->head = realloc(text, len);
+	if (!st->head)
+		st->head = text;
+	st->head_len = len;
+	text = NULL;
 	for (size_t i = 0; i < m->ntensors; i++)
 		st->data_off[i] += st->head_len;
 	st->ntensors = m->ntensors;

@@ -496,6 +496,18 @@ static int parse_shards(struct parse *p, struct sf_tensor *t)
 		rc = parse_shard(p, t);
 	}
 	p->w->shard = -1;
+	/* the array grew by doubling: give back what it will never use */
+	if (rc == 0 && t->cap_shards > t->nshards) {
+		struct sf_shard *s = t->nshards ?
+			realloc(t->shards, t->nshards * sizeof(*s)) : NULL;
+
+		if (s || !t->nshards) {
+			if (!t->nshards)
+				free(t->shards);
+			t->shards = s;
+			t->cap_shards = t->nshards;
+		}
+	}
 	return rc;
 }
 
@@ -620,10 +632,11 @@ static int parse_entry(struct parse *p, enum sf_entry_kind kind,
 	return 0;
 }
 
-/* Parse every entry of a section object at the reader's position. */
+/* Parse every entry of a section object at the reader's position. Its
+ * keys are not checked for duplicates here: the model's names are (see
+ * names_unique), without a second copy of 10^5 names. */
 static int parse_section(struct parse *p, enum sf_entry_kind kind)
 {
-	struct sf_jr_keys names = { 0 };
 	struct sf_jr_str key;
 	struct sf_jr_it it;
 	int rc;
@@ -633,12 +646,7 @@ static int parse_section(struct parse *p, enum sf_entry_kind kind)
 		char *name;
 		size_t len = key.len;
 
-		rc = sf_jr_keys_add(&names, key.s, key.len);
-		if (rc == 1) {
-			rc = sf_jr_fail(p->r, "duplicate object key");
-			break;
-		}
-		if (rc < 0 || !(name = malloc(len + 1))) {
+		if (!(name = malloc(len + 1))) {
 			rc = p->r->err = -ENOMEM;
 			break;
 		}
@@ -647,8 +655,30 @@ static int parse_section(struct parse *p, enum sf_entry_kind kind)
 		rc = parse_entry(p, kind, name, len);
 		free(name);
 	}
-	sf_jr_keys_free(&names);
 	return rc;
+}
+
+static int entry_cmp(const void *a, const void *b)
+{
+	return strcmp(((const struct sf_tensor *)a)->name,
+		      ((const struct sf_tensor *)b)->name);
+}
+
+/* Are the names of one list distinct (sorting it, as finish would)? A
+ * name twice is a key twice in one section object: invalid JSON. */
+static bool names_unique(struct sf_tensor *arr, size_t n)
+{
+	size_t i = 1;
+
+	while (i < n && strcmp(arr[i - 1].name, arr[i].name) < 0)
+		i++;
+	if (i == n)
+		return true;
+	qsort(arr, n, sizeof(*arr), entry_cmp);
+	for (i = 1; i < n; i++)
+		if (strcmp(arr[i - 1].name, arr[i].name) == 0)
+			return false;
+	return true;
 }
 
 /* Parse a section again from its offset (it came before the fields its
@@ -883,6 +913,14 @@ static int parse_input(const struct sf_input *in, bool partial,
 		rc = parse_section_at(&p, sec_kinds[i], tp.sec_at[i]);
 		if (rc < 0)
 			goto out_free;
+	}
+	if (!names_unique(p.m->tensors, p.m->ntensors) ||
+	    !names_unique(p.m->files, p.m->nfiles) ||
+	    !names_unique(p.m->objects, p.m->nobjects)) {
+		/* the reader's full check finds the key and says where */
+		rc = syntax_first(in, sf_fail(&w, -SF_EMANIFEST, "duplicate object key"),
+				  err, errlen);
+		goto out_free;
 	}
 	rc = partial ? sf_model_finish_part(p.m, err, errlen) :
 		       sf_model_finish(p.m, err, errlen);
