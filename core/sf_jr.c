@@ -205,6 +205,8 @@ static inline int jr_ws(struct sf_jr *r)
 static int sb_add(struct sf_jr *r, char **b, size_t *len, size_t *cap,
 		  const void *p, size_t n)
 {
+	if (n == 0)
+		return 0;
 	if (n > *cap - *len) {
 		size_t c = *cap ? *cap : 256;
 
@@ -892,7 +894,8 @@ static bool key_eq(const struct sf_jr_keys *k, size_t i, uint64_t h,
 {
 	const struct sf_jr_key *e = &k->ent[i];
 
-	return e->hash == h && e->len == len && memcmp(k->text + e->off, s, len) == 0;
+	return e->hash == h && e->len == len &&
+	       (len == 0 || memcmp(k->text + e->off, s, len) == 0);
 }
 
 /* Put key index i into the table (no duplicate check). */
@@ -958,7 +961,8 @@ int sf_jr_keys_add(struct sf_jr_keys *k, const char *s, size_t len)
 		k->text = t;
 		k->tcap = c;
 	}
-	memcpy(k->text + k->tlen, s, len);
+	if (len) /* an empty key: text may still be NULL */
+		memcpy(k->text + k->tlen, s, len);
 	k->ent[k->n] = (struct sf_jr_key){ .hash = h, .off = k->tlen, .len = len };
 	k->tlen += len;
 	k->n++;

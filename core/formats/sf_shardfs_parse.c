@@ -672,7 +672,7 @@ static bool names_unique(struct sf_tensor *arr, size_t n)
 
 	while (i < n && strcmp(arr[i - 1].name, arr[i].name) < 0)
 		i++;
-	if (i == n)
+	if (i >= n)
 		return true;
 	qsort(arr, n, sizeof(*arr), entry_cmp);
 	for (i = 1; i < n; i++)
