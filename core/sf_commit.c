@@ -29,14 +29,16 @@ static bool same_shape(const struct sf_tensor *a, const struct sf_tensor *b)
 	       memcmp(a->shape, b->shape, a->ndim * sizeof(a->shape[0])) == 0;
 }
 
-static bool same_geometry(const struct sf_shard *a, const struct sf_shard *b)
+static bool same_geometry(unsigned ndim, const struct sf_shard *a,
+			  const struct sf_shard *b)
 {
 	if (a->flat != b->flat || a->nbytes != b->nbytes)
 		return false;
 	if (a->flat)
 		return a->flat_off == b->flat_off;
-	return memcmp(a->box.off, b->box.off, a->box.ndim * sizeof(uint64_t)) == 0 &&
-	       memcmp(a->box.len, b->box.len, a->box.ndim * sizeof(uint64_t)) == 0;
+	return ndim == 0 ||
+	       (memcmp(a->off, b->off, ndim * sizeof(uint64_t)) == 0 &&
+		memcmp(a->len, b->len, ndim * sizeof(uint64_t)) == 0);
 }
 
 struct cmp_ctx {
@@ -100,19 +102,23 @@ static int check_overlap(const struct sf_tensor *t, const struct sf_shard *a,
 	size_t isz = sf_dtype_size(t->dtype);
 	struct cmp_ctx c = { .t = t, .a = a, .b = b, .src = src, .ck = ck,
 			     .flo = 0, .fhi = t->nbytes };
-	struct sf_box full, ib;
+	struct sf_box full, ib, ba, bb;
 	int ret;
 
+	if (!a->flat)
+		sf_shard_box(a, t->ndim, &ba);
+	if (!b->flat)
+		sf_shard_box(b, t->ndim, &bb);
 	if (a->flat && b->flat) {
 		c.flo = a->flat_off > b->flat_off ? a->flat_off : b->flat_off;
 		c.fhi = a->flat_off + a->flat_len < b->flat_off + b->flat_len ?
 			a->flat_off + a->flat_len : b->flat_off + b->flat_len;
 		if (c.flo >= c.fhi)
 			return 0;
-	} else if (!a->flat && !b->flat && !sf_box_intersect(&a->box, &b->box, &ib)) {
+	} else if (!a->flat && !b->flat && !sf_box_intersect(&ba, &bb, &ib)) {
 		return 0;
 	}
-	if (same_geometry(a, b)) {
+	if (same_geometry(t->ndim, a, b)) {
 		if (memcmp(a->xxh3, b->xxh3, a->nblocks * sizeof(uint64_t)) == 0)
 			return 0;
 		snprintf(err, errlen, "tensor %s: replicated shards on ranks %u and %u hold different bytes",
@@ -139,8 +145,8 @@ static int check_overlap(const struct sf_tensor *t, const struct sf_shard *a,
 		const struct sf_shard *bx = a->flat ? b : a, *fl = a->flat ? a : b;
 		c.flo = fl->flat_off;
 		c.fhi = fl->flat_off + fl->flat_len;
-		ret = sf_box_runs(t->ndim, t->shape, isz, &bx->box, 0, bx->nbytes,
-				  cmp_segment, &c);
+		ret = sf_box_runs(t->ndim, t->shape, isz, a->flat ? &bb : &ba, 0,
+				  bx->nbytes, cmp_segment, &c);
 	}
 	if (ret == -SF_ECONFLICT)
 		snprintf(err, errlen, "tensor %s: overlapping shards on ranks %u and %u differ at byte %llu",

@@ -271,6 +271,17 @@ static int cover_run(struct cover *c, uint64_t *gap)
 	return 0;
 }
 
+/* Elements of the box of shard s of t (inside t: no overflow that
+ * matters, see sf_shard_check). */
+static uint64_t box_numel(const struct sf_tensor *t, const struct sf_shard *s)
+{
+	uint64_t n = 1;
+
+	for (unsigned d = 0; d < t->ndim; d++)
+		n *= s->len[d];
+	return n;
+}
+
 /* Is some single shard the whole tensor? (The common replicated case,
  * decided without building boxes.) */
 static bool cover_trivial(const struct sf_tensor *t)
@@ -278,10 +289,74 @@ static bool cover_trivial(const struct sf_tensor *t)
 	for (size_t i = 0; i < t->nshards; i++) {
 		const struct sf_shard *s = &t->shards[i];
 		if (s->flat ? (s->flat_off == 0 && s->flat_len == t->nbytes)
-			    : sf_box_numel(&s->box) * sf_dtype_size(t->dtype) == t->nbytes)
+			    : box_numel(t, s) * sf_dtype_size(t->dtype) == t->nbytes)
 			return true;
 	}
 	return false;
+}
+
+static int range_cmp(const void *a, const void *b)
+{
+	const uint64_t *x = a, *y = b;
+
+	return x[0] < y[0] ? -1 : x[0] > y[0];
+}
+
+/*
+ * The common sharded case, decided without byte boxes: when every shard
+ * is one contiguous byte range of the flattened tensor (a flat range, or
+ * a box whole in every dimension but the first: row splits), the shards
+ * cover the tensor iff their sorted ranges leave no hole, and the first
+ * hole is the first uncovered byte. Returns 1 with that byte in *gap
+ * (UINT64_MAX: none), or 0 when some shard is another shape (the general
+ * check decides).
+ */
+static int cover_ranges(const struct sf_tensor *t, uint64_t *gap)
+{
+	uint64_t local[2 * 64], *r = local, row, cur = 0;
+	size_t n = 0;
+	bool sorted = true;
+
+	if (t->ndim == 0 || t->shape[0] == 0)
+		return 0;
+	row = t->nbytes / t->shape[0];
+	for (size_t i = 0; i < t->nshards; i++) {
+		const struct sf_shard *s = &t->shards[i];
+
+		if (s->flat)
+			continue;
+		for (unsigned d = 1; d < t->ndim; d++)
+			if (s->off[d] != 0 || s->len[d] != t->shape[d])
+				return 0;
+	}
+	if (t->nshards > 64 && !(r = malloc(2 * t->nshards * sizeof(*r))))
+		return 0; /* the general check reports ENOMEM its own way */
+	for (size_t i = 0; i < t->nshards; i++) {
+		const struct sf_shard *s = &t->shards[i];
+		uint64_t lo = s->flat ? s->flat_off : s->off[0] * row;
+		uint64_t hi = s->flat ? s->flat_off + s->flat_len :
+			      (s->off[0] + s->len[0]) * row;
+
+		if (lo == hi)
+			continue;
+		if (n && lo < r[2 * n - 2])
+			sorted = false;
+		r[2 * n] = lo;
+		r[2 * n + 1] = hi;
+		n++;
+	}
+	if (!sorted)
+		qsort(r, n, 2 * sizeof(*r), range_cmp);
+	for (size_t i = 0; i < n && cur < t->nbytes; i++) {
+		if (r[2 * i] > cur)
+			break;
+		if (r[2 * i + 1] > cur)
+			cur = r[2 * i + 1];
+	}
+	if (r != local)
+		free(r);
+	*gap = cur < t->nbytes ? cur : UINT64_MAX;
+	return 1;
 }
 
 /* Report the first uncovered byte as its element, flat and per dimension.
@@ -318,6 +393,8 @@ int sf_cover_check(const struct sf_where *w, const struct sf_tensor *t)
 
 	if (t->nbytes == 0 || cover_trivial(t))
 		return 0;
+	if (cover_ranges(t, &gap))
+		return gap == UINT64_MAX ? 0 : gap_message(w, t, gap, false);
 	c.k = t->ndim ? t->ndim : 1;
 	for (unsigned d = 0; d < c.k; d++)
 		c.dim[d] = t->ndim ? t->shape[d] : 1;
@@ -333,8 +410,8 @@ int sf_cover_check(const struct sf_where *w, const struct sf_tensor *t)
 					    s->flat_off + s->flat_len);
 		} else {
 			for (unsigned d = 0; d < c.k; d++) {
-				lo[d] = t->ndim ? s->box.off[d] : 0;
-				hi[d] = t->ndim ? s->box.off[d] + s->box.len[d] : 1;
+				lo[d] = t->ndim ? s->off[d] : 0;
+				hi[d] = t->ndim ? s->off[d] + s->len[d] : 1;
 			}
 			lo[c.k - 1] *= isz;
 			hi[c.k - 1] *= isz;

@@ -107,12 +107,15 @@ bool sf_shard_locate(const struct sf_tensor *t, const struct sf_shard *s,
 		*run = s->flat_len - *pos;
 		return true;
 	}
+	struct sf_box b;
+
+	sf_shard_box(s, t->ndim, &b);
 	if (s->strides)
 		return sf_box_locate_strided(t->ndim, t->shape,
-					     sf_dtype_size(t->dtype), &s->box,
+					     sf_dtype_size(t->dtype), &b,
 					     s->strides, p, pos, run);
 	return sf_box_locate(t->ndim, t->shape, sf_dtype_size(t->dtype),
-			     &s->box, p, pos, run);
+			     &b, p, pos, run);
 }
 
 /* Payload block ranges a walk found, merged per shard, then advised. */

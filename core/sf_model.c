@@ -153,23 +153,196 @@ bool sf_relpath_valid(const char *path)
 
 
 /* ------------------------------------------------------------------ */
-/* memory                                                              */
+/* memory: the pool the shards point into                              */
+
+/*
+ * Bump allocation in chunks that never move (a shard's pointers stay
+ * valid), doubling from POOL_FIRST to POOL_MAX bytes; file names interned
+ * in an open-addressing table, so the shards of one file share its string
+ * (and its name is checked once). Freed only with the model.
+ */
+#define POOL_FIRST (16u << 10)
+#define POOL_MAX (8u << 20)
+
+struct pool_chunk {
+	struct pool_chunk *next;
+	size_t used, cap;         /* bytes of data */
+	uint64_t data[];          /* 8-byte aligned */
+};
+
+struct pool_name {
+	uint64_t hash;
+	const char *s;            /* in the pool, NUL-terminated */
+};
+
+struct sf_model_pool {
+	struct pool_chunk *head;  /* the chunk being filled, then older ones */
+	size_t next_cap;          /* bytes of the next chunk */
+	struct pool_name *names;  /* interned file names; NULL s: free */
+	size_t nnames, nslots;    /* nslots: 0 or a power of two >= 2 nnames */
+};
+
+static void pool_free(struct sf_model_pool *p)
+{
+	if (!p)
+		return;
+	while (p->head) {
+		struct pool_chunk *c = p->head;
+
+		p->head = c->next;
+		free(c);
+	}
+	free(p->names);
+	free(p);
+}
+
+/* n bytes, 8-byte aligned, from m's pool; NULL on ENOMEM. */
+static void *pool_alloc(struct sf_model *m, size_t n)
+{
+	struct sf_model_pool *p = m->pool;
+	struct pool_chunk *c;
+	size_t need = (n + 7) & ~(size_t)7, cap;
+
+	if (!p) {
+		p = m->pool = calloc(1, sizeof(*p));
+		if (!p)
+			return NULL;
+		p->next_cap = POOL_FIRST;
+	}
+	c = p->head;
+	if (!c || c->cap - c->used < need) {
+		if (need > SIZE_MAX / 2 - sizeof(*c))
+			return NULL;
+		cap = p->next_cap > need ? p->next_cap : need;
+		c = malloc(sizeof(*c) + cap);
+		if (!c)
+			return NULL;
+		c->used = 0;
+		c->cap = cap;
+		c->next = p->head;
+		p->head = c;
+		if (p->next_cap < POOL_MAX)
+			p->next_cap *= 2;
+	}
+	void *r = (char *)c->data + c->used;
+
+	c->used += need;
+	return r;
+}
+
+static const uint64_t *pool_u64s(struct sf_model *m, const uint64_t *v, size_t n)
+{
+	uint64_t *d;
+
+	if (n > SIZE_MAX / sizeof(*d) || !(d = pool_alloc(m, n ? n * sizeof(*d) : 1)))
+		return NULL;
+	memcpy(d, v, n * sizeof(*d));
+	return d;
+}
+
+/* The slot of name s (hash h) in p's table: its entry, or the free slot
+ * where it would go. nslots > 0. */
+static struct pool_name *name_slot(const struct sf_model_pool *p, uint64_t h,
+				   const char *s)
+{
+	size_t mask = p->nslots - 1, at = (size_t)h & mask;
+
+	while (p->names[at].s &&
+	       (p->names[at].hash != h || strcmp(p->names[at].s, s) != 0))
+		at = (at + 1) & mask;
+	return &p->names[at];
+}
+
+bool sf_model_has_file(const struct sf_model *m, const char *s)
+{
+	const struct sf_model_pool *p = m->pool;
+
+	return p && p->nslots && name_slot(p, sf_xxh3(s, strlen(s)), s)->s;
+}
+
+/* s interned in m's pool; NULL on ENOMEM. */
+static char *pool_name(struct sf_model *m, const char *s)
+{
+	struct sf_model_pool *p;
+	size_t len = strlen(s);
+	uint64_t h = sf_xxh3(s, len);
+	struct pool_name *e;
+	char *d;
+
+	if (!m->pool && !pool_alloc(m, 0))
+		return NULL;
+	p = m->pool;
+	if (2 * (p->nnames + 1) > p->nslots) {
+		size_t ns = p->nslots ? 2 * p->nslots : 16;
+		struct pool_name *old = p->names, *t = calloc(ns, sizeof(*t));
+
+		if (!t)
+			return NULL;
+		p->names = t;
+		for (size_t i = 0, on = p->nslots; i < on; i++)
+			if (old[i].s) {
+				p->nslots = ns;
+				*name_slot(p, old[i].hash, old[i].s) = old[i];
+			}
+		p->nslots = ns;
+		free(old);
+	}
+	e = name_slot(p, h, s);
+	if (e->s)
+		return (char *)e->s;
+	d = pool_alloc(m, len + 1);
+	if (!d)
+		return NULL;
+	memcpy(d, s, len + 1);
+	e->hash = h;
+	e->s = d;
+	p->nnames++;
+	return d;
+}
 
 void sf_shard_clear(struct sf_shard *s)
 {
 	free(s->file);
 	free(s->strides);
 	free(s->xxh3);
+	free((void *)s->off);
 	s->file = NULL;
 	s->strides = NULL;
 	s->xxh3 = NULL;
+	s->off = s->len = NULL;
+}
+
+int sf_shard_set_box(struct sf_shard *s, const struct sf_box *b)
+{
+	uint64_t *v = malloc((b->ndim ? 2 * b->ndim : 1) * sizeof(*v));
+
+	if (!v)
+		return -ENOMEM;
+	memcpy(v, b->off, b->ndim * sizeof(*v));
+	memcpy(v + b->ndim, b->len, b->ndim * sizeof(*v));
+	free((void *)s->off);
+	s->flat = false;
+	s->off = v;
+	s->len = v + b->ndim;
+	return 0;
+}
+
+uint64_t *sf_model_copy_sums(struct sf_model *m, const uint64_t *sums,
+			     uint64_t n)
+{
+	return n <= SIZE_MAX / sizeof(uint64_t) ?
+	       (uint64_t *)pool_u64s(m, sums, (size_t)n) : NULL;
+}
+
+void sf_model_free_shards(struct sf_shard *shards, size_t n)
+{
+	(void)n; /* a model's shards own nothing: their data is the pool's */
+	free(shards);
 }
 
 static void tensor_free(struct sf_tensor *t)
 {
-	for (size_t i = 0; i < t->nshards; i++)
-		sf_shard_clear(&t->shards[i]);
-	free(t->shards);
+	sf_model_free_shards(t->shards, t->nshards);
 	free(t->name);
 }
 
@@ -187,6 +360,7 @@ void sf_model_destroy(struct sf_model *m)
 	entries_free(m->tensors, m->ntensors);
 	entries_free(m->files, m->nfiles);
 	entries_free(m->objects, m->nobjects);
+	pool_free(m->pool);
 	free(m->name);
 	free(m);
 }
@@ -284,31 +458,35 @@ int sf_shard_check(const struct sf_where *w, const struct sf_model *m,
 				       s->flat_off, s->flat_len, t->nbytes);
 		expect = s->flat_len;
 	} else {
-		if (s->box.ndim != t->ndim)
+		uint64_t numel = 1;
+
+		if (t->ndim && (!s->off || !s->len))
 			return sf_fail(w, -SF_EMANIFEST,
-				       "box has %u dimensions, the tensor has %u",
-				       s->box.ndim, t->ndim);
+				       "box has no offsets and lengths for %u dimensions",
+				       t->ndim);
 		for (unsigned d = 0; d < t->ndim; d++)
-			if (s->box.off[d] > t->shape[d] ||
-			    s->box.len[d] > t->shape[d] - s->box.off[d])
+			if (s->off[d] > t->shape[d] ||
+			    s->len[d] > t->shape[d] - s->off[d])
 				return sf_fail(w, -SF_ERANGE,
 					       "\"offsets\"[%u] + \"lengths\"[%u] = %" PRIu64 " + %" PRIu64
 					       " exceeds shape[%u] = %" PRIu64,
-					       d, d, s->box.off[d], s->box.len[d], d, t->shape[d]);
-		if (sf_box_check(&s->box, t->ndim, t->shape) < 0)
-			return sf_fail(w, -SF_ERANGE, "box lies outside the tensor");
+					       d, d, s->off[d], s->len[d], d, t->shape[d]);
+		/* inside a shape whose bytes fit in 64 bits: no overflow */
+		for (unsigned d = 0; d < t->ndim; d++)
+			numel *= s->len[d];
 		if (s->strides) {
-			if (sf_strided_span(t->ndim, s->box.len, s->strides,
+			if (sf_strided_span(t->ndim, s->len, s->strides,
 					    sf_dtype_size(t->dtype), &expect) < 0)
 				return sf_fail(w, -SF_ETOOBIG, "\"strides\" reach past 2^64 bytes");
 		} else {
-			expect = sf_box_numel(&s->box) * sf_dtype_size(t->dtype);
+			expect = numel * sf_dtype_size(t->dtype);
 		}
 	}
 	if (!s->file)
 		return sf_fail(w, -SF_EMANIFEST, "missing \"file\"");
-	const char *why = sf_name_problem(s->file, strnlen(s->file, SF_MAX_NAME + 1),
-					  false, true);
+	/* a name m holds already passed this check when it was added */
+	const char *why = sf_model_has_file(m, s->file) ? NULL :
+		sf_name_problem(s->file, strnlen(s->file, SF_MAX_NAME + 1), false, true);
 	if (why)
 		return sf_fail(w, -SF_EMANIFEST, "\"file\" %s", why);
 	if (s->file_offset > SF_MAX_OFF || s->nbytes > SF_MAX_OFF - s->file_offset)
@@ -517,32 +695,35 @@ static enum sf_entry_kind kind_of(const struct sf_model *m,
 	return SF_ENTRY_TENSOR;
 }
 
-int sf_shard_copy(const struct sf_tensor *t, const struct sf_shard *s,
-		  struct sf_shard *out)
+/* Copy checked shard s of t into m's pool as *out. 0 or -ENOMEM. */
+static int shard_store(struct sf_model *m, const struct sf_tensor *t,
+		       const struct sf_shard *s, struct sf_shard *out)
 {
 	*out = *s;
-	out->file = strdup(s->file);
-	out->xxh3 = NULL;
+	out->off = out->len = NULL;
 	out->strides = NULL;
+	out->xxh3 = NULL;
+	out->file = pool_name(m, s->file);
 	if (!out->file)
 		return -ENOMEM;
-	if (s->nblocks && s->xxh3) {
-		out->xxh3 = malloc(s->nblocks * sizeof(*out->xxh3));
-		if (!out->xxh3)
-			goto out_free_copy;
-		memcpy(out->xxh3, s->xxh3, s->nblocks * sizeof(*out->xxh3));
-	}
-	if (s->strides) {
-		out->strides = calloc(t->ndim ? t->ndim : 1, sizeof(*out->strides));
-		if (!out->strides)
-			goto out_free_copy;
-		memcpy(out->strides, s->strides, t->ndim * sizeof(*out->strides));
-	}
-	return 0;
+	if (!s->flat && t->ndim) {
+		uint64_t *v = pool_alloc(m, 2 * t->ndim * sizeof(*v));
 
-out_free_copy:
-	sf_shard_clear(out);
-	return -ENOMEM;
+		if (!v)
+			return -ENOMEM;
+		memcpy(v, s->off, t->ndim * sizeof(*v));
+		memcpy(v + t->ndim, s->len, t->ndim * sizeof(*v));
+		out->off = v;
+		out->len = v + t->ndim;
+	}
+	if (s->strides &&
+	    !(out->strides = (uint64_t *)pool_u64s(m, s->strides, t->ndim)))
+		return -ENOMEM;
+	/* never NULL when given: a shard with an empty list is verified */
+	if (s->xxh3 &&
+	    !(out->xxh3 = (uint64_t *)pool_u64s(m, s->xxh3, (size_t)s->nblocks)))
+		return -ENOMEM;
+	return 0;
 }
 
 int sf_tensor_add_shard(struct sf_model *m, struct sf_tensor *t,
@@ -565,7 +746,25 @@ int sf_tensor_add_shard(struct sf_model *m, struct sf_tensor *t,
 		sf_fail(&w, rc, "more than %u shards", SF_MAX_SHARDS);
 	if (rc < 0)
 		return rc;
-	rc = sf_shard_copy(t, s, &c);
+	rc = shard_store(m, t, s, &c);
+	if (rc < 0)
+		return rc;
+	t->shards[t->nshards++] = c;
+	return 0;
+}
+
+int sf_model_put_shard(struct sf_model *m, struct sf_tensor *t,
+		       const struct sf_shard *s)
+{
+	struct sf_shard c;
+	int rc = sf_array_grow(&t->shards, t->nshards, &t->cap_shards,
+			       sizeof(*t->shards), 8, SF_MAX_SHARDS);
+
+	if (rc == -SF_ETOOBIG)
+		snprintf(m->why, sizeof(m->why), "more than %u shards", SF_MAX_SHARDS);
+	if (rc < 0)
+		return rc;
+	rc = shard_store(m, t, s, &c);
 	if (rc < 0)
 		return rc;
 	t->shards[t->nshards++] = c;
@@ -630,9 +829,14 @@ const struct sf_tensor *sf_model_find_object(const struct sf_model *m,
 static int sort_unique(const struct sf_where *w, const char *kind,
 		       struct sf_tensor *arr, size_t n)
 {
-	if (n > 1)
+	size_t i = 1;
+
+	/* parsed manifests come sorted (the dump writes them so) */
+	while (i < n && strcmp(arr[i - 1].name, arr[i].name) < 0)
+		i++;
+	if (i < n)
 		qsort(arr, n, sizeof(*arr), tensor_cmp);
-	for (size_t i = 1; i < n; i++)
+	for (i = 1; i < n; i++)
 		if (strcmp(arr[i - 1].name, arr[i].name) == 0) {
 			char q[sizeof(w->qname)];
 			sf_quote_name(q, arr[i].name, strlen(arr[i].name));

@@ -21,7 +21,16 @@
  *
  * Ownership: everything reachable from a model is owned by it and freed by
  * sf_model_destroy(); pointers into it stay valid until then (and, for a
- * model being built, until the next sf_model_add_* call on it).
+ * model being built, until the next sf_model_add_* call on it). A model's
+ * shards own nothing themselves: their boxes, strides, checksums and file
+ * names live in the model's pool (one string per distinct file, shared by
+ * its shards), so a million shards cost about 160 bytes each.
+ *
+ * A shard outside a model is a builder's: the one passed to
+ * sf_tensor_add_shard borrows everything it points to (copied into the
+ * model); the write side's own records (sf_payload_end,
+ * sf_shardfs_get_shard, sf_shard_set_box) own their file, checksums and
+ * box, and are freed with sf_shard_clear.
  *
  * Validation trusts nothing: every size, count and string is bounded (the
  * SF_MAX_* limits below), names and paths are checked, sizes are computed
@@ -53,16 +62,18 @@
 struct sf_shard {
 	uint32_t rank;          /* < world_size: the rank whose store holds file */
 	bool flat;              /* flat byte range, else a box */
-	struct sf_box box;      /* !flat: offsets/lengths in elements */
+	const uint64_t *off;    /* box: the entry's ndim element offsets; NULL
+				 * when flat or ndim is 0 (sf_shard_box) */
+	const uint64_t *len;    /* box: its ndim element lengths, likewise */
 	uint64_t flat_off;      /* flat: byte offset in the flattened tensor */
 	uint64_t flat_len;      /* flat: byte length */
 	uint64_t *strides;      /* box only, NULL: row-major contiguous; else
-				 * box.ndim element strides (owned) */
+				 * ndim element strides */
 	char *file;             /* payload path relative to the checkpoint dir */
 	uint64_t file_offset;   /* bytes */
 	uint64_t nbytes;        /* payload bytes: the box's or flat range's
 				 * bytes, or (strides) the span they reach */
-	uint64_t *xxh3;         /* nblocks checksums (owned), NULL: unverified */
+	uint64_t *xxh3;         /* nblocks checksums, NULL: unverified */
 	uint64_t nblocks;       /* sf_nblocks(nbytes, block_size), or 0 */
 	enum sf_codec codec;    /* SF_CODEC_NONE: the payload lies in file at
 				 * file_offset; else file holds at file_offset
@@ -106,6 +117,7 @@ struct sf_model {
 	struct sf_tensor *objects; /* objects, sorted */
 	size_t nobjects;
 	size_t cap_tensors, cap_files, cap_objects; /* builder bookkeeping */
+	struct sf_model_pool *pool; /* owned: what shards point into (sf_model.c) */
 	char why[256];          /* the last reason the builder refused something */
 };
 
@@ -134,6 +146,12 @@ int sf_model_add_object(struct sf_model *m, const char *name, uint64_t nbytes,
 int sf_tensor_add_shard(struct sf_model *m, struct sf_tensor *t,
 			const struct sf_shard *s);
 
+/* Append a copy of shard s that sf_shard_check already accepted for t
+ * (a parser that judged it itself, with its own messages). 0, -SF_ETOOBIG
+ * past SF_MAX_SHARDS (reason in sf_model_why), -ENOMEM. */
+int sf_model_put_shard(struct sf_model *m, struct sf_tensor *t,
+		       const struct sf_shard *s);
+
 /* Remove the entry of that kind added last (with its shards): an adapter
  * that finds, after adding an entry, that it cannot show it. */
 void sf_model_drop_last(struct sf_model *m, enum sf_entry_kind kind);
@@ -161,8 +179,34 @@ const struct sf_tensor *sf_model_find_object(const struct sf_model *m,
 /* Does every shard carry checksums (reads are verified)? */
 bool sf_model_verified(const struct sf_model *m);
 
-/* Free what a shard owns (file, strides, xxh3) and zero those fields. */
+/* The box of box shard s of an entry of ndim dimensions, as a struct.
+ * (Inline: the engine, which sf_model.c reaches through the views, uses
+ * it; library files never call each other in a cycle.) */
+static inline void sf_shard_box(const struct sf_shard *s, unsigned ndim,
+				struct sf_box *out)
+{
+	out->ndim = ndim;
+	for (unsigned d = 0; d < ndim && d < SF_MAX_NDIM; d++) {
+		out->off[d] = s->off[d];
+		out->len[d] = s->len[d];
+	}
+}
+/* Make a builder's own shard hold a copy of box b (off and len one
+ * allocation, freed by sf_shard_clear). 0 or -ENOMEM. */
+int sf_shard_set_box(struct sf_shard *s, const struct sf_box *b);
+/* Free what a builder's own shard owns (file, strides, xxh3, box) and zero
+ * those fields. Never for a model's shards. */
 void sf_shard_clear(struct sf_shard *s);
+/* A copy of n checksums in m's pool, for one of its shards' xxh3 (lives
+ * as long as m; never freed on its own). NULL on ENOMEM. */
+uint64_t *sf_model_copy_sums(struct sf_model *m, const uint64_t *sums,
+			     uint64_t n);
+/* Is file the file of some shard of m already (so it passed the path
+ * check of sf_shard_check)? */
+bool sf_model_has_file(const struct sf_model *m, const char *file);
+/* Free the shards array of one of m's entries (taken out of it by the
+ * caller). */
+void sf_model_free_shards(struct sf_shard *shards, size_t n);
 
 /* --- validation, for format adapters --- */
 
@@ -218,9 +262,6 @@ int sf_model_append_checked(struct sf_model *m, const struct sf_where *w,
 			    const uint64_t *shape, struct sf_tensor **out);
 int sf_shard_check(const struct sf_where *w, const struct sf_model *m,
 		   const struct sf_tensor *t, const struct sf_shard *s);
-/* A deep copy of shard s of t into *out (the caller clears it). */
-int sf_shard_copy(const struct sf_tensor *t, const struct sf_shard *s,
-		  struct sf_shard *out);
 
 /* 0 if every byte of t is covered by some shard; else -SF_EGAP with the
  * first uncovered element index in err. Bounded work (-SF_ETOOBIG if the

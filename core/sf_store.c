@@ -100,6 +100,10 @@ int sf_ckpt_open_src(const char *dir, const char *name, struct sf_source *src,
 	ck->m = res.model;
 	ck->manifest_json = res.meta;
 	ck->manifest_len = res.metalen;
+	ck->manifest_in_file = res.meta_file;
+	ck->manifest_path = res.meta_path;
+	ck->manifest_ino = res.meta_ino;
+	ck->manifest_mtime_ns = res.meta_mtime_ns;
 	res.model = NULL;
 	res.meta = NULL;
 	ret = sf_st_layout_build(ck->m, &ck->st);
@@ -124,6 +128,38 @@ out_close:
 		close(cd.dirfd);
 	sf_ckpt_close(ck);
 	return ret;
+}
+
+int sf_ckpt_manifest_read(const struct sf_ckpt *ck, void *buf, uint64_t off,
+			  size_t len)
+{
+	if (off > ck->manifest_len || len > ck->manifest_len - off)
+		return -EINVAL;
+	struct stat sb;
+	int dfd, fd, rc = -EIO;
+
+	if (!ck->manifest_in_file) {
+		memcpy(buf, ck->manifest_json + off, len);
+		return 0;
+	}
+	/* opened each time (reads of it are rare; a store of many
+	 * checkpoints holds no descriptor per checkpoint), beneath the
+	 * checkpoint's directory as at open */
+	dfd = open(ck->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return -EIO;
+	fd = sf_open_beneath(dfd, ck->manifest_path, O_RDONLY | O_NONBLOCK);
+	close(dfd);
+	if (fd < 0)
+		return -EIO;
+	if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) &&
+	    (uint64_t)sb.st_ino == ck->manifest_ino &&
+	    (uint64_t)sb.st_size == ck->manifest_len &&
+	    (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec ==
+	    ck->manifest_mtime_ns)
+		rc = sf_pread_full(fd, buf, len, off) ? -EIO : 0;
+	close(fd);
+	return rc;
 }
 
 int sf_ckpt_open(const char *dir, const char *name, struct sf_ckpt **out,

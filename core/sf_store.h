@@ -26,8 +26,14 @@ struct sf_ckpt {
 	char *name;
 	const struct sf_format *fmt; /* the adapter that opened it (static) */
 	struct sf_model *m;        /* owned */
-	char *manifest_json;       /* manifest.json as the mount shows it (owned) */
-	size_t manifest_len;
+	char *manifest_json;       /* manifest.json as the mount shows it (owned),
+				    * or NULL: read from manifest_fd */
+	size_t manifest_len;       /* its bytes */
+	bool manifest_in_file;     /* the stored manifest.json, read again when
+				    * shown if it is still the parsed one: */
+	const char *manifest_path; /* its path in dir (static), */
+	uint64_t manifest_ino;     /* its inode and st_mtim, at open */
+	int64_t manifest_mtime_ns;
 	struct sf_st_layout *st;   /* owned */
 	struct timespec mtime;     /* the checkpoint directory's, at open */
 };
@@ -43,6 +49,13 @@ int sf_ckpt_open(const char *dir, const char *name, struct sf_ckpt **out,
 int sf_ckpt_open_src(const char *dir, const char *name, struct sf_source *src,
 		     struct sf_ckpt **out, char *err, size_t errlen);
 void sf_ckpt_close(struct sf_ckpt *ck); /* accepts NULL */
+
+/* Bytes [off, off+len) of the manifest.json the mount shows (the caller
+ * clamps them to manifest_len). 0; -EIO when the stored file is no longer
+ * the one parsed at open (another inode, size or mtime) or cannot be
+ * read; -EINVAL past its end. */
+int sf_ckpt_manifest_read(const struct sf_ckpt *ck, void *buf, uint64_t off,
+			  size_t len);
 
 /* Called by sf_store_scan for each checkpoint found. ck is NULL for a
  * directory that shardfs is writing (an uncommitted shardfs/1 checkpoint:

@@ -1,74 +1,89 @@
 /*
  * sf_views.c - synthesized files: model.safetensors and npy headers.
  *
- * The safetensors header is built once per checkpoint with jansson (keys
- * sorted) and padded with spaces so that 8 + N is a multiple of 8; the data
+ * The safetensors header is built once per checkpoint (keys sorted, as
+ * jansson's JSON_SORT_KEYS wrote it before) and padded with spaces so that 8 + N is a multiple of 8; the data
  * section holds the tensors back to back in m->tensors order, which is
  * sorted by name. Reads map a file range to the header bytes and to
  * sf_engine_read() calls on the tensors it overlaps (binary search).
  */
 #include "sf_views.h"
 #include "sf_error.h"
+#include "sf_jw.h"
 
 #include <errno.h>
-#include <jansson.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static json_t *shape_json(const struct sf_tensor *t)
+/* One entry of the header: "name":{"data_offsets":[b,e],"dtype":"D","shape":[..]}
+ * (keys in jansson's sorted order, compact separators). */
+static void put_entry(struct sf_jw *w, const struct sf_tensor *t, uint64_t off)
 {
-	json_t *a = json_array();
+	uint64_t offs[2] = { off, off + t->nbytes };
 
-	for (unsigned i = 0; a && i < t->ndim; i++)
-		json_array_append_new(a, json_integer((json_int_t)t->shape[i]));
-	return a;
+	sf_jw_key(w, t->name);
+	sf_jw_lit(w, "{\"data_offsets\":");
+	sf_jw_u64_array(w, offs, 2);
+	sf_jw_lit(w, ",\"dtype\":");
+	sf_jw_str(w, sf_dtype_name(t->dtype));
+	sf_jw_lit(w, ",\"shape\":");
+	sf_jw_u64_array(w, t->shape, t->ndim);
+	sf_jw_mem(w, "}", 1);
 }
 
+static void put_meta(struct sf_jw *w, const struct sf_model *m)
+{
+	sf_jw_lit(w, "\"__metadata__\":{\"format\":\"pt\",\"shardfs.checkpoint\":");
+	sf_jw_str(w, m->name);
+	sf_jw_mem(w, "}", 1);
+}
+
+/*
+ * The header JSON is written straight from the sorted model (a million
+ * shards' checkpoint has ~10^5 tensors: a jansson tree of them cost more
+ * than the rest of the layout): compact, keys sorted by strcmp as jansson's
+ * JSON_SORT_KEYS sorts them ("__metadata__" among the names), names
+ * escaped as jansson escapes them (validated names hold no control bytes,
+ * so '"' and '\\' are all there is).
+ */
 int sf_st_layout_build(const struct sf_model *m, struct sf_st_layout **out)
 {
+	/* the head is built in place: its length, the JSON, the padding */
+	struct sf_jw w = { .pretty = false, .max = 8 + SF_MAX_ST_HEADER + 7 };
 	struct sf_st_layout *st;
-	json_t *root, *meta;
+	bool meta_done = false;
 	uint64_t off = 0;
 	char *text = NULL;
-	size_t n, pad;
+	size_t n, pad, len;
 	int ret = -ENOMEM;
 
 	st = calloc(1, sizeof(*st));
 	if (!st)
 		return -ENOMEM;
 	st->data_off = calloc(m->ntensors ? m->ntensors : 1, sizeof(uint64_t));
-	root = json_object();
-	meta = json_object();
-	if (!st->data_off || !root || !meta)
+	if (!st->data_off)
 		goto out_free;
-	json_object_set_new(meta, "format", json_string("pt"));
-	json_object_set_new(meta, "shardfs.checkpoint", json_string(m->name));
-	json_object_set_new(root, "__metadata__", meta);
-	meta = NULL;
+	sf_jw_mem(&w, "\0\0\0\0\0\0\0\0{", 9);
 	for (size_t i = 0; i < m->ntensors; i++) {
 		const struct sf_tensor *t = &m->tensors[i];
-		json_t *o = json_object();
-		json_t *offs = json_array();
+		int c = strcmp(t->name, "__metadata__");
 
-		if (strcmp(t->name, "__metadata__") == 0) {
+		if (c == 0) {
 			/* safetensors reserves this key; no such file can exist */
-			json_decref(o);
-			json_decref(offs);
 			ret = -SF_EMANIFEST;
 			goto out_free;
 		}
-		if (!o || !offs) {
-			json_decref(o);
-			json_decref(offs);
-			goto out_free;
+		if (c > 0 && !meta_done) {
+			if (i)
+				sf_jw_mem(&w, ",", 1);
+			put_meta(&w, m);
+			meta_done = true;
 		}
-		json_array_append_new(offs, json_integer((json_int_t)off));
-		json_array_append_new(offs, json_integer((json_int_t)(off + t->nbytes)));
-		json_object_set_new(o, "dtype", json_string(sf_dtype_name(t->dtype)));
-		json_object_set_new(o, "shape", shape_json(t));
-		json_object_set_new(o, "data_offsets", offs);
-		json_object_set_new(root, t->name, o);
+		if (i || meta_done)
+			sf_jw_mem(&w, ",", 1);
+		put_entry(&w, t, off);
 		st->data_off[i] = off;
 		if (t->nbytes > UINT64_MAX - off) {
 			ret = -SF_ETOOBIG;
@@ -76,23 +91,30 @@ int sf_st_layout_build(const struct sf_model *m, struct sf_st_layout **out)
 		}
 		off += t->nbytes;
 	}
-	text = json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS);
-	if (!text)
-		goto out_free;
-	n = strlen(text);
+	if (!meta_done) {
+		if (m->ntensors)
+			sf_jw_mem(&w, ",", 1);
+		put_meta(&w, m);
+	}
+	sf_jw_mem(&w, "}", 1);
+	n = w.len - 8;
 	pad = (8 - (8 + n) % 8) % 8;
+	sf_jw_mem(&w, "       ", pad);
+	ret = sf_jw_finish(&w, &text, &len);
+	if (ret)
+		goto out_free;
 	if (n + pad > SF_MAX_ST_HEADER) {
 		ret = -SF_ETOOBIG;
 		goto out_free;
 	}
-	st->head_len = 8 + n + pad;
-	st->head = malloc(st->head_len);
-	if (!st->head)
-		goto out_free;
 	for (int i = 0; i < 8; i++)
-		st->head[i] = (char)(((uint64_t)(n + pad) >> (8 * i)) & 0xff);
-	memcpy(st->head + 8, text, n);
-	memset(st->head + 8 + n, ' ', pad);
+		text[i] = (char)(((uint64_t)(n + pad) >> (8 * i)) & 0xff);
+	/* the writer doubled its buffer: keep only the head */
+	st->head = realloc(text, len);
+	if (!st->head)
+		st->head = text;
+	st->head_len = len;
+	text = NULL;
 	for (size_t i = 0; i < m->ntensors; i++)
 		st->data_off[i] += st->head_len;
 	st->ntensors = m->ntensors;
@@ -102,14 +124,11 @@ int sf_st_layout_build(const struct sf_model *m, struct sf_st_layout **out)
 	}
 	st->total = st->head_len + off;
 	free(text);
-	json_decref(root);
 	*out = st;
 	return 0;
 
 out_free:
 	free(text);
-	json_decref(meta);
-	json_decref(root);
 	sf_st_layout_destroy(st);
 	return ret;
 }

@@ -181,9 +181,14 @@ static int shard_fits(const struct sf_wckpt *w, const struct went *e,
 				   s->flat_len > SF_MAX_FILE_BYTES - s->flat_off))
 			return -SF_ERANGE;
 	} else {
-		if (e->is_file || sf_box_check(&s->box, e->ndim, e->shape))
+		struct sf_box b;
+
+		if (e->is_file || (e->ndim && !s->off))
 			return -SF_ERANGE;
-		want = sf_box_numel(&s->box) * isz;
+		sf_shard_box(s, e->ndim, &b);
+		if (sf_box_check(&b, e->ndim, e->shape))
+			return -SF_ERANGE;
+		want = sf_box_numel(&b) * isz;
 		if (want != s->nbytes)
 			return -SF_EMANIFEST;
 	}
@@ -838,7 +843,11 @@ static int end_run(struct sf_wfile *f)
 			       (unsigned long long)f->limit);
 			return -SF_EGAP;
 		}
-		s.box = f->box;
+		ret = sf_shard_set_box(&s, &f->box);
+		if (ret) {
+			sf_shard_clear(&s);
+			return ret;
+		}
 	} else {
 		s.flat = true;
 		s.flat_off = f->run_off;

@@ -372,7 +372,8 @@ int sf_fs_rm_error(struct sf_fs *fs, struct sf_fs_ckpt *c, char **out,
 /* Reply to req with err (0 or a negative errno / SF_E* error; the errno
  * is core's sf_errno). */
 void sf_fs_reply_err(fuse_req_t req, int err);
-/* How long the kernel may cache n's attributes and name, s. */
+/* How long the kernel may cache n's attributes, s (its name: as long, or
+ * in a checkpoint being written SF_FS_CKPT_TIMEOUT; sf_fs_fill_entry). */
 double sf_fs_node_timeout(struct sf_fs *fs, const struct sf_node *n);
 /* Fill e for n, with the cache timeouts n deserves. */
 void sf_fs_fill_entry(struct sf_fs *fs, struct sf_node *n,

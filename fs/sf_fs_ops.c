@@ -424,8 +424,7 @@ static int node_read(struct sf_fs *fs, struct sf_node *n, uint64_t off,
 		return sf_st_read(fs->engine, &ck->ref, ck->m, ck->st, off, buf,
 				  len);
 	case SF_NODE_MANIFEST:
-		memcpy(buf, ck->manifest_json + off, len);
-		return 0;
+		return sf_ckpt_manifest_read(ck, buf, off, len);
 	default:
 		return -EISDIR;
 	}

@@ -7,11 +7,25 @@
  * Invariants: a reply function answers its request exactly once; an entry
  * handed to the kernel carries the lookup reference the caller took, and
  * that reference is dropped again when the reply cannot be delivered.
- * Checkpoints being written (and the store root, which gains and loses
- * checkpoints) are never cached by the kernel; committed entries are
- * immutable and cached for SF_FS_TIMEOUT; checkpoint directories for
- * SF_FS_CKPT_TIMEOUT (a commit or delete swaps them). A refused change
- * gets one rate-limited log line (sf_fs_log_refused).
+ * Committed entries are immutable and cached for SF_FS_TIMEOUT; checkpoint
+ * directories for SF_FS_CKPT_TIMEOUT (a commit or delete swaps them), and
+ * so are the store root's attributes (its link count follows the
+ * checkpoints; a mkdir or rmdir through the mount drops the kernel's copy
+ * at once). Uncached, the root was asked for on every path walk: three
+ * GETATTRs of it per file of an `ls -lR` (stat and two xattrs, each
+ * checking the root's search permission). A single-checkpoint store never
+ * changes: its root is cached like any committed node. A checkpoint being
+ * written: its directory's entry is never cached, so every path walk looks
+ * it up again and sees at once that a commit or delete replaced or removed
+ * it (the kernel then drops every entry below it); below it, names are as
+ * stable as that, and so are directories' and slices' attributes (a
+ * slice's size is its box's; a mkdir or create through the mount drops
+ * its directory's), all cached for SF_FS_CKPT_TIMEOUT; only tensors and
+ * root files give their attributes uncached: a size follows a
+ * declaration or a write. Uncached, each path below a checkpoint being
+ * written cost a LOOKUP and a GETATTR per component: 34 requests to
+ * create, declare and write one box, now 19. A refused change gets one
+ * rate-limited log line (sf_fs_log_refused).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -37,11 +51,21 @@ double sf_fs_node_timeout(struct sf_fs *fs, const struct sf_node *n)
 	 * every path walk: no GETATTR each time). */
 	if (fs->single && !sf_node_is_w(n))
 		return SF_FS_TIMEOUT;
-	if (sf_node_is_w(n) || n == fs->root)
-		return 0.0;
-	if (n->kind == SF_NODE_CKPT)
+	if (sf_node_is_w(n))
+		return n->kind == SF_NODE_CKPT || sf_node_is_dir(n) ||
+		       n->kind == SF_NODE_SLICE || n->kind == SF_NODE_TENSOR ||
+		       n->kind == SF_NODE_FILE ? SF_FS_CKPT_TIMEOUT : 0.0;
+	if (n->kind == SF_NODE_CKPT || n == fs->root)
 		return SF_FS_CKPT_TIMEOUT;
 	return SF_FS_TIMEOUT;
+}
+
+/* How long the kernel may cache n's name. */
+static double entry_timeout(struct sf_fs *fs, const struct sf_node *n)
+{
+	if (!sf_node_is_w(n))
+		return sf_fs_node_timeout(fs, n);
+	return n->kind == SF_NODE_CKPT ? 0.0 : SF_FS_CKPT_TIMEOUT;
 }
 
 void sf_fs_fill_entry(struct sf_fs *fs, struct sf_node *n,
@@ -50,7 +74,7 @@ void sf_fs_fill_entry(struct sf_fs *fs, struct sf_node *n,
 	memset(e, 0, sizeof(*e));
 	e->ino = sf_fs_ino(fs, n);
 	e->attr_timeout = sf_fs_node_timeout(fs, n);
-	e->entry_timeout = e->attr_timeout;
+	e->entry_timeout = entry_timeout(fs, n);
 	sf_fs_stat(fs, n, &e->attr);
 }
 

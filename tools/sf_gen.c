@@ -16,14 +16,22 @@
  *      flat order and fwrite()n, with no box math and no core writer, so
  *      a bug in either cannot hide in the comparison.
  *
+ * A sparse checkpoint (opts.sparse) skips stage 2's bytes: each rank's
+ * payload files are sized with ftruncate, so every tensor byte reads as
+ * 0, and each shard's checksums are the XXH3 of zero bytes (one sum for
+ * a full block, one per distinct tail length); root files are written
+ * with pwrite and hashed as they are.
+ *
  * Invariants: byte b of tensor T is always byte (b % itemsize) of
- * sf_gen_value(T, b / itemsize), whichever shard or path produces it;
+ * sf_gen_value(T, b / itemsize) (0 when sparse), whichever shard or path
+ * produces it;
  * replicated and overlapping shards therefore hold equal bytes. Memory is
  * O(plan + 1 MiB), independent of --size. Single-threaded: no locks.
  */
 #include "sf_gen.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,151 +51,6 @@
 #define GEN_MAX_LAYERS 64u
 
 /* ------------------------------------------------------------------ */
-/* values                                                              */
-/* ------------------------------------------------------------------ */
-
-static uint64_t mix64(uint64_t x)
-{
-	x ^= x >> 30;
-	x *= UINT64_C(0xbf58476d1ce4e5b9);
-	x ^= x >> 27;
-	x *= UINT64_C(0x94d049bb133111eb);
-	x ^= x >> 31;
-	return x;
-}
-
-/* Per-tensor key: every element value derives from (key, index). */
-static uint64_t tensor_key(uint64_t seed, const char *name)
-{
-	uint64_t h = UINT64_C(0xcbf29ce484222325); /* FNV-1a */
-
-	for (const unsigned char *p = (const unsigned char *)name; *p; p++) {
-		h ^= *p;
-		h *= UINT64_C(0x100000001b3);
-	}
-	return mix64(h ^ mix64(seed + UINT64_C(0x9e3779b97f4a7c15)));
-}
-
-/* float32 -> float16 bits, round to nearest even, with subnormals. */
-static uint16_t f32_to_f16(float f)
-{
-	uint32_t x, ax, sign, e, m, q, rem, half;
-
-	memcpy(&x, &f, sizeof(x));
-	sign = (x >> 16) & 0x8000u;
-	ax = x & 0x7fffffffu;
-	if (ax >= 0x7f800000u) /* inf, nan */
-		return (uint16_t)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0));
-	if (ax >= 0x477ff000u) /* rounds past 65504 */
-		return (uint16_t)(sign | 0x7c00u);
-	e = ax >> 23;
-	m = (ax & 0x7fffffu) | 0x800000u;
-	if (e < 113) {
-		/* subnormal half: units of 2^-24, value = m * 2^(e-126) */
-		uint32_t s = 126 - e;
-
-		if (e == 0 || s > 24)
-			return (uint16_t)sign;
-		q = m >> s;
-		rem = m & ((1u << s) - 1);
-		half = 1u << (s - 1);
-		if (rem > half || (rem == half && (q & 1)))
-			q++;
-		return (uint16_t)(sign | q);
-	}
-	q = ((e - 112) << 10) | ((ax & 0x7fffffu) >> 13);
-	rem = ax & 0x1fffu;
-	if (rem > 0x1000u || (rem == 0x1000u && (q & 1)))
-		q++; /* a carry into the exponent is the right answer */
-	return (uint16_t)(sign | q);
-}
-
-/* float32 -> bfloat16 bits, round to nearest even (input finite). */
-static uint16_t f32_to_bf16(float f)
-{
-	uint32_t x;
-
-	memcpy(&x, &f, sizeof(x));
-	x += 0x7fffu + ((x >> 16) & 1u);
-	return (uint16_t)(x >> 16);
-}
-
-static void store_le(uint8_t *out, uint64_t v, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		out[i] = (uint8_t)(v >> (8 * i));
-}
-
-/*
- * Element idx of the tensor with key `key`. The float value is the same
- * 24-bit grid for F32/F16/BF16 (so a BF16 tensor is exactly the BF16
- * rounding of the F32 tensor of the same seed and name); F64 uses 53 bits.
- */
-static void gen_elem(enum sf_dtype dt, uint64_t key, uint64_t idx,
-		     uint8_t *out)
-{
-	uint64_t h = mix64(key + idx * UINT64_C(0x9e3779b97f4a7c15));
-	float f = (float)((double)(h >> 40) * 0x1p-23 - 1.0); /* exact, [-1,1) */
-	uint16_t b16;
-	uint32_t b32;
-	uint64_t b64;
-	double d;
-
-	switch (dt) {
-	case SF_DT_F64:
-		d = (double)(h >> 11) * 0x1p-52 - 1.0;
-		memcpy(&b64, &d, sizeof(b64));
-		store_le(out, b64, 8);
-		return;
-	case SF_DT_F32:
-		memcpy(&b32, &f, sizeof(b32));
-		store_le(out, b32, 4);
-		return;
-	case SF_DT_F16:
-		b16 = f32_to_f16(f);
-		if (b16 == 0x3c00u) /* rounded up to 1.0: keep [-1, 1) */
-			b16 = 0x3bffu;
-		store_le(out, b16, 2);
-		return;
-	case SF_DT_BF16:
-		b16 = f32_to_bf16(f);
-		if (b16 == 0x3f80u)
-			b16 = 0x3f7fu;
-		store_le(out, b16, 2);
-		return;
-	case SF_DT_F8_E4M3: /* e4m3fn: only S.1111.111 is NaN */
-		out[0] = (uint8_t)h;
-		if ((out[0] & 0x7fu) == 0x7fu)
-			out[0] ^= 1u;
-		return;
-	case SF_DT_F8_E5M2: /* exponent 11111 is inf/nan */
-		out[0] = (uint8_t)h;
-		if ((out[0] & 0x7cu) == 0x7cu)
-			out[0] &= (uint8_t)~0x40u;
-		return;
-	case SF_DT_I64: case SF_DT_I32: case SF_DT_I16: case SF_DT_I8:
-		store_le(out, (uint64_t)((int64_t)(h % 201) - 100),
-			 sf_dtype_size(dt));
-		return;
-	case SF_DT_U64: case SF_DT_U32: case SF_DT_U16: case SF_DT_U8:
-		store_le(out, h % 200, sf_dtype_size(dt));
-		return;
-	case SF_DT_BOOL:
-		out[0] = (uint8_t)(h & 1);
-		return;
-	default:
-		memset(out, 0, sf_dtype_size(dt));
-		return;
-	}
-}
-
-void sf_gen_value(enum sf_dtype dt, uint64_t seed, const char *name,
-		  uint64_t idx, uint8_t *out)
-{
-	gen_elem(dt, tensor_key(seed, name), idx, out);
-}
-
-/* ------------------------------------------------------------------ */
 /* plan                                                                */
 /* ------------------------------------------------------------------ */
 
@@ -198,7 +61,7 @@ struct gen_tensor {
 	unsigned ndim;
 	uint64_t shape[SF_MAX_NDIM];
 	uint64_t nbytes;
-	uint64_t key;             /* tensor_key(seed, name) */
+	uint64_t key;             /* sf_gen_key(seed, name) */
 	char *blob;               /* is_file: the file's bytes (owned) */
 	struct sf_shard *shards;  /* geometry from the plan; file, offsets and
 				   * checksums filled by the writer (owned) */
@@ -233,8 +96,7 @@ static void plan_clear(struct gen_plan *p)
 		struct gen_tensor *t = &p->t[i];
 
 		for (size_t k = 0; k < t->nshards; k++)
-			if (t->shards[k].file || t->shards[k].xxh3)
-				sf_shard_clear(&t->shards[k]);
+			sf_shard_clear(&t->shards[k]);
 		free(t->shards);
 		free(t->name);
 		free(t->blob);
@@ -272,7 +134,7 @@ static int plan_add(struct gen_plan *p, uint64_t seed, const char *name,
 		free(t->name);
 		return rc;
 	}
-	t->key = tensor_key(seed, name);
+	t->key = sf_gen_key(seed, name);
 	p->tensor_bytes += t->nbytes;
 	return (int)p->n++;
 }
@@ -295,10 +157,16 @@ static int tensor_push_shard(struct gen_tensor *t, const struct sf_shard *s)
 static int shard_box(struct gen_tensor *t, uint32_t rank,
 		     const struct sf_box *b)
 {
-	struct sf_shard s = { .rank = rank, .flat = false, .box = *b };
+	struct sf_shard s = { .rank = rank, .flat = false };
+	int rc;
 
 	s.nbytes = sf_box_numel(b) * sf_dtype_size(t->dt);
-	return s.nbytes || t->ndim == 0 ? tensor_push_shard(t, &s) : 0;
+	if (!s.nbytes && t->ndim)
+		return 0;
+	rc = sf_shard_set_box(&s, b);
+	if (rc == 0 && (rc = tensor_push_shard(t, &s)) < 0)
+		sf_shard_clear(&s);
+	return rc;
 }
 
 static int shard_flat(struct gen_tensor *t, uint32_t rank, uint64_t off,
@@ -473,6 +341,36 @@ static int build_llama(struct gen_plan *p, const struct sf_gen_opts *o)
 	return rc;
 }
 
+/* The "many" layout: o->ntensors tensors of [rows, 64] elements, each cut
+ * into one row box per rank (uneven when ranks does not divide rows),
+ * named like the experts of a mixture-of-experts model, 1000 per layer,
+ * all in one directory of tensors/. rows makes the total close to
+ * o->size, at least one row per rank. */
+#define GEN_MANY_COLS 64u
+#define GEN_MANY_PER_LAYER 1000u
+
+static int build_many(struct gen_plan *p, const struct sf_gen_opts *o)
+{
+	uint64_t n = o->ntensors ? o->ntensors : SF_GEN_MANY_DEFAULT;
+	uint64_t row = GEN_MANY_COLS * sf_dtype_size(o->dtype);
+	uint64_t rows = o->size / n / row;
+	char name[SF_MAX_NAME];
+	uint64_t sh[2];
+	int rc = 0;
+
+	if (rows < o->ranks)
+		rows = o->ranks;
+	sh[0] = rows;
+	sh[1] = GEN_MANY_COLS;
+	for (uint64_t i = 0; rc == 0 && i < n; i++) {
+		snprintf(name, sizeof(name), "model.layers.%llu.mlp.experts.%llu.weight",
+			 (unsigned long long)(i / GEN_MANY_PER_LAYER),
+			 (unsigned long long)(i % GEN_MANY_PER_LAYER));
+		rc = add_model(p, o, name, o->dtype, 2, sh, SPLIT_DIM0);
+	}
+	return rc;
+}
+
 /* Layers that get optimizer state in the mixed layout. */
 static uint64_t mixed_optim_layers(const struct gen_plan *p)
 {
@@ -597,6 +495,19 @@ static int plan_for_size(struct gen_plan *p, const struct sf_gen_opts *o)
 {
 	uint64_t layers, best = 32;
 	int rc;
+
+	if (o->layout == SF_GEN_MANY) {
+		uint64_t n = o->ntensors ? o->ntensors : SF_GEN_MANY_DEFAULT;
+
+		memset(p, 0, sizeof(*p));
+		/* config.json describes the experts' shape */
+		llama_dims(p, GEN_MANY_COLS, (n + GEN_MANY_PER_LAYER - 1) /
+					     GEN_MANY_PER_LAYER);
+		rc = build_many(p, o);
+		if (rc < 0)
+			plan_clear(p);
+		return rc;
+	}
 
 	layers = o->size < (8u << 20) ? 2 : o->size < (128u << 20) ? 4 :
 		 o->size < (UINT64_C(2) << 30) ? 8 :
@@ -742,15 +653,15 @@ static void gen_bytes(const struct gen_tensor *t, uint64_t off,
 	if (skip) { /* head: the tail of a partial element */
 		uint64_t n = isz - skip < len ? isz - skip : len;
 
-		gen_elem(t->dt, t->key, idx++, el);
+		sf_gen_elem(t->dt, t->key, idx++, el);
 		memcpy(out, el + skip, n);
 		out += n;
 		len -= n;
 	}
 	for (; len >= isz; len -= isz, out += isz)
-		gen_elem(t->dt, t->key, idx++, out);
+		sf_gen_elem(t->dt, t->key, idx++, out);
 	if (len) { /* tail: the head of a partial element */
-		gen_elem(t->dt, t->key, idx, el);
+		sf_gen_elem(t->dt, t->key, idx, el);
 		memcpy(out, el, len);
 	}
 }
@@ -770,16 +681,118 @@ static int fill_run(void *arg, uint64_t tensor_off, uint64_t box_off,
 	return 0;
 }
 
+/* The checksums of zero bytes (sparse checkpoints): the sum of a full
+ * block, computed once, and a buffer of zeros for tails. */
+struct zero_sums {
+	uint64_t block_size;
+	uint64_t full;          /* sf_xxh3 of block_size zero bytes */
+	uint8_t *zeros;         /* block_size zero bytes (calloc: the kernel's
+				 * zero page until written, which it never is) */
+	uint64_t tail_len;      /* the last tail hashed, and its sum */
+	uint64_t tail;
+};
+
 /* One rank's payload files: data-0.bin, data-1.bin, ... rolled at 1 GiB. */
 struct rank_writer {
 	const char *dir;
 	uint32_t rank;
 	uint64_t block_size;
-	struct sf_payload *p;   /* open file, or NULL */
+	struct sf_payload *p;   /* open file, or NULL (not sparse) */
 	unsigned k;             /* index of the next file to open */
 	uint64_t file_bytes;    /* bytes in the open file */
 	struct gen_progress *prog;
+	struct zero_sums *zs;   /* non-NULL: sparse */
+	int fd;                 /* sparse: the open file, or -1 */
+	char relpath[64];       /* sparse: its path in the checkpoint */
 };
+
+/* Sparse: size the open file to the bytes its shards take (the holes read
+ * as zeros), fsync and close it. */
+static int sparse_close(struct rank_writer *w)
+{
+	int rc = 0;
+
+	if (w->fd < 0)
+		return 0;
+	if (ftruncate(w->fd, (off_t)w->file_bytes) < 0 || fsync(w->fd) < 0)
+		rc = -errno;
+	if (close(w->fd) < 0 && rc == 0)
+		rc = -errno;
+	w->fd = -1;
+	return rc;
+}
+
+/* Sparse: open the next data-K.bin once the current one is past the roll. */
+static int sparse_next(struct rank_writer *w)
+{
+	char rdir[4096], path[4200];
+	int rc;
+
+	if (w->fd >= 0 && w->file_bytes < GEN_FILE_ROLL)
+		return 0;
+	rc = sparse_close(w);
+	if (rc < 0)
+		return rc;
+	snprintf(w->relpath, sizeof(w->relpath), SF_SHARDFS_RANK_FMT "/data-%u.bin",
+		 w->rank, w->k++);
+	if ((size_t)snprintf(rdir, sizeof(rdir), "%s/" SF_SHARDFS_RANK_FMT, w->dir,
+			     w->rank) >= sizeof(rdir))
+		return -ENAMETOOLONG;
+	rc = sf_mkdir_p(rdir);
+	if (rc < 0)
+		return rc;
+	snprintf(path, sizeof(path), "%s/%s", w->dir, w->relpath);
+	w->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (w->fd < 0)
+		return -errno;
+	w->file_bytes = 0;
+	return 0;
+}
+
+/* Sparse: place shard s of t at the end of the open file. A tensor's
+ * bytes are the hole there (zeros, nothing written); a root file's are
+ * written. Checksums as the payload writer would compute them. */
+static int write_shard_sparse(struct rank_writer *w, const struct gen_tensor *t,
+			      struct sf_shard *s)
+{
+	uint64_t bs = w->block_size, nb = sf_nblocks(s->nbytes, bs);
+	struct zero_sums *z = w->zs;
+	int rc = sparse_next(w);
+
+	if (rc < 0)
+		return rc;
+	s->file = strdup(w->relpath);
+	s->xxh3 = malloc(nb ? nb * sizeof(uint64_t) : 1);
+	if (!s->file || !s->xxh3) {
+		sf_shard_clear(s);
+		return -ENOMEM;
+	}
+	s->file_offset = w->file_bytes;
+	s->nblocks = nb;
+	for (uint64_t b = 0; b < nb; b++) {
+		uint64_t off = b * bs;
+		uint64_t len = s->nbytes - off < bs ? s->nbytes - off : bs;
+
+		if (t->is_file) {
+			const char *src = t->blob + s->flat_off + off;
+
+			if (pwrite(w->fd, src, len, (off_t)(s->file_offset + off)) !=
+			    (ssize_t)len)
+				return errno ? -errno : -EIO;
+			s->xxh3[b] = sf_xxh3(src, len);
+		} else if (len == bs) {
+			s->xxh3[b] = z->full;
+		} else {
+			if (z->tail_len != len) {
+				z->tail = sf_xxh3(z->zeros, len);
+				z->tail_len = len;
+			}
+			s->xxh3[b] = z->tail;
+		}
+	}
+	w->file_bytes += s->nbytes;
+	return 0;
+}
 
 static int rank_writer_next(struct rank_writer *w)
 {
@@ -821,8 +834,10 @@ static int write_shard(struct rank_writer *w, const struct gen_tensor *t,
 			gen_bytes(t, s->flat_off + off, n, buf);
 		} else {
 			struct fill_ctx c = { .t = t, .buf = buf, .base = off };
+			struct sf_box b;
 
-			rc = sf_box_runs(t->ndim, t->shape, isz, &s->box, off, n,
+			sf_shard_box(s, t->ndim, &b);
+			rc = sf_box_runs(t->ndim, t->shape, isz, &b, off, n,
 					 fill_run, &c);
 			if (rc < 0)
 				return rc;
@@ -852,10 +867,11 @@ static int write_shard(struct rank_writer *w, const struct gen_tensor *t,
 
 static int write_rank(const char *dir, const struct sf_gen_opts *o,
 		      struct gen_plan *p, uint32_t rank, uint8_t *buf,
-		      struct gen_progress *prog)
+		      struct gen_progress *prog, struct zero_sums *zs)
 {
 	struct rank_writer w = { .dir = dir, .rank = rank,
-				 .block_size = o->block_size, .prog = prog };
+				 .block_size = o->block_size, .prog = prog,
+				 .zs = zs, .fd = -1 };
 	int rc = 0, crc;
 
 	for (size_t i = 0; rc == 0 && i < p->n; i++) {
@@ -864,13 +880,14 @@ static int write_rank(const char *dir, const struct sf_gen_opts *o,
 		for (size_t k = 0; rc == 0 && k < t->nshards; k++) {
 			if (t->shards[k].rank != rank)
 				continue;
-			rc = write_shard(&w, t, &t->shards[k], buf);
+			rc = zs ? write_shard_sparse(&w, t, &t->shards[k]) :
+				  write_shard(&w, t, &t->shards[k], buf);
 			if (rc < 0)
 				sf_err("gen: rank %u: tensor %s shard %zu: %s",
 				       rank, t->name, k, sf_strerror(rc));
 		}
 	}
-	crc = sf_payload_close(w.p, true);
+	crc = zs ? sparse_close(&w) : sf_payload_close(w.p, true);
 	return rc < 0 ? rc : crc;
 }
 
@@ -933,7 +950,7 @@ static int ref_write_tensor(const char *path, const struct gen_tensor *t,
 		if (t->is_file)
 			buf[fill] = (uint8_t)t->blob[idx];
 		else
-			gen_elem(t->dt, t->key, idx, buf + fill);
+			sf_gen_elem(t->dt, t->key, idx, buf + fill);
 		fill += isz;
 		if (fill + 8 > GEN_CHUNK) {
 			if (fwrite(buf, 1, fill, f) != fill)
@@ -1055,6 +1072,7 @@ static const char *const layout_names[] = {
 	[SF_GEN_LLAMA] = "llama",
 	[SF_GEN_FSDP] = "fsdp",
 	[SF_GEN_REPLICATED] = "replicated",
+	[SF_GEN_MANY] = "many",
 };
 
 int sf_gen_layout_parse(const char *s, enum sf_gen_layout *out)
@@ -1066,6 +1084,17 @@ int sf_gen_layout_parse(const char *s, enum sf_gen_layout *out)
 		}
 	}
 	return -EINVAL;
+}
+
+const char *sf_gen_opts_problem(const struct sf_gen_opts *o)
+{
+	if (o->ntensors && o->layout != SF_GEN_MANY)
+		return "--tensors is for --layout many";
+	if (o->ntensors > SF_GEN_MAX_TENSORS)
+		return "--tensors: too many";
+	if (o->sparse && o->ref_dir)
+		return "--sparse writes no --ref (its bytes are all zero)";
+	return NULL;
 }
 
 const char *sf_gen_layout_name(enum sf_gen_layout l)
@@ -1097,14 +1126,26 @@ int sf_gen_checkpoint(const char *ckpt_dir, const struct sf_gen_opts *o,
 	uint8_t *buf;
 	int rc;
 
+	struct zero_sums zs = { 0 };
+
 	if (o->ranks < 1 || o->ranks > SF_GEN_MAX_RANKS ||
 	    o->size < SF_GEN_MIN_SIZE || o->size > SF_GEN_MAX_SIZE ||
 	    sf_dtype_size(o->dtype) == 0 ||
-	    o->block_size < SF_MIN_BLOCK_SIZE || o->block_size > SF_MAX_BLOCK_SIZE)
+	    o->block_size < SF_MIN_BLOCK_SIZE || o->block_size > SF_MAX_BLOCK_SIZE ||
+	    sf_gen_opts_problem(o))
 		return -EINVAL;
+	if (o->sparse) {
+		zs.block_size = o->block_size;
+		zs.zeros = calloc(1, o->block_size);
+		if (!zs.zeros)
+			return -ENOMEM;
+		zs.full = sf_xxh3(zs.zeros, o->block_size);
+	}
 	name = ckpt_name_of(ckpt_dir);
-	if (!name)
+	if (!name) {
+		free(zs.zeros);
 		return -ENOMEM;
+	}
 	if (!sf_name_valid(name) || strchr(name, '/')) {
 		sf_err("gen: '%s' is not a valid checkpoint name", name);
 		rc = -EINVAL;
@@ -1145,7 +1186,8 @@ int sf_gen_checkpoint(const char *ckpt_dir, const struct sf_gen_opts *o,
 			prog.total += plan.t[i].nbytes;
 	}
 	for (uint32_t r = 0; r < o->ranks; r++) {
-		rc = write_rank(ckpt_dir, o, &plan, r, buf, &prog);
+		rc = write_rank(ckpt_dir, o, &plan, r, buf, &prog,
+				o->sparse ? &zs : NULL);
 		if (rc < 0)
 			goto out_free_mpath;
 	}
@@ -1181,5 +1223,6 @@ out_free_buf:
 	free(buf);
 out_free_name:
 	free(name);
+	free(zs.zeros);
 	return rc;
 }

@@ -12,6 +12,12 @@
  *
  * Memory stays bounded whatever the size: shard bytes are generated in
  * 1 MiB chunks straight into the payload writer.
+ *
+ * Sparse checkpoints (opts.sparse) are for scale tests: every tensor byte
+ * is 0, payload files are sized with ftruncate (holes, no data written)
+ * and every checksum is the XXH3 of zero bytes (computed once per block
+ * length), so a 2 TB checkpoint takes seconds and almost no disk. Root
+ * files still hold their real bytes.
  */
 #ifndef SF_GEN_H
 #define SF_GEN_H
@@ -31,7 +37,13 @@ enum sf_gen_layout {
 	SF_GEN_LLAMA,         /* tensor/column/row-parallel boxes, replicated norms */
 	SF_GEN_FSDP,          /* every tensor cut into N flat byte ranges */
 	SF_GEN_REPLICATED,    /* every tensor whole on every rank */
+	SF_GEN_MANY,          /* ntensors small tensors, each cut into one
+			       * row box per rank (scale tests) */
 };
+
+#define SF_GEN_MANY_DEFAULT 1000u                /* tensors of "many" */
+#define SF_GEN_MAX_TENSORS ((1u << 20) - 2)      /* largest --tensors (with
+						  * the two blobs: SF_MAX_TENSORS) */
 
 struct sf_gen_opts {
 	enum sf_gen_layout layout;
@@ -42,6 +54,10 @@ struct sf_gen_opts {
 	uint64_t block_size;   /* SF_MIN_BLOCK_SIZE..SF_MAX_BLOCK_SIZE */
 	const char *ref_dir;   /* NULL: no unsharded reference */
 	bool blobs;            /* write config.json and tokenizer_config.json */
+	uint64_t ntensors;     /* "many": tensors, 1..SF_GEN_MAX_TENSORS (0:
+				* SF_GEN_MANY_DEFAULT); other layouts: 0 */
+	bool sparse;           /* tensor bytes are all zero, payload files
+				* made with ftruncate (holes); no ref_dir */
 	/* NULL, or called after every chunk written (payloads, then the
 	 * reference) with the bytes written so far and the total */
 	void (*progress)(void *arg, uint64_t done, uint64_t total);
@@ -56,7 +72,11 @@ struct sf_gen_stats {
 	uint64_t payload_bytes; /* bytes written to payload files */
 };
 
-/* "mixed", "llama", "fsdp", "replicated" -> 0, or -EINVAL. */
+/* Why o cannot be generated (options that do not go together), or NULL.
+ * Static string. */
+const char *sf_gen_opts_problem(const struct sf_gen_opts *o);
+
+/* "mixed", "llama", "fsdp", "replicated", "many" -> 0, or -EINVAL. */
 int sf_gen_layout_parse(const char *s, enum sf_gen_layout *out);
 /* Static name of a layout. */
 const char *sf_gen_layout_name(enum sf_gen_layout l);
@@ -78,5 +98,9 @@ int sf_gen_checkpoint(const char *ckpt_dir, const struct sf_gen_opts *o,
  */
 void sf_gen_value(enum sf_dtype dt, uint64_t seed, const char *name,
 		  uint64_t idx, uint8_t *out);
+/* The same in two steps (sf_gen_value.c): the key of tensor name, then
+ * element idx of the tensor with that key. */
+uint64_t sf_gen_key(uint64_t seed, const char *name);
+void sf_gen_elem(enum sf_dtype dt, uint64_t key, uint64_t idx, uint8_t *out);
 
 #endif

@@ -76,19 +76,21 @@ static const char usage_main[] =
 	"prints the version.\n";
 
 static const char usage_gen[] =
-	"usage: shardctl gen [--layout mixed|llama|fsdp|replicated] [--ranks N]\n"
-	"                    [--size SIZE] [--dtype DT] [--seed N]\n"
-	"                    [--block-size SIZE] [--ref DIR] [--no-blobs] CKPT_DIR\n"
+	"usage: shardctl gen [--layout mixed|llama|fsdp|replicated|many] [--ranks N]\n"
+	"                    [--size SIZE] [--tensors N] [--dtype DT] [--seed N]\n"
+	"                    [--block-size S] [--ref DIR] [--no-blobs] [--sparse] CKPT_DIR\n"
 	"\n"
 	"Write a committed checkpoint into CKPT_DIR (its basename is the name).\n"
 	"  --layout L      tensor set and sharding (default mixed)\n"
 	"  --ranks N       world size (default 4)\n"
 	"  --size SIZE     approximate total tensor bytes, K/M/G/T suffixes (default 64M)\n"
+	"  --tensors N     many: N small tensors, a row box per rank each (default 1000)\n"
 	"  --dtype DT      weight dtype, a safetensors name (default BF16)\n"
 	"  --seed N        value seed (default 1)\n"
 	"  --block-size S  checksum block size (default 4M)\n"
 	"  --ref DIR       also write the unsharded reference into DIR\n"
 	"  --no-blobs      no config.json / tokenizer_config.json\n"
+	"  --sparse        tensor bytes all 0, payload files sized with holes (no --ref)\n"
 	"  --force         overwrite an existing shardfs checkpoint in CKPT_DIR\n"
 	"                  (never one a mount serves, never anything else)\n";
 
@@ -178,6 +180,8 @@ static int cmd_gen(int argc, char **argv)
 		{ "block-size", required_argument, NULL, 'b' },
 		{ "ref", required_argument, NULL, 'R' },
 		{ "no-blobs", no_argument, NULL, 'n' },
+		{ "tensors", required_argument, NULL, 'T' },
+		{ "sparse", no_argument, NULL, 'p' },
 		{ "force", no_argument, NULL, 'f' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
@@ -237,6 +241,13 @@ static int cmd_gen(int argc, char **argv)
 		case 'n':
 			o.blobs = false;
 			break;
+		case 'T':
+			if (sf_parse_u64(optarg, SF_GEN_MAX_TENSORS, &o.ntensors) < 0 || !o.ntensors)
+				return usage_error(usage_gen, "--tensors '%s': want 1..1048574", optarg);
+			break;
+		case 'p':
+			o.sparse = true;
+			break;
 		case 'f':
 			force = true;
 			break;
@@ -250,6 +261,8 @@ static int cmd_gen(int argc, char **argv)
 	}
 	if (optind != argc - 1)
 		return usage_error(usage_gen, "%s", "want exactly one CKPT_DIR");
+	if (sf_gen_opts_problem(&o))
+		return usage_error(usage_gen, "%s", sf_gen_opts_problem(&o));
 	if (gen_target_ok(argv[optind], force) != 0)
 		return 1;
 

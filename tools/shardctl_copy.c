@@ -874,7 +874,13 @@ static int copy_manifest(struct copy *c)
 	}
 	rc = sf_read_fd(fd, SF_MAX_MANIFEST_BYTES, &text, &len);
 	close(fd);
-	if (rc || len != c->res.metalen || memcmp(text, c->res.meta, len) != 0) {
+	/* the manifest that was parsed: its bytes when the open kept them,
+	 * else (a large one is never held) the same file, size and mtime */
+	if (rc || len != c->res.metalen ||
+	    (c->res.meta ? memcmp(text, c->res.meta, len) != 0 :
+	     !c->res.meta_file || (uint64_t)sb.st_ino != c->res.meta_ino ||
+	     (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec !=
+	     c->res.meta_mtime_ns)) {
 		free(text);
 		return fail("%s/" SF_SHARDFS_MANIFEST ": %s; nothing committed at %s", c->src,
 			    rc ? sf_strerror(rc) : "changed while the checkpoint was copied",

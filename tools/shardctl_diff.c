@@ -82,7 +82,7 @@ static bool same_geometry(unsigned ndim, const struct sf_shard *x,
 	if (x->flat)
 		return x->flat_off == y->flat_off && x->flat_len == y->flat_len;
 	for (unsigned d = 0; d < ndim; d++)
-		if (x->box.off[d] != y->box.off[d] || x->box.len[d] != y->box.len[d] ||
+		if (x->off[d] != y->off[d] || x->len[d] != y->len[d] ||
 		    (x->strides && x->strides[d] != y->strides[d]))
 			return false;
 	return true;

@@ -293,8 +293,10 @@ static void ckpt_text(const char *path, const struct ctl_ckpt *c)
 /* one tensor                                                          */
 
 /* "0:16000,0:4096" (a box in slice syntax) or "flat 100+200" into buf. */
-static const char *fmt_region(const struct sf_shard *s, char *buf, size_t size)
+static const char *fmt_region(const struct sf_tensor *t, const struct sf_shard *s,
+			      char *buf, size_t size)
 {
+	struct sf_box box;
 	size_t n = 0;
 
 	if (s->flat) {
@@ -303,11 +305,12 @@ static const char *fmt_region(const struct sf_shard *s, char *buf, size_t size)
 		return buf;
 	}
 	buf[0] = '\0';
-	for (unsigned d = 0; d < s->box.ndim && n < size; d++)
+	sf_shard_box(s, t->ndim, &box);
+	for (unsigned d = 0; d < box.ndim && n < size; d++)
 		n += (size_t)snprintf(buf + n, size - n, "%s%llu:%llu", d ? "," : "",
-				      (unsigned long long)s->box.off[d],
-				      (unsigned long long)(s->box.off[d] + s->box.len[d]));
-	if (s->box.ndim == 0)
+				      (unsigned long long)box.off[d],
+				      (unsigned long long)(box.off[d] + box.len[d]));
+	if (box.ndim == 0)
 		snprintf(buf, size, "(scalar)");
 	return buf;
 }
@@ -327,7 +330,8 @@ static const struct sf_tensor *find_entry(const struct sf_model *m, const char *
 	return t;
 }
 
-static json_t *json_shard(struct jb *b, size_t k, const struct sf_shard *s)
+static json_t *json_shard(struct jb *b, size_t k, const struct sf_tensor *t,
+			  const struct sf_shard *s)
 {
 	json_t *o = json_object(), *box = json_null(), *flat = json_null();
 
@@ -336,15 +340,18 @@ static json_t *json_shard(struct jb *b, size_t k, const struct sf_shard *s)
 		put(b, flat, "offset", jint(s->flat_off));
 		put(b, flat, "length", jint(s->flat_len));
 	} else {
+		struct sf_box bx;
+
+		sf_shard_box(s, t->ndim, &bx);
 		box = json_object();
-		put(b, box, "offsets", jarr_u64(b, s->box.off, s->box.ndim));
-		put(b, box, "lengths", jarr_u64(b, s->box.len, s->box.ndim));
+		put(b, box, "offsets", jarr_u64(b, bx.off, bx.ndim));
+		put(b, box, "lengths", jarr_u64(b, bx.len, bx.ndim));
 	}
 	put(b, o, "index", jint(k));
 	put(b, o, "rank", jint(s->rank));
 	put(b, o, "box", box);
 	put(b, o, "flat", flat);
-	put(b, o, "strides", s->strides ? jarr_u64(b, s->strides, s->box.ndim) :
+	put(b, o, "strides", s->strides ? jarr_u64(b, s->strides, t->ndim) :
 					  json_null());
 	put(b, o, "file", jstr(s->file));
 	put(b, o, "file_offset", jint(s->file_offset));
@@ -382,7 +389,7 @@ static int tensor_info(const char *path, const struct ctl_ckpt *c,
 		put(&b, doc, "nbytes", jint(t->nbytes));
 		put(&b, doc, "checksummed", json_boolean(entry_checksummed(t)));
 		for (size_t k = 0; k < t->nshards; k++)
-			push(&b, sh, json_shard(&b, k, &t->shards[k]));
+			push(&b, sh, json_shard(&b, k, t, &t->shards[k]));
 		put(&b, doc, "shards", sh);
 		return doc_print(&b, doc);
 	}
@@ -396,7 +403,7 @@ static int tensor_info(const char *path, const struct ctl_ckpt *c,
 		int l = (int)strlen(t->shards[k].file);
 
 		wf = l > wf ? l : wf;
-		l = (int)strlen(fmt_region(&t->shards[k], region, sizeof(region)));
+		l = (int)strlen(fmt_region(t, &t->shards[k], region, sizeof(region)));
 		wr = l > wr ? l : wr;
 	}
 	printf("%5s  %5s  %-*s  %-*s  %12s  %12s  %s\n", "SHARD", "RANK", wr, "REGION",
@@ -405,12 +412,12 @@ static int tensor_info(const char *path, const struct ctl_ckpt *c,
 		const struct sf_shard *s = &t->shards[k];
 
 		printf("%5zu  %5u  %-*s  %-*s  %12llu  %12llu  %s", k, s->rank, wr,
-		       fmt_region(s, region, sizeof(region)), wf, s->file,
+		       fmt_region(t, s, region, sizeof(region)), wf, s->file,
 		       (unsigned long long)s->file_offset, (unsigned long long)s->nbytes,
 		       s->xxh3 ? "yes" : "no");
 		if (s->strides) {
 			printf("  strides [");
-			for (unsigned d = 0; d < s->box.ndim; d++)
+			for (unsigned d = 0; d < t->ndim; d++)
 				printf("%s%llu", d ? "," : "", (unsigned long long)s->strides[d]);
 			printf("]");
 		}

@@ -420,7 +420,9 @@ static int add_unreadable(struct dcp *d, const char *key, struct sf_tensor *t,
 	s->codec = SF_CODEC_UNREADABLE;
 	s->file = (char *)si->path;
 	s->file_offset = si->foff;
-	s->nbytes = sf_box_numel(&s->box) * sf_dtype_size(t->dtype);
+	s->nbytes = sf_dtype_size(t->dtype);
+	for (unsigned i = 0; i < t->ndim; i++)
+		s->nbytes *= s->len[i]; /* bounded: the validator checks the box */
 	if (sf_tensor_add_shard(d->m, t, s))
 		return sf_fail(&d->w, -SF_EFORMAT, "tensor %s: %s", key, sf_model_why(d->m));
 	return 0;
@@ -442,14 +444,13 @@ static int add_chunk(struct dcp *d, const char *key, struct sf_tensor *t,
 	uint64_t numel = 1, first;
 	int rc;
 
-	s.box.ndim = t->ndim;
-	memcpy(s.box.off, c->off, sizeof(s.box.off));
-	memcpy(s.box.len, c->len, sizeof(s.box.len));
+	s.off = c->off;
+	s.len = c->len;
 	for (unsigned i = 0; i < t->ndim; i++)
-		numel *= s.box.len[i]; /* bounded: the validator checks the box */
+		numel *= c->len[i]; /* bounded: the validator checks the box */
 	if (numel == 0 && t->ndim > 0)
 		return 0; /* holds no element */
-	si = find_sinfo(d, key, true, t->ndim, s.box.off);
+	si = find_sinfo(d, key, true, t->ndim, c->off);
 	if (!si)
 		return sf_fail(&d->w, -SF_EFORMAT,
 			    "tensor %s: a chunk has no storage_data entry", key);
@@ -488,7 +489,7 @@ static int add_chunk(struct dcp *d, const char *key, struct sf_tensor *t,
 		goto out_free_ts;
 	}
 	if (x->dtype != t->dtype || x->ndim != t->ndim ||
-	    memcmp(x->shape, s.box.len, t->ndim * sizeof(uint64_t)) != 0) {
+	    memcmp(x->shape, c->len, t->ndim * sizeof(uint64_t)) != 0) {
 		sf_fail(&d->w, rc, "tensor %s: chunk in %s holds a %s tensor of another shape than the metadata says",
 		     key, si->path, sf_dtype_name(x->dtype));
 		goto out_free_ts;
@@ -557,7 +558,7 @@ static int add_object(struct dcp *d, const char *key)
 	enum sf_codec codec;
 	size_t declen = 0;
 	void *dec = NULL;
-	uint64_t size;
+	uint64_t size, zero = 0;
 	int rc;
 
 	if (!si)
@@ -595,8 +596,8 @@ static int add_object(struct dcp *d, const char *key)
 		return sf_fail(&d->w, rc, "object %s: %s", key, sf_model_why(d->m));
 	if (size == 0)
 		return 0;
-	s.box.ndim = 1;
-	s.box.len[0] = size;
+	s.off = &zero;
+	s.len = &size;
 	s.file = (char *)si->path;
 	s.file_offset = si->foff;
 	s.nbytes = size;

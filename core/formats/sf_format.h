@@ -123,10 +123,19 @@ int sf_cdir_add_root_files(const struct sf_cdir *cd, struct sf_model *m,
  * it with sf_format_result_clear. */
 struct sf_format_result {
 	struct sf_model *model;  /* finished (sf_model_finish) */
-	char *meta;              /* manifest.json as the mount shows it: the
-				  * stored one, or one synthesized in the
-				  * shardfs/1 shape; NUL-terminated */
-	size_t metalen;
+	char *meta;              /* manifest.json as the mount shows it: one
+				  * synthesized in the shardfs/1 shape, or the
+				  * stored one read from a peer; NUL-terminated;
+				  * NULL with meta_file */
+	size_t metalen;          /* bytes of it */
+	bool meta_file;          /* it is the checkpoint's own manifest.json,
+				  * read from the file when shown (a million
+				  * shards' is 170 MB: never held), as long as
+				  * it is still the file that was parsed: */
+	const char *meta_path;   /* meta_file: its path in the checkpoint
+				  * directory (static), */
+	uint64_t meta_ino;       /* its inode, */
+	int64_t meta_mtime_ns;   /* its st_mtim (ns since the epoch) */
 };
 void sf_format_result_clear(struct sf_format_result *r);
 

@@ -580,9 +580,8 @@ static int add_tensor(struct hf *h, size_t a, size_t b)
 		if (n == 0)
 			continue; /* holds no element */
 		sum += n;
-		s.box.ndim = c->ndim;
-		memcpy(s.box.off, c->off, sizeof(s.box.off));
-		memcpy(s.box.len, c->len, sizeof(s.box.len));
+		s.off = c->off; /* c->ndim == t->ndim: checked above */
+		s.len = c->len;
 		s.file = h->files[c->file].path;
 		s.file_offset = c->file_offset;
 		s.nbytes = c->nbytes;

@@ -228,12 +228,12 @@ int sf_index_apply(int stat_dirfd, const char *name, const char *adapter,
 	for (size_t j = 0; j < nsh; j++) {
 		if (!match[j] || !match[j]->nblocks)
 			continue;
-		sums[j] = malloc(match[j]->nblocks * sizeof(**sums));
+		/* in the model's pool: wasted, not leaked, if a later one fails */
+		sums[j] = sf_model_copy_sums(m, match[j]->xxh3, match[j]->nblocks);
 		if (!sums[j]) {
 			rc = -ENOMEM;
 			goto out_free;
 		}
-		memcpy(sums[j], match[j]->xxh3, match[j]->nblocks * sizeof(**sums));
 	}
 	m->block_size = ix->block_size;
 	at = 0;
@@ -246,7 +246,6 @@ int sf_index_apply(int stat_dirfd, const char *name, const char *adapter,
 					continue;
 				s->xxh3 = sums[at];
 				s->nblocks = match[at]->nblocks;
-				sums[at] = NULL;
 				st->shards++;
 			}
 	for (size_t i = 0; i < ix->nfiles; i++) {
@@ -266,10 +265,7 @@ int sf_index_apply(int stat_dirfd, const char *name, const char *adapter,
 		sf_warn("checkpoint %s: " SF_INDEX_NAME ": and %zu more files changed since indexing",
 			name, lines - MAX_CHANGED_LINES);
 out_free:
-	if (sums)
-		for (size_t j = 0; j < nsh; j++)
-			free(sums[j]);
-	free(sums);
+	free(sums); /* the copies are the model's */
 	free(match);
 	free(state);
 	free(unmatched);

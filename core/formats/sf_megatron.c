@@ -181,12 +181,6 @@ static bool shape_of(const struct sf_pk *v, uint64_t *out, unsigned *ndim,
 	return sf_pk_uints(v, SF_PK_UINTS_SIZE | SF_PK_UINTS_LIST, out, max, ndim);
 }
 
-static void free_shards(struct sf_shard *s, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		sf_shard_clear(&s[i]);
-	free(s);
-}
 
 /* The new shards of t (shape X now) for old shard s of the reformulated
  * tensor (blocks blk). 0 or an error with the reason in why. */
@@ -200,31 +194,31 @@ static int add_flat_chunk(struct sf_model *m, struct sf_tensor *t,
 	uint64_t org[SF_MAX_NDIM], pos;
 	int rc;
 
-	if (s->flat || s->box.ndim != n + 1 ||
-	    (s->strides && s->strides[n] != 1)) {
+	/* s is a shard of t as DCP built it: n + 1 dimensions */
+	if (s->flat || (s->strides && s->strides[n] != 1)) {
 		snprintf(why, whylen, "a chunk is not a flat range of one block");
 		return -SF_EFORMAT;
 	}
 	for (unsigned i = 0; i < n; i++) {
-		if (s->box.len[i] != 1) {
+		if (s->len[i] != 1) {
 			snprintf(why, whylen, "a chunk spans several blocks");
 			return -SF_EFORMAT;
 		}
-		org[i] = s->box.off[i] * blk[i]; /* <= X_i: the box lies inside */
+		org[i] = s->off[i] * blk[i]; /* <= X_i: the box lies inside */
 	}
-	rc = sf_mcore_flat_boxes(n, org, blk, s->box.off[n], s->box.len[n],
+	rc = sf_mcore_flat_boxes(n, org, blk, s->off[n], s->len[n],
 				 boxes, &nb);
 	if (rc) {
 		snprintf(why, whylen, "a chunk's flat range lies outside its block");
 		return rc;
 	}
-	pos = s->box.off[n];
+	pos = s->off[n];
 	for (size_t i = 0; i < nb; i++) {
-		struct sf_shard ns = { .rank = s->rank, .box = boxes[i],
-				       .file = s->file };
+		struct sf_shard ns = { .rank = s->rank, .off = boxes[i].off,
+				       .len = boxes[i].len, .file = s->file };
 		uint64_t numel = sf_box_numel(&boxes[i]);
 
-		ns.file_offset = s->file_offset + (pos - s->box.off[n]) * isz;
+		ns.file_offset = s->file_offset + (pos - s->off[n]) * isz;
 		ns.nbytes = numel * isz;
 		rc = sf_tensor_add_shard(m, t, &ns);
 		if (rc) {
@@ -279,7 +273,7 @@ static int unflatten(struct sf_model *m, struct sf_tensor *t, unsigned n,
 	for (size_t i = 0; i < nold && !rc; i++)
 		rc = add_flat_chunk(m, t, &old[i], blk, why, whylen);
 	if (rc) { /* put t back as DCP built it */
-		free_shards(t->shards, t->nshards);
+		sf_model_free_shards(t->shards, t->nshards);
 		t->shards = old;
 		t->nshards = nold;
 		t->cap_shards = capold;
@@ -287,7 +281,7 @@ static int unflatten(struct sf_model *m, struct sf_tensor *t, unsigned n,
 		memcpy(t->shape, oldshape, sizeof(oldshape));
 		return rc;
 	}
-	free_shards(old, nold);
+	sf_model_free_shards(old, nold);
 	return 0;
 }
 

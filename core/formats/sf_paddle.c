@@ -769,9 +769,8 @@ static int add_chunk_shards(struct pd *d, struct sf_tensor *t,
 
 		if (c->a->len == 0)
 			return 0;
-		s.box.ndim = t->ndim;
-		memcpy(s.box.off, c->off, sizeof(s.box.off));
-		memcpy(s.box.len, c->len, sizeof(s.box.len));
+		s.off = c->off;
+		s.len = c->len;
 		if (c->a->fortran && t->ndim > 1) {
 			strides[0] = 1;
 			for (unsigned i = 1; i < t->ndim; i++)
@@ -791,11 +790,12 @@ static int add_chunk_shards(struct pd *d, struct sf_tensor *t,
 		struct sf_shard s = { .file = c->f->path };
 		uint64_t k = 1;
 
-		s.box = pc[i];
 		for (unsigned j = 0; j < t->ndim; j++) {
-			s.box.off[j] += c->off[j];
+			pc[i].off[j] += c->off[j];
 			k *= pc[i].len[j];
 		}
+		s.off = pc[i].off;
+		s.len = pc[i].len;
 		s.file_offset = c->a->off + at * isz;
 		s.nbytes = k * isz;
 		at += k;

@@ -33,7 +33,7 @@ int sf_cdir_add_root_files(const struct sf_cdir *cd, struct sf_model *m,
 		const char *nm = ls.names[i];
 		struct sf_shard s = { 0 };
 		struct sf_tensor *t;
-		uint64_t size;
+		uint64_t size, zero = 0;
 
 		if (ls.is_dir[i] || nm[0] == '.' || (own && own(arg, nm)))
 			continue;
@@ -55,8 +55,8 @@ int sf_cdir_add_root_files(const struct sf_cdir *cd, struct sf_model *m,
 		}
 		if (size == 0)
 			continue;
-		s.box.ndim = 1;
-		s.box.len[0] = size;
+		s.off = &zero;
+		s.len = &size;
 		s.file = (char *)nm;
 		s.nbytes = size;
 		rc = sf_tensor_add_shard(m, t, &s);

@@ -42,6 +42,11 @@ int sf_shardfs_parse(const char *json, size_t len, struct sf_model **out,
  * checkpoint (sf_wckpt_export_part): every check except coverage. */
 int sf_shardfs_parse_part(const char *json, size_t len,
 			  struct sf_model **out, char *err, size_t errlen);
+/* Either, for text read through in (a file's window: the text is never
+ * held whole; in must outlive the call). partial: no coverage check.
+ * (sf_shardfs_parse.c) */
+int sf_shardfs_parse_input(const struct sf_input *in, bool partial,
+			   struct sf_model **out, char *err, size_t errlen);
 
 /*
  * Parse a manifest.json as a mount shows it (sf_shardfs_dump of any

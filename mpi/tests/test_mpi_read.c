@@ -96,8 +96,9 @@ static int add_shard(struct sf_model *m, const char *name,
 		s.flat = true;
 		s.flat_off = flat_off;
 		s.flat_len = flat_len;
-	} else {
-		s.box = *box;
+	} else if ((ret = sf_shard_set_box(&s, box)) != 0) {
+		sf_shard_clear(&s);
+		return ret;
 	}
 	ret = sf_tensor_add_shard(m, tw, &s);
 	sf_shard_clear(&s);

@@ -32,10 +32,10 @@ static bool shard_equal(const struct sf_tensor *t, const struct sf_shard *a,
 	if (a->flat && (a->flat_off != b->flat_off || a->flat_len != b->flat_len))
 		return differ(why, whylen, "shard flat range", t->name, i);
 	if (!a->flat) {
-		if (a->box.ndim != b->box.ndim)
-			return differ(why, whylen, "shard box ndim", t->name, i);
-		for (unsigned d = 0; d < a->box.ndim && d < SF_MAX_NDIM; d++)
-			if (a->box.off[d] != b->box.off[d] || a->box.len[d] != b->box.len[d])
+		if (t->ndim && (!a->off || !a->len || !b->off || !b->len))
+			return differ(why, whylen, "shard box", t->name, i);
+		for (unsigned d = 0; d < t->ndim && d < SF_MAX_NDIM; d++)
+			if (a->off[d] != b->off[d] || a->len[d] != b->len[d])
 				return differ(why, whylen, "shard box", t->name, i);
 	}
 	if (!a->file || !b->file || strcmp(a->file, b->file) != 0)

@@ -308,18 +308,17 @@ static size_t run_dir(const char *corpus, const char *sub, bool valid)
 
 static uint64_t sums[64];
 
-/* A shard with dummy checksums sized for block size bs. */
+/* A shard with dummy checksums sized for block size bs (it borrows off
+ * and len: they must live until it is added). */
 static struct sf_shard mk_box(uint32_t rank, unsigned ndim, const uint64_t *off,
 			      const uint64_t *len, size_t isz, uint64_t bs)
 {
 	struct sf_shard s = { .rank = rank, .file = "rank-00000/b" };
-	s.box.ndim = ndim;
 	uint64_t n = isz;
-	for (unsigned d = 0; d < ndim; d++) {
-		s.box.off[d] = off[d];
-		s.box.len[d] = len[d];
+	s.off = off;
+	s.len = len;
+	for (unsigned d = 0; d < ndim; d++)
 		n *= len[d];
-	}
 	s.nbytes = n;
 	s.nblocks = sf_nblocks(n, bs);
 	s.xxh3 = sums;
@@ -610,18 +609,20 @@ static void test_coverage_random(void)
 		}
 		for (unsigned i = 0; i < nsh; i++) {
 			struct sf_shard s;
+			uint64_t off[4], len[4];
 			if (rnd(2)) {
 				uint64_t o = rnd(t->nbytes + 1);
 				s = mk_flat(1, o, rnd(t->nbytes - o + 1), bs);
 				memset(map + o, 1, s.flat_len);
 			} else {
-				uint64_t off[4], len[4];
+				struct sf_box b;
 				for (unsigned d = 0; d < ndim; d++) {
 					off[d] = rnd(shape[d]);
 					len[d] = 1 + rnd(shape[d] - off[d]);
 				}
 				s = mk_box(2, ndim, off, len, sf_dtype_size(dt), bs);
-				mark_box(map, t, &s.box);
+				sf_shard_box(&s, ndim, &b);
+				mark_box(map, t, &b);
 			}
 			check(sf_tensor_add_shard(m, t, &s) == 0, "add random shard");
 		}

@@ -117,33 +117,33 @@ static void round_trip(const struct sf_index *ix)
 static struct sf_model *model(void)
 {
 	struct sf_model *m = sf_model_new("ck", 1, SF_DEFAULT_BLOCK_SIZE);
-	struct sf_shard s = { 0 };
+	struct sf_box bx = { .ndim = 1 };
+	struct sf_shard s = { .off = bx.off, .len = bx.len };
 	struct sf_tensor *t;
 	uint64_t n = 100, nb = 5000;
 	char err[256];
 
 	if (!m || sf_model_add_tensor(m, false, "w", SF_DT_U8, 1, &n, &t))
 		goto fail;
-	s.box.ndim = 1;
-	s.box.len[0] = 60;
+	bx.len[0] = 60;
 	s.file = "a.bin";
 	s.nbytes = 60;
 	if (sf_tensor_add_shard(m, t, &s))
 		goto fail;
-	s.box.off[0] = 60;
-	s.box.len[0] = 40;
+	bx.off[0] = 60;
+	bx.len[0] = 40;
 	s.file_offset = 4096;
 	s.nbytes = 40;
 	if (sf_tensor_add_shard(m, t, &s) || sf_model_add_object(m, "step", 10, &t))
 		goto fail;
-	s.box.off[0] = 0;
-	s.box.len[0] = 10;
+	bx.off[0] = 0;
+	bx.len[0] = 10;
 	s.file_offset = 200;
 	s.nbytes = 10;
 	if (sf_tensor_add_shard(m, t, &s) ||
 	    sf_model_add_tensor(m, true, "b.bin", SF_DT_U8, 1, &nb, &t))
 		goto fail;
-	s.box.len[0] = nb;
+	bx.len[0] = nb;
 	s.file = "b.bin";
 	s.file_offset = 0;
 	s.nbytes = nb;

@@ -5,7 +5,8 @@ gen never destroys what it did not write: an existing checkpoint is
 refused without --force (exit 1, bytes unchanged), --force overwrites a
 shardfs checkpoint but never one a mount serves nor anything else (a
 directory of files, a PyTorch DCP checkpoint), and an empty directory is
-fine. The mount's source in /proc/mounts names its store.
+fine. The mount's source in /proc/mounts names its store. gen's scale
+layouts (--layout many, --sparse) make what they say, verifiably.
 """
 
 import os
@@ -118,8 +119,53 @@ def check_mountpoint_errors(env, ck):
         m.stop(raise_on_crash=False)
 
 
+def check_gen_scale(env, ck):
+    """gen's scale layouts: --layout many is N tensors of 8 row boxes each,
+    every byte the generator's (its --ref); --sparse makes zero tensors in
+    files with holes whose checksums shardctl verify accepts, block by
+    block, and that the mount serves verified."""
+    store = env.path("store-scale")
+    os.makedirs(store)
+    many = os.path.join(store, "many")
+    ref = env.gen(many, layout="many", ranks=8, size="256K", extra=("--tensors", "40"))
+    ck.eq(len(ref.tensors), 40, "--tensors 40 makes 40 tensors")
+    sparse = os.path.join(store, "sparse")
+    env.gen(sparse, layout="llama", ranks=4, size="8M", ref=False,
+            extra=("--sparse",))
+    big = os.path.join(store, "big")
+    env.gen(big, layout="llama", ranks=4, size="64G", block_size="4M", ref=False,
+            extra=("--sparse",))
+    used = sum(os.stat(os.path.join(dp, f)).st_blocks * 512
+               for dp, _, fs in os.walk(big) for f in fs)
+    ck.ok(used < 64 << 20, "a sparse 64G checkpoint takes %d bytes of disk" % used)
+    # (verifying the 64G one would read 64 GB of holes)
+    r = env.shardctl_run("verify", sparse, check=False)
+    ck.eq(r.returncode, 0, "shardctl verify of the sparse checkpoint: %r" % (
+        r.stdout[-300:] + r.stderr[-300:]))
+    r = env.shardctl_run("gen", "--sparse", "--ref", env.path("nope"),
+                         os.path.join(store, "x"), check=False)
+    ck.eq(r.returncode, 2, "--sparse with --ref is a usage error")
+    r = env.shardctl_run("gen", "--tensors", "5", os.path.join(store, "y"), check=False)
+    ck.eq(r.returncode, 2, "--tensors without --layout many is a usage error")
+    with sm.Mount(env, store) as m:
+        names = sorted(os.listdir(os.path.join(m.mnt, "many", "tensors")))
+        ck.eq(names, sorted(ref.tensors), "tensors/ lists the 40 tensors")
+        for name in names:
+            with open(os.path.join(m.mnt, "many", "tensors", name), "rb") as f:
+                ck.ok(f.read() == ref.tensor_bytes(name), "%s: the generator's bytes" % name)
+        ck.eq(os.getxattr(os.path.join(m.mnt, "sparse"), "user.shardfs.verified"),
+              b"yes", "a sparse checkpoint is verified")
+        tdir = os.path.join(m.mnt, "sparse", "tensors")
+        for name in sorted(os.listdir(tdir))[:20]:
+            with open(os.path.join(tdir, name), "rb") as f:
+                data = f.read()
+            ck.ok(len(data) > 0 and data.count(0) == len(data),
+                  "%s: %d zero bytes, read verified" % (name, len(data)))
+
+
 def test(env, ck):
     check_gen(env, ck)
+    check_gen_scale(env, ck)
     check_version_and_order(env, ck)
     check_mountpoint_errors(env, ck)
 

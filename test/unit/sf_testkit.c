@@ -84,10 +84,10 @@ uint64_t kit_shard_byte(const struct sf_tensor *t, const struct sf_shard *s,
 	e = j / itemsize;
 	rem = e;
 	for (unsigned d = t->ndim; d-- > 0;) {
-		uint64_t c = rem % s->box.len[d];
+		uint64_t c = rem % s->len[d];
 
-		rem /= s->box.len[d];
-		tidx += (s->box.off[d] + c) * stride;
+		rem /= s->len[d];
+		tidx += (s->off[d] + c) * stride;
 		stride *= t->shape[d];
 	}
 	return tidx * itemsize + j % itemsize;
@@ -100,7 +100,8 @@ int kit_view_map(const struct sf_tensor *t, const struct sf_box *view,
 	uint64_t len = t->nbytes, *map;
 
 	if (view) {
-		as_shard.box = *view;
+		as_shard.off = view->off;
+		as_shard.len = view->len;
 		len = sf_dtype_size(t->dtype);
 		for (unsigned d = 0; d < view->ndim; d++)
 			len *= view->len[d];
@@ -352,8 +353,8 @@ static uint64_t strided_pos(const struct sf_tensor *t, const struct sf_shard *s,
 	uint64_t e = j / isz, p = 0;
 
 	for (unsigned d = t->ndim; d-- > 0;) {
-		p += (e % s->box.len[d]) * s->strides[d];
-		e /= s->box.len[d];
+		p += (e % s->len[d]) * s->strides[d];
+		e /= s->len[d];
 	}
 	return p * isz + j % isz;
 }
@@ -372,7 +373,8 @@ static int emit_shard(uint64_t *rng, struct kit *k, struct sf_tensor *t,
 
 	s.rank = f->rank;
 	s.flat = sp->flat;
-	s.box = sp->box;
+	s.off = sp->box.off;
+	s.len = sp->box.len;
 	s.flat_off = sp->flat_off;
 	s.flat_len = sp->flat_len;
 	boxbytes = sp->flat ? sp->flat_len

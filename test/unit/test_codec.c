@@ -199,7 +199,8 @@ static void test_engine(void)
 	memcpy(ms.file + 16, c, clen);
 	CHECK_EQ(sf_model_add_tensor(m, false, "w", SF_DT_U8, 1, &shape, &t), 0);
 	{
-		struct sf_shard s = { .box = { .ndim = 1, .len = { n } }, .file = "f",
+		uint64_t z = 0, l = n;
+		struct sf_shard s = { .off = &z, .len = &l, .file = "f",
 				      .file_offset = 16, .nbytes = n,
 				      .codec = SF_CODEC_ZSTD, .stored_len = clen,
 				      .decoded_len = lead + n + 50, .decoded_off = lead };
@@ -214,7 +215,8 @@ static void test_engine(void)
 	}
 	CHECK_EQ(sf_model_add_tensor(m, false, "gone", SF_DT_U8, 1, &hshape, &t), 0);
 	{
-		struct sf_shard s = { .box = { .ndim = 1, .len = { 64 } }, .file = "f",
+		uint64_t z = 0, l = 64;
+		struct sf_shard s = { .off = &z, .len = &l, .file = "f",
 				      .nbytes = 64, .codec = SF_CODEC_UNREADABLE };
 
 		CHECK_EQ(sf_tensor_add_shard(m, t, &s), 0);
@@ -222,7 +224,8 @@ static void test_engine(void)
 	CHECK_EQ(sf_model_add_tensor(m, false, "short", SF_DT_U8, 1, &hshape, &t), 0);
 	{
 		/* the model says the stream decodes to more than it does */
-		struct sf_shard s = { .box = { .ndim = 1, .len = { 64 } }, .file = "f",
+		uint64_t z = 0, l = 64;
+		struct sf_shard s = { .off = &z, .len = &l, .file = "f",
 				      .file_offset = 16, .nbytes = 64,
 				      .codec = SF_CODEC_ZSTD, .stored_len = clen,
 				      .decoded_len = lead + n + 51 };

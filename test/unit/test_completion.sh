@@ -63,7 +63,7 @@ expect "subcommands" "$(lines gen info diff copy verify index export commit rm)"
 	"$(complete_words _shardctl shardctl "" | grep -v '^-')"
 expect "subcommand prefix" "$(lines diff)" "$(complete_words _shardctl shardctl di)"
 expect "diff options" "$(lines --stat)" "$(complete_words _shardctl shardctl diff --st)"
-expect "gen --layout" "$(lines mixed llama fsdp replicated)" \
+expect "gen --layout" "$(lines mixed llama fsdp replicated many)" \
 	"$(complete_words _shardctl shardctl gen --layout "")"
 expect "gen --dtype prefix" "$(lines F16 F32 F64 F8_E4M3 F8_E5M2)" \
 	"$(complete_words _shardctl shardctl gen --dtype F)"

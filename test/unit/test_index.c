@@ -245,7 +245,8 @@ static struct sf_model *make_model(void)
 	struct sf_model *m = sf_model_new("ck", 1, SF_DEFAULT_BLOCK_SIZE);
 	struct sf_tensor *t;
 	uint64_t shape = 12000, size_b = FILE_B;
-	struct sf_shard s = { 0 };
+	struct sf_box bx = { .ndim = 1 };
+	struct sf_shard s = { .off = bx.off, .len = bx.len };
 	char err[256];
 
 	if (!m)
@@ -253,24 +254,23 @@ static struct sf_model *make_model(void)
 	sf_model_set_format(m, "test-format 1");
 	if (sf_model_add_tensor(m, false, "w", SF_DT_U8, 1, &shape, &t))
 		goto fail;
-	s.box.ndim = 1;
-	s.box.off[0] = 0;
-	s.box.len[0] = 9000;
+	bx.off[0] = 0;
+	bx.len[0] = 9000;
 	s.file = "a.bin";
 	s.file_offset = 1000;
 	s.nbytes = 9000;
 	if (sf_tensor_add_shard(m, t, &s))
 		goto fail;
-	s.box.off[0] = 9000;
-	s.box.len[0] = 3000;
+	bx.off[0] = 9000;
+	bx.len[0] = 3000;
 	s.file_offset = 15000;
 	s.nbytes = 3000;
 	if (sf_tensor_add_shard(m, t, &s))
 		goto fail;
 	if (sf_model_add_object(m, "step", 100, &t))
 		goto fail;
-	s.box.off[0] = 0;
-	s.box.len[0] = 100;
+	bx.off[0] = 0;
+	bx.len[0] = 100;
 	s.file = "b.bin";
 	s.file_offset = 7;
 	s.nbytes = 100;
@@ -278,7 +278,7 @@ static struct sf_model *make_model(void)
 		goto fail;
 	if (sf_model_add_tensor(m, true, "b.bin", SF_DT_U8, 1, &size_b, &t))
 		goto fail;
-	s.box.len[0] = FILE_B;
+	bx.len[0] = FILE_B;
 	s.file_offset = 0;
 	s.nbytes = FILE_B;
 	if (sf_tensor_add_shard(m, t, &s))

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sf_checksum.h"
 #include "sf_dtype.h"
 #include "sf_engine.h"
 #include "sf_error.h"
@@ -405,10 +406,74 @@ static void test_npy(void)
 	}
 }
 
+/* The head is byte for byte what jansson's compact, key-sorted dump of
+ * the same object gives (how it was built before it was written straight
+ * from the model): names with quotes, backslashes, UTF-8, and around
+ * "__metadata__" in the key order. */
+static void test_st_head_bytes(void)
+{
+	static const char *const names[] = {
+		"A\"quote", "B\\back", "_", "__a", "__metadata", "__metadata_x",
+		"__metadatb", "a/b/c", "z\xc3\xa9", "\xe2\x82\xac.w",
+	};
+	struct sf_model *m = sf_model_new("ck\"\\", 1, SF_DEFAULT_BLOCK_SIZE);
+	struct sf_st_layout *st = NULL;
+	json_t *root = json_object(), *meta = json_object();
+	char err[256], *text = NULL;
+	uint64_t shape[2] = { 3, 5 }, off = 0;
+
+	if (!CHECK(m && root && meta))
+		goto out_free;
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		struct sf_tensor *t;
+		uint64_t zero[2] = { 0, 0 };
+		struct sf_shard s = { .off = zero, .len = shape, .file = "f",
+				      .nbytes = 3 * 5 * 4 };
+
+		shape[0] = 3 + i;
+		s.nbytes = shape[0] * shape[1] * 4;
+		if (!CHECK_EQ(sf_model_add_tensor(m, false, names[i], SF_DT_F32, 2,
+						  shape, &t), 0) ||
+		    !CHECK_EQ(sf_tensor_add_shard(m, t, &s), 0))
+			goto out_free;
+	}
+	if (!CHECK_EQ(sf_model_finish(m, err, sizeof(err)), 0) ||
+	    !CHECK_EQ(sf_st_layout_build(m, &st), 0))
+		goto out_free;
+	json_object_set_new(meta, "format", json_string("pt"));
+	json_object_set_new(meta, "shardfs.checkpoint", json_string(m->name));
+	json_object_set_new(root, "__metadata__", meta);
+	meta = NULL;
+	for (size_t i = 0; i < m->ntensors; i++) {
+		const struct sf_tensor *t = &m->tensors[i];
+
+		json_object_set_new(root, t->name,
+			json_pack("{s:[I,I], s:s, s:[I,I]}", "data_offsets",
+				  (json_int_t)off, (json_int_t)(off + t->nbytes),
+				  "dtype", "F32", "shape", (json_int_t)t->shape[0],
+				  (json_int_t)t->shape[1]));
+		off += t->nbytes;
+	}
+	text = json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS);
+	if (!CHECK(text != NULL))
+		goto out_free;
+	size_t n = strlen(text);
+	if (CHECK_EQ(st->head_len, (n + 8 + 7) / 8 * 8) &&
+	    !CHECK(memcmp(st->head + 8, text, n) == 0))
+		fprintf(stderr, "  head %.*s\n  want %s\n", (int)n, st->head + 8, text);
+out_free:
+	free(text);
+	json_decref(meta);
+	json_decref(root);
+	sf_st_layout_destroy(st);
+	sf_model_destroy(m);
+}
+
 int main(void)
 {
 	sf_test_seed(PROG, 31337);
 	test_npy();
 	test_safetensors();
+	test_st_head_bytes();
 	return sf_test_done(PROG);
 }

@@ -97,9 +97,13 @@ static int write_shard(struct sf_model *m, struct sf_tensor *t,
 		       const unsigned char *model)
 {
 	struct sf_shard s = { 0 };
-	uint64_t nbytes = proto->flat ? proto->flat_len
-				      : sf_box_numel(&proto->box) *
-					       sf_dtype_size(t->dtype);
+	uint64_t nbytes = proto->flat_len;
+
+	if (!proto->flat) {
+		nbytes = sf_dtype_size(t->dtype);
+		for (unsigned d = 0; d < t->ndim; d++)
+			nbytes *= proto->len[d];
+	}
 	unsigned char *payload = malloc(nbytes + 1);
 	int rc;
 
@@ -137,11 +141,13 @@ static int write_shard(struct sf_model *m, struct sf_tensor *t,
 	}
 	CHECK(sums_ok);
 	s.flat = proto->flat;
-	s.box = proto->box;
+	s.off = proto->off;
+	s.len = proto->len;
 	s.flat_off = proto->flat_off;
 	s.flat_len = proto->flat_len;
 	rc = sf_tensor_add_shard(m, t, &s);
 	CHECK_EQ(rc, 0);
+	s.off = s.len = NULL; /* the proto's */
 	sf_shard_clear(&s);
 out_free_payload:
 	free(payload);
@@ -202,14 +208,19 @@ static int write_ckpt(const char *store, const char *name, struct ckpt_model *cm
 		sf_rand_fill(w->bytes, t->nbytes);
 
 		struct sf_shard half[2] = { { 0 }, { 0 } };
+		struct sf_box hb[2];
 		if (!is_file && sf_rand_below(2)) {
 			uint64_t cut = 1 + sf_rand_below(shape[0] - 1);
 
-			sf_box_full(&half[0].box, ndim, shape);
-			sf_box_full(&half[1].box, ndim, shape);
-			half[0].box.len[0] = cut;
-			half[1].box.off[0] = cut;
-			half[1].box.len[0] = shape[0] - cut;
+			sf_box_full(&hb[0], ndim, shape);
+			sf_box_full(&hb[1], ndim, shape);
+			hb[0].len[0] = cut;
+			hb[1].off[0] = cut;
+			hb[1].len[0] = shape[0] - cut;
+			for (int h = 0; h < 2; h++) {
+				half[h].off = hb[h].off;
+				half[h].len = hb[h].len;
+			}
 		} else {
 			uint64_t cut = 1 + sf_rand_below(t->nbytes - 1); /* unaligned */
 
@@ -503,9 +514,18 @@ int main(void)
 
 			snprintf(p, sizeof(p), "%s/manifest.json", dir);
 			if (CHECK_EQ(slurp(p, &json, &len), 0)) {
+				char *shown = malloc(len + 1);
+
 				CHECK_EQ(ck->manifest_len, len);
-				CHECK(ck->manifest_len == len &&
-				      memcmp(ck->manifest_json, json, len) == 0);
+				/* the stored file, shown from it, not a copy */
+				CHECK(ck->manifest_in_file && !ck->manifest_json);
+				CHECK(shown && ck->manifest_len == len &&
+				      sf_ckpt_manifest_read(ck, shown, 0, len) == 0 &&
+				      memcmp(shown, json, len) == 0);
+				CHECK(len < 2 || (sf_ckpt_manifest_read(ck, shown, 1, len - 2) == 0 &&
+						  memcmp(shown, json + 1, len - 2) == 0));
+				CHECK_EQ(sf_ckpt_manifest_read(ck, shown, 1, len), -EINVAL);
+				free(shown);
 				free(json);
 			}
 		}

@@ -27,8 +27,8 @@ _shardctl()
 	cmd=${COMP_WORDS[1]}
 	case $cmd in
 	gen)
-		opts="--layout --ranks --size --dtype --seed --block-size --ref
-			--no-blobs --force --help" ;;
+		opts="--layout --ranks --size --tensors --dtype --seed --block-size
+			--ref --no-blobs --sparse --force --help" ;;
 	info) opts="--json --ranks --help" ;;
 	diff) opts="--stat --tensors --content --help" ;;
 	index) opts="--block-size --progress --help" ;;
@@ -40,7 +40,7 @@ _shardctl()
 
 	case $prev in
 	--layout)
-		COMPREPLY=($(compgen -W "mixed llama fsdp replicated" -- "$cur"))
+		COMPREPLY=($(compgen -W "mixed llama fsdp replicated many" -- "$cur"))
 		return ;;
 	--dtype)
 		COMPREPLY=($(compgen -W "F64 F32 F16 BF16 F8_E4M3 F8_E5M2 I64 I32 I16
@@ -53,7 +53,7 @@ _shardctl()
 	--ref)
 		_shardctl_dirs "$cur"
 		return ;;
-	--ranks | --size | --seed | --block-size)
+	--ranks | --size | --seed | --block-size | --tensors)
 		# a value (gen's --ranks; info's --ranks takes none)
 		[[ $cmd == gen || $prev != --ranks ]] && return ;;
 	esac
