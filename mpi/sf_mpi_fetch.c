@@ -5,9 +5,12 @@
  * chunk's reply is a head (the status) and a body that MPI receives
  * straight into the caller's buffer: no staging copy. After a whole-block
  * read (or in a stream of equal reads) the next range of the file is
- * prefetched into a cached buffer, asked for right behind the read itself
- * so that the peer serves it next; a later read it covers is copied out of
- * it.
+ * asked for right behind the read itself, so that the peer serves it next;
+ * its body stays with the peer (its send pending) until a read claims the
+ * range, and is then received straight into that read's buffer when it
+ * wants exactly that range, else into a cached buffer and copied out. An
+ * unclaimed one is received into a cached buffer and dropped, so that the
+ * peer's send completes.
  *
  * Invariants: src_lock guards the prefetch slots and streams; a slot's
  * buffer stays under its request until the request completed or was
@@ -79,25 +82,34 @@ static void rd_cancel(struct sf_mpi *mp, struct rd *rd)
 	rd->head = NULL;
 }
 
-/* The same for a read whose peer will still answer (an unused prefetch):
- * nothing is cancelled, so the peer's sends complete; the buffers go to
- * the zombie list, freed when the replies came. body is the body's buffer
- * (owned by rd's user, handed over here). */
-static void rd_orphan(struct sf_mpi *mp, struct rd *rd, void *body)
+/* Give up on a prefetch (its body not posted) whose peer will still
+ * answer: nothing is cancelled, so that the peer's sends complete; the
+ * body, if the head says one comes, is received into a cached buffer and
+ * dropped (sf_mpi_recv_orphan_read). */
+static void rd_orphan(struct sf_mpi *mp, struct rd *rd)
 {
-	if (rd->breq != MPI_REQUEST_NULL)
-		sf_mpi_recv_orphan_buf(mp, &rd->breq, body);
-	else
-		sf_mpi_buf_put(mp, body);
 	if (rd->head)
-		sf_mpi_recv_orphan(mp, &rd->hreq, rd->head);
+		sf_mpi_recv_orphan_read(mp, &rd->hreq, rd->head, rd->len);
 	rd->head = NULL;
+}
+
+/* Post the receive of rd's body (rd->len bytes) into dst, after its head
+ * was posted (it may have come already). 0 or -SF_EPEER. */
+static int rd_post_body(struct sf_mpi *mp, struct rd *rd, void *dst)
+{
+	int rc = MPI_Irecv(dst, (int)rd->len, MPI_BYTE, rd->peer, rd->tag,
+			   mp->comm, &rd->breq);
+
+	if (rc == MPI_SUCCESS)
+		return 0;
 	rd->breq = MPI_REQUEST_NULL;
+	return sf_mpi_fail("MPI_Irecv", rc);
 }
 
 /* Post the receives for a chunk's reply (the head into a new buffer, the
- * body of len bytes straight into dst; no body when dst is NULL) and send
- * the request. On failure nothing is left posted. */
+ * body of len bytes straight into dst; dst NULL: the body's receive is
+ * left to rd_post_body, or there is none: a probe) and send the request.
+ * On failure nothing is left posted. */
 static int post_read(struct sf_mpi *mp, int peer, const char *name,
 		     const char *file, uint64_t off, size_t len, void *dst,
 		     struct rd *rd)
@@ -110,6 +122,7 @@ static int post_read(struct sf_mpi *mp, int peer, const char *name,
 
 	h.reply_tag = sf_mpi_new_tag(mp);
 	rd->peer = peer;
+	rd->tag = h.reply_tag;
 	rd->len = len;
 	rd->breq = MPI_REQUEST_NULL;
 	rd->head = malloc(SF_MPI_WIRE_REPLY_HDR);
@@ -285,7 +298,6 @@ static void pf_release(struct sf_mpi *mp, struct pf_slot *s)
 	(void)mp;
 	free(s->file);
 	s->file = NULL;
-	s->buf = NULL;
 	s->state = PF_FREE;
 }
 
@@ -358,7 +370,6 @@ static void pf_issue(struct sf_mpi *mp, const struct sf_ckpt_ref *ck,
 		     size_t len)
 {
 	struct pf_slot *s = NULL;
-	unsigned char *buf;
 	char *fcopy;
 	struct rd rd;
 
@@ -382,18 +393,18 @@ static void pf_issue(struct sf_mpi *mp, const struct sf_ckpt_ref *ck,
 		return;
 	}
 	if (s->state == PF_PENDING) { /* evict the oldest */
-		rd_orphan(mp, &s->rd, s->buf);
+		rd_orphan(mp, &s->rd);
 		pf_release(mp, s);
 	}
 	s->state = PF_CLAIMED; /* ours while we post */
 	pthread_mutex_unlock(&mp->src_lock);
 
+	/* The body's receive is posted when a read claims the range, straight
+	 * into its buffer when it wants exactly this range: until then the
+	 * peer's send waits, and nobody here copies it. */
 	fcopy = strdup(file);
-	buf = sf_mpi_buf_get(mp, len);
-	if (!fcopy || !buf ||
-	    post_read(mp, peer, name, file, off, len, buf, &rd)) {
+	if (!fcopy || post_read(mp, peer, name, file, off, len, NULL, &rd)) {
 		free(fcopy);
-		sf_mpi_buf_put(mp, buf);
 		pthread_mutex_lock(&mp->src_lock);
 		s->state = PF_FREE;
 		pthread_mutex_unlock(&mp->src_lock);
@@ -404,25 +415,36 @@ static void pf_issue(struct sf_mpi *mp, const struct sf_ckpt_ref *ck,
 	s->file = fcopy;
 	s->off = off;
 	s->len = len;
-	s->buf = buf;
 	s->rd = rd;
 	s->stamp = ++mp->stamp;
 	s->state = PF_PENDING;
 	pthread_mutex_unlock(&mp->src_lock);
 }
 
-/* Serve [off, off+len) from a claimed prefetch slot; frees the slot. */
+/* Serve [off, off+len) from a claimed prefetch slot: its body is received
+ * straight into buf when the read wants exactly the slot's range, else
+ * into a cached buffer and copied out. Frees the slot. */
 static int pf_consume(struct sf_mpi *mp, struct pf_slot *s, uint64_t off,
 		      void *buf, size_t len)
 {
 	uint64_t deadline = sf_mpi_now_ns() +
 		(uint64_t)atomic_load(&mp->read_timeout_ms) * 1000000u;
+	bool exact = off == s->off && len == s->len;
+	unsigned char *stage = exact ? NULL : sf_mpi_buf_get(mp, s->len);
 	int ret;
 
-	ret = finish_read(mp, &s->rd, s->file, deadline);
-	if (ret == 0)
-		memcpy(buf, s->buf + (off - s->off), len);
-	sf_mpi_buf_put(mp, s->buf);
+	if (!exact && !stage) {
+		rd_orphan(mp, &s->rd);
+		ret = -ENOMEM;
+	} else if (rd_post_body(mp, &s->rd, exact ? buf : stage) < 0) {
+		rd_orphan(mp, &s->rd);
+		ret = -SF_EPEER;
+	} else {
+		ret = finish_read(mp, &s->rd, s->file, deadline);
+	}
+	if (ret == 0 && !exact)
+		memcpy(buf, stage + (off - s->off), len);
+	sf_mpi_buf_put(mp, stage);
 	pthread_mutex_lock(&mp->src_lock);
 	pf_release(mp, s);
 	pthread_mutex_unlock(&mp->src_lock);
@@ -508,7 +530,7 @@ static void mpi_src_forget(void *ctx, const struct sf_ckpt_ref *ck)
 		struct pf_slot *s = &mp->pf[i];
 
 		if (s->state == PF_PENDING && s->ck == ck) {
-			rd_orphan(mp, &s->rd, s->buf);
+			rd_orphan(mp, &s->rd);
 			pf_release(mp, s);
 		}
 	}
@@ -563,29 +585,20 @@ void sf_mpi_set_read_timeout(struct sf_mpi *mp, int timeout_ms)
 		atomic_store(&mp->read_timeout_ms, timeout_ms);
 }
 
-/* Let every outstanding prefetch finish (bounded), so that the peers'
- * replies complete instead of waiting on a cancelled receive; what does not
- * finish in time is abandoned. No reader runs any more. */
+/* Leave every outstanding prefetch to complete (its body, if one comes,
+ * received and dropped), so that the peers' sends complete instead of
+ * waiting forever; sf_mpi_pend_drain then waits for them (bounded). No
+ * reader runs any more. */
 void sf_mpi_pf_drain(struct sf_mpi *mp, unsigned drain_ms)
 {
-	uint64_t deadline = sf_mpi_now_ns() + (uint64_t)drain_ms * 1000000u;
-
+	(void)drain_ms;
 	pthread_mutex_lock(&mp->src_lock);
 	for (int i = 0; i < SF_MPI_PF_SLOTS; i++) {
 		struct pf_slot *s = &mp->pf[i];
 
 		if (s->state != PF_PENDING)
 			continue;
-		if (sf_mpi_wait_req(&s->rd.hreq, deadline, MPI_STATUS_IGNORE) == 0) {
-			free(s->rd.head);
-			s->rd.head = NULL;
-			if (s->rd.breq != MPI_REQUEST_NULL &&
-			    sf_mpi_wait_req(&s->rd.breq, deadline,
-					    MPI_STATUS_IGNORE) == 0)
-				s->rd.breq = MPI_REQUEST_NULL;
-		}
-		rd_cancel(mp, &s->rd); /* what did not come in time */
-		sf_mpi_buf_put(mp, s->buf);
+		rd_orphan(mp, &s->rd);
 		pf_release(mp, s);
 	}
 	pthread_mutex_unlock(&mp->src_lock);

@@ -93,7 +93,7 @@
 #define SF_MPI_WAIT_POLL_US 100           /* longest sleep of a waiting reader */
 #define SF_MPI_SERVE_POLL_US 100          /* service poll while requests come */
 #define SF_MPI_IDLE_POLL_US 2000          /* service poll when idle */
-#define SF_MPI_ACTIVE_NS 20000000ull      /* "requests come": one in last 20 ms */
+#define SF_MPI_ACTIVE_NS 200000000ull     /* "requests come": one in last 200 ms */
 #define SF_MPI_STREAMS 32                 /* remembered sequential streams */
 #define SF_MPI_READ_TIMEOUT_MS 30000      /* default bound on one peer read */
 #define SF_MPI_PROBE_EVERY_MS 1000        /* a down peer: one read probes it this often */
@@ -136,6 +136,8 @@ struct pend {
 	struct sbuf *sb;      /* send buffer (shared), or NULL */
 	void *rbuf;           /* abandoned receive buffer, or NULL */
 	bool rpooled;         /* rbuf is from the buffer cache */
+	size_t drain;         /* rbuf is a read's head: when it says a body of
+			       * this many bytes follows, receive and drop it */
 	struct pend *next;
 };
 
@@ -160,8 +162,10 @@ struct rd {
 					  * under hreq */
 	MPI_Request hreq;
 	MPI_Request breq;                /* the body; MPI_REQUEST_NULL when none
-					  * is posted (probes) or it completed */
+					  * is posted (probes, prefetches not
+					  * yet claimed) or it completed */
 	int peer;
+	int tag;                         /* the reply tag */
 	size_t len;                      /* body bytes */
 };
 
@@ -172,8 +176,8 @@ struct pf_slot {
 	const struct sf_ckpt_ref *ck;    /* identity of the checkpoint */
 	char *file;                      /* owned */
 	uint64_t off, len;               /* bytes of the file */
-	unsigned char *buf;              /* len bytes, owned; the body of rd */
-	struct rd rd;
+	struct rd rd;                    /* head posted; body posted by the
+					  * read that claims the slot */
 	uint64_t stamp;                  /* issue order, for eviction */
 };
 
@@ -323,6 +327,11 @@ void sf_mpi_sbuf_put(struct sf_mpi *mp, struct sbuf *sb);
 void sf_mpi_recv_abandon(struct sf_mpi *mp, MPI_Request *req, void *rbuf);
 void sf_mpi_recv_orphan(struct sf_mpi *mp, MPI_Request *req, void *rbuf);
 void sf_mpi_recv_orphan_buf(struct sf_mpi *mp, MPI_Request *req, void *rbuf);
+/* Leave a read's head receive (head: malloc'd, taken over) to complete;
+ * when the head says a body of len bytes follows, that is received into a
+ * cached buffer and dropped, so that the peer's send completes. */
+void sf_mpi_recv_orphan_read(struct sf_mpi *mp, MPI_Request *hreq,
+			     void *head, size_t len);
 unsigned sf_mpi_pend_poll(struct sf_mpi *mp);
 int sf_mpi_wait_req(MPI_Request *req, uint64_t deadline, MPI_Status *st);
 void sf_mpi_pend_drain(struct sf_mpi *mp, unsigned drain_ms);

@@ -665,7 +665,12 @@ void *sf_mpi_service_main(void *arg)
 			}
 		}
 		/* Poll often while peers are reading (a sleep here is latency
-		 * on every remote block), back off to 2 ms once they stop. */
+		 * on every remote block that was not prefetched: the first of
+		 * each shard), back off to 2 ms once none asked for 200 ms. A
+		 * reader of several peers asks each one only every few
+		 * milliseconds (the others' shards come between): after
+		 * 20 ms, as before, a demand read waited up to 2 ms for the
+		 * peer to look. */
 		if (busy) {
 			us = 20;
 			last_busy = sf_mpi_now_ns();

@@ -111,23 +111,28 @@ static void buf_put_locked(struct sf_mpi *mp, void *p)
 	mp->buf_bytes += b->cap;
 }
 
-/* A buffer of at least len bytes (from the cache, else new: len rounded up
- * to 64 KiB); NULL when out of memory. Give it back with sf_mpi_buf_put. */
-void *sf_mpi_buf_get(struct sf_mpi *mp, size_t len)
+/* A new buffer of at least len bytes (rounded up to 64 KiB), or NULL. */
+static void *buf_new(size_t len)
 {
 	struct pbuf *b;
-	size_t cap;
+	size_t cap = (len + 65535) & ~(size_t)65535;
 
-	pthread_mutex_lock(&mp->pend_lock);
-	b = buf_take_locked(mp, len);
-	pthread_mutex_unlock(&mp->pend_lock);
-	if (b)
-		return b + 1;
-	cap = (len + 65535) & ~(size_t)65535;
 	if (cap < len || cap > SIZE_MAX - sizeof(*b) || !(b = malloc(sizeof(*b) + cap)))
 		return NULL;
 	b->cap = cap;
 	return b + 1;
+}
+
+/* A buffer of at least len bytes (from the cache, else new); NULL when out
+ * of memory. Give it back with sf_mpi_buf_put. */
+void *sf_mpi_buf_get(struct sf_mpi *mp, size_t len)
+{
+	struct pbuf *b;
+
+	pthread_mutex_lock(&mp->pend_lock);
+	b = buf_take_locked(mp, len);
+	pthread_mutex_unlock(&mp->pend_lock);
+	return b ? b + 1 : buf_new(len);
 }
 
 void sf_mpi_buf_put(struct sf_mpi *mp, void *p)
@@ -381,6 +386,78 @@ void sf_mpi_recv_orphan_buf(struct sf_mpi *mp, MPI_Request *req, void *rbuf)
 	recv_abandon_how(mp, req, rbuf, false, true);
 }
 
+/*
+ * A read's head came (status st) on a read nobody waits for: when it says
+ * a body of len bytes follows, post a receive for that into a cached
+ * buffer, as a zombie put on *extra (for the caller to add to the pending
+ * list: it may be walking it). Locked (pend_lock).
+ */
+static void drain_body_locked(struct sf_mpi *mp, const void *head,
+			      const MPI_Status *st, size_t len,
+			      struct pend **extra)
+{
+	struct sf_mpi_wire_reply rp;
+	struct pbuf *b;
+	struct pend *p;
+	void *buf;
+	int count = 0;
+
+	MPI_Get_count(st, MPI_BYTE, &count);
+	if (count < 0 ||
+	    sf_mpi_wire_read_reply_decode(head, (size_t)count, 0, &rp) != 0)
+		return; /* the peer's error (or garbage): no body comes */
+	b = buf_take_locked(mp, len);
+	buf = b ? (void *)(b + 1) : buf_new(len);
+	p = calloc(1, sizeof(*p));
+	if (!buf || !p ||
+	    MPI_Irecv(buf, (int)len, MPI_BYTE, st->MPI_SOURCE, st->MPI_TAG,
+		      mp->comm, &p->req) != MPI_SUCCESS) {
+		sf_err("mpi: cannot take an unused %zu-byte reply from rank %d; "
+		       "its send stays pending there", len, st->MPI_SOURCE);
+		if (buf)
+			buf_put_locked(mp, buf);
+		free(p);
+		return;
+	}
+	p->rbuf = buf;
+	p->rpooled = true;
+	p->next = *extra;
+	*extra = p;
+}
+
+void sf_mpi_recv_orphan_read(struct sf_mpi *mp, MPI_Request *hreq,
+			     void *head, size_t len)
+{
+	struct pend *extra = NULL, *p;
+	MPI_Status st;
+	int done = 0;
+
+	MPI_Test(hreq, &done, &st);
+	if (!done) {
+		p = calloc(1, sizeof(*p));
+		if (!p) {
+			sf_err("mpi: out of memory tracking an abandoned receive");
+			return; /* leak the head rather than free it under MPI */
+		}
+		p->req = *hreq;
+		p->rbuf = head;
+		p->drain = len;
+		pthread_mutex_lock(&mp->pend_lock);
+		p->next = mp->pend;
+		mp->pend = p;
+		pthread_mutex_unlock(&mp->pend_lock);
+		return;
+	}
+	pthread_mutex_lock(&mp->pend_lock);
+	drain_body_locked(mp, head, &st, len, &extra);
+	if (extra) {
+		extra->next = mp->pend;
+		mp->pend = extra;
+	}
+	pthread_mutex_unlock(&mp->pend_lock);
+	free(head);
+}
+
 /* Free a completed pending entry's buffers. Locked (pend_lock). */
 static void pend_free_locked(struct sf_mpi *mp, struct pend *p)
 {
@@ -433,21 +510,33 @@ void sf_mpi_recv_reclaim(MPI_Request *req, int peer)
  * still pending. */
 unsigned sf_mpi_pend_poll(struct sf_mpi *mp)
 {
+	struct pend *extra = NULL;
 	unsigned left = 0;
 
 	pthread_mutex_lock(&mp->pend_lock);
 	for (struct pend **pp = &mp->pend; *pp;) {
 		struct pend *p = *pp;
+		MPI_Status st;
 		int done = 0;
 
-		MPI_Test(&p->req, &done, MPI_STATUS_IGNORE);
+		MPI_Test(&p->req, &done, &st);
 		if (!done) {
 			left++;
 			pp = &p->next;
 			continue;
 		}
 		*pp = p->next;
+		if (p->drain)
+			drain_body_locked(mp, p->rbuf, &st, p->drain, &extra);
 		pend_free_locked(mp, p);
+	}
+	while (extra) { /* bodies still to come */
+		struct pend *p = extra;
+
+		extra = p->next;
+		p->next = mp->pend;
+		mp->pend = p;
+		left++;
 	}
 	pthread_mutex_unlock(&mp->pend_lock);
 	return left;

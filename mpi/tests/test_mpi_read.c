@@ -8,9 +8,11 @@
  * MPI layer, opens the checkpoint, reads every tensor whole and in random
  * slices through an engine over sf_mpi_source (most shards are remote) and
  * compares with tensor_byte(); it also reads one remote payload directly
- * in one 10 MiB call (several pipelined chunks) and sequentially in 64 KiB
- * steps (the prefetch path), and checks that missing files and reads past
- * the end of a remote file give -SF_ESHORT.
+ * in one 10 MiB call (several pipelined chunks), sequentially in 64 KiB
+ * steps (the prefetch path), and in whole 1 MiB blocks with a shorter last
+ * one (prefetched ranges claimed exactly and in part), checks that missing
+ * files and reads past the end of a remote file give -SF_ESHORT, and that
+ * reads after those errors (no payload came) get their own bytes.
  */
 #include "mpi_testutil.h"
 #include "sf_test.h"
