@@ -225,6 +225,10 @@ out_barrier:
 				    SLOW_BOUND_S);
 		else
 			fprintf(stderr, "rank %d: rank 0 did not stop\n", rank);
+		/* Continue rank 0 only once ranks 1-3 all gave up: a rank whose
+		 * probe of rank 0 was still out would see it answer and wait
+		 * out the commit timeout instead. */
+		MPI_Barrier(rest);
 		if (rank == 1)
 			CHECK_EQ(kill((pid_t)pids[0], SIGCONT), 0);
 	}
