@@ -1,12 +1,21 @@
 /*
  * sf_mpi_fetch.c - the MPI payload source: reads a shard's bytes locally when
  * the file is here, else from a peer that holds it (the inventory says
- * which), in chunks with several in flight, with a small prefetch of the
- * next ranges of a sequential reader.
+ * which), in chunks of up to SF_MPI_CHUNK with several in flight. Each
+ * chunk's reply is a head (the status) and a body that MPI receives
+ * straight into the caller's buffer: no staging copy. After a whole-block
+ * read (or in a stream of equal reads) the next range of the file is
+ * asked for right behind the read itself, so that the peer serves it next;
+ * its body stays with the peer (its send pending) until a read claims the
+ * range, and is then received straight into that read's buffer when it
+ * wants exactly that range, else into a cached buffer and copied out. An
+ * unclaimed one is received into a cached buffer and dropped, so that the
+ * peer's send completes.
  *
  * Invariants: src_lock guards the prefetch slots and streams; a slot's
  * buffer stays under its request until the request completed or was
- * handed over as a zombie.
+ * handed over as a zombie; a read never returns while a receive into the
+ * caller's buffer is still posted (rd_cancel takes it back first).
  */
 #include "sf_mpi_int.h"
 
@@ -62,32 +71,82 @@ static int pick_peer(const struct sf_mpi *mp, const char *name,
 	return best;
 }
 
-/* Post the receive for a chunk reply and send its request. *rbuf is a new
- * buffer of sf_mpi_wire_reply_size(len) bytes under *rreq. */
+/* Give up on a chunk read: its body receive is taken back (complete before
+ * this returns), its head receive cancelled or left as a zombie. */
+static void rd_cancel(struct sf_mpi *mp, struct rd *rd)
+{
+	/* The body first: until the head came it cannot have matched. */
+	sf_mpi_recv_reclaim(&rd->breq, rd->peer);
+	if (rd->head)
+		sf_mpi_recv_abandon(mp, &rd->hreq, rd->head);
+	rd->head = NULL;
+}
+
+/* Give up on a prefetch (its body not posted) whose peer will still
+ * answer: nothing is cancelled, so that the peer's sends complete; the
+ * body, if the head says one comes, is received into a cached buffer and
+ * dropped (sf_mpi_recv_orphan_read). */
+static void rd_orphan(struct sf_mpi *mp, struct rd *rd)
+{
+	if (rd->head)
+		sf_mpi_recv_orphan_read(mp, &rd->hreq, rd->head, rd->len);
+	rd->head = NULL;
+}
+
+/* Post the receive of rd's body (rd->len bytes) into dst, after its head
+ * was posted (it may have come already). 0 or -SF_EPEER. */
+static int rd_post_body(struct sf_mpi *mp, struct rd *rd, void *dst)
+{
+	int rc = MPI_Irecv(dst, (int)rd->len, MPI_BYTE, rd->peer, rd->tag,
+			   mp->comm, &rd->breq);
+
+	if (rc == MPI_SUCCESS)
+		return 0;
+	rd->breq = MPI_REQUEST_NULL;
+	return sf_mpi_fail("MPI_Irecv", rc);
+}
+
+/* Post the receives for a chunk's reply (the head into a new buffer, the
+ * body of len bytes straight into dst; dst NULL: the body's receive is
+ * left to rd_post_body, or there is none: a probe) and send the request.
+ * On failure nothing is left posted. */
 static int post_read(struct sf_mpi *mp, int peer, const char *name,
-		     const char *file, uint64_t off, size_t len,
-		     unsigned char **rbuf, MPI_Request *rreq)
+		     const char *file, uint64_t off, size_t len, void *dst,
+		     struct rd *rd)
 {
 	struct sf_mpi_wire_req h = {
 		.kind = SF_MPI_MSG_READ, .off = off, .len = len
 	};
-	size_t rlen = sf_mpi_wire_reply_size(len);
 	struct sbuf *sb;
 	int rc;
 
 	h.reply_tag = sf_mpi_new_tag(mp);
-	*rbuf = malloc(rlen);
-	if (!*rbuf)
+	rd->peer = peer;
+	rd->tag = h.reply_tag;
+	rd->len = len;
+	rd->breq = MPI_REQUEST_NULL;
+	rd->head = malloc(SF_MPI_WIRE_REPLY_HDR);
+	if (!rd->head)
 		return -ENOMEM;
 	sb = sf_mpi_req_build(&h, name, file);
 	if (!sb)
-		goto out_free_rbuf;
-	rc = MPI_Irecv(*rbuf, (int)rlen, MPI_BYTE, peer, h.reply_tag,
-		       mp->comm, rreq);
+		goto out_free_head;
+	/* Head first: a peer sends the head first, and MPI matches messages
+	 * of one sender and tag to receives in the order they were posted. */
+	rc = MPI_Irecv(rd->head, SF_MPI_WIRE_REPLY_HDR, MPI_BYTE, peer,
+		       h.reply_tag, mp->comm, &rd->hreq);
+	if (rc == MPI_SUCCESS && dst) {
+		rc = MPI_Irecv(dst, (int)len, MPI_BYTE, peer, h.reply_tag,
+			       mp->comm, &rd->breq);
+		if (rc != MPI_SUCCESS) {
+			sf_mpi_recv_abandon(mp, &rd->hreq, rd->head);
+			rd->head = NULL;
+		}
+	}
 	if (rc != MPI_SUCCESS) {
 		free(sb);
 		sf_mpi_fail("MPI_Irecv", rc);
-		goto out_free_rbuf;
+		goto out_free_head;
 	}
 	/* Requests are small: the send completes locally (eager). */
 	rc = MPI_Send(sb->data, (int)sb->len, MPI_BYTE, peer, SF_TAG_REQ,
@@ -95,71 +154,109 @@ static int post_read(struct sf_mpi *mp, int peer, const char *name,
 	free(sb);
 	if (rc != MPI_SUCCESS) {
 		sf_mpi_fail("MPI_Send", rc);
-		sf_mpi_recv_abandon(mp, rreq, *rbuf);
-		*rbuf = NULL;
+		rd_cancel(mp, rd);
 		return -SF_EPEER;
 	}
 	return 0;
-out_free_rbuf:
-	free(*rbuf);
-	*rbuf = NULL;
+out_free_head:
+	free(rd->head);
+	rd->head = NULL;
 	return -ENOMEM;
 }
 
 int sf_mpi_post_probe(struct sf_mpi *mp, int peer, unsigned char **rbuf,
 		      MPI_Request *req)
 {
+	struct rd rd;
+	int ret;
+
 	/* Name "" in a store of checkpoints is no checkpoint: the peer answers
 	 * -SF_ESHORT without touching its store. In a single-checkpoint store
 	 * "" is the checkpoint, and a file that cannot exist is asked for. */
-	return post_read(mp, peer, "", mp->single ? ".shardfs-probe/none" : "probe",
-			 0, 1, rbuf, req);
+	ret = post_read(mp, peer, "", mp->single ? ".shardfs-probe/none" : "probe",
+			0, 1, NULL, &rd);
+	if (ret == 0) {
+		*rbuf = rd.head;
+		*req = rd.hreq;
+	}
+	return ret;
 }
 
-/* Wait for a chunk reply of `want` payload bytes and copy len of them,
- * from byte `skip` on, to dst. Consumes rbuf. */
-static int finish_read(struct sf_mpi *mp, int peer, const char *file,
-		       unsigned char *rbuf, MPI_Request *rreq, size_t want,
-		       void *dst, size_t skip, size_t len, uint64_t deadline)
+/* Wait for a chunk's reply until deadline: its head, then (status 0) its
+ * body, which must be exactly rd->len bytes. Consumes rd: on any failure
+ * nothing is left writing into the body's buffer. */
+static int finish_read(struct sf_mpi *mp, struct rd *rd, const char *file,
+		       uint64_t deadline)
 {
 	struct sf_mpi_wire_reply rp;
 	MPI_Status st;
 	int count = 0, ret;
 
-	ret = sf_mpi_wait_req(rreq, deadline, &st);
-	if (ret < 0) {
-		sf_debug("mpi: rank %d did not answer a read of %s (%s)", peer,
-			 file, ret == -ETIMEDOUT ? "timed out" : "MPI error");
-		sf_mpi_mark_down(mp, peer, "a read of", file,
-				 ret == -ETIMEDOUT ? "timed out" : "MPI error");
-		sf_mpi_recv_abandon(mp, rreq, rbuf);
-		return -SF_EPEER;
+	ret = sf_mpi_wait_req(&rd->hreq, deadline, &st);
+	if (ret == 0) {
+		MPI_Get_count(&st, MPI_BYTE, &count);
+		/* the head is a read reply without payload */
+		ret = count < 0 ? -SF_EPEER :
+		      sf_mpi_wire_read_reply_decode(rd->head, (size_t)count, 0, &rp);
+		free(rd->head);
+		rd->head = NULL;
+		if (ret == 0 && rd->breq != MPI_REQUEST_NULL) {
+			ret = sf_mpi_wait_req(&rd->breq, deadline, &st);
+			if (ret == 0) {
+				MPI_Get_count(&st, MPI_BYTE, &count);
+				if (count < 0 || (size_t)count != rd->len)
+					ret = -SF_EPEER;
+				rd->breq = MPI_REQUEST_NULL;
+			} else if (ret == -ETIMEDOUT) {
+				goto out_timeout;
+			}
+		}
+		sf_mpi_mark_up(mp, rd->peer);
+		if (ret == -SF_EPEER)
+			sf_err("mpi: rank %d answered a read of %s badly (%d bytes)",
+			       rd->peer, file, count);
+		sf_mpi_recv_reclaim(&rd->breq, rd->peer); /* error: no body came */
+		return ret;
 	}
-	sf_mpi_mark_up(mp, peer);
-	MPI_Get_count(&st, MPI_BYTE, &count);
-	ret = count < 0 ? -SF_EPEER :
-	      sf_mpi_wire_read_reply_decode(rbuf, (size_t)count, want, &rp);
-	if (ret == 0 && (skip > want || len > want - skip))
-		ret = -SF_EPEER;
-	if (ret == 0)
-		memcpy(dst, rp.data + skip, len);
-	else if (ret == -SF_EPEER)
-		sf_err("mpi: rank %d answered a read of %s badly (%d bytes)",
-		       peer, file, count);
-	free(rbuf);
-	return ret;
+out_timeout:
+	sf_debug("mpi: rank %d did not answer a read of %s (%s)", rd->peer,
+		 file, ret == -ETIMEDOUT ? "timed out" : "MPI error");
+	sf_mpi_mark_down(mp, rd->peer, "a read of", file,
+			 ret == -ETIMEDOUT ? "timed out" : "MPI error");
+	rd_cancel(mp, rd);
+	return -SF_EPEER;
 }
 
-/* Read [off, off+len) of a remote file, pipelining chunk requests. */
+/* The ranges to prefetch after a read: n of step bytes from off on, not
+ * past size. */
+struct pf_plan {
+	const struct sf_ckpt_ref *ck;
+	uint64_t off, step, size;
+	int n;
+};
+
+static void pf_issue(struct sf_mpi *mp, const struct sf_ckpt_ref *ck,
+		     const char *name, const char *file, int peer, uint64_t off,
+		     size_t len);
+
+static void pf_start(struct sf_mpi *mp, const struct pf_plan *pl,
+		     const char *name, const char *file, int peer)
+{
+	uint64_t o = pl->off;
+
+	for (int k = 0; k < pl->n && o < pl->size; k++, o += pl->step)
+		pf_issue(mp, pl->ck, name, file, peer, o,
+			 (size_t)(pl->size - o < pl->step ? pl->size - o : pl->step));
+}
+
+/* Read [off, off+len) of a remote file straight into buf, pipelining chunk
+ * requests; the prefetches of pl (may be NULL) are asked for right after
+ * the first chunks, so that the peer serves them next. */
 static int fetch_remote(struct sf_mpi *mp, int peer, const char *name,
 			const char *file, uint64_t off, unsigned char *buf,
-			size_t len, int timeout_ms)
+			size_t len, int timeout_ms, const struct pf_plan *pl)
 {
-	struct {
-		unsigned char *rbuf;
-		MPI_Request req;
-		size_t pos, len;
-	} q[SF_MPI_INFLIGHT];
+	struct rd q[SF_MPI_INFLIGHT];
 	size_t posted = 0, head = 0, tail = 0; /* q ring indexes (mod) */
 	uint64_t deadline = sf_mpi_now_ns() + (uint64_t)timeout_ms * 1000000u;
 	int ret = 0;
@@ -168,45 +265,39 @@ static int fetch_remote(struct sf_mpi *mp, int peer, const char *name,
 		while (!ret && posted < len && tail - head < SF_MPI_INFLIGHT) {
 			size_t n = len - posted < SF_MPI_CHUNK ? len - posted :
 								SF_MPI_CHUNK;
-			size_t i = tail % SF_MPI_INFLIGHT;
 
 			ret = post_read(mp, peer, name, file, off + posted, n,
-					&q[i].rbuf, &q[i].req);
+					buf + posted, &q[tail % SF_MPI_INFLIGHT]);
 			if (ret)
 				break;
-			q[i].pos = posted;
-			q[i].len = n;
 			posted += n;
 			tail++;
 		}
+		if (pl && !ret) {
+			pf_start(mp, pl, name, file, peer);
+			pl = NULL;
+		}
 		if (head == tail)
 			break;
-		{
-			size_t i = head % SF_MPI_INFLIGHT;
-
-			/* Failed: drop what is still in flight (a peer that
-			 * answered will answer the rest; one that did not is
-			 * cancelled). */
-			if (ret == -SF_EPEER)
-				sf_mpi_recv_abandon(mp, &q[i].req, q[i].rbuf);
-			else if (ret)
-				sf_mpi_recv_orphan(mp, &q[i].req, q[i].rbuf);
-			else
-				ret = finish_read(mp, peer, file, q[i].rbuf,
-						  &q[i].req, q[i].len,
-						  buf + q[i].pos, 0, q[i].len,
-						  deadline);
-			head++;
-		}
+		/* Failed: a peer that did not answer has the rest cancelled;
+		 * one that did is waited for (its bytes land in buf). */
+		if (ret == -SF_EPEER)
+			rd_cancel(mp, &q[head % SF_MPI_INFLIGHT]);
+		else if (ret)
+			finish_read(mp, &q[head % SF_MPI_INFLIGHT], file, deadline);
+		else
+			ret = finish_read(mp, &q[head % SF_MPI_INFLIGHT], file,
+					  deadline);
+		head++;
 	}
 	return ret;
 }
 
 static void pf_release(struct sf_mpi *mp, struct pf_slot *s)
 {
+	(void)mp;
 	free(s->file);
 	s->file = NULL;
-	s->buf = NULL;
 	s->state = PF_FREE;
 }
 
@@ -231,22 +322,32 @@ static struct pf_slot *pf_claim(struct sf_mpi *mp, const struct sf_ckpt_ref *ck,
 	return hit;
 }
 
-/* Record a read; if it continues a stream, return the range to prefetch. */
-static bool stream_next(struct sf_mpi *mp, const struct sf_ckpt_ref *ck,
-			const char *file, uint64_t off, size_t len,
-			uint64_t *pf_off)
+/*
+ * Record a remote read of (ck, file); true when the range after it is
+ * worth prefetching: the read is as long as the longest one seen (a whole
+ * checksum block, as the engine asks: its shard most likely goes on after
+ * it), or it continues a stream of reads of one length (a sequential
+ * reader). Not after the shorter last block of a shard that follows a
+ * whole one: what comes after it in the file is another shard, which the
+ * reader may never want next.
+ */
+static bool pf_wanted(struct sf_mpi *mp, const struct sf_ckpt_ref *ck,
+		      const char *file, uint64_t off, size_t len)
 {
 	uint64_t fh = sf_mpi_fnv64(file, strlen(file));
 	struct stream *old = &mp->streams[0];
-	bool seq = false;
+	bool stream = false, full;
 
 	pthread_mutex_lock(&mp->src_lock);
 	mp->stamp++;
+	if (len > mp->pf_full)
+		mp->pf_full = len;
+	full = len == mp->pf_full;
 	for (int i = 0; i < SF_MPI_STREAMS; i++) {
 		struct stream *s = &mp->streams[i];
 
 		if (s->ck == ck && s->fhash == fh && s->next == off) {
-			seq = true;
+			stream = s->len == len;
 			old = s;
 			break;
 		}
@@ -256,10 +357,10 @@ static bool stream_next(struct sf_mpi *mp, const struct sf_ckpt_ref *ck,
 	old->ck = ck;
 	old->fhash = fh;
 	old->next = off + len;
+	old->len = len;
 	old->stamp = mp->stamp;
 	pthread_mutex_unlock(&mp->src_lock);
-	*pf_off = off + len;
-	return seq;
+	return full || stream;
 }
 
 /* Start fetching [off, off+len) of a remote file into a free slot (or the
@@ -269,9 +370,8 @@ static void pf_issue(struct sf_mpi *mp, const struct sf_ckpt_ref *ck,
 		     size_t len)
 {
 	struct pf_slot *s = NULL;
-	unsigned char *rbuf;
-	MPI_Request req;
 	char *fcopy;
+	struct rd rd;
 
 	pthread_mutex_lock(&mp->src_lock);
 	for (int i = 0; i < SF_MPI_PF_SLOTS; i++) {
@@ -293,14 +393,17 @@ static void pf_issue(struct sf_mpi *mp, const struct sf_ckpt_ref *ck,
 		return;
 	}
 	if (s->state == PF_PENDING) { /* evict the oldest */
-		sf_mpi_recv_orphan(mp, &s->req, s->buf);
+		rd_orphan(mp, &s->rd);
 		pf_release(mp, s);
 	}
 	s->state = PF_CLAIMED; /* ours while we post */
 	pthread_mutex_unlock(&mp->src_lock);
 
+	/* The body's receive is posted when a read claims the range, straight
+	 * into its buffer when it wants exactly this range: until then the
+	 * peer's send waits, and nobody here copies it. */
 	fcopy = strdup(file);
-	if (!fcopy || post_read(mp, peer, name, file, off, len, &rbuf, &req)) {
+	if (!fcopy || post_read(mp, peer, name, file, off, len, NULL, &rd)) {
 		free(fcopy);
 		pthread_mutex_lock(&mp->src_lock);
 		s->state = PF_FREE;
@@ -312,24 +415,36 @@ static void pf_issue(struct sf_mpi *mp, const struct sf_ckpt_ref *ck,
 	s->file = fcopy;
 	s->off = off;
 	s->len = len;
-	s->peer = peer;
-	s->buf = rbuf;
-	s->req = req;
+	s->rd = rd;
 	s->stamp = ++mp->stamp;
 	s->state = PF_PENDING;
 	pthread_mutex_unlock(&mp->src_lock);
 }
 
-/* Serve [off, off+len) from a claimed prefetch slot; frees the slot. */
+/* Serve [off, off+len) from a claimed prefetch slot: its body is received
+ * straight into buf when the read wants exactly the slot's range, else
+ * into a cached buffer and copied out. Frees the slot. */
 static int pf_consume(struct sf_mpi *mp, struct pf_slot *s, uint64_t off,
 		      void *buf, size_t len)
 {
 	uint64_t deadline = sf_mpi_now_ns() +
 		(uint64_t)atomic_load(&mp->read_timeout_ms) * 1000000u;
+	bool exact = off == s->off && len == s->len;
+	unsigned char *stage = exact ? NULL : sf_mpi_buf_get(mp, s->len);
 	int ret;
 
-	ret = finish_read(mp, s->peer, s->file, s->buf, &s->req, s->len, buf,
-			  off - s->off, len, deadline);
+	if (!exact && !stage) {
+		rd_orphan(mp, &s->rd);
+		ret = -ENOMEM;
+	} else if (rd_post_body(mp, &s->rd, exact ? buf : stage) < 0) {
+		rd_orphan(mp, &s->rd);
+		ret = -SF_EPEER;
+	} else {
+		ret = finish_read(mp, &s->rd, s->file, deadline);
+	}
+	if (ret == 0 && !exact)
+		memcpy(buf, stage + (off - s->off), len);
+	sf_mpi_buf_put(mp, stage);
 	pthread_mutex_lock(&mp->src_lock);
 	pf_release(mp, s);
 	pthread_mutex_unlock(&mp->src_lock);
@@ -342,9 +457,9 @@ static int mpi_src_read(void *ctx, const struct sf_ckpt_ref *ck, uint32_t rank,
 	struct sf_mpi *mp = ctx;
 	const char *name = mp->single ? "" : ck->name;
 	char path[4096];
+	struct pf_plan plan, *pl = NULL;
 	struct pf_slot *s;
 	struct stat sb;
-	uint64_t pf_off;
 	int peer, ret;
 
 	if (!sf_relpath_valid(file) ||
@@ -373,38 +488,36 @@ static int mpi_src_read(void *ctx, const struct sf_ckpt_ref *ck, uint32_t rank,
 		if (!probe_claim(mp, peer))
 			return -SF_EPEER;
 		ret = fetch_remote(mp, peer, name, file, off, buf, len,
-				   t < SF_MPI_PROBE_TIMEOUT_MS ? t : SF_MPI_PROBE_TIMEOUT_MS);
+				   t < SF_MPI_PROBE_TIMEOUT_MS ? t : SF_MPI_PROBE_TIMEOUT_MS,
+				   NULL);
 		probe_release(mp, peer);
 		return ret;
 	}
-	s = pf_claim(mp, ck, file, off, len);
-	if (s) {
-		ret = pf_consume(mp, s, off, buf, len);
-		if (ret == 0)
-			goto out_prefetch;
-	}
-	ret = fetch_remote(mp, peer, name, file, off, buf, len,
-			   atomic_load(&mp->read_timeout_ms));
-	if (ret)
-		return ret;
-out_prefetch:
-	/* A sequential stream: keep the next SF_MPI_PF_DEPTH ranges of the
-	 * same length under way (pf_issue skips one already pending). */
-	if (!sf_mpi_peer_down(mp, peer) && stream_next(mp, ck, file, off, len, &pf_off)) {
+	if (pf_wanted(mp, ck, file, off, len)) {
 		const struct inv_ent *e = sf_mpi_inv_find(mp, name, file);
-		uint64_t step = len < SF_MPI_PF_MAX ? len : SF_MPI_PF_MAX;
-		uint64_t size = UINT64_MAX; /* unknown file: best effort */
 
+		plan.ck = ck;
+		plan.off = off + len;
+		plan.step = len < SF_MPI_PF_MAX ? len : SF_MPI_PF_MAX;
+		plan.size = UINT64_MAX; /* unknown file: best effort */
+		plan.n = SF_MPI_PF_DEPTH;
 		for (unsigned i = 0; e && i < e->nh; i++)
 			if (e->h[i].rank == peer)
-				size = e->h[i].size;
-		for (int k = 0; k < SF_MPI_PF_DEPTH && pf_off < size;
-		     k++, pf_off += step)
-			pf_issue(mp, ck, name, file, peer, pf_off,
-				 (size_t)(size - pf_off < step ? size - pf_off :
-								 step));
+				plan.size = e->h[i].size;
+		pl = &plan;
 	}
-	return 0;
+	s = pf_claim(mp, ck, file, off, len);
+	if (s) {
+		/* asked for already: the next ranges go out before the wait */
+		if (pl)
+			pf_start(mp, pl, name, file, peer);
+		ret = pf_consume(mp, s, off, buf, len);
+		if (ret == 0)
+			return 0;
+		pl = NULL;
+	}
+	return fetch_remote(mp, peer, name, file, off, buf, len,
+			    atomic_load(&mp->read_timeout_ms), pl);
 }
 
 static void mpi_src_forget(void *ctx, const struct sf_ckpt_ref *ck)
@@ -417,7 +530,7 @@ static void mpi_src_forget(void *ctx, const struct sf_ckpt_ref *ck)
 		struct pf_slot *s = &mp->pf[i];
 
 		if (s->state == PF_PENDING && s->ck == ck) {
-			sf_mpi_recv_orphan(mp, &s->req, s->buf);
+			rd_orphan(mp, &s->rd);
 			pf_release(mp, s);
 		}
 	}
@@ -472,23 +585,20 @@ void sf_mpi_set_read_timeout(struct sf_mpi *mp, int timeout_ms)
 		atomic_store(&mp->read_timeout_ms, timeout_ms);
 }
 
-/* Let every outstanding prefetch finish (bounded), so that the peers'
- * replies complete instead of waiting on a cancelled receive; what does not
- * finish in time is abandoned. No reader runs any more. */
+/* Leave every outstanding prefetch to complete (its body, if one comes,
+ * received and dropped), so that the peers' sends complete instead of
+ * waiting forever; sf_mpi_pend_drain then waits for them (bounded). No
+ * reader runs any more. */
 void sf_mpi_pf_drain(struct sf_mpi *mp, unsigned drain_ms)
 {
-	uint64_t deadline = sf_mpi_now_ns() + (uint64_t)drain_ms * 1000000u;
-
+	(void)drain_ms;
 	pthread_mutex_lock(&mp->src_lock);
 	for (int i = 0; i < SF_MPI_PF_SLOTS; i++) {
 		struct pf_slot *s = &mp->pf[i];
 
 		if (s->state != PF_PENDING)
 			continue;
-		if (sf_mpi_wait_req(&s->req, deadline, MPI_STATUS_IGNORE) == 0)
-			free(s->buf);
-		else
-			sf_mpi_recv_abandon(mp, &s->req, s->buf);
+		rd_orphan(mp, &s->rd);
 		pf_release(mp, s);
 	}
 	pthread_mutex_unlock(&mp->src_lock);

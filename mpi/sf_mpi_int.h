@@ -20,7 +20,12 @@
  * requester from an atomic counter in [SF_MPI_WIRE_TAG_BASE, MPI_TAG_UB],
  * that no other request in flight uses, so any thread may wait for its own
  * reply with MPI_Test polling against a deadline. Replies are
- * [int64 status][bytes].
+ * [int64 status][bytes]; a read's reply is that head without bytes and
+ * then, for status 0, the bytes alone as a second message on the same tag,
+ * received straight into the reader's buffer. A daemon sends a read's
+ * bytes (256 KiB and more) from a mapping of the payload file's page
+ * cache, under a read lease (sf_mpi_serve.c), so that on one node the only
+ * copy is the one MPI makes into the reader's buffer.
  *
  * Invariants:
  *  - every received message is sized before it is received (anything over
@@ -30,7 +35,14 @@
  *  - a buffer under an MPI request is never freed before that request
  *    completed: a requester that gives up cancels its receive and, if the
  *    receive already matched, hands request and buffer to the "zombie" list
- *    that the service thread completes and frees later;
+ *    that the service thread completes and frees later; a receive into a
+ *    buffer the caller owns (a read's body) is instead cancelled and
+ *    completed before the read returns (sf_mpi_recv_reclaim);
+ *  - a payload file mapped under a send is leased for reading (nobody can
+ *    truncate it or open it for writing meanwhile, so the mapping never
+ *    faults); the lease is dropped when the send completes, or, when it is
+ *    broken or has been held SF_MPI_MAP_HOLD_MS, after the mapped bytes
+ *    were replaced by an anonymous copy at the same addresses;
  *  - the service thread never blocks on a peer: its replies are MPI_Isend
  *    whose buffers live on the pending list until the send completes;
  *  - the inventory is built once in sf_mpi_start and read-only afterwards;
@@ -77,11 +89,11 @@
 #define SF_MPI_INFLIGHT 8                 /* chunk requests in flight per read */
 #define SF_MPI_PF_SLOTS 8                 /* prefetch buffers per daemon */
 #define SF_MPI_PF_MAX (8u << 20)          /* largest prefetched range */
-#define SF_MPI_PF_DEPTH 2                 /* ranges prefetched ahead per stream */
+#define SF_MPI_PF_DEPTH 1                 /* ranges prefetched ahead per stream */
 #define SF_MPI_WAIT_POLL_US 100           /* longest sleep of a waiting reader */
 #define SF_MPI_SERVE_POLL_US 100          /* service poll while requests come */
 #define SF_MPI_IDLE_POLL_US 2000          /* service poll when idle */
-#define SF_MPI_ACTIVE_NS 20000000ull      /* "requests come": one in last 20 ms */
+#define SF_MPI_ACTIVE_NS 200000000ull     /* "requests come": one in last 200 ms */
 #define SF_MPI_STREAMS 32                 /* remembered sequential streams */
 #define SF_MPI_READ_TIMEOUT_MS 30000      /* default bound on one peer read */
 #define SF_MPI_PROBE_EVERY_MS 1000        /* a down peer: one read probes it this often */
@@ -89,6 +101,13 @@
 #define SF_MPI_REPROBE_MS 2000            /* a rank a round or a leave waits
 					   * for is asked again this often */
 #define SF_MPI_SEND_DRAIN_MS 5000         /* bound on draining sends at exit */
+#define SF_MPI_BUF_MIN (256u << 10)       /* buffers this large are reused */
+#define SF_MPI_BUF_KEEP (16u << 20)       /* free buffer bytes kept for reuse */
+#define SF_MPI_MAP_MIN (256u << 10)       /* reads this large are sent from a
+					   * mapping of the file */
+#define SF_MPI_MAP_HOLD_MS 1000           /* longest a lease is held */
+#define SF_MPI_MAP_SETTLE_S 2             /* a file modified this recently is
+					   * served by copy */
 #define SF_MPI_MAX_DEPTH 16               /* directory depth walked */
 #define SF_MPI_MAX_TEXT 1024              /* error text in a verdict */
 #define SF_MPI_INV_BUCKETS 4096
@@ -97,6 +116,16 @@
 struct sbuf {
 	unsigned refs;
 	size_t len;
+	bool pooled;          /* from the buffer cache (sf_mpi_sbuf_big) */
+	/* A body sent from a mapping of a payload file (sf_mpi_sbuf_map): the
+	 * mapping, unmapped when the buffer is freed; fd holds the read lease
+	 * that keeps the file intact, -1 once the mapping became an anonymous
+	 * copy (sf_mpi_map_release). On mp->mapped while fd >= 0. */
+	void *map;            /* NULL: none */
+	size_t maplen;        /* bytes */
+	int fd;
+	uint64_t map_ns;      /* when mapped (sf_mpi_now_ns) */
+	struct sbuf *mnext;   /* mp->mapped */
 	unsigned char data[];
 };
 
@@ -106,6 +135,9 @@ struct pend {
 	MPI_Request req;
 	struct sbuf *sb;      /* send buffer (shared), or NULL */
 	void *rbuf;           /* abandoned receive buffer, or NULL */
+	bool rpooled;         /* rbuf is from the buffer cache */
+	size_t drain;         /* rbuf is a read's head: when it says a body of
+			       * this many bytes follows, receive and drop it */
 	struct pend *next;
 };
 
@@ -122,6 +154,21 @@ struct inv_ent {
 	struct inv_ent *next;
 };
 
+/* One chunk read in flight. Its reply comes as two messages on one reply
+ * tag (sf_mpi_wire.h): the head (the status) into head, then, for status
+ * 0, the body of len bytes straight into the reader's buffer. */
+struct rd {
+	unsigned char *head;             /* SF_MPI_WIRE_REPLY_HDR bytes; owned;
+					  * under hreq */
+	MPI_Request hreq;
+	MPI_Request breq;                /* the body; MPI_REQUEST_NULL when none
+					  * is posted (probes, prefetches not
+					  * yet claimed) or it completed */
+	int peer;
+	int tag;                         /* the reply tag */
+	size_t len;                      /* body bytes */
+};
+
 /* A prefetched (or being prefetched) range of a remote file. */
 enum pf_state { PF_FREE = 0, PF_PENDING, PF_CLAIMED };
 struct pf_slot {
@@ -129,17 +176,18 @@ struct pf_slot {
 	const struct sf_ckpt_ref *ck;    /* identity of the checkpoint */
 	char *file;                      /* owned */
 	uint64_t off, len;               /* bytes of the file */
-	int peer;
-	unsigned char *buf;              /* reply of len bytes, owned; under req */
-	MPI_Request req;
+	struct rd rd;                    /* head posted; body posted by the
+					  * read that claims the slot */
 	uint64_t stamp;                  /* issue order, for eviction */
 };
 
-/* A sequential reader: the next offset expected of (ck, file hash). */
+/* A reader of a remote file: the next offset expected of (ck, file hash),
+ * and the length of its last read. */
 struct stream {
 	const struct sf_ckpt_ref *ck;
 	uint64_t fhash;
 	uint64_t next;
+	uint64_t len;
 	uint64_t stamp;
 };
 
@@ -212,8 +260,13 @@ struct sf_mpi {
 	bool started;                    /* thread running (main thread only) */
 	atomic_bool leaving;             /* finalize called on this rank */
 
-	pthread_mutex_t pend_lock;       /* protects pend and zombies */
+	pthread_mutex_t pend_lock;       /* protects pend, zombies and bufs */
 	struct pend *pend;               /* sends and abandoned receives */
+	struct pbuf *bufs;               /* free large buffers, for reuse */
+	size_t buf_bytes;                /* their bytes, <= SF_MPI_BUF_KEEP */
+	struct sbuf *mapped;             /* send buffers holding a lease */
+	bool map_ok;                     /* reads may be served from mappings
+					  * (set once by the service thread) */
 
 	pthread_mutex_t reg_lock;        /* protects merges, notice_fn/arg */
 	struct merge_reg *merges;
@@ -237,7 +290,9 @@ struct sf_mpi {
 	struct pf_slot pf[SF_MPI_PF_SLOTS];
 	struct stream streams[SF_MPI_STREAMS];
 	uint64_t stamp;
+	uint64_t pf_full;                /* longest remote read seen (bytes) */
 };
+
 
 
 /* --- sf_mpi_xfer.c: tags, buffers, pending requests, waits --- */
@@ -248,13 +303,35 @@ uint64_t sf_mpi_fnv64(const void *p, size_t n);
 int sf_mpi_fail(const char *what, int rc);
 int sf_mpi_new_tag(struct sf_mpi *mp);
 struct sbuf *sf_mpi_sbuf_new(size_t len);
+struct sbuf *sf_mpi_sbuf_big(struct sf_mpi *mp, size_t len);
+void *sf_mpi_buf_get(struct sf_mpi *mp, size_t len);
+void sf_mpi_buf_put(struct sf_mpi *mp, void *p);
 struct sbuf *sf_mpi_req_build(struct sf_mpi_wire_req *r, const char *name,
 			      const char *file);
 struct sbuf *sf_mpi_reply_build(int64_t status, const void *data, size_t len);
 int sf_mpi_send_async(struct sf_mpi *mp, int dest, int tag, struct sbuf *sb);
+int sf_mpi_send_part(struct sf_mpi *mp, int dest, int tag, struct sbuf *sb,
+		     size_t off, size_t len);
+int sf_mpi_send_ptr(struct sf_mpi *mp, int dest, int tag, struct sbuf *sb,
+		    const void *ptr, size_t len);
+void sf_mpi_sbuf_free(struct sf_mpi *mp, struct sbuf *sb);
+/* Mapped send buffers (struct sbuf): sbuf_map makes sb own the mapping
+ * and the leased fd; map_release turns those held longer than
+ * SF_MPI_MAP_HOLD_MS (every one when all) into anonymous copies and drops
+ * their leases. */
+void sf_mpi_sbuf_map(struct sf_mpi *mp, struct sbuf *sb, void *map,
+		     size_t maplen, int fd);
+void sf_mpi_map_release(struct sf_mpi *mp, bool all);
+void sf_mpi_recv_reclaim(MPI_Request *req, int peer);
 void sf_mpi_sbuf_put(struct sf_mpi *mp, struct sbuf *sb);
 void sf_mpi_recv_abandon(struct sf_mpi *mp, MPI_Request *req, void *rbuf);
 void sf_mpi_recv_orphan(struct sf_mpi *mp, MPI_Request *req, void *rbuf);
+void sf_mpi_recv_orphan_buf(struct sf_mpi *mp, MPI_Request *req, void *rbuf);
+/* Leave a read's head receive (head: malloc'd, taken over) to complete;
+ * when the head says a body of len bytes follows, that is received into a
+ * cached buffer and dropped, so that the peer's send completes. */
+void sf_mpi_recv_orphan_read(struct sf_mpi *mp, MPI_Request *hreq,
+			     void *head, size_t len);
 unsigned sf_mpi_pend_poll(struct sf_mpi *mp);
 int sf_mpi_wait_req(MPI_Request *req, uint64_t deadline, MPI_Status *st);
 void sf_mpi_pend_drain(struct sf_mpi *mp, unsigned drain_ms);

@@ -5,6 +5,10 @@
  * ranks they wait for, so that a dead rank fails them early and by name),
  * delivers notices, and notes peers that leave (probing those that do not).
  *
+ * Reads of 256 KiB and more are answered from a mapping of the payload
+ * file under a read lease (serve_mapped), smaller ones (and files that
+ * cannot be leased) by a copy into a send buffer.
+ *
  * Invariants: it never blocks on a peer (replies are MPI_Isend kept on the
  * pending list until complete; a probe's request is a small eager send);
  * rounds exist only on rank 0 and are touched only by this thread; a
@@ -13,6 +17,8 @@
  */
 #include "sf_mpi_int.h"
 #include "sf_format.h"
+#include <signal.h>
+#include <sys/mman.h>
 
 /* ------------------------------------------------------------------ */
 /* service thread                                                      */
@@ -29,7 +35,100 @@ static void reply(struct sf_mpi *mp, int dest, int tag, int64_t status,
 	}
 }
 
-/* Answer a READ: pread the file straight into the reply buffer. */
+/* A lease of this process is being broken (SIGIO, see serve_mapped). */
+static volatile sig_atomic_t lease_break;
+
+static void on_sigio(int sig)
+{
+	(void)sig;
+	lease_break = 1;
+}
+
+/*
+ * Can this process take read leases safely? Breaking one sends SIGIO,
+ * whose default action ends the process: when SIGIO is at its default, a
+ * handler that only notes the break is installed; when someone else set
+ * it (ignored or handled), that stays, and a break is noticed by age only
+ * (sf_mpi_map_release). Service thread, once.
+ */
+static bool leases_usable(void)
+{
+	struct sigaction old, sa;
+
+	if (sigaction(SIGIO, NULL, &old) < 0)
+		return false;
+	if ((old.sa_flags & SA_SIGINFO) || old.sa_handler != SIG_DFL)
+		return true;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_sigio;
+	sa.sa_flags = SA_RESTART;
+	sigemptyset(&sa.sa_mask);
+	return sigaction(SIGIO, &sa, NULL) == 0;
+}
+
+/*
+ * Serve a READ from a mapping of the payload file (fd, open for reading):
+ * the reply's body is sent straight out of the page cache, so that no copy
+ * is made here (on one node the requester copies the bytes out of this
+ * process itself, single-copy). A read lease on fd keeps the file from
+ * being truncated or opened for writing while the mapping is under a send
+ * (a file some process has open for writing cannot be leased, and is
+ * served by copy); the mapping is given back when the sends completed, or
+ * turned into an anonymous copy first when the lease is broken or held too
+ * long (sf_mpi_map_release), so that a writer waits at most
+ * SF_MPI_MAP_HOLD_MS. Returns true when the read was answered this way (fd
+ * is then owned by the send buffer), false to serve it by copy (fd still
+ * open, no lease held).
+ */
+static bool serve_mapped(struct sf_mpi *mp, int src,
+			 const struct sf_mpi_wire_req *h, int fd,
+			 const char *file)
+{
+	size_t len = (size_t)h->len, pg = (size_t)sysconf(_SC_PAGESIZE);
+	uint64_t base = h->off & ~(uint64_t)(pg - 1);
+	size_t delta = (size_t)(h->off - base);
+	struct timespec now;
+	struct sbuf *sb;
+	struct stat st;
+	void *map;
+
+	if (!mp->map_ok || len < SF_MPI_MAP_MIN)
+		return false;
+	if (fcntl(fd, F_SETLEASE, F_RDLCK) < 0)
+		return false;
+	/* Under the lease the size cannot shrink any more. A file written
+	 * moments ago may be written again: served by copy. */
+	clock_gettime(CLOCK_REALTIME, &now);
+	if (fstat(fd, &st) < 0 || (uint64_t)st.st_size < h->off + len ||
+	    st.st_mtim.tv_sec + SF_MPI_MAP_SETTLE_S > now.tv_sec)
+		goto out_unlease;
+	map = mmap(NULL, len + delta, PROT_READ, MAP_SHARED, fd, (off_t)base);
+	if (map == MAP_FAILED)
+		goto out_unlease;
+	sb = sf_mpi_sbuf_new(SF_MPI_WIRE_REPLY_HDR);
+	if (!sb) {
+		munmap(map, len + delta);
+		goto out_unlease;
+	}
+	sf_mpi_wire_reply_encode(sb->data, 0, NULL, 0);
+	sf_mpi_sbuf_map(mp, sb, map, len + delta, fd);
+	sb->refs = 1; /* ours, until both sends are queued */
+	if (sf_mpi_send_part(mp, src, h->reply_tag, sb, 0,
+			     SF_MPI_WIRE_REPLY_HDR) < 0 ||
+	    sf_mpi_send_ptr(mp, src, h->reply_tag, sb,
+			    (unsigned char *)map + delta, len) < 0)
+		sf_err("mpi: cannot answer rank %d's read of %s", src, file);
+	sf_mpi_sbuf_put(mp, sb);
+	return true;
+out_unlease:
+	fcntl(fd, F_SETLEASE, F_UNLCK);
+	return false;
+}
+
+/* Answer a READ: pread the file straight into the reply buffer, then send
+ * its head (the status: a read reply without payload) and, when the read
+ * succeeded, the payload as a second message on the same tag, so that the
+ * requester receives it straight into its own buffer (sf_mpi_wire.h). */
 static void serve_read(struct sf_mpi *mp, int src,
 		       const struct sf_mpi_wire_req *h, const char *name,
 		       const char *file)
@@ -49,14 +148,19 @@ static void serve_read(struct sf_mpi *mp, int src,
 		reply(mp, src, h->reply_tag, -SF_ESHORT, NULL, 0);
 		return;
 	}
-	sb = sf_mpi_sbuf_new(sf_mpi_wire_reply_size(len));
-	if (!sb) {
-		reply(mp, src, h->reply_tag, -ENOMEM, NULL, 0);
-		return;
-	}
 	/* Beneath the checkpoint, a regular file: a symlink planted in this
 	 * store never serves a byte from outside it, a FIFO never blocks. */
 	fd = sf_open_payload(path, file);
+	if (fd >= 0 && serve_mapped(mp, src, h, fd, file))
+		return;
+	sb = len >= SF_MPI_BUF_MIN ? sf_mpi_sbuf_big(mp, sf_mpi_wire_reply_size(len)) :
+				     sf_mpi_sbuf_new(sf_mpi_wire_reply_size(len));
+	if (!sb) {
+		if (fd >= 0)
+			close(fd);
+		reply(mp, src, h->reply_tag, -ENOMEM, NULL, 0);
+		return;
+	}
 	if (fd < 0) {
 		ret = fd;
 	} else {
@@ -65,13 +169,14 @@ static void serve_read(struct sf_mpi *mp, int src,
 		close(fd);
 	}
 	/* The payload is in place already: only the status is written. */
-	if (ret < 0)
-		sb->len = sf_mpi_wire_reply_size(0);
 	sf_mpi_wire_reply_encode(sb->data, ret < 0 ? ret : 0, NULL, 0);
-	if (sf_mpi_send_async(mp, src, h->reply_tag, sb) < 0) {
+	sb->refs = 1; /* ours, until both sends are queued */
+	if (sf_mpi_send_part(mp, src, h->reply_tag, sb, 0,
+			     SF_MPI_WIRE_REPLY_HDR) < 0 ||
+	    (ret >= 0 && sf_mpi_send_part(mp, src, h->reply_tag, sb,
+					  SF_MPI_WIRE_REPLY_HDR, len) < 0))
 		sf_err("mpi: cannot answer rank %d's read of %s", src, file);
-		free(sb);
-	}
+	sf_mpi_sbuf_put(mp, sb);
 }
 
 void sf_mpi_round_free(struct round *r, int size)
@@ -526,6 +631,8 @@ void *sf_mpi_service_main(void *arg)
 {
 	struct sf_mpi *mp = arg;
 	unsigned us = 20;
+
+	mp->map_ok = leases_usable();
 	uint64_t last_note = sf_mpi_now_ns(), last_busy = 0;
 
 	for (;;) {
@@ -534,6 +641,12 @@ void *sf_mpi_service_main(void *arg)
 		while (serve_poll(mp) && busy < 64)
 			busy++;
 		sf_mpi_pend_poll(mp);
+		if (lease_break) {
+			lease_break = 0;
+			sf_mpi_map_release(mp, true);
+		} else if (mp->map_ok) {
+			sf_mpi_map_release(mp, false);
+		}
 		if (mp->rank == 0 && mp->rounds)
 			rounds_expire(mp);
 		if (mp->rounds || mp->nprobes || atomic_load(&mp->leaving))
@@ -552,7 +665,12 @@ void *sf_mpi_service_main(void *arg)
 			}
 		}
 		/* Poll often while peers are reading (a sleep here is latency
-		 * on every remote block), back off to 2 ms once they stop. */
+		 * on every remote block that was not prefetched: the first of
+		 * each shard), back off to 2 ms once none asked for 200 ms. A
+		 * reader of several peers asks each one only every few
+		 * milliseconds (the others' shards come between): after
+		 * 20 ms, as before, a demand read waited up to 2 ms for the
+		 * peer to look. */
 		if (busy) {
 			us = 20;
 			last_busy = sf_mpi_now_ns();

@@ -12,7 +12,11 @@
  * alignment.
  *
  *   request   [struct sf_mpi_wire_hdr][name][file][part: COMMIT_PART only]
- *   reply     [int64 status][payload]   (read data, verdict text/manifest)
+ *   reply     [int64 status][payload]   (verdict text/manifest)
+ *   read reply  two messages on its reply tag: the head, a reply without
+ *             payload ([int64 status]), then, for status 0 only, the body:
+ *             exactly the bytes asked for, nothing else (so that the
+ *             requester receives it straight into its own buffer)
  *   inventory records [u16 name_len][u16 file_len][u64 size][name][file]
  *
  * Trust: the decoders take untrusted bytes and a length, check every

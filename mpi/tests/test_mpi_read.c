@@ -8,9 +8,11 @@
  * MPI layer, opens the checkpoint, reads every tensor whole and in random
  * slices through an engine over sf_mpi_source (most shards are remote) and
  * compares with tensor_byte(); it also reads one remote payload directly
- * in one 10 MiB call (several pipelined chunks) and sequentially in 64 KiB
- * steps (the prefetch path), and checks that missing files and reads past
- * the end of a remote file give -SF_ESHORT.
+ * in one 10 MiB call (several pipelined chunks), sequentially in 64 KiB
+ * steps (the prefetch path), and in whole 1 MiB blocks with a shorter last
+ * one (prefetched ranges claimed exactly and in part), checks that missing
+ * files and reads past the end of a remote file give -SF_ESHORT, and that
+ * reads after those errors (no payload came) get their own bytes.
  */
 #include "mpi_testutil.h"
 #include "sf_test.h"
@@ -295,6 +297,27 @@ static void check_direct(struct sf_source *src, const struct sf_ckpt *ck)
 			ok = buf[i] == tensor_byte("big", o + i);
 	}
 	CHECK(ok);
+	/* block-sized reads as the engine makes them: whole 1 MiB blocks
+	 * (each has the next range prefetched), then a shorter last block
+	 * (served from a longer prefetched range), then one elsewhere */
+	{
+		static const uint64_t at[][2] = {
+			{ 4u << 20, 1u << 20 }, { 5u << 20, 1u << 20 },
+			{ 6u << 20, 1u << 20 }, { 7u << 20, 700u << 10 },
+			{ 1000, 1u << 20 }, { 9u << 20, 3u << 20 },
+		};
+
+		for (size_t k = 0; k < sizeof(at) / sizeof(at[0]); k++) {
+			ret = src->ops->read(src->ctx, &ck->ref, 2,
+					     "rank-00002/big.bin", at[k][0], buf,
+					     (size_t)at[k][1]);
+			ok = ret == 0;
+			for (size_t i = 0; ok && i < at[k][1]; i++)
+				ok = buf[i] == tensor_byte("big", at[k][0] + i);
+			if (!CHECK(ok))
+				fprintf(stderr, "block read %zu: %d\n", k, ret);
+		}
+	}
 	/* past the end of an existing file */
 	ret = src->ops->read(src->ctx, &ck->ref, 2, "rank-00002/big.bin",
 			     BIG_BYTES - 100, buf, 200);
@@ -303,6 +326,14 @@ static void check_direct(struct sf_source *src, const struct sf_ckpt *ck)
 	ret = src->ops->read(src->ctx, &ck->ref, 3, "rank-00003/nothing.bin", 0,
 			     buf, 16);
 	CHECK_EQ(ret, -SF_ESHORT);
+	/* after the peers' errors (no payload came) the next reads of both
+	 * peers get their own bytes */
+	ret = src->ops->read(src->ctx, &ck->ref, 2, "rank-00002/big.bin",
+			     BIG_BYTES - 4096, buf, 4096);
+	ok = ret == 0;
+	for (size_t i = 0; ok && i < 4096; i++)
+		ok = buf[i] == tensor_byte("big", BIG_BYTES - 4096 + i);
+	CHECK(ok);
 	free(buf);
 }
 

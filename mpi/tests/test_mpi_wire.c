@@ -723,10 +723,14 @@ static void test_read_replies(void)
 	/* a want over SF_MPI_MAX_MSG is no read this layer asks for */
 	CHECK_EQ(sf_mpi_wire_read_reply_decode(m, n, (size_t)SF_MPI_MAX_MSG + 1,
 					       &rp), -SF_EPEER);
-	/* zero-byte read reply */
+	/* zero-byte read reply: also the head of a read reply, whose payload
+	 * comes as a second message; a head with anything after the status
+	 * is refused */
 	sf_mpi_wire_reply_encode(m, 0, NULL, 0);
 	CHECK_EQ(sf_mpi_wire_read_reply_decode(m, 8, 0, &rp), 0);
 	CHECK_EQ(rp.len, 0);
+	CHECK_EQ(sf_mpi_wire_read_reply_decode(m, 9, 0, &rp), -SF_EPEER);
+	CHECK_EQ(sf_mpi_wire_read_reply_decode(m, 7, 0, &rp), -SF_EPEER);
 	free(m);
 }
 
