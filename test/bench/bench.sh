@@ -54,17 +54,7 @@ source "$HERE/benchlib.sh"
 REPS=3
 SIZE=2G
 [[ ${BENCH_QUICK:-0} == 1 ]] && SIZE=256M
-# --ceiling PATH is ours; benchlib parses the rest
-CEILING=""
-rest=()
-while [[ $# -gt 0 ]]; do
-	case $1 in
-	--ceiling) [[ $# -ge 2 ]] || { echo "$ME: --ceiling wants a PATH" >&2; exit 2; }
-		CEILING=$2; shift 2 ;;
-	*) rest+=("$1"); shift ;;
-	esac
-done
-bench_parse_args ${rest[@]+"${rest[@]}"}
+bench_parse_args_ceiling "$@"
 [[ ${#ARGS[@]} -ge 1 ]] && SIZE=${ARGS[0]}
 PY=/usr/bin/python3
 bench_need_tools

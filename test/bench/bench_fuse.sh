@@ -54,16 +54,7 @@ REPS=3
 SIZE=2G
 [[ ${BENCH_QUICK:-0} == 1 ]] && SIZE=256M
 ONLY=${BENCH_FUSE_ONLY:-}
-CEILING=""
-rest=()
-while [[ $# -gt 0 ]]; do
-	case $1 in
-	--ceiling) [[ $# -ge 2 ]] || { echo "$ME: --ceiling wants a PATH" >&2; exit 2; }
-		CEILING=$2; shift 2 ;;
-	*) rest+=("$1"); shift ;;
-	esac
-done
-bench_parse_args ${rest[@]+"${rest[@]}"}
+bench_parse_args_ceiling "$@"
 [[ ${#ARGS[@]} -ge 1 ]] && SIZE=${ARGS[0]}
 PY=/usr/bin/python3
 READER="$PY $HERE/fuse_reader.py"

@@ -28,6 +28,22 @@ bench_parse_args() {
 	done
 }
 
+# bench_parse_args_ceiling "$@": as bench_parse_args, and --ceiling PATH
+# (sets CEILING; "" when not given) for the scripts that time the FUSE
+# ceiling daemon.
+bench_parse_args_ceiling() {
+	local rest=()
+	CEILING=""
+	while [[ $# -gt 0 ]]; do
+		case $1 in
+		--ceiling) [[ $# -ge 2 ]] || { echo "$ME: --ceiling wants a PATH" >&2; exit 2; }
+			CEILING=$2; shift 2 ;;
+		*) rest+=("$1"); shift ;;
+		esac
+	done
+	bench_parse_args ${rest[@]+"${rest[@]}"}
+}
+
 # bench_need_tools [COMMAND...]: the built shardfs and shardctl in $BIN
 # (sets SHARDFS, SHARDCTL), /dev/fuse, fusermount3 and any COMMAND named;
 # exits 1 naming what is missing.
