@@ -2,12 +2,14 @@
 # bench_scale.sh - mounting and listing checkpoints of many shards, and
 # checkpoints of many terabytes (issue 12, item 7).
 #
-# Usage: test/bench/bench_scale.sh [--bin DIR] [--reps N] [--keep] [SHARDS...]
+# Usage: test/bench/bench_scale.sh [--bin DIR] [--ceiling PATH] [--reps N] [--keep] [SHARDS...]
 #   SHARDS    shard counts of the many-tensor checkpoints (default 10000
 #             100000 1000000): SHARDS/8 small tensors (BF16 [32, 64]) of 8
 #             ranks each, `shardctl gen --layout many`
 #   --bin DIR directory with the shardfs and shardctl binaries
 #             (default: $SHARDFS_BIN, else build/tools next to this tree)
+#   --ceiling PATH  the fuse_ceiling binary (default: DIR/../test/bench/
+#             fuse_ceiling); without it the ceiling columns are left out
 #   --reps N  runs of each row; times are the fastest, RSS the largest
 #             (default 3)
 #   --keep    keep the generated checkpoints and logs
@@ -20,6 +22,13 @@
 #   ls -lR      `ls -lR MNT/ck/tensors/` right after (every entry stat'ed:
 #               readdirplus, plus ls's own xattr lookups of each file)
 #   find        `find MNT | wc -l` after that
+#   ceiling     the same `ls -lR` of a fresh mount of fuse_ceiling -x ls
+#               (a daemon that does no work: READDIRPLUS with attributes
+#               and GETXATTR answered ENODATA from memory, as shardfs
+#               answers them) serving files of the same names and sizes,
+#               run right after each shardfs run: what FUSE's round trips
+#               alone cost a listing on this machine (GNU ls asks for two
+#               xattrs of every file), the bound `ls -lR` cannot beat
 # with the manifest's size, the daemon's CPU seconds up to the first ls
 # (utime + stime: less at the mercy of other load than wall time), and its
 # peak RSS (VmHWM) after the first ls and at the end. Then the same
@@ -38,7 +47,11 @@ BIN=${SHARDFS_BIN:-$HERE/../../build/tools}
 # shellcheck source=benchlib.sh
 source "$HERE/benchlib.sh"
 REPS=3
-bench_parse_args "$@"
+bench_parse_args_ceiling "$@"
+[[ -n $CEILING ]] || CEILING=$BIN/../test/bench/fuse_ceiling
+CEILING_SKIP=""
+[[ -x $CEILING ]] ||
+	CEILING_SKIP="$CEILING not built (make fuse_ceiling, or --ceiling PATH)"
 SHARDS=(10000 100000 1000000)
 SPARSE=(2G 2T)
 if [[ ${BENCH_QUICK:-0} == 1 ]]; then
@@ -98,13 +111,31 @@ run_once() {
 		N_FIND=$(find "$MNT" | wc -l)
 		t1=$(now)
 		T_FIND=$(echo "$t1 - $t0" | bc)
+		[[ -s $WORK/ceiling.list ]] ||
+			find "$MNT/ck/tensors" -type f -printf '%s %f\n' >"$WORK/ceiling.list"
 	fi
 	RSS_END=$(hwm_mib)
 	stop_daemon
 }
 
-echo "| checkpoint | shards | manifest MB | mount to first \`ls\` s | daemon CPU to it s | \`ls -lR tensors/\` s | \`find\` entries | \`find\` s | peak RSS at first \`ls\` MiB | peak RSS at the end MiB |"
-echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+# run_ceiling: T_CEIL, `ls -lR` of a fresh fuse_ceiling -x ls mount of
+# $WORK/ceiling.list (the tensors/ files of the last run_once, flat as
+# they are: the many layout's names have no '/').
+run_ceiling() {
+	local t0 t1
+	"$CEILING" -f -x ls "$WORK/ceiling.list" "$MNT" 2>>"$WORK/ceiling.log" &
+	DPID=$!
+	wait_mounted "$MNT" "$DPID" 60 "$WORK/ceiling.log" || exit 1
+	t0=$(now)
+	ls -lR "$MNT/" >/dev/null
+	t1=$(now)
+	T_CEIL=$(echo "$t1 - $t0" | bc)
+	stop_daemon
+}
+
+[[ -z $CEILING_SKIP ]] || echo "$ME: leaving out the ceiling columns: $CEILING_SKIP" >&2
+echo "| checkpoint | shards | manifest MB | mount to first \`ls\` s | daemon CPU to it s | \`ls -lR tensors/\` s | same on the FUSE ceiling s | speed vs ceiling | \`find\` entries | \`find\` s | peak RSS at first \`ls\` MiB | peak RSS at the end MiB |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 for n in "${SHARDS[@]}"; do
 	nt=$((n / 8))
 	store=$WORK/many-$n
@@ -113,18 +144,31 @@ for n in "${SHARDS[@]}"; do
 		--no-blobs "$store/ck" >&2
 	mbytes=$(stat -c %s "$store/ck/manifest.json")
 	cat "$store/ck/manifest.json" >/dev/null # in the page cache, as after gen
-	tls="" cpu="" tlsr="" tfind="" rls="" rend=""
+	tls="" cpu="" tlsr="" tceil="" tfind="" rls="" rend=""
+	rm -f "$WORK/ceiling.list"
 	for _ in $(seq "$REPS"); do
 		run_once "$store"
 		[[ $N_FIND == $((nt + 6)) ]] ||
 			{ echo "$ME: find saw $N_FIND entries, not $((nt + 6))" >&2; exit 1; }
 		tls+="$T_LS"$'\n' cpu+="$CPU_LS"$'\n' tlsr+="$T_LSR"$'\n'
 		tfind+="$T_FIND"$'\n' rls+="$RSS_LS"$'\n' rend+="$RSS_END"$'\n'
+		if [[ -z $CEILING_SKIP ]]; then
+			run_ceiling
+			tceil+="$T_CEIL"$'\n'
+		fi
 	done
-	printf '| %s tensors x 8 ranks | %s | %.1f | %.3f | %.2f | %.3f | %s | %.3f | %s | %s |\n' \
+	bl=$(printf '%s' "$tlsr" | best)
+	bc_=-
+	ratio=-
+	if [[ -z $CEILING_SKIP ]]; then
+		bc_=$(printf '%s' "$tceil" | best)
+		ratio=$(printf '%.2f' "$(echo "$bc_ / $bl" | bc -l)")
+		bc_=$(printf '%.3f' "$bc_")
+	fi
+	printf '| %s tensors x 8 ranks | %s | %.1f | %.3f | %.2f | %.3f | %s | %s | %s | %.3f | %s | %s |\n' \
 		"$nt" "$n" "$(echo "$mbytes / 1000000" | bc -l)" \
 		"$(printf '%s' "$tls" | best)" "$(printf '%s' "$cpu" | best)" \
-		"$(printf '%s' "$tlsr" | best)" "$N_FIND" "$(printf '%s' "$tfind" | best)" \
+		"$bl" "$bc_" "$ratio" "$N_FIND" "$(printf '%s' "$tfind" | best)" \
 		"$(printf '%s' "$rls" | most)" "$(printf '%s' "$rend" | most)"
 	[[ $KEEP == 1 ]] || rm -rf "$store"
 done

@@ -19,7 +19,7 @@
  * loop with its worker count all come from the shardfs daemon library
  * (fs/sf_fs.h), one definition for both.
  *
- * LISTFILE: at most 100000 lines (CEIL_MAX_FILES) of at most 512 bytes
+ * LISTFILE: at most 1048576 lines (CEIL_MAX_FILES) of at most 512 bytes
  * (CEIL_MAX_LINE), each a decimal SIZE (at most 2^50), one space and a
  * NAME (1 to 255 bytes, no '/', no control characters, not "." or "..",
  * unique). Any bad line stops the tool with a message naming the line.
@@ -48,7 +48,7 @@
 
 #include "sf_fs.h"
 
-#define CEIL_MAX_FILES 100000u
+#define CEIL_MAX_FILES (1u << 20)
 #define CEIL_MAX_LINE 512               /* bytes of one LISTFILE line */
 #define CEIL_MAX_NAME 255
 #define CEIL_MAX_SIZE (1ull << 50)      /* bytes of one file: 1 PiB */
@@ -75,6 +75,10 @@ struct ceil_x {
 	bool store;           /* push ahead with fuse_lowlevel_notify_store */
 	bool noopen;          /* read-only mount, OPEN and FLUSH answered
 			       * ENOSYS (as shardfs for a single checkpoint) */
+	bool ls;              /* listings as shardfs answers them: READDIRPLUS
+			       * with attributes, GETXATTR answered ENODATA
+			       * (not ENOSYS, which would stop the kernel
+			       * asking), LISTXATTR an empty list */
 	uint64_t store_window;/* bytes pushed ahead of a READ; 0: to the end */
 	size_t store_chunk;   /* bytes per notify_store */
 	unsigned pages;       /* max_pages (and max_read) override; 0: shardfs's */
@@ -231,7 +235,7 @@ static int load_list(struct ceiling *c, const char *path)
 			goto out_free_files;
 		}
 		if (c->n == CEIL_MAX_FILES) {
-			why = "more than 100000 files";
+			why = "more than 1048576 files";
 			goto out_free_files;
 		}
 		if (parse_line(line, &c->files[c->n], &why))
@@ -595,6 +599,58 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		push_after(c, (struct ceil_file *)f, (uint64_t)off + size);
 }
 
+/* -x ls: READDIRPLUS, every entry with its attributes (no lookup counts
+ * are kept: the ceiling never forgets an inode). Offsets as op_readdir. */
+static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
+			   off_t off, struct fuse_file_info *fi)
+{
+	struct ceiling *c = ceil_of(req);
+	struct fuse_entry_param e;
+	size_t used = 0, want;
+	char *buf;
+	uint64_t p;
+
+	if (size > c->max_read)
+		size = c->max_read;
+	buf = malloc(size ? size : 1);
+	if (!buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	memset(&e, 0, sizeof(e));
+	e.attr_timeout = sf_fs_ro_timeout();
+	e.entry_timeout = e.attr_timeout;
+	for (p = off < 0 ? 0 : (uint64_t)off; p < 2 + (uint64_t)c->n; p++) {
+		const struct ceil_file *f = p < 2 ? NULL : &c->files[p - 2];
+		const char *name = p == 0 ? "." : p == 1 ? ".." : f->name;
+
+		e.ino = p < 2 ? FUSE_ROOT_ID : CEIL_FIRST_INO + (p - 2);
+		fill_stat(c, e.ino, f, &e.attr);
+		want = fuse_add_direntry_plus(req, buf + used, size - used,
+					      name, &e, (off_t)(p + 1));
+		if (want > size - used)
+			break;
+		used += want;
+	}
+	fuse_reply_buf(req, buf, used);
+	free(buf);
+}
+
+/* -x ls: no extended attributes, as shardfs answers a name it lacks. */
+static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+			size_t size)
+{
+	fuse_reply_err(req, ENODATA);
+}
+
+static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+	if (size)
+		fuse_reply_buf(req, NULL, 0);
+	else
+		fuse_reply_xattr(req, 0);
+}
+
 static const struct fuse_lowlevel_ops ceil_ops = {
 	.init = op_init,
 	.lookup = op_lookup,
@@ -634,6 +690,8 @@ static int usage(void)
 	      "                 LISTFILE line (FUSE passthrough; root)\n"
 	      "    noopen       mount read-only, answer OPEN with ENOSYS (no\n"
 	      "                 OPEN, FLUSH, RELEASE or GETATTR per file)\n"
+	      "    ls           listings as shardfs's: READDIRPLUS with\n"
+	      "                 attributes, GETXATTR answered ENODATA\n"
 	      "    store[=MB]   after each READ push the next MB (default: the\n"
 	      "                 rest of the file) with notify_store\n"
 	      "    chunk=KB     bytes per notify_store (default max_read)\n"
@@ -668,6 +726,8 @@ static bool parse_x(const char *a, struct ceil_x *x)
 		x->passthrough = true;
 	else if (KEY("noopen") && !eq)
 		x->noopen = true;
+	else if (KEY("ls") && !eq)
+		x->ls = true;
 	else if (KEY("store")) {
 		x->store = true;
 		x->store_window = (uint64_t)v << 20;
@@ -688,6 +748,7 @@ static bool parse_x(const char *a, struct ceil_x *x)
 int main(int argc, char **argv)
 {
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
+	struct fuse_lowlevel_ops ops;
 	struct ceiling c = { 0 };
 	struct fuse_session *se;
 	unsigned char *pat;
@@ -749,7 +810,13 @@ int main(int argc, char **argv)
 		goto out_free_mnt;
 	}
 	c.pat = pat;
-	se = fuse_session_new(&args, &ceil_ops, sizeof(ceil_ops), &c);
+	ops = ceil_ops;
+	if (c.x.ls) {
+		ops.readdirplus = op_readdirplus;
+		ops.getxattr = op_getxattr;
+		ops.listxattr = op_listxattr;
+	}
+	se = fuse_session_new(&args, &ops, sizeof(ops), &c);
 	if (!se) {
 		fprintf(stderr, "fuse_ceiling: cannot create the FUSE session\n");
 		goto out_free_pattern;
