@@ -276,12 +276,6 @@ int sf_fs_dir_snap(struct sf_fs *fs, struct sf_node *dir,
 void sf_fs_dir_snap_free(struct sf_fs *fs, struct sf_dir_snap *s); /* NULL ok */
 
 bool sf_node_is_dir(const struct sf_node *n);
-/* Fill st for n (no lock needed: reads immutable fields and nsubdirs). */
-void sf_fs_stat(struct sf_fs *fs, struct sf_node *n, struct stat *st);
-
-/* Size of writing node n now (tensors: declared bytes, files: written). */
-uint64_t sf_fs_w_size(struct sf_fs *fs, const struct sf_node *n);
-
 /* Is n part of a checkpoint opened for writing (its nodes have t NULL)? */
 static inline bool sf_node_is_w(const struct sf_node *n)
 {
@@ -306,6 +300,16 @@ int sf_fs_add_writing(struct sf_fs *fs, const char *name, const char *dir,
 int sf_fs_wchild(struct sf_fs *fs, struct sf_node *dir, const char *name,
 		 enum sf_node_kind kind, struct sf_node **out);
 
+/* The tensor node of `name` (relative to tensors/, '/'-separated) below
+ * dir, a writing checkpoint's directory node or its tensors/: with make,
+ * found or made (tensors/ and directories on the way too; a pending half
+ * declaration on an existing node is dropped); without, only checked.
+ * 0, -ENOTDIR (a component is a tensor or file), -EISDIR (the name is a
+ * directory), -ENOENT (dir is gone or not being written) or -ENOMEM.
+ * Takes no kernel reference. */
+int sf_fs_wtensor(struct sf_fs *fs, struct sf_node *dir, const char *name,
+		  bool make);
+
 /* Swap writing checkpoint c for committed checkpoint ck (ownership passes
  * in, also on failure): one hold of tree_lock, so lookups see one or the
  * other. c becomes SF_CK_REPLACED. */
@@ -314,6 +318,22 @@ int sf_fs_swap_committed(struct sf_fs *fs, struct sf_fs_ckpt *c,
 
 /* Unlink checkpoint c from the tree and mark it SF_CK_GONE. */
 void sf_fs_drop_ckpt(struct sf_fs *fs, struct sf_fs_ckpt *c);
+
+/* --- sf_fs_declare.c --- */
+
+/* Bytes of a user.shardfs.declare value: the kernel's XATTR_SIZE_MAX. */
+#define SF_FS_MAX_DECL_BATCH 65536
+
+/* Declare every tensor of the JSON object value (size bytes, untrusted:
+ * {"NAME": {"dtype": D, "shape": [..]}, ...}) in writing checkpoint
+ * dir->ck, dir being its directory node or its tensors/, and make their
+ * nodes. The whole batch is checked first (-EINVAL and a log line: bad
+ * JSON, name, dtype or shape, a disagreeing or clashing name; -E2BIG past
+ * SF_FS_MAX_DECL_BATCH); then declared in order, stopping at the first
+ * failure (members before it stay declared). The caller checked the
+ * user's rights and that the checkpoint takes changes. */
+int sf_fs_w_declare_batch(struct sf_fs *fs, struct sf_node *dir,
+			  const char *value, size_t size);
 
 /* --- sf_fs_write.c --- */
 
@@ -368,6 +388,12 @@ int sf_fs_rm_error(struct sf_fs *fs, struct sf_fs_ckpt *c, char **out,
 		   size_t *len);
 
 /* --- sf_fs_reply.c --- */
+
+/* Fill st for n (no lock needed: reads immutable fields and nsubdirs). */
+void sf_fs_stat(struct sf_fs *fs, struct sf_node *n, struct stat *st);
+
+/* Size of writing node n now (tensors: declared bytes, files: written). */
+uint64_t sf_fs_w_size(struct sf_fs *fs, const struct sf_node *n);
 
 /* Reply to req with err (0 or a negative errno / SF_E* error; the errno
  * is core's sf_errno). */

@@ -1,8 +1,9 @@
 /*
  * sf_fs_reply.c - the replies every handler shares: errors (the one map
  * from shardfs errors to a reply's errno is core's error table,
- * sf_errno), entries with the cache timeouts a node deserves, and a
- * shape as JSON for the xattrs.
+ * sf_errno), entries with the cache timeouts a node deserves, a node's
+ * attributes (owner, modes, size: sf_fs_stat), and a shape as JSON for
+ * the xattrs.
  *
  * Invariants: a reply function answers its request exactly once; an entry
  * handed to the kernel carries the lookup reference the caller took, and
@@ -31,6 +32,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "sf_error.h"
 #include "sf_log.h"
@@ -146,4 +148,69 @@ void sf_fs_log_refused(fuse_req_t req, const char *what,
 		snprintf(why, sizeof(why), "%s", sf_strerror(err));
 	sf_warn_limited("%s %s: refused for uid %u (pid %d): %s", what, path,
 			(unsigned)ctx->uid, (int)ctx->pid, why);
+}
+
+/* --- attributes --- */
+
+/*
+ * Owner and modes come from the store (SPEC 3, README "Several users"):
+ * a checkpoint's nodes show its directory's owner and group; directories
+ * its directory's mode, files the read bits its directory and all its
+ * files share. Write bits are only ever shown to the owner, and only where
+ * changes are taken (the store root, checkpoints being written); committed
+ * checkpoints are at most 0555/0444. The kernel enforces these modes
+ * (default_permissions), so the mount never lets a user read more than the
+ * store does.
+ */
+void sf_fs_stat(struct sf_fs *fs, struct sf_node *n, struct stat *st)
+{
+	bool w = sf_node_is_w(n) || (n == fs->root && !fs->single);
+	const struct sf_fs_ckpt *c = n->ck;
+	mode_t dmode = c ? c->dir_mode : fs->root_mode;
+	mode_t fmode = c ? c->file_mode : fs->root_mode;
+
+	memset(st, 0, sizeof(*st));
+	st->st_ino = sf_fs_ino(fs, n);
+	st->st_uid = c ? c->uid : fs->uid;
+	st->st_gid = c ? c->gid : fs->gid;
+	if (sf_node_is_dir(n)) {
+		/* The store root takes new checkpoints (mkdir). */
+		st->st_mode = S_IFDIR | (dmode & (w ? 0755 : 0555));
+		pthread_mutex_lock(&fs->tree_lock);
+		st->st_nlink = 2 + n->nsubdirs;
+		pthread_mutex_unlock(&fs->tree_lock);
+		st->st_size = 4096;
+	} else {
+		st->st_mode = S_IFREG | (dmode & fmode & (w ? 0644 : 0444));
+		st->st_nlink = 1;
+		st->st_size = (off_t)(sf_node_is_w(n) ? sf_fs_w_size(fs, n) :
+				      n->size);
+	}
+	st->st_blksize = SF_FS_MAX_READ;
+	/* Views derived from the tensors (model.safetensors, npy/, slices)
+	 * occupy nothing of their own, so du, and the tools that size a copy
+	 * by it, count every byte of a checkpoint once: in tensors/. */
+	if (n->kind == SF_NODE_ST || n->kind == SF_NODE_NPY ||
+	    n->kind == SF_NODE_SLICE)
+		st->st_blocks = 0;
+	else
+		st->st_blocks = (blkcnt_t)((st->st_size + 511) / 512);
+	st->st_mtim = n->ck ? n->ck->mtime : fs->root_mtime;
+	st->st_atim = st->st_mtim;
+	st->st_ctim = st->st_mtim;
+}
+
+uint64_t sf_fs_w_size(struct sf_fs *fs, const struct sf_node *n)
+{
+	struct sf_wentry_info info;
+	char name[SF_MAX_NAME + 1];
+
+	if (n->kind == SF_NODE_SLICE)
+		return n->size;
+	if (sf_fs_wname(n, name, sizeof(name)) != 0 ||
+	    sf_wckpt_info(n->ck->w, name, &info) != 0)
+		return 0;
+	if (!info.is_file && !info.declared)
+		return 0;
+	return info.nbytes;
 }

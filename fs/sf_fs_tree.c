@@ -910,73 +910,7 @@ void sf_fs_dir_snap_free(struct sf_fs *fs, struct sf_dir_snap *s)
 	free(s);
 }
 
-/* --- attributes --- */
-
-/*
- * Owner and modes come from the store (SPEC 3, README "Several users"):
- * a checkpoint's nodes show its directory's owner and group; directories
- * its directory's mode, files the read bits its directory and all its
- * files share. Write bits are only ever shown to the owner, and only where
- * changes are taken (the store root, checkpoints being written); committed
- * checkpoints are at most 0555/0444. The kernel enforces these modes
- * (default_permissions), so the mount never lets a user read more than the
- * store does.
- */
-void sf_fs_stat(struct sf_fs *fs, struct sf_node *n, struct stat *st)
-{
-	bool w = sf_node_is_w(n) || (n == fs->root && !fs->single);
-	const struct sf_fs_ckpt *c = n->ck;
-	mode_t dmode = c ? c->dir_mode : fs->root_mode;
-	mode_t fmode = c ? c->file_mode : fs->root_mode;
-
-	memset(st, 0, sizeof(*st));
-	st->st_ino = sf_fs_ino(fs, n);
-	st->st_uid = c ? c->uid : fs->uid;
-	st->st_gid = c ? c->gid : fs->gid;
-	if (sf_node_is_dir(n)) {
-		/* The store root takes new checkpoints (mkdir). */
-		st->st_mode = S_IFDIR | (dmode & (w ? 0755 : 0555));
-		pthread_mutex_lock(&fs->tree_lock);
-		st->st_nlink = 2 + n->nsubdirs;
-		pthread_mutex_unlock(&fs->tree_lock);
-		st->st_size = 4096;
-	} else {
-		st->st_mode = S_IFREG | (dmode & fmode & (w ? 0644 : 0444));
-		st->st_nlink = 1;
-		st->st_size = (off_t)(sf_node_is_w(n) ? sf_fs_w_size(fs, n) :
-				      n->size);
-	}
-	st->st_blksize = SF_FS_MAX_READ;
-	/* Views derived from the tensors (model.safetensors, npy/, slices)
-	 * occupy nothing of their own, so du, and the tools that size a copy
-	 * by it, count every byte of a checkpoint once: in tensors/. */
-	if (n->kind == SF_NODE_ST || n->kind == SF_NODE_NPY ||
-	    n->kind == SF_NODE_SLICE)
-		st->st_blocks = 0;
-	else
-		st->st_blocks = (blkcnt_t)((st->st_size + 511) / 512);
-	st->st_mtim = n->ck ? n->ck->mtime : fs->root_mtime;
-	st->st_atim = st->st_mtim;
-	st->st_ctim = st->st_mtim;
-}
-
 /* --- checkpoints being written --- */
-
-uint64_t sf_fs_w_size(struct sf_fs *fs, const struct sf_node *n)
-{
-	struct sf_wentry_info info;
-	char name[SF_MAX_NAME + 1];
-
-	if (n->kind == SF_NODE_SLICE)
-		return n->size;
-	if (sf_fs_wname(n, name, sizeof(name)) != 0 ||
-	    sf_wckpt_info(n->ck->w, name, &info) != 0)
-		return 0;
-	if (!info.is_file && !info.declared)
-		return 0;
-	return info.nbytes;
-}
-
 
 /* Is d the directory whose children's names start a relative name: the
  * checkpoint itself (root files) or its tensors/? */
@@ -1178,6 +1112,84 @@ out_free_ckpt:
 	free(c->name);
 	free(c->dir);
 	free(c);
+	return rc;
+}
+
+/* tensors/ of writing checkpoint node cd, made if missing. Under
+ * tree_lock. */
+static int wtensors_get(struct sf_fs *fs, struct sf_node *cd,
+			struct sf_node **out)
+{
+	ptrdiff_t i = child_find(cd, "tensors", 7);
+	int rc;
+
+	if (i >= 0) {
+		*out = cd->children[i];
+		return (*out)->kind == SF_NODE_DIR ? 0 : -ENOTDIR;
+	}
+	rc = child_make(fs, cd, SF_NODE_DIR, "tensors", 7, true, out);
+	if (!rc)
+		(*out)->area = SF_AREA_TENSORS;
+	return rc;
+}
+
+int sf_fs_wtensor(struct sf_fs *fs, struct sf_node *dir, const char *name,
+		  bool make)
+{
+	const char *p = name, *slash;
+	struct sf_node *d = dir;
+	ptrdiff_t i;
+	int rc = 0;
+
+	pthread_mutex_lock(&fs->tree_lock);
+	if (!dir->linked || !sf_node_is_w(dir)) {
+		rc = -ENOENT;
+		goto out_unlock;
+	}
+	if (dir->kind == SF_NODE_CKPT) {
+		i = child_find(dir, "tensors", 7);
+		if (i >= 0 && dir->children[i]->kind != SF_NODE_DIR) {
+			rc = -ENOTDIR;
+			goto out_unlock;
+		}
+		if (i >= 0)
+			d = dir->children[i];
+		else if (make && (rc = wtensors_get(fs, dir, &d)) != 0)
+			goto out_unlock;
+		else if (!make)
+			goto out_unlock; /* nothing below it yet: fits */
+	}
+	for (; (slash = strchr(p, '/')) != NULL; p = slash + 1) {
+		i = child_find(d, p, (size_t)(slash - p));
+		if (i >= 0) {
+			d = d->children[i];
+			if (d->kind != SF_NODE_DIR) {
+				rc = -ENOTDIR;
+				goto out_unlock;
+			}
+		} else if (!make) {
+			goto out_unlock; /* the rest is new: fits */
+		} else if ((rc = wdir_get(fs, d, p, (size_t)(slash - p), &d)) != 0) {
+			goto out_unlock;
+		}
+	}
+	i = child_find(d, p, strlen(p));
+	if (i >= 0) {
+		struct sf_node *n = d->children[i];
+
+		if (n->kind != SF_NODE_TENSOR) {
+			rc = -EISDIR;
+		} else if (make) {
+			free(n->pend); /* declared now: no half left pending */
+			n->pend = NULL;
+		}
+	} else if (make) {
+		struct sf_node *n;
+
+		rc = child_make(fs, d, SF_NODE_TENSOR, p, strlen(p), true, &n);
+	}
+out_unlock:
+	pthread_mutex_unlock(&fs->tree_lock);
 	return rc;
 }
 

@@ -1,6 +1,7 @@
 /*
  * sf_fs_write.c - the write side of the daemon (SPEC 4): new checkpoints
- * (mkdir), declarations (user.shardfs.dtype / user.shardfs.shape xattrs),
+ * (mkdir), declarations (user.shardfs.dtype / user.shardfs.shape xattrs;
+ * many at once through user.shardfs.declare, sf_fs_declare.c),
  * box shards through slice paths, flat shards through pwrite, root files,
  * commit and delete (xattrs on the checkpoint directory), and resuming a
  * checkpoint that a killed daemon left unfinished.
@@ -51,6 +52,7 @@
 #define XA_SHAPE "user.shardfs.shape"
 #define XA_COMMIT "user.shardfs.commit"
 #define XA_DELETE "user.shardfs.delete"
+#define XA_DECLARE "user.shardfs.declare"
 
 #define SF_FS_MAX_DECL 1024         /* bytes in a dtype or shape value */
 #define SF_FS_WFILE_WAIT_S 10       /* commit waits this long for writers */
@@ -1078,6 +1080,10 @@ void sf_fs_w_setxattr(fuse_req_t req, struct sf_node *n, const char *name,
 		sf_fs_log_refused(req, "setxattr", n, NULL, rc);
 	} else if (strcmp(name, XA_DTYPE) == 0 || strcmp(name, XA_SHAPE) == 0) {
 		rc = set_decl(fs, n, name, value, size);
+	} else if (strcmp(name, XA_DECLARE) == 0) {
+		rc = ck_writable(fs, n->ck, true);
+		if (!rc)
+			rc = sf_fs_w_declare_batch(fs, n, value, size);
 	} else {
 		rc = strncmp(name, "user.shardfs.", 13) == 0 ? -EINVAL : -ENOTSUP;
 	}

@@ -13,7 +13,9 @@ ordinary file calls:
 
 What save() does, in order (every step is idempotent, so every rank runs it):
   1. mkdir -p MOUNT/CKPT/tensors (and subdirectories for names with '/');
-  2. declare each tensor: create tensors/NAME, set user.shardfs.dtype and
+  2. declare every tensor: many per setxattr of user.shardfs.declare on
+     tensors/ (declare_many: a JSON object, at most DECLARE_BATCH bytes
+     each), else one by one: create tensors/NAME, set user.shardfs.dtype and
      user.shardfs.shape (declarations must agree across ranks);
   3. write each shard: a box into tensors/NAME@START:STOP,... sequentially
      from offset 0; a flat range with pwrite at its byte offset of the
@@ -32,6 +34,7 @@ bits as a uint16 / uint8 array with dtype="BF16" / "F8_E4M3". Bytes are
 written row-major little-endian. Standard library + numpy.
 """
 
+import errno
 import json
 import os
 import sys
@@ -39,10 +42,12 @@ from collections import namedtuple
 
 from .dtypes import ITEMSIZE, NP_TO_ST, np
 
-__all__ = ["Shard", "CommitError", "ITEMSIZE", "STATE_MAX", "as_bytes", "declare",
-           "write_shard", "write_file", "state", "commit", "save"]
+__all__ = ["Shard", "CommitError", "ITEMSIZE", "STATE_MAX", "DECLARE_BATCH", "as_bytes",
+           "declare", "declare_many", "write_shard", "write_file", "state", "commit",
+           "save"]
 
 STATE_MAX = 4096           # bytes of user.shardfs.state we read back
+DECLARE_BATCH = 60000      # bytes of one user.shardfs.declare value (the kernel takes 65536)
 
 
 class Shard(namedtuple("Shard", "name data shape offsets flat dtype")):
@@ -133,11 +138,55 @@ def declare(mount, ckpt, name, dtype, shape):
                 json.dumps([int(d) for d in shape], separators=(",", ":")).encode())
 
 
+def declare_many(mount, ckpt, decls):
+    """Declare {name: (dtype, shape)} with as few setxattr calls of
+    user.shardfs.declare on tensors/ as DECLARE_BATCH allows (one request
+    each instead of six per tensor). A batch the daemon refuses (EINVAL:
+    a disagreeing declaration, or a daemon without user.shardfs.declare)
+    is declared again one by one, so the error names its tensor."""
+    tdir = os.path.join(mount, ckpt, "tensors")
+    os.makedirs(tdir, exist_ok=True)
+    batch, size = {}, 2
+
+    def send():
+        value = json.dumps({k: {"dtype": d, "shape": sh} for k, (d, sh) in batch.items()},
+                           separators=(",", ":")).encode()
+        try:
+            os.setxattr(tdir, "user.shardfs.declare", value)
+        except OSError as e:
+            if e.errno not in (errno.EINVAL, errno.E2BIG):
+                raise
+            for k, (d, sh) in batch.items():
+                declare(mount, ckpt, k, d, sh)
+        batch.clear()
+
+    for name, (dtype, shape) in decls.items():
+        shape = [int(d) for d in shape]
+        one = len(json.dumps({name: {"dtype": dtype, "shape": shape}},
+                             separators=(",", ":")))
+        if batch and size + one > DECLARE_BATCH:
+            send()
+            size = 2
+        batch[name] = (dtype, shape)
+        size += one
+    if batch:
+        send()
+
+
+def _shape_of(shard, local_shape):
+    return [int(d) for d in (shard.shape if shard.shape is not None else local_shape)]
+
+
 def write_shard(mount, ckpt, shard):
     """Declare the shard's tensor and write its bytes (box or flat)."""
     dtype, local_shape, buf = as_bytes(shard.data, shard.dtype)
-    shape = list(shard.shape if shard.shape is not None else local_shape)
-    declare(mount, ckpt, shard.name, dtype, shape)
+    declare(mount, ckpt, shard.name, dtype, _shape_of(shard, local_shape))
+    _write_declared(mount, ckpt, shard, local_shape, buf)
+
+
+def _write_declared(mount, ckpt, shard, local_shape, buf):
+    """Write the bytes of a shard whose tensor is declared (box or flat)."""
+    shape = _shape_of(shard, local_shape)
     path = os.path.join(mount, ckpt, "tensors", shard.name)
     if shard.offsets is not None:
         if len(shard.offsets) != len(shape) or len(local_shape) != len(shape):
@@ -182,8 +231,17 @@ def save(mount, ckpt, shards, files=None, commit=True):
     """Save this rank's shards (iterable of Shard) and root files
     ({name: bytes or str}) into MOUNT/CKPT, then commit unless told not to."""
     os.makedirs(os.path.join(mount, ckpt, "tensors"), exist_ok=True)
+    prepared, decls = [], {}
     for shard in shards:
-        write_shard(mount, ckpt, shard)
+        dtype, local_shape, buf = as_bytes(shard.data, shard.dtype)
+        want = (dtype, _shape_of(shard, local_shape))
+        if decls.setdefault(shard.name, want) != want:
+            raise ValueError("%s: shards of one tensor disagree on dtype or shape: %s and %s"
+                             % (shard.name, decls[shard.name], want))
+        prepared.append((shard, local_shape, buf))
+    declare_many(mount, ckpt, decls)
+    for shard, local_shape, buf in prepared:
+        _write_declared(mount, ckpt, shard, local_shape, buf)
     for name, content in sorted((files or {}).items()):
         write_file(mount, ckpt, name, content)
     if commit:
