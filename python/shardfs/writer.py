@@ -20,6 +20,7 @@ What save() does, in order (every step is idempotent, so every rank runs it):
   3. write each shard: a box into tensors/NAME@START:STOP,... sequentially
      from offset 0; a flat range with pwrite at its byte offset of the
      flattened tensor (one handle, so adjacent ranges join one shard);
+     save() opens them relative to an open tensors/ (openat);
   4. write root files (config.json, tokenizer files) as plain files;
   5. close everything (a close error means the shard was dropped), then
      commit: setxattr user.shardfs.commit = 1 on MOUNT/CKPT. Under MPI every
@@ -118,10 +119,11 @@ def _pwrite_all(fd, buf, off):
         view, off = view[n:], off + n
 
 
-def _write_new(path, buf, off=0, flags=0):
-    """Open path for writing, write buf at off, close; a close error (a shard
-    the daemon dropped) raises like a write error."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | flags, 0o644)
+def _write_new(path, buf, off=0, flags=0, dir_fd=None):
+    """Open path (relative to dir_fd when given) for writing, write buf at
+    off, close; a close error (a shard the daemon dropped) raises like a
+    write error."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | flags, 0o644, dir_fd=dir_fd)
     try:
         _pwrite_all(fd, buf, off)
     finally:
@@ -184,18 +186,21 @@ def write_shard(mount, ckpt, shard):
     _write_declared(mount, ckpt, shard, local_shape, buf)
 
 
-def _write_declared(mount, ckpt, shard, local_shape, buf):
-    """Write the bytes of a shard whose tensor is declared (box or flat)."""
+def _write_declared(mount, ckpt, shard, local_shape, buf, tensors_fd=None):
+    """Write the bytes of a shard whose tensor is declared (box or flat);
+    with tensors_fd (an open tensors/), opened relative to it, which spares
+    the daemon a lookup of the checkpoint (never cached) per shard."""
     shape = _shape_of(shard, local_shape)
-    path = os.path.join(mount, ckpt, "tensors", shard.name)
+    path = shard.name if tensors_fd is not None else \
+        os.path.join(mount, ckpt, "tensors", shard.name)
     if shard.offsets is not None:
         if len(shard.offsets) != len(shape) or len(local_shape) != len(shape):
             raise ValueError("%s: box of %d dims in a tensor of %d" % (
                 shard.name, len(shard.offsets), len(shape)))
         spec = ",".join("%d:%d" % (o, o + n) for o, n in zip(shard.offsets, local_shape))
-        _write_new(path + "@" + spec, buf)
+        _write_new(path + "@" + spec, buf, dir_fd=tensors_fd)
     else:
-        _write_new(path, buf, shard.flat or 0)
+        _write_new(path, buf, shard.flat or 0, dir_fd=tensors_fd)
 
 
 def write_file(mount, ckpt, name, content):
@@ -240,8 +245,12 @@ def save(mount, ckpt, shards, files=None, commit=True):
                              % (shard.name, decls[shard.name], want))
         prepared.append((shard, local_shape, buf))
     declare_many(mount, ckpt, decls)
-    for shard, local_shape, buf in prepared:
-        _write_declared(mount, ckpt, shard, local_shape, buf)
+    tfd = os.open(os.path.join(mount, ckpt, "tensors"), os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for shard, local_shape, buf in prepared:
+            _write_declared(mount, ckpt, shard, local_shape, buf, tensors_fd=tfd)
+    finally:
+        os.close(tfd)
     for name, content in sorted((files or {}).items()):
         write_file(mount, ckpt, name, content)
     if commit:
