@@ -411,13 +411,14 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino,
 	fuse_reply_open(req, fi);
 }
 
-/* Position p (0 ".", 1 "..", 2+i the i-th file) carries offset p + 1. */
-static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
-		       struct fuse_file_info *fi)
+/* Position p (0 ".", 1 "..", 2+i the i-th file) carries offset p + 1.
+ * plus (-x ls: READDIRPLUS): every entry with its attributes, and no
+ * lookup counts kept (the ceiling never forgets an inode). */
+static void do_readdir(fuse_req_t req, size_t size, off_t off, bool plus)
 {
 	struct ceiling *c = ceil_of(req);
+	struct fuse_entry_param e;
 	size_t used = 0, want;
-	struct stat st;
 	char *buf;
 	uint64_t p;
 
@@ -428,21 +429,36 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	memset(&st, 0, sizeof(st));
+	memset(&e, 0, sizeof(e));
+	e.attr_timeout = sf_fs_ro_timeout();
+	e.entry_timeout = e.attr_timeout;
 	for (p = off < 0 ? 0 : (uint64_t)off; p < 2 + (uint64_t)c->n; p++) {
-		const char *name = p == 0 ? "." : p == 1 ? ".." :
-				   c->files[p - 2].name;
+		const struct ceil_file *f = p < 2 ? NULL : &c->files[p - 2];
+		const char *name = p == 0 ? "." : p == 1 ? ".." : f->name;
 
-		st.st_ino = p < 2 ? FUSE_ROOT_ID : CEIL_FIRST_INO + (p - 2);
-		st.st_mode = p < 2 ? S_IFDIR : S_IFREG;
-		want = fuse_add_direntry(req, buf + used, size - used, name,
-					 &st, (off_t)(p + 1));
+		e.ino = p < 2 ? FUSE_ROOT_ID : CEIL_FIRST_INO + (p - 2);
+		if (plus) {
+			fill_stat(c, e.ino, f, &e.attr);
+			want = fuse_add_direntry_plus(req, buf + used, size - used,
+						      name, &e, (off_t)(p + 1));
+		} else {
+			e.attr.st_ino = e.ino;
+			e.attr.st_mode = p < 2 ? S_IFDIR : S_IFREG;
+			want = fuse_add_direntry(req, buf + used, size - used,
+						 name, &e.attr, (off_t)(p + 1));
+		}
 		if (want > size - used)
 			break;
 		used += want;
 	}
 	fuse_reply_buf(req, buf, used);
 	free(buf);
+}
+
+static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		       struct fuse_file_info *fi)
+{
+	do_readdir(req, size, off, false);
 }
 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -599,41 +615,11 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		push_after(c, (struct ceil_file *)f, (uint64_t)off + size);
 }
 
-/* -x ls: READDIRPLUS, every entry with its attributes (no lookup counts
- * are kept: the ceiling never forgets an inode). Offsets as op_readdir. */
+/* -x ls: READDIRPLUS. */
 static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
 			   off_t off, struct fuse_file_info *fi)
 {
-	struct ceiling *c = ceil_of(req);
-	struct fuse_entry_param e;
-	size_t used = 0, want;
-	char *buf;
-	uint64_t p;
-
-	if (size > c->max_read)
-		size = c->max_read;
-	buf = malloc(size ? size : 1);
-	if (!buf) {
-		fuse_reply_err(req, ENOMEM);
-		return;
-	}
-	memset(&e, 0, sizeof(e));
-	e.attr_timeout = sf_fs_ro_timeout();
-	e.entry_timeout = e.attr_timeout;
-	for (p = off < 0 ? 0 : (uint64_t)off; p < 2 + (uint64_t)c->n; p++) {
-		const struct ceil_file *f = p < 2 ? NULL : &c->files[p - 2];
-		const char *name = p == 0 ? "." : p == 1 ? ".." : f->name;
-
-		e.ino = p < 2 ? FUSE_ROOT_ID : CEIL_FIRST_INO + (p - 2);
-		fill_stat(c, e.ino, f, &e.attr);
-		want = fuse_add_direntry_plus(req, buf + used, size - used,
-					      name, &e, (off_t)(p + 1));
-		if (want > size - used)
-			break;
-		used += want;
-	}
-	fuse_reply_buf(req, buf, used);
-	free(buf);
+	do_readdir(req, size, off, true);
 }
 
 /* -x ls: no extended attributes, as shardfs answers a name it lacks. */
