@@ -52,12 +52,26 @@
  * only (a coded shard's blocks come from memory); at most VMAP_MAX shards
  * get one, the rest are hashed on every fetch as before.
  *
+ * Mapped blocks (when the source has map(), unless no_map): a plain
+ * (uncoded) block of map_min bytes or more is not copied into a pool
+ * buffer but mapped by the source (the local source: a leased MAP_SHARED
+ * view of the payload's page cache whose bytes stay as they were when it
+ * was mapped, sf_local_source.c), hashed there under a SIGBUS guard
+ * (sf_engine_map.c) unless the verified-block map trusts it, and only
+ * then made READY: the same rule as a copied block, so no byte of it is
+ * served before it matched. Its cap counts in cached like a buffer's (the
+ * cache bound covers mapped blocks too, not the pool); its mapping is
+ * dropped through the source when the block is freed. A block the source
+ * will not map, or whose hash faulted (the file shrank, an I/O error), is
+ * copied instead, which then reports what is wrong with the file.
+ *
  * Read-ahead (sf_engine_ra.c), when the source has advise(): every read is
  * noted before its blocks are pinned, so the payload a sequential reader
  * needs next is on its way (into the page cache) while this read waits.
  */
 #include "sf_engine.h"
 #include "sf_checksum.h"
+#include "sf_engine_map.h"
 #include "sf_engine_ra.h"
 #include "sf_error.h"
 #include "sf_log.h"
@@ -86,7 +100,12 @@ struct sf_block {
 	const struct sf_shard *shard;   /* key: shard (address) */
 	uint64_t idx;                   /* key: block index in the shard */
 	unsigned char *data;            /* len bytes used of cap; owned (pool
-					 * buffer when cap >= POOL_MIN) */
+					 * buffer when cap >= POOL_MIN), or,
+					 * with map_token, inside a source
+					 * mapping (read-only) */
+	void *map_token;                /* non-NULL: data lies in a source
+					 * mapping, dropped (src unmap) when
+					 * the block is freed */
 	size_t len;                     /* payload bytes */
 	size_t cap;                     /* buffer bytes, as accounted */
 	enum blk_state state;
@@ -149,6 +168,8 @@ struct sf_engine {
 					 * source has no file_id or verify is
 					 * off */
 	size_t nvmaps;                  /* maps in the chains */
+	bool map;                       /* blocks may be source mappings */
+	size_t map_min;                 /* ... when they have this many bytes */
 };
 
 static size_t hash_key(const struct sf_engine *e, const void *ck,
@@ -191,6 +212,9 @@ int sf_engine_create(const struct sf_engine_opts *opts, struct sf_source *src,
 	pthread_cond_init(&e->cond, NULL);
 	pthread_mutex_init(&e->dec_lock, NULL);
 	pthread_mutex_init(&e->vmap_lock, NULL);
+	e->map = src->ops->map && src->ops->unmap &&
+		 !(opts && opts->no_map) && sf_map_guard_init() == 0;
+	e->map_min = opts && opts->map_min ? opts->map_min : SF_ENGINE_MAP_MIN;
 	if (src->ops->file_id && e->verify &&
 	    !(e->vmaps = calloc(VMAP_BUCKETS, sizeof(*e->vmaps)))) {
 		sf_engine_destroy(e);
@@ -301,7 +325,9 @@ static void pool_put(struct sf_engine *e, unsigned char *p, size_t cap)
 /* Free a block and its buffer. Locked (or the engine is being destroyed). */
 static void blk_free(struct sf_engine *e, struct sf_block *b)
 {
-	if (b->data && b->cap >= POOL_MIN)
+	if (b->map_token)
+		e->src->ops->unmap(e->src->ctx, b->map_token);
+	else if (b->data && b->cap >= POOL_MIN)
 		pool_put(e, b->data, b->cap);
 	else
 		free(b->data);
@@ -643,6 +669,68 @@ static int fetch(struct read_ctx *c, const struct sf_shard *s, uint64_t idx,
 }
 
 /*
+ * Fetch block idx of plain shard s as a source mapping (no copy): b->data
+ * points into it and b->map_token holds it. Its bytes are checked as
+ * fetch() checks copied ones: hashed, under the SIGBUS guard, unless the
+ * map of verified blocks trusts them (identity before the mapping and
+ * after it; the source keeps the mapped bytes as they were when map()
+ * returned, so the identity after it names them). -EAGAIN, with nothing
+ * held, when the block must be copied instead: the source would not map
+ * it, or hashing touched a page that faulted (*faulted set; the copy then
+ * reports what is wrong with the file). No lock held.
+ */
+static int fetch_mapped(struct read_ctx *c, const struct sf_shard *s,
+			uint64_t idx, struct sf_block *b, bool *hashed,
+			bool *trusted, bool *faulted)
+{
+	struct sf_engine *e = c->e;
+	const struct sf_source_ops *ops = e->src->ops;
+	uint64_t id0 = 0, id1 = 0, h = 0;
+	const void *addr = NULL;
+	void *tok = NULL;
+	bool ids;
+	int ret = 0;
+
+	ids = e->vmaps && s->xxh3 && idx < s->nblocks &&
+	      ops->file_id(e->src->ctx, c->ck, s->rank, s->file, &id0) == 0;
+	if (ops->map(e->src->ctx, c->ck, s->rank, s->file,
+		     s->file_offset + idx * c->m->block_size, b->len, &addr,
+		     &tok) < 0)
+		return -EAGAIN;
+	/* page tables filled in one call, not a fault per 64 KiB; a page
+	 * it cannot read is left to the guarded hash (or the copy) */
+	(void)sf_map_populate(addr, b->len);
+	if (!e->verify || !s->xxh3)
+		goto out_mapped;
+	ids = ids && ops->file_id(e->src->ctx, c->ck, s->rank, s->file,
+				  &id1) == 0;
+	if (ids && vmap_test(e, c->ck, s, idx, id1)) {
+		*trusted = true;
+		goto out_mapped;
+	}
+	*hashed = true;
+	if (sf_map_hash(addr, b->len, &h) < 0) {
+		*faulted = true;
+		ret = -EAGAIN;
+		goto out_unmap;
+	}
+	if (h != s->xxh3[idx]) {
+		ret = -SF_ECHECKSUM;
+		goto out_unmap;
+	}
+	if (ids && id0 == id1)
+		vmap_set(e, c->ck, s, idx, id1);
+out_mapped:
+	b->data = (unsigned char *)(uintptr_t)addr;
+	b->map_token = tok;
+	return 0;
+
+out_unmap:
+	ops->unmap(e->src->ctx, tok);
+	return ret;
+}
+
+/*
  * Give b (linked, its cap counted in cached) a buffer of class b->cap or
  * more: a free pool buffer (b->cap grows to its size), or a fresh one
  * (mapped with the lock dropped; the pool bytes are reserved first so
@@ -689,7 +777,7 @@ static int pin(struct read_ctx *c, const struct sf_shard *s, uint64_t idx,
 	struct sf_engine *e = c->e;
 	uint64_t bs = c->m->block_size;
 	struct sf_block *b, *old;
-	bool hashed = false, trusted = false;
+	bool hashed = false, trusted = false, faulted = false, mapped;
 	size_t h;
 	int ret;
 
@@ -748,15 +836,29 @@ static int pin(struct read_ctx *c, const struct sf_shard *s, uint64_t idx,
 	e->buckets[h] = b;
 	e->cached += b->cap;
 	e->st.misses++;
-	ret = blk_alloc(e, b);
+	/* A mapped block takes no pool buffer; its cap counts all the same. */
+	mapped = e->map && s->codec == SF_CODEC_NONE && b->len >= e->map_min;
+	ret = mapped ? 0 : blk_alloc(e, b);
 	pthread_mutex_unlock(&e->lock);
 
-	if (ret == 0)
+	if (mapped) {
+		ret = fetch_mapped(c, s, idx, b, &hashed, &trusted, &faulted);
+		if (ret == -EAGAIN) {
+			mapped = false;
+			hashed = false;
+			pthread_mutex_lock(&e->lock);
+			ret = blk_alloc(e, b);
+			pthread_mutex_unlock(&e->lock);
+		}
+	}
+	if (ret == 0 && !mapped)
 		ret = fetch(c, s, idx, b, &hashed, &trusted);
 
 	pthread_mutex_lock(&e->lock);
 	e->st.hashed += hashed;
 	e->st.hash_skips += trusted;
+	e->st.mapped += mapped && ret == 0;
+	e->st.map_faults += faulted;
 	if (ret < 0) {
 		b->state = BLK_FAILED;
 		b->err = ret;
