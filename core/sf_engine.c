@@ -43,13 +43,13 @@
  *
  * Verified-block maps (when the source has file_id() and verify is on):
  * per shard read, a bit per block that matched its XXH3, with the file's
- * identity when it did (under e->vmap_lock, never held with e->lock). A
- * bit is set only when the identity read before the fetch equals the one
+ * identity when it did (sf_engine_vmap.c: its own lock, never held with
+ * e->lock). A bit is set only when the identity read before the fetch equals the one
  * read after it, and trusted only while the identity read after a later
  * fetch still equals it; any change of identity clears the shard's map.
  * So a block evicted from the cache and fetched again is copied but not
  * hashed again, while its file stays as it was. A plain payload's maps
- * only (a coded shard's blocks come from memory); at most VMAP_MAX shards
+ * only (a coded shard's blocks come from memory); at most SF_VMAPS_MAX shards
  * get one, the rest are hashed on every fetch as before.
  *
  * Mapped blocks (when the source has map(), unless no_map): a plain
@@ -73,6 +73,7 @@
 #include "sf_checksum.h"
 #include "sf_engine_map.h"
 #include "sf_engine_ra.h"
+#include "sf_engine_vmap.h"
 #include "sf_error.h"
 #include "sf_log.h"
 
@@ -90,8 +91,6 @@
 #define HUGE_SZ (2u << 20)      /* size classes (and alignment) above */
 #define DEC_CAP_MAX (256ull << 20) /* decoded streams kept, at most */
 #define DEC_READ (4u << 20)     /* source reads of a coded stream, at most */
-#define VMAP_BUCKETS 4096u      /* hash chains of the verified-block maps */
-#define VMAP_MAX (1u << 16)     /* shards with a map, at most (then: hash) */
 
 enum blk_state { BLK_LOADING, BLK_READY, BLK_FAILED };
 
@@ -125,17 +124,6 @@ struct dec_ent {
 	struct dec_ent *next;           /* most recently used first */
 };
 
-/* The blocks of one shard that matched their XXH3, and the identity of
- * the shard's file when they did (struct sf_source_ops.file_id). */
-struct vmap {
-	const struct sf_ckpt_ref *ck;   /* key: checkpoint */
-	const struct sf_shard *shard;   /* key: shard (address) */
-	uint64_t id;                    /* the file's identity for these bits */
-	struct vmap *next;              /* hash chain */
-	uint64_t bits[];                /* bit i: block i verified; the
-					 * shard's nblocks bits */
-};
-
 /* A free pool buffer; the header lives in the buffer's first bytes. */
 struct pool_free {
 	struct pool_free *next;
@@ -162,12 +150,9 @@ struct sf_engine {
 	uint64_t dec_bytes;             /* their decoded bytes */
 	uint64_t dec_cap;               /* bound on dec_bytes beyond the MRU one */
 	struct sf_ra *ra;               /* read-ahead (own lock); NULL: none */
-	pthread_mutex_t vmap_lock;      /* protects vmaps, nvmaps; taken
-					 * without e->lock held */
-	struct vmap **vmaps;            /* VMAP_BUCKETS chains; NULL when the
-					 * source has no file_id or verify is
-					 * off */
-	size_t nvmaps;                  /* maps in the chains */
+	struct sf_vmaps *vmaps;         /* verified blocks (own lock); NULL
+					 * when the source has no file_id or
+					 * verify is off */
 	bool map;                       /* blocks may be source mappings */
 	size_t map_min;                 /* ... when they have this many bytes */
 };
@@ -211,12 +196,10 @@ int sf_engine_create(const struct sf_engine_opts *opts, struct sf_source *src,
 	pthread_mutex_init(&e->lock, NULL);
 	pthread_cond_init(&e->cond, NULL);
 	pthread_mutex_init(&e->dec_lock, NULL);
-	pthread_mutex_init(&e->vmap_lock, NULL);
 	e->map = src->ops->map && src->ops->unmap &&
 		 !(opts && opts->no_map) && sf_map_guard_init() == 0;
 	e->map_min = opts && opts->map_min ? opts->map_min : SF_ENGINE_MAP_MIN;
-	if (src->ops->file_id && e->verify &&
-	    !(e->vmaps = calloc(VMAP_BUCKETS, sizeof(*e->vmaps)))) {
+	if (src->ops->file_id && e->verify && sf_vmaps_create(&e->vmaps)) {
 		sf_engine_destroy(e);
 		return -ENOMEM;
 	}
@@ -537,94 +520,6 @@ static int fetch_coded(struct read_ctx *c, const struct sf_shard *s,
 	return ret;
 }
 
-/* --- the verified-block maps --- */
-
-static size_t vmap_hash(const void *ck, const void *shard)
-{
-	uint64_t h = (uint64_t)(uintptr_t)ck * 0x9E3779B97F4A7C15ull ^
-		     (uint64_t)(uintptr_t)shard * 0xC2B2AE3D27D4EB4Full;
-
-	return (size_t)(h ^ h >> 31) % VMAP_BUCKETS;
-}
-
-/* The map of shard s, or NULL. Locked (vmap_lock). */
-static struct vmap *vmap_find(struct sf_engine *e, const struct sf_ckpt_ref *ck,
-			      const struct sf_shard *s)
-{
-	struct vmap *v = e->vmaps[vmap_hash(ck, s)];
-
-	while (v && (v->ck != ck || v->shard != s))
-		v = v->next;
-	return v;
-}
-
-/* Was block idx of s verified while its file had identity id? */
-static bool vmap_test(struct sf_engine *e, const struct sf_ckpt_ref *ck,
-		      const struct sf_shard *s, uint64_t idx, uint64_t id)
-{
-	struct vmap *v;
-	bool yes;
-
-	pthread_mutex_lock(&e->vmap_lock);
-	v = vmap_find(e, ck, s);
-	yes = v && v->id == id && (v->bits[idx / 64] >> (idx % 64) & 1);
-	pthread_mutex_unlock(&e->vmap_lock);
-	return yes;
-}
-
-/* Note block idx of s verified while its file had identity id (a map for
- * another identity starts over). Past VMAP_MAX maps nothing is noted. */
-static void vmap_set(struct sf_engine *e, const struct sf_ckpt_ref *ck,
-		     const struct sf_shard *s, uint64_t idx, uint64_t id)
-{
-	size_t words = (size_t)((s->nblocks + 63) / 64);
-	struct vmap *v;
-
-	pthread_mutex_lock(&e->vmap_lock);
-	v = vmap_find(e, ck, s);
-	if (!v && e->nvmaps < VMAP_MAX &&
-	    (v = calloc(1, sizeof(*v) + words * sizeof(v->bits[0])))) {
-		size_t h = vmap_hash(ck, s);
-
-		v->ck = ck;
-		v->shard = s;
-		v->id = id;
-		v->next = e->vmaps[h];
-		e->vmaps[h] = v;
-		e->nvmaps++;
-	}
-	if (v) {
-		if (v->id != id) {
-			memset(v->bits, 0, words * sizeof(v->bits[0]));
-			v->id = id;
-		}
-		v->bits[idx / 64] |= 1ull << (idx % 64);
-	}
-	pthread_mutex_unlock(&e->vmap_lock);
-}
-
-/* Drop the maps of ck (every map when ck is NULL). */
-static void vmap_forget(struct sf_engine *e, const struct sf_ckpt_ref *ck)
-{
-	if (!e->vmaps)
-		return;
-	pthread_mutex_lock(&e->vmap_lock);
-	for (size_t h = 0; h < VMAP_BUCKETS; h++) {
-		for (struct vmap **pp = &e->vmaps[h]; *pp;) {
-			struct vmap *v = *pp;
-
-			if (ck && v->ck != ck) {
-				pp = &v->next;
-				continue;
-			}
-			*pp = v->next;
-			free(v);
-			e->nvmaps--;
-		}
-	}
-	pthread_mutex_unlock(&e->vmap_lock);
-}
-
 /*
  * Fetch a block's bytes into b->data and check them; *hashed is set when
  * its XXH3 was computed, *trusted when the map of verified blocks made
@@ -655,7 +550,7 @@ static int fetch(struct read_ctx *c, const struct sf_shard *s, uint64_t idx,
 		return 0;
 	ids = ids && ops->file_id(e->src->ctx, c->ck, s->rank, s->file,
 				  &id1) == 0;
-	if (ids && vmap_test(e, c->ck, s, idx, id1)) {
+	if (ids && sf_vmaps_test(e->vmaps, c->ck, s, idx, id1)) {
 		*trusted = true;
 		return 0;
 	}
@@ -664,7 +559,7 @@ static int fetch(struct read_ctx *c, const struct sf_shard *s, uint64_t idx,
 		return -SF_ECHECKSUM;
 	/* unchanged while it was read: its bytes are the verified ones */
 	if (ids && id0 == id1)
-		vmap_set(e, c->ck, s, idx, id1);
+		sf_vmaps_set(e->vmaps, c->ck, s, idx, id1);
 	return 0;
 }
 
@@ -704,7 +599,7 @@ static int fetch_mapped(struct read_ctx *c, const struct sf_shard *s,
 		goto out_mapped;
 	ids = ids && ops->file_id(e->src->ctx, c->ck, s->rank, s->file,
 				  &id1) == 0;
-	if (ids && vmap_test(e, c->ck, s, idx, id1)) {
+	if (ids && sf_vmaps_test(e->vmaps, c->ck, s, idx, id1)) {
 		*trusted = true;
 		goto out_mapped;
 	}
@@ -719,7 +614,7 @@ static int fetch_mapped(struct read_ctx *c, const struct sf_shard *s,
 		goto out_unmap;
 	}
 	if (ids && id0 == id1)
-		vmap_set(e, c->ck, s, idx, id1);
+		sf_vmaps_set(e->vmaps, c->ck, s, idx, id1);
 out_mapped:
 	b->data = (unsigned char *)(uintptr_t)addr;
 	b->map_token = tok;
@@ -1082,7 +977,7 @@ void sf_engine_forget(struct sf_engine *e, const struct sf_ckpt_ref *ck)
 		free(d);
 	}
 	pthread_mutex_unlock(&e->dec_lock);
-	vmap_forget(e, ck);
+	sf_vmaps_forget(e->vmaps, ck);
 	if (e->ra)
 		sf_ra_forget(e->ra, ck);
 	if (e->src->ops->forget)
@@ -1118,9 +1013,7 @@ void sf_engine_destroy(struct sf_engine *e)
 	}
 	pthread_mutex_destroy(&e->dec_lock);
 	sf_ra_destroy(e->ra);
-	vmap_forget(e, NULL);
-	free(e->vmaps);
-	pthread_mutex_destroy(&e->vmap_lock);
+	sf_vmaps_destroy(e->vmaps);
 	free(e->buckets);
 	pthread_mutex_destroy(&e->lock);
 	pthread_cond_destroy(&e->cond);
