@@ -43,14 +43,27 @@
  *
  * Verified-block maps (when the source has file_id() and verify is on):
  * per shard read, a bit per block that matched its XXH3, with the file's
- * identity when it did (under e->vmap_lock, never held with e->lock). A
- * bit is set only when the identity read before the fetch equals the one
+ * identity when it did (sf_engine_vmap.c: its own lock, never held with
+ * e->lock). A bit is set only when the identity read before the fetch equals the one
  * read after it, and trusted only while the identity read after a later
  * fetch still equals it; any change of identity clears the shard's map.
  * So a block evicted from the cache and fetched again is copied but not
  * hashed again, while its file stays as it was. A plain payload's maps
- * only (a coded shard's blocks come from memory); at most VMAP_MAX shards
+ * only (a coded shard's blocks come from memory); at most SF_VMAPS_MAX shards
  * get one, the rest are hashed on every fetch as before.
+ *
+ * Mapped blocks (when the source has map(), unless no_map): a plain
+ * (uncoded) block of map_min bytes or more is not copied into a pool
+ * buffer but mapped by the source (the local source: a leased MAP_SHARED
+ * view of the payload's page cache whose bytes stay as they were when it
+ * was mapped, sf_local_source.c), hashed there under a SIGBUS guard
+ * (sf_engine_map.c) unless the verified-block map trusts it, and only
+ * then made READY: the same rule as a copied block, so no byte of it is
+ * served before it matched. Its cap counts in cached like a buffer's (the
+ * cache bound covers mapped blocks too, not the pool); its mapping is
+ * dropped through the source when the block is freed. A block the source
+ * will not map, or whose hash faulted (the file shrank, an I/O error), is
+ * copied instead, which then reports what is wrong with the file.
  *
  * Read-ahead (sf_engine_ra.c), when the source has advise(): every read is
  * noted before its blocks are pinned, so the payload a sequential reader
@@ -58,7 +71,9 @@
  */
 #include "sf_engine.h"
 #include "sf_checksum.h"
+#include "sf_engine_map.h"
 #include "sf_engine_ra.h"
+#include "sf_engine_vmap.h"
 #include "sf_error.h"
 #include "sf_log.h"
 
@@ -76,8 +91,6 @@
 #define HUGE_SZ (2u << 20)      /* size classes (and alignment) above */
 #define DEC_CAP_MAX (256ull << 20) /* decoded streams kept, at most */
 #define DEC_READ (4u << 20)     /* source reads of a coded stream, at most */
-#define VMAP_BUCKETS 4096u      /* hash chains of the verified-block maps */
-#define VMAP_MAX (1u << 16)     /* shards with a map, at most (then: hash) */
 
 enum blk_state { BLK_LOADING, BLK_READY, BLK_FAILED };
 
@@ -86,7 +99,12 @@ struct sf_block {
 	const struct sf_shard *shard;   /* key: shard (address) */
 	uint64_t idx;                   /* key: block index in the shard */
 	unsigned char *data;            /* len bytes used of cap; owned (pool
-					 * buffer when cap >= POOL_MIN) */
+					 * buffer when cap >= POOL_MIN), or,
+					 * with map_token, inside a source
+					 * mapping (read-only) */
+	void *map_token;                /* non-NULL: data lies in a source
+					 * mapping, dropped (src unmap) when
+					 * the block is freed */
 	size_t len;                     /* payload bytes */
 	size_t cap;                     /* buffer bytes, as accounted */
 	enum blk_state state;
@@ -104,17 +122,6 @@ struct dec_ent {
 	unsigned char *data;            /* len bytes; owned */
 	uint64_t len;                   /* the shard's decoded_len */
 	struct dec_ent *next;           /* most recently used first */
-};
-
-/* The blocks of one shard that matched their XXH3, and the identity of
- * the shard's file when they did (struct sf_source_ops.file_id). */
-struct vmap {
-	const struct sf_ckpt_ref *ck;   /* key: checkpoint */
-	const struct sf_shard *shard;   /* key: shard (address) */
-	uint64_t id;                    /* the file's identity for these bits */
-	struct vmap *next;              /* hash chain */
-	uint64_t bits[];                /* bit i: block i verified; the
-					 * shard's nblocks bits */
 };
 
 /* A free pool buffer; the header lives in the buffer's first bytes. */
@@ -143,12 +150,11 @@ struct sf_engine {
 	uint64_t dec_bytes;             /* their decoded bytes */
 	uint64_t dec_cap;               /* bound on dec_bytes beyond the MRU one */
 	struct sf_ra *ra;               /* read-ahead (own lock); NULL: none */
-	pthread_mutex_t vmap_lock;      /* protects vmaps, nvmaps; taken
-					 * without e->lock held */
-	struct vmap **vmaps;            /* VMAP_BUCKETS chains; NULL when the
-					 * source has no file_id or verify is
-					 * off */
-	size_t nvmaps;                  /* maps in the chains */
+	struct sf_vmaps *vmaps;         /* verified blocks (own lock); NULL
+					 * when the source has no file_id or
+					 * verify is off */
+	bool map;                       /* blocks may be source mappings */
+	size_t map_min;                 /* ... when they have this many bytes */
 };
 
 static size_t hash_key(const struct sf_engine *e, const void *ck,
@@ -190,9 +196,10 @@ int sf_engine_create(const struct sf_engine_opts *opts, struct sf_source *src,
 	pthread_mutex_init(&e->lock, NULL);
 	pthread_cond_init(&e->cond, NULL);
 	pthread_mutex_init(&e->dec_lock, NULL);
-	pthread_mutex_init(&e->vmap_lock, NULL);
-	if (src->ops->file_id && e->verify &&
-	    !(e->vmaps = calloc(VMAP_BUCKETS, sizeof(*e->vmaps)))) {
+	e->map = src->ops->map && src->ops->unmap &&
+		 !(opts && opts->no_map) && sf_map_guard_init() == 0;
+	e->map_min = opts && opts->map_min ? opts->map_min : SF_ENGINE_MAP_MIN;
+	if (src->ops->file_id && e->verify && sf_vmaps_create(&e->vmaps)) {
 		sf_engine_destroy(e);
 		return -ENOMEM;
 	}
@@ -301,7 +308,9 @@ static void pool_put(struct sf_engine *e, unsigned char *p, size_t cap)
 /* Free a block and its buffer. Locked (or the engine is being destroyed). */
 static void blk_free(struct sf_engine *e, struct sf_block *b)
 {
-	if (b->data && b->cap >= POOL_MIN)
+	if (b->map_token)
+		e->src->ops->unmap(e->src->ctx, b->map_token);
+	else if (b->data && b->cap >= POOL_MIN)
 		pool_put(e, b->data, b->cap);
 	else
 		free(b->data);
@@ -511,94 +520,6 @@ static int fetch_coded(struct read_ctx *c, const struct sf_shard *s,
 	return ret;
 }
 
-/* --- the verified-block maps --- */
-
-static size_t vmap_hash(const void *ck, const void *shard)
-{
-	uint64_t h = (uint64_t)(uintptr_t)ck * 0x9E3779B97F4A7C15ull ^
-		     (uint64_t)(uintptr_t)shard * 0xC2B2AE3D27D4EB4Full;
-
-	return (size_t)(h ^ h >> 31) % VMAP_BUCKETS;
-}
-
-/* The map of shard s, or NULL. Locked (vmap_lock). */
-static struct vmap *vmap_find(struct sf_engine *e, const struct sf_ckpt_ref *ck,
-			      const struct sf_shard *s)
-{
-	struct vmap *v = e->vmaps[vmap_hash(ck, s)];
-
-	while (v && (v->ck != ck || v->shard != s))
-		v = v->next;
-	return v;
-}
-
-/* Was block idx of s verified while its file had identity id? */
-static bool vmap_test(struct sf_engine *e, const struct sf_ckpt_ref *ck,
-		      const struct sf_shard *s, uint64_t idx, uint64_t id)
-{
-	struct vmap *v;
-	bool yes;
-
-	pthread_mutex_lock(&e->vmap_lock);
-	v = vmap_find(e, ck, s);
-	yes = v && v->id == id && (v->bits[idx / 64] >> (idx % 64) & 1);
-	pthread_mutex_unlock(&e->vmap_lock);
-	return yes;
-}
-
-/* Note block idx of s verified while its file had identity id (a map for
- * another identity starts over). Past VMAP_MAX maps nothing is noted. */
-static void vmap_set(struct sf_engine *e, const struct sf_ckpt_ref *ck,
-		     const struct sf_shard *s, uint64_t idx, uint64_t id)
-{
-	size_t words = (size_t)((s->nblocks + 63) / 64);
-	struct vmap *v;
-
-	pthread_mutex_lock(&e->vmap_lock);
-	v = vmap_find(e, ck, s);
-	if (!v && e->nvmaps < VMAP_MAX &&
-	    (v = calloc(1, sizeof(*v) + words * sizeof(v->bits[0])))) {
-		size_t h = vmap_hash(ck, s);
-
-		v->ck = ck;
-		v->shard = s;
-		v->id = id;
-		v->next = e->vmaps[h];
-		e->vmaps[h] = v;
-		e->nvmaps++;
-	}
-	if (v) {
-		if (v->id != id) {
-			memset(v->bits, 0, words * sizeof(v->bits[0]));
-			v->id = id;
-		}
-		v->bits[idx / 64] |= 1ull << (idx % 64);
-	}
-	pthread_mutex_unlock(&e->vmap_lock);
-}
-
-/* Drop the maps of ck (every map when ck is NULL). */
-static void vmap_forget(struct sf_engine *e, const struct sf_ckpt_ref *ck)
-{
-	if (!e->vmaps)
-		return;
-	pthread_mutex_lock(&e->vmap_lock);
-	for (size_t h = 0; h < VMAP_BUCKETS; h++) {
-		for (struct vmap **pp = &e->vmaps[h]; *pp;) {
-			struct vmap *v = *pp;
-
-			if (ck && v->ck != ck) {
-				pp = &v->next;
-				continue;
-			}
-			*pp = v->next;
-			free(v);
-			e->nvmaps--;
-		}
-	}
-	pthread_mutex_unlock(&e->vmap_lock);
-}
-
 /*
  * Fetch a block's bytes into b->data and check them; *hashed is set when
  * its XXH3 was computed, *trusted when the map of verified blocks made
@@ -629,7 +550,7 @@ static int fetch(struct read_ctx *c, const struct sf_shard *s, uint64_t idx,
 		return 0;
 	ids = ids && ops->file_id(e->src->ctx, c->ck, s->rank, s->file,
 				  &id1) == 0;
-	if (ids && vmap_test(e, c->ck, s, idx, id1)) {
+	if (ids && sf_vmaps_test(e->vmaps, c->ck, s, idx, id1)) {
 		*trusted = true;
 		return 0;
 	}
@@ -638,8 +559,70 @@ static int fetch(struct read_ctx *c, const struct sf_shard *s, uint64_t idx,
 		return -SF_ECHECKSUM;
 	/* unchanged while it was read: its bytes are the verified ones */
 	if (ids && id0 == id1)
-		vmap_set(e, c->ck, s, idx, id1);
+		sf_vmaps_set(e->vmaps, c->ck, s, idx, id1);
 	return 0;
+}
+
+/*
+ * Fetch block idx of plain shard s as a source mapping (no copy): b->data
+ * points into it and b->map_token holds it. Its bytes are checked as
+ * fetch() checks copied ones: hashed, under the SIGBUS guard, unless the
+ * map of verified blocks trusts them (identity before the mapping and
+ * after it; the source keeps the mapped bytes as they were when map()
+ * returned, so the identity after it names them). -EAGAIN, with nothing
+ * held, when the block must be copied instead: the source would not map
+ * it, or hashing touched a page that faulted (*faulted set; the copy then
+ * reports what is wrong with the file). No lock held.
+ */
+static int fetch_mapped(struct read_ctx *c, const struct sf_shard *s,
+			uint64_t idx, struct sf_block *b, bool *hashed,
+			bool *trusted, bool *faulted)
+{
+	struct sf_engine *e = c->e;
+	const struct sf_source_ops *ops = e->src->ops;
+	uint64_t id0 = 0, id1 = 0, h = 0;
+	const void *addr = NULL;
+	void *tok = NULL;
+	bool ids;
+	int ret = 0;
+
+	ids = e->vmaps && s->xxh3 && idx < s->nblocks &&
+	      ops->file_id(e->src->ctx, c->ck, s->rank, s->file, &id0) == 0;
+	if (ops->map(e->src->ctx, c->ck, s->rank, s->file,
+		     s->file_offset + idx * c->m->block_size, b->len, &addr,
+		     &tok) < 0)
+		return -EAGAIN;
+	/* page tables filled in one call, not a fault per 64 KiB; a page
+	 * it cannot read is left to the guarded hash (or the copy) */
+	(void)sf_map_populate(addr, b->len);
+	if (!e->verify || !s->xxh3)
+		goto out_mapped;
+	ids = ids && ops->file_id(e->src->ctx, c->ck, s->rank, s->file,
+				  &id1) == 0;
+	if (ids && sf_vmaps_test(e->vmaps, c->ck, s, idx, id1)) {
+		*trusted = true;
+		goto out_mapped;
+	}
+	*hashed = true;
+	if (sf_map_hash(addr, b->len, &h) < 0) {
+		*faulted = true;
+		ret = -EAGAIN;
+		goto out_unmap;
+	}
+	if (h != s->xxh3[idx]) {
+		ret = -SF_ECHECKSUM;
+		goto out_unmap;
+	}
+	if (ids && id0 == id1)
+		sf_vmaps_set(e->vmaps, c->ck, s, idx, id1);
+out_mapped:
+	b->data = (unsigned char *)(uintptr_t)addr;
+	b->map_token = tok;
+	return 0;
+
+out_unmap:
+	ops->unmap(e->src->ctx, tok);
+	return ret;
 }
 
 /*
@@ -689,7 +672,7 @@ static int pin(struct read_ctx *c, const struct sf_shard *s, uint64_t idx,
 	struct sf_engine *e = c->e;
 	uint64_t bs = c->m->block_size;
 	struct sf_block *b, *old;
-	bool hashed = false, trusted = false;
+	bool hashed = false, trusted = false, faulted = false, mapped;
 	size_t h;
 	int ret;
 
@@ -748,15 +731,29 @@ static int pin(struct read_ctx *c, const struct sf_shard *s, uint64_t idx,
 	e->buckets[h] = b;
 	e->cached += b->cap;
 	e->st.misses++;
-	ret = blk_alloc(e, b);
+	/* A mapped block takes no pool buffer; its cap counts all the same. */
+	mapped = e->map && s->codec == SF_CODEC_NONE && b->len >= e->map_min;
+	ret = mapped ? 0 : blk_alloc(e, b);
 	pthread_mutex_unlock(&e->lock);
 
-	if (ret == 0)
+	if (mapped) {
+		ret = fetch_mapped(c, s, idx, b, &hashed, &trusted, &faulted);
+		if (ret == -EAGAIN) {
+			mapped = false;
+			hashed = false;
+			pthread_mutex_lock(&e->lock);
+			ret = blk_alloc(e, b);
+			pthread_mutex_unlock(&e->lock);
+		}
+	}
+	if (ret == 0 && !mapped)
 		ret = fetch(c, s, idx, b, &hashed, &trusted);
 
 	pthread_mutex_lock(&e->lock);
 	e->st.hashed += hashed;
 	e->st.hash_skips += trusted;
+	e->st.mapped += mapped && ret == 0;
+	e->st.map_faults += faulted;
 	if (ret < 0) {
 		b->state = BLK_FAILED;
 		b->err = ret;
@@ -980,7 +977,7 @@ void sf_engine_forget(struct sf_engine *e, const struct sf_ckpt_ref *ck)
 		free(d);
 	}
 	pthread_mutex_unlock(&e->dec_lock);
-	vmap_forget(e, ck);
+	sf_vmaps_forget(e->vmaps, ck);
 	if (e->ra)
 		sf_ra_forget(e->ra, ck);
 	if (e->src->ops->forget)
@@ -1016,9 +1013,7 @@ void sf_engine_destroy(struct sf_engine *e)
 	}
 	pthread_mutex_destroy(&e->dec_lock);
 	sf_ra_destroy(e->ra);
-	vmap_forget(e, NULL);
-	free(e->vmaps);
-	pthread_mutex_destroy(&e->vmap_lock);
+	sf_vmaps_destroy(e->vmaps);
 	free(e->buckets);
 	pthread_mutex_destroy(&e->lock);
 	pthread_cond_destroy(&e->cond);

@@ -11,7 +11,9 @@
  * again when fetched again while its file is unchanged (source file_id). A box shard may be strided (its payload
  * laid out with the strides the model gives), and coded (stored
  * compressed, sf_codec.h: its whole stream is read through the source and
- * decoded in memory, then served like any payload). Thread-safe:
+ * decoded in memory, then served like any payload). Where the source can
+ * map payload ranges (map()), large plain blocks are verified and served
+ * straight from those mappings, without a copy. Thread-safe:
  * many FUSE workers read concurrently; two readers of one block wait for a
  * single fetch.
  */
@@ -90,7 +92,29 @@ struct sf_source_ops {
 	 */
 	int (*file_id)(void *ctx, const struct sf_ckpt_ref *ck, uint32_t rank,
 		       const char *file, uint64_t *id);
-	/* Free ctx. May be NULL. */
+	/*
+	 * Map bytes [off, off+len) of payload `file` of `rank` read-only for a
+	 * block served without a copy: on 0, *addr points at byte off and the
+	 * len bytes there stay the bytes the file held when map() returned,
+	 * readable, until unmap(ctx, *token). The local source: a MAP_SHARED
+	 * mapping under a read lease (no process can open the file for
+	 * writing or truncate it meanwhile: such an open waits until the
+	 * mapping has been swapped for an anonymous copy of the same bytes at
+	 * the same address, and the lease dropped). Touching the bytes may
+	 * still raise SIGBUS on an I/O error (the caller guards its own
+	 * accesses; the kernel's copies from them fail with EFAULT instead).
+	 * Any negative errno means "read() instead" (-ENOTSUP: never for this
+	 * file; -EAGAIN: not now, e.g. the file is open for writing somewhere,
+	 * or cannot be leased). Must be thread-safe. May be NULL (no
+	 * mapping: MPI and remote sources).
+	 */
+	int (*map)(void *ctx, const struct sf_ckpt_ref *ck, uint32_t rank,
+		   const char *file, uint64_t off, size_t len,
+		   const void **addr, void **token);
+	/* Drop a mapping map() made (after its last use). Any thread; never
+	 * called for a token twice. NULL exactly when map is. */
+	void (*unmap)(void *ctx, void *token);
+	/* Free ctx. May be NULL. Every mapping must have been dropped. */
 	void (*destroy)(void *ctx);
 };
 
@@ -118,7 +142,15 @@ struct sf_engine_opts {
 				   * source is advised (0: the default,
 				   * SF_ENGINE_RA_DEFAULT) */
 	bool no_readahead;     /* never call the source's advise() */
+	bool no_map;           /* never call the source's map(): every block
+				* is copied into a buffer of the pool */
+	size_t map_min;        /* plain (uncoded) blocks of at least this many
+				* bytes are mapped when the source has map()
+				* (0: the default, SF_ENGINE_MAP_MIN) */
 };
+/* Smaller blocks are copied: a copy of 64 KiB costs less than mapping,
+ * leasing and unmapping it. */
+#define SF_ENGINE_MAP_MIN (64u << 10)
 /* 8 blocks of 4 MiB: what a sequential reader's FUSE requests pin, and a
  * few more; the page cache holds the rest (README, Performance). */
 #define SF_ENGINE_CACHE_DEFAULT (32ull << 20)
@@ -189,6 +221,10 @@ struct sf_engine_stats {
 	uint64_t hashed;         /* fetched blocks whose XXH3 was computed */
 	uint64_t hash_skips;     /* fetched blocks trusted from the map of
 				  * verified blocks (source file_id) */
+	uint64_t mapped;         /* fetched blocks served from a source
+				  * mapping (source map: no copy) */
+	uint64_t map_faults;     /* mapped blocks whose hash touched a page
+				  * that raised SIGBUS (then copied) */
 };
 void sf_engine_stats(struct sf_engine *e, struct sf_engine_stats *out);
 

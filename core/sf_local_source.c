@@ -23,12 +23,43 @@
  * file_id() names a file's state by fstat (device, inode, size, times), so
  * the engine can trust blocks it verified earlier while the file stays as
  * it was.
+ *
+ * map() (blocks served without a copy) maps a block's range of a table
+ * descriptor MAP_SHARED, read-only, under a read lease on that descriptor
+ * (F_SETLEASE F_RDLCK: refused while any process has the file open for
+ * writing; while it is held, an open for writing or a truncation waits
+ * for it). The lease is taken with the first live mapping of a file and
+ * dropped with the last (fd_ent.nleased). When one of this process's
+ * leases is broken, the kernel sends a real-time signal of ours
+ * (SIGRTMIN+6, set with F_SETSIG before each lease is taken: dropping a
+ * lease resets it; and SIGIO, which the kernel falls back to when it
+ * cannot queue the other, handled too where nobody else handles it),
+ * whose handler only posts a semaphore; a thread of its own (one per process, serving
+ * every local source) then, under each source's lock, replaces every live
+ * mapping with an anonymous copy of the same bytes at the same address
+ * (pread while the lease still holds, then mremap over it) and drops every
+ * lease. So the bytes at a mapped block's address are the file's bytes as
+ * they were when map() returned, until unmap(): a writer waits only for
+ * those copies (milliseconds), the engine's pointers stay valid, and no
+ * write or truncation is ever seen through a mapping. Invariants (under
+ * lock): an entry with nleased > 0 holds a lease that was not seen broken
+ * (map() asks F_GETLEASE before it maps under a lease already held); an
+ * entry forgotten while mappings of it live is kept, closed and freed by
+ * the last unmap(). Leases are not used (map() answers -ENOTSUP) when
+ * that signal is handled by someone else, leases are disabled, or the
+ * system's lease-break-time is under a second (a writer could go on
+ * before the copies are made). What leases cannot cover: a lease the
+ * kernel revokes after lease-break-time because this process did not
+ * answer (a stuck daemon), and pages that fail to read back (I/O errors:
+ * the engine hashes under a SIGBUS guard, and the kernel's copies out of
+ * a mapping fail with EFAULT, an EIO to the reader, instead).
  */
 #include "sf_engine.h"
 #include "sf_checksum.h"
 #include "sf_error.h"
 #include "sf_format.h"
 #include "sf_io.h"
+#include "sf_log.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -37,6 +68,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <semaphore.h>
+#include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -51,7 +85,21 @@ struct fd_ent {
 	const struct sf_ckpt_ref *ck;   /* owner, for forget() */
 	char *path;                     /* owned */
 	int fd;                         /* open, read-only */
-	struct fd_ent *next;
+	struct fd_ent *next;            /* bucket chain, or the zombie list */
+	unsigned nmaps;                 /* live mappings of fd (lock) */
+	unsigned nleased;               /* ... of them still file-backed: a
+					 * lease is held while > 0 (lock) */
+};
+
+/* A live mapping made by map(): the token the engine holds. Fields under
+ * the source's lock (base and len are fixed once made). */
+struct lmap {
+	unsigned char *base;            /* page-aligned start */
+	size_t len;                     /* mapped bytes */
+	uint64_t off;                   /* file offset of base */
+	struct fd_ent *fe;              /* the file (kept while nmaps > 0) */
+	bool anon;                      /* replaced by an anonymous copy */
+	struct lmap *prev, *next;       /* local_src.maps */
 };
 
 /* A queued hint: a range of a file whose descriptor is a table entry's. */
@@ -74,6 +122,9 @@ struct local_src {
 	pthread_t threads[ADVISE_THREADS];
 	unsigned nthreads;              /* started (lazily, on the first hint) */
 	bool stop;                      /* destroy(): threads exit */
+	struct lmap *maps;              /* live mappings (lock) */
+	struct fd_ent *zombies;         /* forgotten entries with live mappings */
+	struct local_src *reg_next;     /* the registry (reg_lock) */
 };
 
 static unsigned hash_path(const char *s)
@@ -103,8 +154,9 @@ static struct fd_ent *find_ent(struct local_src *ls, unsigned h,
  * files are not remembered: they may appear (restore). Opened beneath the
  * checkpoint: a symlink planted there never leads out.
  */
-static int get_fd(struct local_src *ls, const struct sf_ckpt_ref *ck,
-		  const char *file, int *fd, bool *owned)
+static int get_fd_ent(struct local_src *ls, const struct sf_ckpt_ref *ck,
+		      const char *file, int *fd, bool *owned,
+		      struct fd_ent **ent)
 {
 	char path[4096];
 	struct fd_ent *e;
@@ -121,6 +173,7 @@ static int get_fd(struct local_src *ls, const struct sf_ckpt_ref *ck,
 	if (e) {
 		*fd = e->fd;
 		*owned = false;
+		*ent = e;
 		return 0;
 	}
 	f = sf_open_payload(ck->dir, file);
@@ -134,6 +187,7 @@ static int get_fd(struct local_src *ls, const struct sf_ckpt_ref *ck,
 		close(f);
 		*fd = e->fd;
 		*owned = false;
+		*ent = e;
 		return 0;
 	}
 	if (ls->nfds < SF_LOCAL_MAX_FDS) {
@@ -147,6 +201,7 @@ static int get_fd(struct local_src *ls, const struct sf_ckpt_ref *ck,
 			pthread_mutex_unlock(&ls->lock);
 			*fd = f;
 			*owned = false;
+			*ent = e;
 			return 0;
 		}
 		free(e);
@@ -154,7 +209,17 @@ static int get_fd(struct local_src *ls, const struct sf_ckpt_ref *ck,
 	pthread_mutex_unlock(&ls->lock);
 	*fd = f;
 	*owned = true;
+	*ent = NULL;
 	return 0;
+}
+
+/* get_fd_ent without the entry: the descriptor only. */
+static int get_fd(struct local_src *ls, const struct sf_ckpt_ref *ck,
+		  const char *file, int *fd, bool *owned)
+{
+	struct fd_ent *ent;
+
+	return get_fd_ent(ls, ck, file, fd, owned, &ent);
 }
 
 static int local_read(void *ctx, const struct sf_ckpt_ref *ck, uint32_t rank,
@@ -353,6 +418,276 @@ static int local_file_id(void *ctx, const struct sf_ckpt_ref *ck,
 	return 0;
 }
 
+/* --- mappings under read leases (map, unmap) --- */
+
+/* Every local source that may hold leases, for the break thread. */
+static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct local_src *reg_head;     /* chained by reg_next (reg_lock) */
+static pthread_once_t brk_once = PTHREAD_ONCE_INIT;
+static bool brk_ok;                    /* leases usable (set once) */
+static int lease_sig;                  /* the signal a break sends */
+static sem_t brk_sem;                  /* posted by the signal handler */
+
+static void on_lease_sig(int sig)
+{
+	int saved = errno;
+
+	(void)sig;
+	sem_post(&brk_sem);
+	errno = saved;
+}
+
+/* Replace lm's file pages with an anonymous copy of the same bytes at the
+ * same address (read while the lease still holds: they are the bytes the
+ * mapping showed). 0, or a negative errno (the mapping stays as it was).
+ * Locked. */
+static int lmap_to_anon(struct lmap *lm)
+{
+	void *copy = mmap(NULL, lm->len, PROT_READ | PROT_WRITE,
+			  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	struct stat st;
+	size_t n;
+	int ret;
+
+	if (copy == MAP_FAILED)
+		return -ENOMEM;
+	ret = fstat(lm->fe->fd, &st) ? -errno : 0;
+	if (ret == 0) {
+		/* the file's tail page beyond its end reads as zeros */
+		n = (uint64_t)st.st_size <= lm->off ? 0 :
+		    (uint64_t)st.st_size - lm->off < lm->len ?
+		    (size_t)((uint64_t)st.st_size - lm->off) : lm->len;
+		ret = sf_pread_full(lm->fe->fd, copy, n, lm->off);
+	}
+	if (ret == 0 && mprotect(copy, lm->len, PROT_READ) < 0)
+		ret = -errno;
+	if (ret == 0 && mremap(copy, lm->len, lm->len,
+			       MREMAP_MAYMOVE | MREMAP_FIXED,
+			       lm->base) == MAP_FAILED)
+		ret = -errno;
+	if (ret < 0) {
+		munmap(copy, lm->len);
+		return ret;
+	}
+	return 0;
+}
+
+/* A lease of this process is being broken: copy every file-backed
+ * mapping of ls and drop its leases. A mapping that cannot be copied
+ * keeps its lease (the writer then waits for the kernel's
+ * lease-break-time). Locked. */
+static void leases_break(struct local_src *ls)
+{
+	for (struct lmap *lm = ls->maps; lm; lm = lm->next) {
+		if (lm->anon)
+			continue;
+		if (lmap_to_anon(lm) < 0) {
+			sf_err("payload %s: a lease is being broken and a mapping of it cannot be copied; the writer waits",
+			       lm->fe->path);
+			continue;
+		}
+		lm->anon = true;
+		if (--lm->fe->nleased == 0)
+			(void)fcntl(lm->fe->fd, F_SETLEASE, F_UNLCK);
+	}
+}
+
+/* The break thread: after each signal, every registered source. */
+static void *brk_main(void *arg)
+{
+	(void)arg;
+	for (;;) {
+		while (sem_wait(&brk_sem) < 0 && errno == EINTR)
+			;
+		pthread_mutex_lock(&reg_lock);
+		for (struct local_src *ls = reg_head; ls; ls = ls->reg_next) {
+			pthread_mutex_lock(&ls->lock);
+			leases_break(ls);
+			pthread_mutex_unlock(&ls->lock);
+		}
+		pthread_mutex_unlock(&reg_lock);
+	}
+	return NULL;
+}
+
+/* A small integer from a /proc/sys file, or -1. */
+static long proc_long(const char *path)
+{
+	char buf[32];
+	long v = -1;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n;
+
+	if (fd < 0)
+		return -1;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n > 0) {
+		buf[n] = 0;
+		v = strtol(buf, NULL, 10);
+	}
+	return v;
+}
+
+/* Once per process: may mappings be leased? The signal is taken only when
+ * nobody else handles it; the thread starts here, detached, for good. */
+static void brk_init(void)
+{
+	struct sigaction old, io, sa;
+	pthread_attr_t at;
+	pthread_t th;
+
+	if (proc_long("/proc/sys/fs/leases-enable") == 0 ||
+	    proc_long("/proc/sys/fs/lease-break-time") < 1)
+		return;
+	lease_sig = SIGRTMIN + 6;
+	if (lease_sig > SIGRTMAX || sigaction(lease_sig, NULL, &old) < 0 ||
+	    (old.sa_flags & SA_SIGINFO) || old.sa_handler != SIG_DFL ||
+	    sigaction(SIGIO, NULL, &io) < 0)
+		return;
+	if (sem_init(&brk_sem, 0, 0) < 0)
+		return;
+	if (pthread_attr_init(&at))
+		return;
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_lease_sig;
+	sa.sa_flags = SA_RESTART;
+	sigemptyset(&sa.sa_mask);
+	if (sigaction(lease_sig, &sa, NULL) == 0) {
+		if (pthread_create(&th, &at, brk_main, NULL) == 0) {
+			brk_ok = true;
+			/* SIGIO's default ends the process: a break that
+			 * falls back to it must not */
+			if (!(io.sa_flags & SA_SIGINFO) &&
+			    io.sa_handler == SIG_DFL)
+				sigaction(SIGIO, &sa, NULL);
+		} else {
+			sigaction(lease_sig, &old, NULL);
+		}
+	}
+	pthread_attr_destroy(&at);
+}
+
+/*
+ * Map bytes [off, off+len) of ck->dir/file under a read lease (see the
+ * top of this file). -ENOTSUP where leases cannot be used or the file has
+ * no table descriptor; -EAGAIN where the file cannot be leased now (open
+ * for writing, a lease being broken, another owner without CAP_LEASE) or
+ * is shorter than the range; -ENOMEM.
+ */
+static int local_map(void *ctx, const struct sf_ckpt_ref *ck, uint32_t rank,
+		     const char *file, uint64_t off, size_t len,
+		     const void **addr, void **token)
+{
+	struct local_src *ls = ctx;
+	uint64_t pg = (uint64_t)sysconf(_SC_PAGESIZE);
+	uint64_t base = off & ~(pg - 1);
+	size_t delta = (size_t)(off - base);
+	struct fd_ent *fe;
+	struct lmap *lm;
+	struct stat st;
+	bool owned;
+	void *p;
+	int fd, ret;
+
+	(void)rank;
+	pthread_once(&brk_once, brk_init);
+	if (!brk_ok || len == 0)
+		return -ENOTSUP;
+	ret = get_fd_ent(ls, ck, file, &fd, &owned, &fe);
+	if (ret)
+		return ret;
+	if (owned) {
+		close(fd);
+		return -ENOTSUP;
+	}
+	lm = calloc(1, sizeof(*lm));
+	if (!lm)
+		return -ENOMEM;
+	pthread_mutex_lock(&ls->lock);
+	if (fe->nleased == 0) {
+		/* every time: dropping a lease resets the descriptor's signal
+		 * to SIGIO (measured on 6.18; the kernel's lease_modify) */
+		if (fcntl(fd, F_SETSIG, lease_sig) < 0) {
+			ret = -ENOTSUP;
+			goto out_unlock;
+		}
+		if (fcntl(fd, F_SETLEASE, F_RDLCK) < 0) {
+			ret = -EAGAIN;
+			goto out_unlock;
+		}
+	} else if (fcntl(fd, F_GETLEASE) != F_RDLCK) {
+		ret = -EAGAIN; /* being broken: the break thread comes */
+		goto out_unlock;
+	}
+	/* Under the lease the size cannot change any more. */
+	if (fstat(fd, &st) < 0 || (uint64_t)st.st_size < off + len) {
+		ret = -EAGAIN;
+		goto out_unlease;
+	}
+	p = mmap(NULL, len + delta, PROT_READ, MAP_SHARED, fd, (off_t)base);
+	if (p == MAP_FAILED) {
+		ret = -EAGAIN;
+		goto out_unlease;
+	}
+	lm->base = p;
+	lm->len = len + delta;
+	lm->off = base;
+	lm->fe = fe;
+	lm->next = ls->maps;
+	if (ls->maps)
+		ls->maps->prev = lm;
+	ls->maps = lm;
+	fe->nmaps++;
+	fe->nleased++;
+	pthread_mutex_unlock(&ls->lock);
+	*addr = (unsigned char *)p + delta;
+	*token = lm;
+	return 0;
+
+out_unlease:
+	if (fe->nleased == 0)
+		(void)fcntl(fd, F_SETLEASE, F_UNLCK);
+out_unlock:
+	pthread_mutex_unlock(&ls->lock);
+	free(lm);
+	return ret;
+}
+
+/* Drop a mapping; with the file's last file-backed one its lease, and
+ * with its last one a forgotten entry. */
+static void local_unmap(void *ctx, void *token)
+{
+	struct local_src *ls = ctx;
+	struct lmap *lm = token;
+	struct fd_ent *fe = lm->fe;
+
+	pthread_mutex_lock(&ls->lock);
+	if (lm->prev)
+		lm->prev->next = lm->next;
+	else
+		ls->maps = lm->next;
+	if (lm->next)
+		lm->next->prev = lm->prev;
+	if (!lm->anon && --fe->nleased == 0)
+		(void)fcntl(fe->fd, F_SETLEASE, F_UNLCK);
+	if (--fe->nmaps == 0) {
+		for (struct fd_ent **pp = &ls->zombies; *pp; pp = &(*pp)->next) {
+			if (*pp != fe)
+				continue;
+			*pp = fe->next;
+			close(fe->fd);
+			free(fe->path);
+			free(fe);
+			break;
+		}
+	}
+	pthread_mutex_unlock(&ls->lock);
+	munmap(lm->base, lm->len);
+	free(lm);
+}
+
 static void local_forget(void *ctx, const struct sf_ckpt_ref *ck)
 {
 	struct local_src *ls = ctx;
@@ -379,10 +714,16 @@ static void local_forget(void *ctx, const struct sf_ckpt_ref *ck)
 				continue;
 			}
 			*pp = e->next;
+			ls->nfds--;
+			if (e->nmaps) {
+				/* the last unmap() closes it */
+				e->next = ls->zombies;
+				ls->zombies = e;
+				continue;
+			}
 			close(e->fd);
 			free(e->path);
 			free(e);
-			ls->nfds--;
 		}
 	}
 	pthread_mutex_unlock(&ls->lock);
@@ -398,6 +739,28 @@ static void local_destroy(void *ctx)
 	pthread_mutex_unlock(&ls->lock);
 	for (unsigned i = 0; i < ls->nthreads; i++)
 		pthread_join(ls->threads[i], NULL);
+	pthread_mutex_lock(&reg_lock);
+	for (struct local_src **pp = &reg_head; *pp; pp = &(*pp)->reg_next)
+		if (*pp == ls) {
+			*pp = ls->reg_next;
+			break;
+		}
+	pthread_mutex_unlock(&reg_lock);
+	/* Every mapping was dropped (sf_engine_destroy first); a leftover
+	 * one is given back here all the same. */
+	while (ls->maps) {
+		struct lmap *lm = ls->maps;
+
+		ls->maps = lm->next;
+		munmap(lm->base, lm->len);
+		free(lm);
+	}
+	for (struct fd_ent *e = ls->zombies, *next; e; e = next) {
+		next = e->next;
+		close(e->fd);
+		free(e->path);
+		free(e);
+	}
 
 	for (unsigned h = 0; h < SF_LOCAL_BUCKETS; h++) {
 		struct fd_ent *e = ls->buckets[h], *next;
@@ -419,6 +782,8 @@ static const struct sf_source_ops local_ops = {
 	.forget = local_forget,
 	.advise = local_advise,
 	.file_id = local_file_id,
+	.map = local_map,
+	.unmap = local_unmap,
 	.destroy = local_destroy,
 };
 
@@ -437,6 +802,10 @@ int sf_local_source_create(struct sf_source **out)
 	pthread_cond_init(&ls->adv_idle, NULL);
 	src->ops = &local_ops;
 	src->ctx = ls;
+	pthread_mutex_lock(&reg_lock);
+	ls->reg_next = reg_head;
+	reg_head = ls;
+	pthread_mutex_unlock(&reg_lock);
 	*out = src;
 	return 0;
 }

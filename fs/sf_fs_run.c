@@ -499,9 +499,9 @@ int sf_fs_run(const struct sf_fs_config *cfg)
 		struct sf_engine_stats es;
 
 		sf_engine_stats(fs->engine, &es);
-		sf_info("fs: engine: %" PRIu64 " block hits, %" PRIu64 " misses, %" PRIu64
-			" payload bytes fetched, %" PRIu64 " bad blocks",
-			es.hits, es.misses, es.bytes_fetched, es.bad_blocks);
+		sf_info("fs: engine: %" PRIu64 " block hits, %" PRIu64 " misses (%" PRIu64
+			" mapped), %" PRIu64 " payload bytes fetched, %" PRIu64 " bad blocks",
+			es.hits, es.misses, es.mapped, es.bytes_fetched, es.bad_blocks);
 	}
 
 out_unmount:
