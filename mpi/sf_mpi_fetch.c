@@ -4,9 +4,9 @@
  * which), in chunks of up to SF_MPI_CHUNK with several in flight. Each
  * chunk's reply is a head (the status) and a body that MPI receives
  * straight into the caller's buffer: no staging copy. After a whole-block
- * read (or in a stream of equal reads) the next range of the file is
- * asked for right behind the read itself, so that the peer serves it next;
- * its body stays with the peer (its send pending) until a read claims the
+ * read (or in a stream of equal reads) that no hint announced, the next
+ * range of the file is asked for right behind the read itself (a guess),
+ * so that the peer serves it next; its body stays with the peer (its send pending) until a read claims the
  * range, and is then received straight into that read's buffer when it
  * wants exactly that range, else into a cached buffer and copied out. An
  * unclaimed one is received into a cached buffer and dropped, so that the
