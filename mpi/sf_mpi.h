@@ -91,11 +91,14 @@ struct sf_source *sf_mpi_source(struct sf_mpi *mp);
  *                their checkpoint forgotten, or at finalize)
  *   peak         the most ranges asked ahead at once (at most
  *                SF_MPI_PF_SLOTS)
+ *   claim_ns, demand_ns  the time the claims and the demand reads took,
+ *                in all (nanoseconds, from the claim or the request to
+ *                the last byte in the reader's buffer)
  * Zeros with MPI off or for NULL.
  */
 struct sf_mpi_src_stats {
 	uint64_t hints, hint_posts, hint_drops, pf_posts, claims, demand, unused;
-	uint64_t peak;
+	uint64_t peak, claim_ns, demand_ns;
 };
 void sf_mpi_source_stats(const struct sf_mpi *mp, struct sf_mpi_src_stats *out);
 

@@ -529,6 +529,7 @@ static int mpi_src_read(void *ctx, const struct sf_ckpt_ref *ck, uint32_t rank,
 	struct pf_plan plan, *pl = NULL;
 	struct pf_slot *s;
 	struct stat sb;
+	uint64_t t0;
 	int peer, ret;
 
 	if (!sf_relpath_valid(file) ||
@@ -575,6 +576,7 @@ static int mpi_src_read(void *ctx, const struct sf_ckpt_ref *ck, uint32_t rank,
 				plan.size = e->h[i].size;
 		pl = &plan;
 	}
+	t0 = sf_mpi_now_ns();
 	s = pf_claim(mp, ck, file, off, len);
 	if (s) {
 		/* asked for already: the next ranges go out before the wait,
@@ -585,13 +587,17 @@ static int mpi_src_read(void *ctx, const struct sf_ckpt_ref *ck, uint32_t rank,
 		atomic_fetch_add(&mp->st_claims, 1);
 		ret = pf_consume(mp, s, off, buf, len);
 		/* a peer that did not answer in time is not asked again now */
-		if (ret == 0 || (ret == -SF_EPEER && sf_mpi_peer_down(mp, peer)))
+		if (ret == 0 || (ret == -SF_EPEER && sf_mpi_peer_down(mp, peer))) {
+			atomic_fetch_add(&mp->st_claim_ns, sf_mpi_now_ns() - t0);
 			return ret;
+		}
 		pl = NULL;
 	}
 	atomic_fetch_add(&mp->st_demand, 1);
-	return fetch_remote(mp, peer, name, file, off, buf, len,
-			    atomic_load(&mp->read_timeout_ms), pl);
+	ret = fetch_remote(mp, peer, name, file, off, buf, len,
+			   atomic_load(&mp->read_timeout_ms), pl);
+	atomic_fetch_add(&mp->st_demand_ns, sf_mpi_now_ns() - t0);
+	return ret;
 }
 
 /*
@@ -739,4 +745,6 @@ void sf_mpi_source_stats(const struct sf_mpi *mp, struct sf_mpi_src_stats *out)
 	out->demand = atomic_load(&mp->st_demand);
 	out->unused = atomic_load(&mp->st_unused);
 	out->peak = atomic_load(&mp->st_peak);
+	out->claim_ns = atomic_load(&mp->st_claim_ns);
+	out->demand_ns = atomic_load(&mp->st_demand_ns);
 }

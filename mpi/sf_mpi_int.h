@@ -308,7 +308,7 @@ struct sf_mpi {
 	/* counters of sf_mpi_source_stats (sf_mpi.h), atomics */
 	atomic_uint_least64_t st_hints, st_hint_posts, st_hint_drops;
 	atomic_uint_least64_t st_pf_posts, st_claims, st_demand, st_unused;
-	atomic_uint_least64_t st_peak;
+	atomic_uint_least64_t st_peak, st_claim_ns, st_demand_ns;
 };
 
 
