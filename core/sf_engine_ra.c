@@ -25,7 +25,9 @@
  * half a window.
  *
  * Invariants: advice only names block ranges inside a shard's payload
- * (for a coded shard, its stored stream); it moves bytes into the page
+ * (for a coded shard, its stored stream), starting on a block boundary of
+ * the shard and ending at one or at the payload's end, with the block
+ * size as its unit (0 for a coded stream, read in other pieces); it moves bytes into the page
  * cache and never decides what is served: every byte a reader gets is
  * read and verified through the engine's block cache as before. Stream
  * keys are compared, never dereferenced, so a stale one costs at most a
@@ -146,14 +148,14 @@ static void ra_flush(struct ra_walk *w)
 			/* decoded whole on its first block: advise the stream once */
 			if (lo == 0)
 				src->ops->advise(src->ctx, w->ck, s->rank, s->file,
-						 s->file_offset, s->stored_len);
+						 s->file_offset, s->stored_len, 0);
 			continue;
 		}
 		if (hi > s->nbytes)
 			hi = s->nbytes;
 		if (lo < hi)
 			src->ops->advise(src->ctx, w->ck, s->rank, s->file,
-					 s->file_offset + lo, hi - lo);
+					 s->file_offset + lo, hi - lo, w->bs);
 	}
 	w->n = 0;
 }

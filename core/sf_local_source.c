@@ -366,13 +366,14 @@ static bool adv_queue(struct local_src *ls, const struct sf_ckpt_ref *ck,
  */
 static void local_advise(void *ctx, const struct sf_ckpt_ref *ck,
 			 uint32_t rank, const char *file, uint64_t off,
-			 uint64_t len)
+			 uint64_t len, uint64_t unit)
 {
 	struct local_src *ls = ctx;
 	bool owned;
 	int fd;
 
 	(void)rank;
+	(void)unit; /* the kernel reads the range in its own pieces */
 	if (get_fd(ls, ck, file, &fd, &owned))
 		return;
 	if (owned) {

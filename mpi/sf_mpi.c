@@ -709,7 +709,24 @@ int sf_mpi_finalize(struct sf_mpi *mp)
 	if (!mp)
 		return 0;
 	if (mp->started) {
+		struct sf_mpi_src_stats st;
+
 		sf_mpi_pf_drain(mp, SF_MPI_SEND_DRAIN_MS);
+		sf_mpi_source_stats(mp, &st);
+		if (st.claims + st.demand)
+			sf_info("mpi: remote reads: %llu asked ahead and claimed "
+				"(%.1f ms in all), %llu asked on demand (%.1f ms); "
+				"hints: %llu reads named, %llu asked, "
+				"%llu dropped; %llu asked after a read; %llu asked and "
+				"never read; at most %llu asked ahead at once",
+				(unsigned long long)st.claims, st.claim_ns / 1e6,
+				(unsigned long long)st.demand, st.demand_ns / 1e6,
+				(unsigned long long)st.hints,
+				(unsigned long long)st.hint_posts,
+				(unsigned long long)st.hint_drops,
+				(unsigned long long)st.pf_posts,
+				(unsigned long long)st.unused,
+				(unsigned long long)st.peak);
 		atomic_store(&mp->leaving, true);
 		ret = broadcast(mp, SF_MPI_MSG_LEAVE, NULL, NULL);
 		if (ret)

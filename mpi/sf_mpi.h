@@ -67,10 +67,40 @@ int sf_mpi_allreduce_single(struct sf_mpi *mp, int vote, int *single);
  * read with pread; otherwise it is fetched from a peer that holds it (from
  * the inventory, else the shard's writer rank). Reads are split into
  * messages of at most SF_MPI_MAX_MSG and a sequential reader gets the next
- * chunk prefetched. Errors: -SF_ESHORT if no rank has the file or it is
+ * chunk prefetched; the engine's read-ahead hints (advise()) ask the
+ * peers for the blocks it will read next (a bounded number at a time,
+ * their bodies left at the peer until the read comes). Errors: -SF_ESHORT if no rank has the file or it is
  * short, -SF_EPEER if the peer is gone or timed out.
  */
 struct sf_source *sf_mpi_source(struct sf_mpi *mp);
+
+/*
+ * What the payload source did with remote reads since start (counters,
+ * each read atomically; for tests and the log line at finalize):
+ *   hints        ranges the engine's read-ahead named in peers' files
+ *                (advise(), split into the engine's reads)
+ *   hint_posts   of them, asked of a peer ahead of the read
+ *   hint_drops   of them, not asked: no free prefetch slot, or no live
+ *                holder (a peer marked down is never asked by a hint)
+ *   pf_posts     ranges asked ahead after a read (the next block of a
+ *                stream), not hints
+ *   claims       remote reads served from a range asked ahead (hinted or
+ *                not), its body received when the read wanted it
+ *   demand       remote reads that asked the peer themselves
+ *   unused       ranges asked ahead and given up unread (evicted, stale,
+ *                their checkpoint forgotten, or at finalize)
+ *   peak         the most ranges asked ahead at once (at most
+ *                SF_MPI_PF_SLOTS)
+ *   claim_ns, demand_ns  the time the claims and the demand reads took,
+ *                in all (nanoseconds, from the claim or the request to
+ *                the last byte in the reader's buffer)
+ * Zeros with MPI off or for NULL.
+ */
+struct sf_mpi_src_stats {
+	uint64_t hints, hint_posts, hint_drops, pf_posts, claims, demand, unused;
+	uint64_t peak, claim_ns, demand_ns;
+};
+void sf_mpi_source_stats(const struct sf_mpi *mp, struct sf_mpi_src_stats *out);
 
 /*
  * Added by the MPI layer: the bound on one peer read (all its chunks), in

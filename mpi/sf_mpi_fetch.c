@@ -4,18 +4,35 @@
  * which), in chunks of up to SF_MPI_CHUNK with several in flight. Each
  * chunk's reply is a head (the status) and a body that MPI receives
  * straight into the caller's buffer: no staging copy. After a whole-block
- * read (or in a stream of equal reads) the next range of the file is
- * asked for right behind the read itself, so that the peer serves it next;
- * its body stays with the peer (its send pending) until a read claims the
+ * read (or in a stream of equal reads) that no hint announced, the next
+ * range of the file is asked for right behind the read itself (a guess),
+ * so that the peer serves it next; its body stays with the peer (its send pending) until a read claims the
  * range, and is then received straight into that read's buffer when it
  * wants exactly that range, else into a cached buffer and copied out. An
  * unclaimed one is received into a cached buffer and dropped, so that the
  * peer's send completes.
  *
+ * Hints (advise(), the engine's read-ahead): a range of a file held here
+ * goes to the local source's advise (the page cache); one of a remote
+ * file is split into the reads the engine will make (its unit, a block)
+ * and each is asked for the same way, into a prefetch slot, so that the
+ * first block of the next remote shard is under way before the reader
+ * gets there. A hint never evicts a range asked for and not yet read,
+ * unless it was left unclaimed SF_MPI_PF_STALE_MS or its peer is marked
+ * down; without such a slot the hint is dropped (the read then asks
+ * itself, as without hints). A hint never names a peer marked down, never
+ * waits for a peer, and never changes what a read returns: the read
+ * claims a slot only for bytes inside its range, and the engine verifies
+ * every block as before. Slots are keyed (checkpoint, file, range) from
+ * the moment they are taken, so a hint and the prefetch after a read
+ * never ask twice for the same range.
+ *
  * Invariants: src_lock guards the prefetch slots and streams; a slot's
  * buffer stays under its request until the request completed or was
  * handed over as a zombie; a read never returns while a receive into the
- * caller's buffer is still posted (rd_cancel takes it back first).
+ * caller's buffer is still posted (rd_cancel takes it back first); at
+ * most SF_MPI_PF_SLOTS ranges are asked ahead at once, and no memory is
+ * held here for them (their bodies wait at the peers' side).
  */
 #include "sf_mpi_int.h"
 
@@ -235,9 +252,9 @@ struct pf_plan {
 	int n;
 };
 
-static void pf_issue(struct sf_mpi *mp, const struct sf_ckpt_ref *ck,
-		     const char *name, const char *file, int peer, uint64_t off,
-		     size_t len);
+static int pf_issue(struct sf_mpi *mp, const struct sf_ckpt_ref *ck,
+		    const char *name, const char *file, int peer, uint64_t off,
+		    size_t len, bool hint);
 
 static void pf_start(struct sf_mpi *mp, const struct pf_plan *pl,
 		     const char *name, const char *file, int peer)
@@ -245,8 +262,10 @@ static void pf_start(struct sf_mpi *mp, const struct pf_plan *pl,
 	uint64_t o = pl->off;
 
 	for (int k = 0; k < pl->n && o < pl->size; k++, o += pl->step)
-		pf_issue(mp, pl->ck, name, file, peer, o,
-			 (size_t)(pl->size - o < pl->step ? pl->size - o : pl->step));
+		(void)pf_issue(mp, pl->ck, name, file, peer, o,
+			       (size_t)(pl->size - o < pl->step ? pl->size - o :
+								  pl->step),
+			       false);
 }
 
 /* Read [off, off+len) of a remote file straight into buf, pipelining chunk
@@ -299,6 +318,21 @@ static void pf_release(struct sf_mpi *mp, struct pf_slot *s)
 	free(s->file);
 	s->file = NULL;
 	s->state = PF_FREE;
+}
+
+/* Give up a PENDING slot nobody read: its peer, when up, still answers
+ * (the body is then received into a cached buffer and dropped, so that
+ * the peer's send completes); one marked down has its receive cancelled,
+ * so nothing waits on a peer that may never answer. Frees the slot.
+ * Locked (src_lock). */
+static void pf_drop_locked(struct sf_mpi *mp, struct pf_slot *s)
+{
+	if (sf_mpi_peer_down(mp, s->rd.peer))
+		rd_cancel(mp, &s->rd);
+	else
+		rd_orphan(mp, &s->rd);
+	atomic_fetch_add(&mp->st_unused, 1);
+	pf_release(mp, s);
 }
 
 /* Take a pending prefetch covering [off, off+len) of (ck, file), if any. */
@@ -363,62 +397,97 @@ static bool pf_wanted(struct sf_mpi *mp, const struct sf_ckpt_ref *ck,
 	return full || stream;
 }
 
-/* Start fetching [off, off+len) of a remote file into a free slot (or the
- * oldest unclaimed one). Best effort: failures just skip the prefetch. */
-static void pf_issue(struct sf_mpi *mp, const struct sf_ckpt_ref *ck,
-		     const char *name, const char *file, int peer, uint64_t off,
-		     size_t len)
+/*
+ * Ask for [off, off+len) of a remote file ahead of its read, into a slot:
+ * a free one; else one left unclaimed SF_MPI_PF_STALE_MS or whose peer is
+ * marked down; else, for the prefetch after a read (not a hint), the
+ * oldest such prefetch not yet claimed (a hint, the engine's knowledge of
+ * what it reads next, is never replaced by that guess). Best effort: 0
+ * when asked or already asked for (a slot's range, posting, pending or
+ * claimed, covers it), -EBUSY when no slot could be had, another negative
+ * errno when asking failed (nothing is left asked).
+ */
+static int pf_issue(struct sf_mpi *mp, const struct sf_ckpt_ref *ck,
+		    const char *name, const char *file, int peer, uint64_t off,
+		    size_t len, bool hint)
 {
-	struct pf_slot *s = NULL;
-	char *fcopy;
+	uint64_t now, stale = (uint64_t)SF_MPI_PF_STALE_MS * 1000000u;
+	struct pf_slot *s = NULL, *rec = NULL, *old = NULL;
+	unsigned busy = 0;
+	char *fcopy = strdup(file);
 	struct rd rd;
+	int ret;
 
+	if (!fcopy)
+		return -ENOMEM;
 	pthread_mutex_lock(&mp->src_lock);
+	now = sf_mpi_now_ns(); /* under the lock: no posted_ns is later */
 	for (int i = 0; i < SF_MPI_PF_SLOTS; i++) {
 		struct pf_slot *c = &mp->pf[i];
 
-		if (c->state == PF_PENDING && c->ck == ck && c->off == off &&
+		if (c->state == PF_FREE) {
+			s = s ? s : c;
+			continue;
+		}
+		busy++;
+		/* already under way: a range that holds this one, or for the
+		 * guess after a read one that starts where it does (the hint
+		 * for a shard's shorter last block, which the guess's whole
+		 * block would overrun) */
+		if (c->ck == ck &&
+		    ((off >= c->off && off + len <= c->off + c->len) ||
+		     (!hint && off == c->off)) &&
 		    strcmp(c->file, file) == 0) {
 			pthread_mutex_unlock(&mp->src_lock);
-			return; /* already under way */
+			free(fcopy);
+			return 0;
 		}
-		if (c->state == PF_FREE && (!s || s->state != PF_FREE))
-			s = c;
-		else if (c->state == PF_PENDING &&
-			 (!s || (s->state == PF_PENDING && c->stamp < s->stamp)))
-			s = c;
+		if (c->state != PF_PENDING)
+			continue;
+		if ((now - c->posted_ns >= stale ||
+		     sf_mpi_peer_down(mp, c->rd.peer)) &&
+		    (!rec || c->stamp < rec->stamp))
+			rec = c; /* reclaimable by anyone: the oldest */
+		if (!c->hint && (!old || c->stamp < old->stamp))
+			old = c; /* a guess may replace an older guess */
 	}
+	if (!s && (rec || !hint))
+		s = rec ? rec : old;
 	if (!s) {
 		pthread_mutex_unlock(&mp->src_lock);
-		return;
+		free(fcopy);
+		return -EBUSY;
 	}
-	if (s->state == PF_PENDING) { /* evict the oldest */
-		rd_orphan(mp, &s->rd);
-		pf_release(mp, s);
-	}
-	s->state = PF_CLAIMED; /* ours while we post */
+	if (s->state == PF_PENDING)
+		pf_drop_locked(mp, s); /* counted in busy already */
+	else if (++busy > atomic_load(&mp->st_peak))
+		atomic_store(&mp->st_peak, busy); /* only here, under the lock */
+	/* keyed now: a second hint or prefetch of the range finds it */
+	s->state = PF_POSTING;
+	s->ck = ck;
+	s->file = fcopy;
+	s->off = off;
+	s->len = len;
+	s->hint = hint;
 	pthread_mutex_unlock(&mp->src_lock);
 
 	/* The body's receive is posted when a read claims the range, straight
 	 * into its buffer when it wants exactly this range: until then the
 	 * peer's send waits, and nobody here copies it. */
-	fcopy = strdup(file);
-	if (!fcopy || post_read(mp, peer, name, file, off, len, NULL, &rd)) {
-		free(fcopy);
-		pthread_mutex_lock(&mp->src_lock);
-		s->state = PF_FREE;
-		pthread_mutex_unlock(&mp->src_lock);
-		return;
-	}
+	ret = post_read(mp, peer, name, file, off, len, NULL, &rd);
 	pthread_mutex_lock(&mp->src_lock);
-	s->ck = ck;
-	s->file = fcopy;
-	s->off = off;
-	s->len = len;
-	s->rd = rd;
-	s->stamp = ++mp->stamp;
-	s->state = PF_PENDING;
+	if (ret) {
+		pf_release(mp, s);
+	} else {
+		s->rd = rd;
+		s->stamp = ++mp->stamp;
+		s->posted_ns = sf_mpi_now_ns();
+		s->state = PF_PENDING;
+	}
 	pthread_mutex_unlock(&mp->src_lock);
+	if (!ret)
+		atomic_fetch_add(hint ? &mp->st_hint_posts : &mp->st_pf_posts, 1);
+	return ret;
 }
 
 /* Serve [off, off+len) from a claimed prefetch slot: its body is received
@@ -460,6 +529,7 @@ static int mpi_src_read(void *ctx, const struct sf_ckpt_ref *ck, uint32_t rank,
 	struct pf_plan plan, *pl = NULL;
 	struct pf_slot *s;
 	struct stat sb;
+	uint64_t t0;
 	int peer, ret;
 
 	if (!sf_relpath_valid(file) ||
@@ -506,18 +576,79 @@ static int mpi_src_read(void *ctx, const struct sf_ckpt_ref *ck, uint32_t rank,
 				plan.size = e->h[i].size;
 		pl = &plan;
 	}
+	t0 = sf_mpi_now_ns();
 	s = pf_claim(mp, ck, file, off, len);
 	if (s) {
-		/* asked for already: the next ranges go out before the wait */
-		if (pl)
+		/* asked for already: the next ranges go out before the wait,
+		 * unless a hint asked for this one (the engine's read-ahead
+		 * follows this reader and names what it reads next itself) */
+		if (pl && !s->hint)
 			pf_start(mp, pl, name, file, peer);
+		atomic_fetch_add(&mp->st_claims, 1);
 		ret = pf_consume(mp, s, off, buf, len);
-		if (ret == 0)
-			return 0;
+		/* a peer that did not answer in time is not asked again now */
+		if (ret == 0 || (ret == -SF_EPEER && sf_mpi_peer_down(mp, peer))) {
+			atomic_fetch_add(&mp->st_claim_ns, sf_mpi_now_ns() - t0);
+			return ret;
+		}
 		pl = NULL;
 	}
-	return fetch_remote(mp, peer, name, file, off, buf, len,
-			    atomic_load(&mp->read_timeout_ms), pl);
+	atomic_fetch_add(&mp->st_demand, 1);
+	ret = fetch_remote(mp, peer, name, file, off, buf, len,
+			   atomic_load(&mp->read_timeout_ms), pl);
+	atomic_fetch_add(&mp->st_demand_ns, sf_mpi_now_ns() - t0);
+	return ret;
+}
+
+/*
+ * A read-ahead hint (sf_engine.h): a file held here is the local source's
+ * to advise; [off, off+len) of a remote one is asked of its peer as the
+ * reads of `unit` bytes from off that the engine will make, each into a
+ * prefetch slot (pf_issue), until no slot is free. Nothing is asked of a
+ * peer marked down, of a coded stream (unit 0: read in other pieces), or
+ * in pieces larger than SF_MPI_PF_MAX. Never waits on a peer.
+ */
+static void mpi_src_advise(void *ctx, const struct sf_ckpt_ref *ck,
+			   uint32_t rank, const char *file, uint64_t off,
+			   uint64_t len, uint64_t unit)
+{
+	struct sf_mpi *mp = ctx;
+	const char *name = mp->single ? "" : ck->name;
+	uint64_t end, o, n, left;
+	char path[4096];
+	struct stat sb;
+	int peer;
+
+	if (len == 0 || off > UINT64_MAX - len || !sf_relpath_valid(file) ||
+	    !sf_mpi_wire_ckpt_name_ok(name, strlen(name)))
+		return;
+	if ((size_t)snprintf(path, sizeof(path), "%s/%s", ck->dir, file) >=
+	    sizeof(path))
+		return;
+	if (stat(path, &sb) == 0) {
+		if (mp->local->ops->advise)
+			mp->local->ops->advise(mp->local->ctx, ck, rank, file, off,
+					       len, unit);
+		return;
+	}
+	if (unit == 0 || unit > SF_MPI_PF_MAX)
+		return;
+	end = off + len;
+	left = (len + unit - 1) / unit;
+	atomic_fetch_add(&mp->st_hints, left);
+	peer = pick_peer(mp, name, file, rank, end);
+	if (peer < 0 || sf_mpi_peer_down(mp, peer)) {
+		atomic_fetch_add(&mp->st_hint_drops, left);
+		return;
+	}
+	for (o = off; o < end; o += n, left--) {
+		n = end - o < unit ? end - o : unit;
+		if (pf_issue(mp, ck, name, file, peer, o, (size_t)n, true) < 0) {
+			/* no slot (or no memory): the rest waits for its read */
+			atomic_fetch_add(&mp->st_hint_drops, left);
+			return;
+		}
+	}
 }
 
 static void mpi_src_forget(void *ctx, const struct sf_ckpt_ref *ck)
@@ -529,10 +660,8 @@ static void mpi_src_forget(void *ctx, const struct sf_ckpt_ref *ck)
 	for (int i = 0; i < SF_MPI_PF_SLOTS; i++) {
 		struct pf_slot *s = &mp->pf[i];
 
-		if (s->state == PF_PENDING && s->ck == ck) {
-			rd_orphan(mp, &s->rd);
-			pf_release(mp, s);
-		}
+		if (s->state == PF_PENDING && s->ck == ck)
+			pf_drop_locked(mp, s);
 	}
 	for (int i = 0; i < SF_MPI_STREAMS; i++)
 		if (mp->streams[i].ck == ck)
@@ -571,6 +700,7 @@ const struct sf_source_ops sf_mpi_src_ops = {
 	.peer_files = mpi_src_peer_files,
 	.peer_size = mpi_src_peer_size,
 	.peer_ckpts = mpi_src_peer_ckpts,
+	.advise = mpi_src_advise,
 	.destroy = NULL, /* owned by the handle: freed by sf_mpi_finalize */
 };
 
@@ -596,10 +726,25 @@ void sf_mpi_pf_drain(struct sf_mpi *mp, unsigned drain_ms)
 	for (int i = 0; i < SF_MPI_PF_SLOTS; i++) {
 		struct pf_slot *s = &mp->pf[i];
 
-		if (s->state != PF_PENDING)
-			continue;
-		rd_orphan(mp, &s->rd);
-		pf_release(mp, s);
+		if (s->state == PF_PENDING)
+			pf_drop_locked(mp, s);
 	}
 	pthread_mutex_unlock(&mp->src_lock);
+}
+
+void sf_mpi_source_stats(const struct sf_mpi *mp, struct sf_mpi_src_stats *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (!mp)
+		return;
+	out->hints = atomic_load(&mp->st_hints);
+	out->hint_posts = atomic_load(&mp->st_hint_posts);
+	out->hint_drops = atomic_load(&mp->st_hint_drops);
+	out->pf_posts = atomic_load(&mp->st_pf_posts);
+	out->claims = atomic_load(&mp->st_claims);
+	out->demand = atomic_load(&mp->st_demand);
+	out->unused = atomic_load(&mp->st_unused);
+	out->peak = atomic_load(&mp->st_peak);
+	out->claim_ns = atomic_load(&mp->st_claim_ns);
+	out->demand_ns = atomic_load(&mp->st_demand_ns);
 }

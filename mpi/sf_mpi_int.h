@@ -87,7 +87,10 @@
 #define SF_TAG_REQ 1
 #define SF_MPI_CHUNK (4u << 20)           /* bytes per read message */
 #define SF_MPI_INFLIGHT 8                 /* chunk requests in flight per read */
-#define SF_MPI_PF_SLOTS 8                 /* prefetch buffers per daemon */
+#define SF_MPI_PF_SLOTS 32                /* ranges asked ahead per daemon
+					   * (hinted or not), at most */
+#define SF_MPI_PF_STALE_MS 500            /* one unclaimed this long may be
+					   * given up for a new hint */
 #define SF_MPI_PF_MAX (8u << 20)          /* largest prefetched range */
 #define SF_MPI_PF_DEPTH 1                 /* ranges prefetched ahead per stream */
 #define SF_MPI_WAIT_POLL_US 100           /* longest sleep of a waiting reader */
@@ -169,16 +172,26 @@ struct rd {
 	size_t len;                      /* body bytes */
 };
 
-/* A prefetched (or being prefetched) range of a remote file. */
-enum pf_state { PF_FREE = 0, PF_PENDING, PF_CLAIMED };
+/* A range of a remote file asked for ahead of its read (after a read of
+ * the block before it, or by an engine hint). Every field under src_lock;
+ * rd is the poster's while POSTING and the claimer's while CLAIMED. */
+enum pf_state {
+	PF_FREE = 0,
+	PF_POSTING,                      /* keyed, its request being sent */
+	PF_PENDING,                      /* asked for; no read claimed it yet */
+	PF_CLAIMED,                      /* a read receives its body */
+};
 struct pf_slot {
-	enum pf_state state;             /* under src_lock */
+	enum pf_state state;
 	const struct sf_ckpt_ref *ck;    /* identity of the checkpoint */
-	char *file;                      /* owned */
-	uint64_t off, len;               /* bytes of the file */
+	char *file;                      /* owned; set unless FREE */
+	uint64_t off, len;               /* bytes of the file; len <=
+					  * SF_MPI_PF_MAX */
 	struct rd rd;                    /* head posted; body posted by the
 					  * read that claims the slot */
 	uint64_t stamp;                  /* issue order, for eviction */
+	uint64_t posted_ns;              /* when asked (sf_mpi_now_ns) */
+	bool hint;                       /* asked by an engine hint */
 };
 
 /* A reader of a remote file: the next offset expected of (ck, file hash),
@@ -286,11 +299,16 @@ struct sf_mpi {
 	struct sf_source *local;         /* core local source (owned) */
 	atomic_int read_timeout_ms;
 	struct peer_live *live;          /* [size]; owned; set by init */
-	pthread_mutex_t src_lock;        /* protects pf, streams, stamp */
+	pthread_mutex_t src_lock;        /* protects pf, streams, stamp,
+					  * pf_full; st_peak is written under it */
 	struct pf_slot pf[SF_MPI_PF_SLOTS];
 	struct stream streams[SF_MPI_STREAMS];
 	uint64_t stamp;
 	uint64_t pf_full;                /* longest remote read seen (bytes) */
+	/* counters of sf_mpi_source_stats (sf_mpi.h), atomics */
+	atomic_uint_least64_t st_hints, st_hint_posts, st_hint_drops;
+	atomic_uint_least64_t st_pf_posts, st_claims, st_demand, st_unused;
+	atomic_uint_least64_t st_peak, st_claim_ns, st_demand_ns;
 };
 
 

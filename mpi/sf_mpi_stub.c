@@ -10,6 +10,7 @@
 #include "sf_error.h"
 
 #include <stdio.h>
+#include <string.h>
 
 int sf_mpi_built(void)
 {
@@ -53,6 +54,12 @@ struct sf_source *sf_mpi_source(struct sf_mpi *mp)
 
 void sf_mpi_set_read_timeout(struct sf_mpi *mp, int timeout_ms)
 {
+}
+
+void sf_mpi_source_stats(const struct sf_mpi *mp, struct sf_mpi_src_stats *out)
+{
+	(void)mp;
+	memset(out, 0, sizeof(*out));
 }
 
 int sf_mpi_commit(struct sf_mpi *mp, const char *ckpt, const char *part,

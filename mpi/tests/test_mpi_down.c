@@ -19,12 +19,19 @@
  *     within the read timeout plus slack, naming rank 0, instead of
  *     waiting out the commit timeout; rank 1 continues rank 0.
  *
+ * Read-ahead hints (the source's advise()) on rank 0 meanwhile: before 1,
+ * hints of 64 ranges of a rank-3 file return at once and ask rank 3 for
+ * at most a slot's worth of them (the silent rank is not known yet);
+ * after 3 (rank 3 marked down) hints ask it nothing and return at once;
+ * once it is back, a hint asks it again and nothing was left waiting.
+ *
  * The stopped rank is continued by a peer (kill, same machine: the tests
  * run every rank here); each waits until /proc shows it stopped.
  */
 #include "mpi_testutil.h"
 #include "sf_test.h"
 
+#include "sf_engine.h"
 #include "sf_error.h"
 #include "sf_mpi.h"
 
@@ -36,6 +43,28 @@
 #define COMMIT_TIMEOUT_MS 8000
 #define SLOW_BOUND_S 3.5   /* read timeout + probe period + a loaded machine */
 #define QUICK_BOUND_S 1.0  /* "at once": a quick probe (0.3 s) + slack */
+
+/* Hints of NHINT ranges of UNIT bytes of a rank-3 file no rank has. */
+#define NHINT 64
+#define UNIT (64u << 10)
+
+static void hint_rank3(struct sf_mpi *mp, const char *store, double *dt,
+		       struct sf_mpi_src_stats *before,
+		       struct sf_mpi_src_stats *after)
+{
+	struct sf_source *src = sf_mpi_source(mp);
+	char dir[600];
+	struct sf_ckpt_ref ck = { .dir = dir, .name = "hinted" };
+	double t0;
+
+	snprintf(dir, sizeof(dir), "%s/hinted", store); /* not here */
+	sf_mpi_source_stats(mp, before);
+	t0 = now_s();
+	src->ops->advise(src->ctx, &ck, 3, "rank-00003/x.bin", 0,
+			 (uint64_t)NHINT * UNIT, UNIT);
+	*dt = now_s() - t0;
+	sf_mpi_source_stats(mp, after);
+}
 
 static int join_merge(void *arg, const char *ckpt, const char *const *parts,
 		      const size_t *lens, int nparts, char **out,
@@ -171,6 +200,22 @@ int main(int argc, char **argv)
 				kill((pid_t)pids[3], SIGCONT);
 			goto out_barrier;
 		}
+		if (rank == 0) {
+			/* hints to the silent rank, not yet known: bounded */
+			struct sf_mpi_src_stats a, b;
+
+			hint_rank3(mp, store, &dt, &a, &b);
+			CHECK(dt < QUICK_BOUND_S);
+			CHECK_EQ(b.hints - a.hints, NHINT);
+			CHECK(b.hint_posts - a.hint_posts >= 1);
+			CHECK(b.peak <= 32); /* SF_MPI_PF_SLOTS */
+			CHECK_EQ(b.hint_posts - a.hint_posts +
+				 (b.hint_drops - a.hint_drops), NHINT);
+			printf("rank 0: %llu of %d hints to silent rank 3 asked "
+			       "(%.3f s)\n",
+			       (unsigned long long)(b.hint_posts - a.hint_posts),
+			       NHINT, dt);
+		}
 		/* 1. nobody knows yet: rank 0's probe times out */
 		expect_down(mp, rank, "down-1", "rank 3 is down", SLOW_BOUND_S);
 		MPI_Barrier(live);
@@ -187,6 +232,15 @@ int main(int argc, char **argv)
 		printf("rank %d: peers_up: %s (%.2f s)\n", rank, err, dt);
 		MPI_Barrier(live);
 		expect_down(mp, rank, "down-3", "rank 3 is down", QUICK_BOUND_S);
+		if (rank == 0) {
+			/* marked down: hints ask it nothing */
+			struct sf_mpi_src_stats a, b;
+
+			hint_rank3(mp, store, &dt, &a, &b);
+			CHECK(dt < QUICK_BOUND_S);
+			CHECK_EQ(b.hint_posts, a.hint_posts);
+			CHECK_EQ(b.hint_drops - a.hint_drops, NHINT);
+		}
 		MPI_Barrier(live);
 		/* 4. back */
 		if (rank == 0)
@@ -203,6 +257,16 @@ out_barrier:
 		while (ret && now_s() - t0 < 10);
 		if (!CHECK_EQ(ret, 0))
 			fprintf(stderr, "rank %d: rank 3 not back: %s\n", rank, err);
+	}
+	if (rank == 0) {
+		/* back: hints ask it again (the slots left from before are
+		 * stale by now, and given up for them) */
+		struct sf_mpi_src_stats a, b;
+
+		hint_rank3(mp, store, &dt, &a, &b);
+		CHECK(dt < QUICK_BOUND_S);
+		CHECK(b.hint_posts > a.hint_posts);
+		CHECK(b.peak <= 32);
 	}
 	sf_mpi_set_read_timeout(mp, 30000);
 	MPI_Barrier(MPI_COMM_WORLD);

@@ -12,7 +12,9 @@
  * steps (the prefetch path), and in whole 1 MiB blocks with a shorter last
  * one (prefetched ranges claimed exactly and in part), checks that missing
  * files and reads past the end of a remote file give -SF_ESHORT, and that
- * reads after those errors (no payload came) get their own bytes.
+ * reads after those errors (no payload came) get their own bytes; and
+ * read-ahead hints for that payload (check_advise) ask for each hinted
+ * range once and serve the same bytes.
  */
 #include "mpi_testutil.h"
 #include "sf_test.h"
@@ -337,6 +339,75 @@ static void check_direct(struct sf_source *src, const struct sf_ckpt *ck)
 	free(buf);
 }
 
+/* Reads of [off, off+len) of big.bin through the source, compared. */
+static bool read_big(struct sf_source *src, const struct sf_ckpt *ck,
+		     uint64_t off, size_t len, unsigned char *buf)
+{
+	bool ok = src->ops->read(src->ctx, &ck->ref, 2, "rank-00002/big.bin",
+				 off, buf, len) == 0;
+
+	for (size_t i = 0; ok && i < len; i++)
+		ok = buf[i] == tensor_byte("big", off + i);
+	return ok;
+}
+
+/*
+ * Read-ahead hints (advise()) for big.bin: on ranks other than 2 each
+ * hinted range is asked of rank 2 once (a second hint of it, or of a part
+ * of it, asks nothing more), a read of exactly such a range is served
+ * from it (no request of its own, no guess after it) with the same bytes,
+ * and a read that crosses a hinted range's end asks for itself and gets
+ * the same bytes too; the hinted range it did not take is given up at
+ * forget. On rank 2 the file is here: hints ask nobody.
+ */
+static void check_advise(struct sf_mpi *mp, const struct sf_ckpt *ck, int rank)
+{
+	struct sf_source *src = sf_mpi_source(mp);
+	const char *file = "rank-00002/big.bin";
+	struct sf_mpi_src_stats a, b, c;
+	unsigned char *buf = malloc(3u << 20);
+	bool ok = true;
+
+	if (!CHECK(buf))
+		return;
+	src->ops->forget(src->ctx, &ck->ref); /* no range asked ahead */
+	sf_mpi_source_stats(mp, &a);
+	/* [1, 5) MiB in 1 MiB reads, [8, 12) MiB in 3 MiB reads (the last
+	 * one 1 MiB), each twice, and a part of one */
+	src->ops->advise(src->ctx, &ck->ref, 2, file, 1u << 20, 4u << 20, 1u << 20);
+	src->ops->advise(src->ctx, &ck->ref, 2, file, 8u << 20, 4u << 20, 3u << 20);
+	src->ops->advise(src->ctx, &ck->ref, 2, file, 1u << 20, 4u << 20, 1u << 20);
+	src->ops->advise(src->ctx, &ck->ref, 2, file, 8u << 20, 4u << 20, 3u << 20);
+	src->ops->advise(src->ctx, &ck->ref, 2, file, 9u << 20, 1u << 20, 1u << 20);
+	sf_mpi_source_stats(mp, &b);
+	CHECK_EQ(b.hints - a.hints, rank == 2 ? 0 : 2 * (4 + 2) + 1);
+	CHECK_EQ(b.hint_posts - a.hint_posts, rank == 2 ? 0 : 4 + 2);
+	CHECK_EQ(b.hint_drops, a.hint_drops);
+	for (uint64_t o = 1u << 20; o < (5u << 20); o += 1u << 20)
+		ok = ok && read_big(src, ck, o, 1u << 20, buf);
+	ok = ok && read_big(src, ck, 8u << 20, 3u << 20, buf);
+	/* crosses the end of [11, 12) MiB: not that range, read itself */
+	ok = ok && read_big(src, ck, (11u << 20) - 4096, 8192, buf);
+	ok = ok && read_big(src, ck, 11u << 20, 1u << 20, buf);
+	CHECK(ok);
+	sf_mpi_source_stats(mp, &c);
+	if (rank != 2) {
+		CHECK_EQ(c.claims - b.claims, 4 + 1 + 1);
+		CHECK_EQ(c.demand - b.demand, 1);
+		CHECK_EQ(c.hint_posts, b.hint_posts);
+		CHECK_EQ(c.unused, b.unused);
+	} else {
+		CHECK_EQ(c.claims + c.demand, b.claims + b.demand);
+	}
+	/* a hinted range nobody reads is given up at forget */
+	src->ops->advise(src->ctx, &ck->ref, 2, file, 0, 1u << 20, 1u << 20);
+	src->ops->forget(src->ctx, &ck->ref);
+	sf_mpi_source_stats(mp, &b);
+	CHECK_EQ(b.unused - c.unused, rank == 2 ? 0 : 1);
+	CHECK(b.peak <= 32); /* SF_MPI_PF_SLOTS */
+	free(buf);
+}
+
 int main(int argc, char **argv)
 {
 	struct sf_mpi *mp = NULL;
@@ -380,6 +451,7 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < ck->m->ntensors; i++)
 		check_tensor(e, ck, &ck->m->tensors[i], rank);
 	check_direct(sf_mpi_source(mp), ck);
+	check_advise(mp, ck, rank);
 	sf_engine_forget(e, &ck->ref);
 	sf_engine_destroy(e);
 out_close:

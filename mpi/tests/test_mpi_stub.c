@@ -47,6 +47,15 @@ int main(int argc, char **argv)
 	CHECK(err[0] != '\0');
 	sf_mpi_set_notice(NULL, NULL, NULL);
 	sf_mpi_set_read_timeout(NULL, 10);
+	{
+		struct sf_mpi_src_stats st;
+
+		memset(&st, 0xff, sizeof(st));
+		sf_mpi_source_stats(NULL, &st);
+		CHECK_EQ(st.hints, 0);
+		CHECK_EQ(st.claims, 0);
+		CHECK_EQ(st.unused, 0);
+	}
 	CHECK_EQ(sf_mpi_notify(NULL, "deleted", "step-1"), -SF_ENOMPI);
 	CHECK_EQ(sf_mpi_finalize(NULL), 0);
 	CHECK(strcmp(sf_strerror(-SF_ENOMPI), sf_strerror(SF_ENOMPI)) == 0);

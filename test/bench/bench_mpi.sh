@@ -14,6 +14,10 @@
 #   BENCH_MPI_ONLY=read or =commit: run only that part
 #   BENCH_MPI_OPTS: extra shardfs options for the commit cluster, e.g.
 #             "--log-level info" (the log then shows the merge time)
+#   BENCH_MPI_READ_OPTS: extra shardfs options for the read cluster, e.g.
+#             "--log-level info" (each rank's log line at exit then counts
+#             its remote reads asked ahead and on demand); with --keep the
+#             logs stay in WORK/mpirun-readN.log
 #   BENCH_MPI_MCA: extra mpirun options for the read cluster, e.g.
 #             "--mca btl_vader_single_copy_mechanism none" (the row then
 #             says so)
@@ -193,7 +197,8 @@ for rep in $(seq "$REPS"); do
 	best_of SBEST "$(timed_read "$SMNT/ck/tensors" "$SPID")"
 	stop_single
 
-	start_cluster "$WORK/store%r" "$WORK/mnt-read-%r" "read$rep"
+	# shellcheck disable=SC2086
+	start_cluster "$WORK/store%r" "$WORK/mnt-read-%r" "read$rep" ${BENCH_MPI_READ_OPTS:-}
 	dpids=()     # the daemons, rank 0 first
 	for p in $(pgrep -P "$MPID"); do
 		if tr '\0' '\n' <"/proc/$p/environ" | grep -qx 'OMPI_COMM_WORLD_RANK=0'; then

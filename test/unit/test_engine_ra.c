@@ -86,11 +86,14 @@ static bool in_some_shard(struct kit *k, const char *file, uint64_t off,
 }
 
 static void rec_advise(void *ctx, const struct sf_ckpt_ref *ck, uint32_t rank,
-		       const char *file, uint64_t off, uint64_t len)
+		       const char *file, uint64_t off, uint64_t len,
+		       uint64_t unit)
 {
 	struct rec *r = ctx;
 	struct kit *k = r->k;
+	/* unit: the model's block size (0 only for a coded stream) */
 	bool ok = len > 0 && strcmp(ck->name, k->name) == 0 &&
+		  (unit == k->m->block_size || unit == 0) &&
 		  in_some_shard(k, file, off, len);
 
 	pthread_mutex_lock(&r->lock);
@@ -464,9 +467,9 @@ static void test_local(void)
 
 			src->ops->advise(src->ctx, &ck, 0, i % 2 ? "rank-00000/data-1.bin"
 							       : "rank-00000/data-0.bin",
-					 off, 1 + sf_rand_below(4u << 20));
+					 off, 1 + sf_rand_below(4u << 20), 1u << 20);
 		}
-		src->ops->advise(src->ctx, &ck, 0, "rank-00000/none.bin", 0, 4096);
+		src->ops->advise(src->ctx, &ck, 0, "rank-00000/none.bin", 0, 4096, 0);
 		for (int f = 0; f < 2; f++) {
 			char file[32];
 
@@ -478,7 +481,7 @@ static void test_local(void)
 				 -SF_ESHORT);
 		}
 		if (round % 2 == 0)
-			src->ops->advise(src->ctx, &ck, 0, "rank-00000/data-0.bin", 0, n);
+			src->ops->advise(src->ctx, &ck, 0, "rank-00000/data-0.bin", 0, n, 0);
 		/* forget with hints possibly still queued or running */
 		src->ops->forget(src->ctx, &ck);
 	}
