@@ -177,7 +177,7 @@ int sf_pkd_new_node(struct pk_dec *d, enum sf_pk_kind kind, struct sf_pk **out)
 	if (doc->nodes >= d->o->max_nodes)
 		return sf_pkd_fail(d, -SF_ETOOBIG, "more than %" PRIu64 " values (max_nodes)",
 			    d->o->max_nodes);
-	if (doc->nblocks == 0 || doc->used == PK_BLOCK) {
+	if (doc->nblocks == 0 || doc->used == pk_block_cap(doc->nblocks - 1)) {
 		rc = sf_array_grow(&doc->blocks, doc->nblocks, &doc->blocks_cap,
 				   sizeof(*doc->blocks), 16, 0);
 		if (rc < 0)
@@ -186,7 +186,8 @@ int sf_pkd_new_node(struct pk_dec *d, enum sf_pk_kind kind, struct sf_pk **out)
 		 * a small document does not clear a whole block (that memset
 		 * was most of a small open under the fuzzers). Only the used
 		 * nodes of a block are ever read (sf_pickle_free too). */
-		doc->blocks[doc->nblocks] = malloc(PK_BLOCK * sizeof(struct pk_node));
+		doc->blocks[doc->nblocks] = malloc(pk_block_cap(doc->nblocks) *
+						   sizeof(struct pk_node));
 		if (!doc->blocks[doc->nblocks])
 			return sf_pkd_fail(d, -ENOMEM, "out of memory");
 		doc->nblocks++;
