@@ -659,6 +659,23 @@ static int add_entry(struct sf_model *m, enum sf_entry_kind kind,
 	return 0;
 }
 
+int sf_model_entry_check(bool is_file, const char *name, enum sf_dtype dtype,
+			 unsigned ndim, const uint64_t *shape)
+{
+	enum sf_entry_kind kind = is_file ? SF_ENTRY_FILE : SF_ENTRY_TENSOR;
+	char why[256];
+	struct sf_where w;
+	uint64_t nbytes;
+
+	if (!name || (ndim && !shape))
+		return -EINVAL;
+	sf_where_init(&w, why, sizeof(why));
+	size_t len = strnlen(name, SF_MAX_NAME + 1);
+	sf_where_set(&w, kind_names[kind], name, len);
+	return builder_code(entry_validate(&w, kind, name, len, dtype, ndim,
+					   shape, &nbytes));
+}
+
 int sf_model_add_tensor(struct sf_model *m, bool is_file, const char *name,
 			enum sf_dtype dtype, unsigned ndim,
 			const uint64_t *shape, struct sf_tensor **out)

@@ -135,6 +135,11 @@ void sf_model_destroy(struct sf_model *m); /* accepts NULL */
 int sf_model_add_tensor(struct sf_model *m, bool is_file, const char *name,
 			enum sf_dtype dtype, unsigned ndim,
 			const uint64_t *shape, struct sf_tensor **out);
+/* Would sf_model_add_tensor take this entry into an empty model? The same
+ * checks of the name and the shape, with no model built (the writer asks
+ * at every declaration). 0, -EINVAL, -SF_ETOOBIG. */
+int sf_model_entry_check(bool is_file, const char *name, enum sf_dtype dtype,
+			 unsigned ndim, const uint64_t *shape);
 /* Add an object of nbytes bytes (U8, one dimension; named like a tensor).
  * As sf_model_add_tensor. */
 int sf_model_add_object(struct sf_model *m, const char *name, uint64_t nbytes,

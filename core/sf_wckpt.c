@@ -215,11 +215,13 @@ static int push_shard(struct went *e, const struct sf_shard *s)
 	return 0;
 }
 
-/* Is the payload of s present and intact? */
-static int verify_payload(const struct sf_wckpt *w, const struct sf_shard *s)
+/* Is the payload of s present and intact? *buf: a block's room, made at
+ * the first call (one for a whole replay). */
+static int verify_payload(const struct sf_wckpt *w, const struct sf_shard *s,
+			  unsigned char **bufp)
 {
 	char path[4096];
-	unsigned char *buf;
+	unsigned char *buf = *bufp;
 	int fd, ret = 0;
 
 	if ((size_t)snprintf(path, sizeof(path), "%s/%s", w->dir, s->file) >=
@@ -228,10 +230,12 @@ static int verify_payload(const struct sf_wckpt *w, const struct sf_shard *s)
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return -SF_ESHORT;
-	buf = malloc(w->block_size);
 	if (!buf) {
-		ret = -ENOMEM;
-		goto out_close_fd;
+		buf = *bufp = malloc(w->block_size);
+		if (!buf) {
+			ret = -ENOMEM;
+			goto out_close_fd;
+		}
 	}
 	for (uint64_t b = 0; b < s->nblocks && !ret; b++) {
 		uint64_t off = b * w->block_size;
@@ -242,7 +246,6 @@ static int verify_payload(const struct sf_wckpt *w, const struct sf_shard *s)
 		else if (sf_xxh3(buf, n) != s->xxh3[b])
 			ret = -SF_ECHECKSUM;
 	}
-	free(buf);
 out_close_fd:
 	close(fd);
 	return ret;
@@ -282,6 +285,7 @@ static void bump_seq(const char *base, unsigned *next)
 struct replay_ctx {
 	struct sf_wckpt *w;
 	size_t kept;                /* shards kept so far */
+	unsigned char *buf;         /* verify_payload's block, owned */
 };
 
 /* Apply one journal record (sf_journal_replay's callback). Non-zero for a
@@ -322,7 +326,7 @@ static int replay_rec(void *arg, const struct sf_journal_rec *r)
 		bump_seq(slash ? slash + 1 : s.file, &w->next_seq);
 		ret = shard_fits(w, e, &s);
 		if (!ret)
-			ret = verify_payload(w, &s);
+			ret = verify_payload(w, &s, &rc->buf);
 		if (!ret)
 			ret = push_shard(e, &s);
 		if (ret) {
@@ -554,6 +558,7 @@ int sf_wckpt_open(const char *dir, const char *name, uint32_t rank,
 		goto out_close;
 	snprintf(jpath, sizeof(jpath), "%s/" SF_SHARDFS_JOURNAL, w->rankdir);
 	ret = sf_journal_replay(jpath, w->name, replay_rec, &rctx);
+	free(rctx.buf);
 	if (ret)
 		goto out_close;
 	/* New payload files get names no journal line mentions (replay
@@ -617,16 +622,14 @@ const char *sf_wckpt_name(const struct sf_wckpt *w) { return w->name; }
 static int manifest_takes(const char *name, bool is_file, enum sf_dtype dt,
 			  unsigned ndim, const uint64_t *shape)
 {
-	/* Name, world and block size do not matter to an entry's rules. */
-	struct sf_model *m = sf_model_new("check", 1, SF_MIN_BLOCK_SIZE);
+	/* The rules of an entry added to an empty model, without building
+	 * one for every declaration (a whole model each was most of a
+	 * declaration's cost). */
 	uint64_t empty[1] = { 0 };
 	int ret;
 
-	if (!m)
-		return -ENOMEM;
-	ret = is_file ? sf_model_add_tensor(m, true, name, SF_DT_U8, 1, empty, NULL)
-		      : sf_model_add_tensor(m, false, name, dt, ndim, shape, NULL);
-	sf_model_destroy(m);
+	ret = is_file ? sf_model_entry_check(true, name, SF_DT_U8, 1, empty)
+		      : sf_model_entry_check(false, name, dt, ndim, shape);
 	/* and the native format's own rule */
 	if (!ret && is_file && !sf_shardfs_file_name_ok(name, strlen(name)))
 		ret = -EINVAL;

@@ -36,6 +36,12 @@ int sf_mkdir_p(const char *path)
 
 	if (n == 0 || n >= sizeof(buf))
 		return -ENAMETOOLONG;
+	/* The whole path first: it is usually there already (every writer
+	 * open and payload file asks again), and then one call does. */
+	if (mkdir(path, 0755) == 0 || errno == EEXIST)
+		return 0;
+	if (errno != ENOENT)
+		return -errno;
 	memcpy(buf, path, n + 1);
 	for (size_t i = 1; i <= n; i++) {
 		if (buf[i] != '/' && buf[i] != '\0')

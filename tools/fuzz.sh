@@ -124,12 +124,21 @@ for t in "${targets[@]}"; do
 	if ((stop)); then mark=" (stopped)"; fi
 	rows+=("| fuzz_$t$mark | $execs | $took | $((execs / (took > 0 ? took : 1))) | $before -> $after | $crashes |")
 	echo "fuzz.sh: $(date -u +%FT%TZ) ${rows[-1]}" >&2
-done
-# The scratch directories of fuzz_journal, fuzz_megatron and fuzz_paddle:
-# a fuzzer stopped by a crash, a signal or -jobs' time limit cannot remove
-# its own.
-for d in /dev/shm "${TMPDIR:-/tmp}"; do
-	rm -rf "$d"/fuzz_journal-* "$d"/fuzz-megatron-* "$d"/fuzz_paddle.*
+	# The scratch directories of fuzz_journal, fuzz_megatron and
+	# fuzz_paddle: a fuzzer stopped by a crash, a signal or -jobs' time
+	# limit cannot remove its own. Only this target's, as soon as it
+	# ends: another fuzz.sh running other targets keeps its own.
+	case $t in
+	journal) scratch=fuzz_journal-* ;;
+	megatron) scratch=fuzz-megatron-* ;;
+	paddle) scratch=fuzz_paddle.* ;;
+	*) scratch= ;;
+	esac
+	if [[ -n $scratch ]]; then
+		for d in /dev/shm "${TMPDIR:-/tmp}"; do
+			rm -rf "$d"/$scratch
+		done
+	fi
 done
 
 echo

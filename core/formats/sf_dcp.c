@@ -1106,35 +1106,80 @@ static int dcp_open(const struct sf_cdir *cd, struct sf_format_result *out,
 	return sf_dcp_open_ex(cd, NULL, out, err, errlen);
 }
 
-int sf_dcp_open_docs(int dirfd, const char *name, const struct sf_dcp_doc *in,
-		     size_t n, struct sf_format_result *out, char *err,
-		     size_t errlen)
+struct sf_dcp_docs {
+	struct mdoc *docs;           /* n, owned */
+	size_t n;
+};
+
+void sf_dcp_docs_free(struct sf_dcp_docs *dd)
 {
-	struct sf_cdir cd = { .dirfd = dirfd, .name = name, .ref = { NULL, name } };
-	struct dcp d = { .cd = &cd, .name = name, .per_rank = n > 1 };
+	if (!dd)
+		return;
+	free_docs(dd->docs, dd->n);
+	free(dd);
+}
+
+int sf_dcp_docs_load(const struct sf_dcp_doc *in, size_t n,
+		     struct sf_dcp_docs **out, char *err, size_t errlen)
+{
+	struct dcp d = { .per_rank = n > 1 };
 	struct sf_pk_global *merged = NULL;
-	struct mdoc *docs;
+	struct sf_dcp_docs *dd;
 	int rc = 0;
 
+	*out = NULL;
 	sf_where_init(&d.w, err, errlen);
 	if (n == 0 || n > SF_MAX_WORLD)
 		return sf_fail(&d.w, -EINVAL, "%zu metadata documents", n);
 	rc = setup_allow(&d, &merged);
 	if (rc)
 		return rc;
-	docs = calloc(n, sizeof(*docs));
-	if (!docs)
+	dd = calloc(1, sizeof(*dd));
+	if (!dd)
 		return -ENOMEM;
+	dd->docs = calloc(n, sizeof(*dd->docs));
+	if (!dd->docs) {
+		free(dd);
+		return -ENOMEM;
+	}
+	dd->n = n;
 	for (size_t r = 0; r < n && !rc; r++) {
 		struct sf_input si = sf_input_mem(in[r].buf, in[r].len);
 		char nb[32];
 
 		rc = load_doc(&d, &si, doc_name(&d, (uint32_t)r, nb, sizeof(nb)),
-			      &docs[r]);
+			      &dd->docs[r]);
 	}
-	if (!rc)
-		rc = finish_open(&d, docs, n, out, err, errlen);
-	free_docs(docs, n);
+	if (rc) {
+		sf_dcp_docs_free(dd);
+		return rc;
+	}
+	*out = dd;
+	return 0;
+}
+
+int sf_dcp_docs_open(const struct sf_dcp_docs *dd, int dirfd, const char *name,
+		     struct sf_format_result *out, char *err, size_t errlen)
+{
+	struct sf_cdir cd = { .dirfd = dirfd, .name = name, .ref = { NULL, name } };
+	struct dcp d = { .cd = &cd, .name = name, .per_rank = dd->n > 1 };
+
+	sf_where_init(&d.w, err, errlen);
+	return finish_open(&d, dd->docs, dd->n, out, err, errlen);
+}
+
+int sf_dcp_open_docs(int dirfd, const char *name, const struct sf_dcp_doc *in,
+		     size_t n, struct sf_format_result *out, char *err,
+		     size_t errlen)
+{
+	struct sf_dcp_docs *dd;
+	int rc;
+
+	rc = sf_dcp_docs_load(in, n, &dd, err, errlen);
+	if (rc)
+		return rc;
+	rc = sf_dcp_docs_open(dd, dirfd, name, out, err, errlen);
+	sf_dcp_docs_free(dd);
 	return rc;
 }
 

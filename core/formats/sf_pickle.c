@@ -528,7 +528,7 @@ void sf_pickle_free(struct sf_pickle *p)
 	if (!p)
 		return;
 	for (size_t b = 0; b < p->nblocks; b++) {
-		size_t used = b + 1 == p->nblocks ? p->used : PK_BLOCK;
+		size_t used = b + 1 == p->nblocks ? p->used : pk_block_cap(b);
 		for (size_t i = 0; i < used; i++)
 			node_release(&p->blocks[b][i]);
 		free(p->blocks[b]);
@@ -565,7 +565,9 @@ int sf_pickle_load(const struct sf_input *in, const struct sf_pickle_opts *opts,
 	d.doc = calloc(1, sizeof(*d.doc));
 	if (!d.doc)
 		return sf_pkd_fail(&d, -ENOMEM, "out of memory");
-	d.win = malloc(PK_WINDOW);
+	/* the window never holds more than the input */
+	d.win = malloc(in->size < PK_WINDOW ? (in->size ? (size_t)in->size : 1)
+					    : PK_WINDOW);
 	if (!d.win) {
 		rc = sf_pkd_fail(&d, -ENOMEM, "out of memory");
 		goto out_free_doc;

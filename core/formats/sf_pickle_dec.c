@@ -177,18 +177,24 @@ int sf_pkd_new_node(struct pk_dec *d, enum sf_pk_kind kind, struct sf_pk **out)
 	if (doc->nodes >= d->o->max_nodes)
 		return sf_pkd_fail(d, -SF_ETOOBIG, "more than %" PRIu64 " values (max_nodes)",
 			    d->o->max_nodes);
-	if (doc->nblocks == 0 || doc->used == PK_BLOCK) {
+	if (doc->nblocks == 0 || doc->used == pk_block_cap(doc->nblocks - 1)) {
 		rc = sf_array_grow(&doc->blocks, doc->nblocks, &doc->blocks_cap,
 				   sizeof(*doc->blocks), 16, 0);
 		if (rc < 0)
 			return sf_pkd_fail(d, -ENOMEM, "out of memory");
-		doc->blocks[doc->nblocks] = calloc(PK_BLOCK, sizeof(struct pk_node));
+		/* Not zeroed here: a node is zeroed when handed out below, so
+		 * a small document does not clear a whole block (that memset
+		 * was most of a small open under the fuzzers). Only the used
+		 * nodes of a block are ever read (sf_pickle_free too). */
+		doc->blocks[doc->nblocks] = malloc(pk_block_cap(doc->nblocks) *
+						   sizeof(struct pk_node));
 		if (!doc->blocks[doc->nblocks])
 			return sf_pkd_fail(d, -ENOMEM, "out of memory");
 		doc->nblocks++;
 		doc->used = 0;
 	}
 	n = &doc->blocks[doc->nblocks - 1][doc->used++];
+	*n = (struct pk_node){ 0 };
 	doc->nodes++;
 	n->pk.kind = kind;
 	*out = &n->pk;

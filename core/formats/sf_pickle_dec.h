@@ -15,7 +15,15 @@
 
 #define PK_WINDOW (64u << 10)     /* read window, bytes */
 #define PK_LINE_MAX (64u << 10)   /* a text argument line, bytes */
-#define PK_BLOCK 1024             /* nodes per allocation block */
+#define PK_BLOCK 1024             /* nodes per allocation block, at most */
+#define PK_BLOCK_FIRST 64         /* nodes of the first block; each next
+				   * doubles, up to PK_BLOCK */
+
+/* Nodes in block b (so a small document allocates little). */
+static inline size_t pk_block_cap(size_t b)
+{
+	return b >= 4 ? PK_BLOCK : (size_t)PK_BLOCK_FIRST << b;
+}
 #define PK_LONG_MAX 64            /* LONG1/LONG4 bytes examined at most */
 
 #define PK_DEF_NODES (1ull << 22)
@@ -38,7 +46,7 @@ struct pk_node {
 };
 
 struct sf_pickle {
-	struct pk_node **blocks; /* each PK_BLOCK nodes, owned */
+	struct pk_node **blocks; /* block b holds pk_block_cap(b) nodes, owned */
 	size_t nblocks, blocks_cap;
 	size_t used;             /* nodes used in the last block */
 	uint64_t nodes;          /* nodes created (max_nodes) */

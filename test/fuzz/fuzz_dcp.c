@@ -7,21 +7,28 @@
  * Input: one `.metadata` document, or (starting with "SFDCPR\n") up to 8
  * per-rank documents separated by "\nSFDCPR\n" (rank i's `__i.metadata`).
  * Seeds: the committed fixtures' metadata (corpus/dcp/). Chunk files come
- * from two fixed, committed checkpoint directories (FUZZ_DCP_DIRS: plain
- * chunks of 4 ranks, zstd chunks of 2), each input is tried against
- * both, and they are only ever read.
+ * from three fixed, committed checkpoint directories (FUZZ_DCP_DIRS: plain
+ * chunks of 4 ranks, zstd chunks, per-rank zstd chunks), each input is
+ * tried against all three, and they are only ever read: each is opened
+ * and listed (names, plain file or not) once per process.
  *
- * Property, for any input: sf_dcp_open_docs either fails with a
- * documented code (a one-line message but for -ENOMEM) and no model, or
- * gives a finished model and a manifest that is JSON, in which every
- * shard's file is a plain name of a file that is in the directory and
- * every coded shard's payload lies in its decoded bytes; and every entry
- * of at most 1 MiB reads back through the engine whole, or fails with EIO
- * (a chunk stored so that it cannot be decoded). Any violation aborts.
+ * Property, for any input: sf_dcp_open_docs, for each directory, either
+ * fails with a documented code (a one-line message but for -ENOMEM) and
+ * no model, or gives a finished model and a manifest that is JSON, in
+ * which every shard's file is a plain name of a file that is in the
+ * directory and every coded shard's payload lies in its decoded bytes;
+ * and every entry of at most 1 MiB reads back through the engine whole,
+ * or fails with EIO (a chunk stored so that it cannot be decoded). Any
+ * violation aborts. sf_dcp_open_docs is called as its two steps: the
+ * documents are decoded once (sf_dcp_docs_load: a failure there is the
+ * failure of every directory's open, with the same checks) and the model
+ * built for each directory from them (sf_dcp_docs_open).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,10 +53,49 @@ const char fuzz_target[] = "fuzz_dcp";
 
 static const char *const dirs[] = { FUZZ_DCP_DIRS };
 #define NDIRS (sizeof(dirs) / sizeof(dirs[0]))
+#define MAX_DIR_FILES 32
+
+/* A chunk directory, open, and its plain files' names (it never changes:
+ * listed once instead of a stat per shard). */
+static struct cdir {
+	int fd;
+	char files[MAX_DIR_FILES][64];
+	size_t nfiles;
+} cdirs[NDIRS];
 
 static struct sf_source *src;
 static struct sf_engine *eng;
 static unsigned char *rbuf;
+
+static void list_dir(struct cdir *c, const char *dir)
+{
+	struct dirent *de;
+	struct stat sb;
+	DIR *d;
+
+	c->fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	d = c->fd < 0 ? NULL : opendir(dir);
+	if (!d)
+		fuzz_die("cannot open the chunk directory", dir);
+	while ((de = readdir(d))) {
+		if (fstatat(c->fd, de->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0 ||
+		    !S_ISREG(sb.st_mode))
+			continue;
+		if (c->nfiles == MAX_DIR_FILES ||
+		    strlen(de->d_name) >= sizeof(c->files[0]))
+			fuzz_die("too many chunk files, or a long name", de->d_name);
+		strcpy(c->files[c->nfiles++], de->d_name);
+	}
+	closedir(d);
+}
+
+static bool is_plain_file(const struct cdir *c, const char *name)
+{
+	for (size_t i = 0; i < c->nfiles; i++)
+		if (strcmp(c->files[i], name) == 0)
+			return true;
+	return false;
+}
 
 static void setup(void)
 {
@@ -58,6 +104,8 @@ static void setup(void)
 	if (eng)
 		return;
 	sf_log_setup("fuzz_dcp: ", SF_LOG_ERROR);
+	for (size_t i = 0; i < NDIRS; i++)
+		list_dir(&cdirs[i], dirs[i]);
 	rbuf = malloc(READ_MAX);
 	if (!rbuf || sf_local_source_create(&src) || sf_engine_create(&o, src, &eng))
 		fuzz_die("setup", NULL);
@@ -88,18 +136,15 @@ static void split(const uint8_t *data, size_t size, struct sf_dcp_doc *docs,
 	}
 }
 
-static void check_entry(int dirfd, const struct sf_ckpt_ref *ref,
+static void check_entry(const struct cdir *c, const struct sf_ckpt_ref *ref,
 			const struct sf_model *m, const struct sf_tensor *t)
 {
-	struct stat sb;
 	int rc;
 
 	for (size_t i = 0; i < t->nshards; i++) {
 		const struct sf_shard *s = &t->shards[i];
 
-		if (!s->file || strchr(s->file, '/') ||
-		    fstatat(dirfd, s->file, &sb, AT_SYMLINK_NOFOLLOW) != 0 ||
-		    !S_ISREG(sb.st_mode))
+		if (!s->file || strchr(s->file, '/') || !is_plain_file(c, s->file))
 			fuzz_die("a shard's file is not a file of the checkpoint", s->file);
 		if (s->codec == SF_CODEC_ZSTD &&
 		    (s->decoded_len > SF_MAX_DECODED || s->decoded_off > s->decoded_len ||
@@ -115,29 +160,33 @@ static void check_entry(int dirfd, const struct sf_ckpt_ref *ref,
 		fuzz_die("unexpected read error", sf_strerror(rc));
 }
 
-static void try_dir(const char *dir, const struct sf_dcp_doc *docs, size_t n)
+/* The checks of a failed open (rc) and its message. */
+static void check_failure(int rc, const struct sf_format_result *out,
+			  const char *err, size_t errlen)
 {
+	if (out->model || out->meta)
+		fuzz_die("result on failure", NULL);
+	if (rc != -ENOMEM && rc != -SF_EFORMAT && rc != -SF_EREFUSED &&
+	    rc != -SF_ETOOBIG && rc != -SF_ESHORT && rc != -SF_EMANIFEST &&
+	    rc != -SF_EGAP && rc != -SF_ERANGE)
+		fuzz_die("unexpected error code", sf_strerror(rc));
+	if (rc != -ENOMEM)
+		fuzz_check_message(err, errlen);
+}
+
+static void try_dir(size_t k, const struct sf_dcp_docs *dd)
+{
+	const struct cdir *c = &cdirs[k];
 	struct sf_format_result out = { 0 };
-	struct sf_ckpt_ref ref = { .dir = dir, .name = "fuzz" };
+	struct sf_ckpt_ref ref = { .dir = dirs[k], .name = "fuzz" };
 	char err[512];
 	json_t *j;
-	int dirfd, rc;
+	int rc;
 
-	dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dirfd < 0)
-		fuzz_die("cannot open the chunk directory", dir);
 	fuzz_poison(err, sizeof(err));
-	rc = sf_dcp_open_docs(dirfd, "fuzz", docs, n, &out, err, sizeof(err));
+	rc = sf_dcp_docs_open(dd, c->fd, "fuzz", &out, err, sizeof(err));
 	if (rc) {
-		if (out.model || out.meta)
-			fuzz_die("result on failure", NULL);
-		if (rc != -ENOMEM && rc != -SF_EFORMAT && rc != -SF_EREFUSED &&
-		    rc != -SF_ETOOBIG && rc != -SF_ESHORT && rc != -SF_EMANIFEST &&
-		    rc != -SF_EGAP && rc != -SF_ERANGE)
-			fuzz_die("unexpected error code", sf_strerror(rc));
-		if (rc != -ENOMEM)
-			fuzz_check_message(err, sizeof(err));
-		close(dirfd);
+		check_failure(rc, &out, err, sizeof(err));
 		return;
 	}
 	if (!out.model || !out.meta)
@@ -147,24 +196,36 @@ static void try_dir(const char *dir, const struct sf_dcp_doc *docs, size_t n)
 		fuzz_die("manifest is not JSON", NULL);
 	json_decref(j);
 	for (size_t i = 0; i < out.model->ntensors; i++)
-		check_entry(dirfd, &ref, out.model, &out.model->tensors[i]);
+		check_entry(c, &ref, out.model, &out.model->tensors[i]);
 	for (size_t i = 0; i < out.model->nobjects; i++)
-		check_entry(dirfd, &ref, out.model, &out.model->objects[i]);
+		check_entry(c, &ref, out.model, &out.model->objects[i]);
 	for (size_t i = 0; i < out.model->nfiles; i++)
-		check_entry(dirfd, &ref, out.model, &out.model->files[i]);
+		check_entry(c, &ref, out.model, &out.model->files[i]);
 	sf_engine_forget(eng, &ref);
 	sf_format_result_clear(&out);
-	close(dirfd);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+	struct sf_format_result none = { 0 };
 	struct sf_dcp_doc docs[MAX_DOCS];
+	struct sf_dcp_docs *dd;
+	char err[512];
 	size_t n;
+	int rc;
 
 	setup();
 	split(data, size, docs, &n);
+	fuzz_poison(err, sizeof(err));
+	rc = sf_dcp_docs_load(docs, n, &dd, err, sizeof(err));
+	if (rc) {
+		if (dd)
+			fuzz_die("documents on failure", NULL);
+		check_failure(rc, &none, err, sizeof(err));
+		return 0;
+	}
 	for (size_t i = 0; i < NDIRS; i++)
-		try_dir(dirs[i], docs, n);
+		try_dir(i, dd);
+	sf_dcp_docs_free(dd);
 	return 0;
 }

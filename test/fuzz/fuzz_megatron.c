@@ -15,10 +15,11 @@
  *   2  a .metadata pickle, written into a directory that holds the
  *      committed megatron-core 0.15.3 `distopt` fixture's other files
  *      (its .distcp chunks, metadata.json, common.pt; copied once per
- *      process from SHARDFS_MCORE_FIXTURE): the Megatron adapter's open
- *      either fails with a negative code and a one-line message (none for
- *      -ENOMEM), or gives a finished model named megatron-torch_dist whose
- *      every shard lies inside its file.
+ *      process from SHARDFS_MCORE_FIXTURE, their sizes kept, the directory
+ *      kept open; each input rewrites .metadata in place): the Megatron
+ *      adapter's open either fails with a negative code and a one-line
+ *      message (none for -ENOMEM), or gives a finished model named
+ *      megatron-torch_dist whose every shard lies inside its file.
  * Any violation aborts.
  */
 #include <dirent.h>
@@ -137,6 +138,17 @@ static void one_boxes(const uint8_t *data, size_t size)
 /* --- 2: a whole open --- */
 
 static char dir[256];
+static int dfd = -1;             /* dir, open for the process's life */
+
+/* The fixture files copied into dir and their sizes: they never change
+ * (the adapter only reads), so a shard's file is looked up here instead
+ * of stat'ed for every shard of every open. .metadata is the input. */
+#define MAX_FIXTURE_FILES 64
+static struct {
+	char name[256];
+	uint64_t size;
+} fixture[MAX_FIXTURE_FILES];
+static size_t nfixture;
 
 static void cleanup(void)
 {
@@ -149,6 +161,7 @@ static void cleanup(void)
 		if (de->d_name[0] != '.' || strcmp(de->d_name, ".metadata") == 0)
 			unlinkat(dirfd(d), de->d_name, 0);
 	closedir(d);
+	close(dfd);
 	rmdir(dir);
 }
 
@@ -177,6 +190,9 @@ static void setup(void)
 
 		if (de->d_name[0] == '.')
 			continue;
+		if (nfixture == MAX_FIXTURE_FILES ||
+		    strlen(de->d_name) >= sizeof(fixture[0].name))
+			fuzz_die("too many fixture files, or a long name", de->d_name);
 		snprintf(src, sizeof(src), "%s/%s", SHARDFS_MCORE_FIXTURE, de->d_name);
 		snprintf(dst, sizeof(dst), "%s/%s", dir, de->d_name);
 		if (sf_read_file(src, 1u << 24, &buf, &len) != 0)
@@ -185,21 +201,40 @@ static void setup(void)
 		if (!f || fwrite(buf, 1, len, f) != len || fclose(f) != 0)
 			fuzz_die("cannot copy the fixture", dst);
 		free(buf);
+		strcpy(fixture[nfixture].name, de->d_name);
+		fixture[nfixture++].size = len;
 	}
 	closedir(d);
+	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		fuzz_die("cannot open the directory", dir);
 }
 
-static void check_shards(const struct sf_tensor *arr, size_t n, int dfd)
+/* The size of dir's file `name` (mdsize for .metadata): from the table
+ * for a fixture file, else stat'ed (and a shard's file that is not there
+ * aborts). */
+static uint64_t file_size(const char *name, uint64_t mdsize)
+{
+	struct stat sb;
+
+	if (strcmp(name, ".metadata") == 0)
+		return mdsize;
+	for (size_t i = 0; i < nfixture; i++)
+		if (strcmp(name, fixture[i].name) == 0)
+			return fixture[i].size;
+	if (fstatat(dfd, name, &sb, AT_SYMLINK_NOFOLLOW) != 0)
+		fuzz_die("a shard's file is not there", name);
+	return (uint64_t)sb.st_size;
+}
+
+static void check_shards(const struct sf_tensor *arr, size_t n, uint64_t mdsize)
 {
 	for (size_t i = 0; i < n; i++) {
 		for (size_t k = 0; k < arr[i].nshards; k++) {
 			const struct sf_shard *s = &arr[i].shards[k];
-			struct stat sb;
+			uint64_t size = file_size(s->file, mdsize);
 
-			if (fstatat(dfd, s->file, &sb, AT_SYMLINK_NOFOLLOW) != 0)
-				fuzz_die("a shard's file is not there", s->file);
-			if (s->file_offset > (uint64_t)sb.st_size ||
-			    s->nbytes > (uint64_t)sb.st_size - s->file_offset)
+			if (s->file_offset > size || s->nbytes > size - s->file_offset)
 				fuzz_die("a shard lies past its file's end", arr[i].name);
 		}
 	}
@@ -208,18 +243,13 @@ static void check_shards(const struct sf_tensor *arr, size_t n, int dfd)
 static void one_open(const uint8_t *data, size_t size)
 {
 	struct sf_format_result res = { 0 };
-	char path[300], err[512];
-	FILE *f;
-	int dfd, rc;
+	char err[512];
+	int fd, rc;
 
 	setup();
-	snprintf(path, sizeof(path), "%s/.metadata", dir);
-	f = fopen(path, "wb");
-	if (!f || (size && fwrite(data, 1, size, f) != size) || fclose(f) != 0)
-		fuzz_die("cannot write .metadata", path);
-	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd < 0)
-		fuzz_die("cannot open the directory", dir);
+	fd = openat(dfd, ".metadata", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0 || (size && write(fd, data, size) != (ssize_t)size) || close(fd) != 0)
+		fuzz_die("cannot write .metadata", dir);
 	fuzz_poison(err, sizeof(err));
 	{
 		struct sf_cdir cd = { .dirfd = dfd, .dir = dir, .name = "fz",
@@ -234,18 +264,16 @@ static void one_open(const uint8_t *data, size_t size)
 			fuzz_die("a failed open returned a model", err);
 		if (rc != -ENOMEM)
 			fuzz_check_message(err, sizeof(err));
-		close(dfd);
 		return;
 	}
 	if (!res.model || !res.meta)
 		fuzz_die("open gave no model", NULL);
 	if (strncmp(res.model->format, SF_MCORE_FORMAT " ", sizeof(SF_MCORE_FORMAT)) != 0)
 		fuzz_die("format not named", res.model->format);
-	check_shards(res.model->tensors, res.model->ntensors, dfd);
-	check_shards(res.model->objects, res.model->nobjects, dfd);
-	check_shards(res.model->files, res.model->nfiles, dfd);
+	check_shards(res.model->tensors, res.model->ntensors, size);
+	check_shards(res.model->objects, res.model->nobjects, size);
+	check_shards(res.model->files, res.model->nfiles, size);
 	sf_format_result_clear(&res);
-	close(dfd);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -6,9 +6,12 @@
  *
  * Input: parts, each a 4-byte little-endian length then that many bytes
  * (at most 5; a length past the end takes what is left). Part 0 becomes
- * 0.metadata, part i >= 1 becomes (i-1)_0.distcp, in a fresh directory
- * (under /dev/shm, else $TMPDIR, else /tmp) that the adapter then opens.
- * Seeds: the committed fixtures paddle 3.3.1 wrote (paddle_seeds.py).
+ * 0.metadata, part i >= 1 becomes (i-1)_0.distcp, in a directory (under
+ * /dev/shm, else $TMPDIR, else /tmp, made once per process) that the
+ * adapter then opens; before each input the directory holds exactly the
+ * files of its parts: a part's file is rewritten in place (O_TRUNC), the
+ * files of the previous input's extra parts are removed. Seeds: the
+ * committed fixtures paddle 3.3.1 wrote (paddle_seeds.py).
  *
  * For any input, open either fails with a domain error or -ENOMEM (with a
  * one-line message but for -ENOMEM) and no model, or gives a finished
@@ -38,15 +41,14 @@ const char fuzz_target[] = "fuzz_paddle";
 
 static char dir[512];
 static char names[MAX_PARTS][32];
+static int dfd = -1;             /* dir, open for the process's life */
+static int nwritten;             /* parts 0..nwritten-1 are in dir */
 
 static void cleanup(void)
 {
-	char p[700];
-
-	for (int i = 0; i < MAX_PARTS; i++) {
-		snprintf(p, sizeof(p), "%s/%s", dir, names[i]);
-		unlink(p);
-	}
+	for (int i = 0; i < MAX_PARTS; i++)
+		unlinkat(dfd, names[i], 0);
+	close(dfd);
 	rmdir(dir);
 }
 
@@ -67,30 +69,39 @@ static void setup(void)
 	snprintf(names[0], sizeof(names[0]), "0.metadata");
 	for (int i = 1; i < MAX_PARTS; i++)
 		snprintf(names[i], sizeof(names[i]), "%d_0.distcp", i - 1);
+	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		fuzz_die("cannot open the directory", dir);
 	atexit(cleanup);
 }
 
-static void write_part(int dfd, int i, const uint8_t *p, size_t n)
+/* Part i's file, written (in place when it is there), kept open for the
+ * checks: its descriptor. */
+static int write_part(int i, const uint8_t *p, size_t n)
 {
-	int fd = openat(dfd, names[i], O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	int fd = openat(dfd, names[i], O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 
 	if (fd < 0 || (n && write(fd, p, n) != (ssize_t)n))
 		fuzz_die("cannot write a part", names[i]);
-	close(fd);
+	return fd;
 }
 
-static void check_shard(int dfd, const struct sf_tensor *t, const struct sf_shard *s)
+/* fds[i] is part i's file, open (nparts of them). */
+static void check_shard(const int *fds, int nparts, const struct sf_tensor *t,
+			const struct sf_shard *s)
 {
 	struct stat sb;
 	unsigned char b;
-	int known = 0, fd;
+	int k = 0;
 
-	for (int i = 0; i < MAX_PARTS; i++)
-		known |= strcmp(s->file, names[i]) == 0;
-	if (!known)
+	while (k < MAX_PARTS && strcmp(s->file, names[k]) != 0)
+		k++;
+	if (k == MAX_PARTS)
 		fuzz_die("a shard names a file not written", s->file);
-	if (fstatat(dfd, s->file, &sb, 0) != 0)
+	if (k >= nparts)
 		fuzz_die("a shard's file is missing", s->file);
+	if (fstat(fds[k], &sb) != 0)
+		fuzz_die("cannot stat a part", s->file);
 	if (s->file_offset > (uint64_t)sb.st_size ||
 	    s->nbytes > (uint64_t)sb.st_size - s->file_offset)
 		fuzz_die("a shard lies past its file's end", t->name);
@@ -98,36 +109,36 @@ static void check_shard(int dfd, const struct sf_tensor *t, const struct sf_shar
 		fuzz_die("a paddle shard with checksums", t->name);
 	if (s->nbytes == 0)
 		return;
-	fd = openat(dfd, s->file, O_RDONLY);
-	if (fd < 0 || pread(fd, &b, 1, (off_t)s->file_offset) != 1 ||
-	    pread(fd, &b, 1, (off_t)(s->file_offset + s->nbytes - 1)) != 1)
+	if (pread(fds[k], &b, 1, (off_t)s->file_offset) != 1 ||
+	    pread(fds[k], &b, 1, (off_t)(s->file_offset + s->nbytes - 1)) != 1)
 		fuzz_die("a shard's bytes are unreadable", t->name);
-	close(fd);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct sf_format_result res = { 0 };
+	int fds[MAX_PARTS];
 	char err[256];
 	size_t at = 0;
-	int nparts = 0, dfd, rc;
+	int nparts = 0, rc;
 
 	if (!dir[0])
 		setup();
-	dfd = open(dir, O_RDONLY | O_DIRECTORY);
-	if (dfd < 0)
-		fuzz_die("cannot open the directory", dir);
-	for (int i = 0; i < MAX_PARTS; i++)
-		unlinkat(dfd, names[i], 0);
 	while (nparts < MAX_PARTS && size - at >= 4) {
 		size_t n = (size_t)fuzz_le(data + at, 4);
 
 		at += 4;
 		if (n > size - at)
 			n = size - at;
-		write_part(dfd, nparts++, data + at, n);
+		fds[nparts] = write_part(nparts, data + at, n);
+		nparts++;
 		at += n;
 	}
+	/* the previous input's parts past these are not this input's */
+	for (int i = nparts; i < nwritten; i++)
+		if (unlinkat(dfd, names[i], 0) != 0)
+			fuzz_die("cannot remove a part", names[i]);
+	nwritten = nparts;
 	fuzz_poison(err, sizeof(err));
 	{
 		struct sf_cdir cd = { .dirfd = dfd, .dir = dir, .name = "fz",
@@ -144,8 +155,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			fuzz_die("unexpected error code", sf_strerror(rc));
 		if (rc != -ENOMEM)
 			fuzz_check_message(err, sizeof(err));
-		close(dfd);
-		return 0;
+		goto out_close_parts;
 	}
 	if (!res.model || !res.meta || strcmp(res.model->format, SF_PADDLE_FORMAT) != 0)
 		fuzz_die("success without a paddle model", NULL);
@@ -154,11 +164,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		char why[256];
 
 		for (size_t j = 0; j < t->nshards; j++)
-			check_shard(dfd, t, &t->shards[j]);
+			check_shard(fds, nparts, t, &t->shards[j]);
 		if (sf_tensor_check_coverage(t, why, sizeof(why)) != 0)
 			fuzz_die("a tensor not covered", t->name);
 	}
 	sf_format_result_clear(&res);
-	close(dfd);
+out_close_parts:
+	for (int i = 0; i < nparts; i++)
+		close(fds[i]);
 	return 0;
 }
