@@ -21,6 +21,10 @@
 # is warm for both sides, then times (best of --reps runs, on this machine):
 #   raw      the payload files with dd bs=1M, summed across files, and
 #            with readfiles.py (the reader of every row below)
+#   hash     `shardctl verify`: every payload block read and hashed on one
+#            thread; its user CPU is what checksums cost, and under the
+#            table the ceiling plus that CPU bounds a verified first read
+#            on a machine whose cores the two copies of a read keep busy
 #   ceiling  files of the sizes of the tensor files (same count, same bytes)
 #            through a fresh mount of fuse_ceiling, a daemon that replies
 #            from one buffer in memory and does no work, with the transfer
@@ -165,6 +169,21 @@ for _ in $(seq "$REPS"); do
 	timed_read "raw payload files (readfiles.py)" "$WORK/payloads"
 done
 
+# What checksums cost alone: shardctl verify reads (pread) and hashes
+# (XXH3) every payload block on one thread; its user CPU is the hash.
+HASH_ROW="every payload block read and hashed (shardctl verify, one thread)"
+HASH_CPU=""
+for _ in $(seq "$REPS"); do
+	t0=$(now)
+	u=$($PY -c 'import resource, subprocess, sys
+subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, check=True)
+print("%.3f" % resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime)' \
+		"$SHARDCTL" verify "$CKPT") || { echo "bench.sh: shardctl verify failed" >&2; exit 1; }
+	t1=$(now)
+	keep_row "$HASH_ROW" "$rawbytes" "$(echo "$t1 - $t0" | bc)"
+	[[ -z $HASH_CPU || $(echo "$u < $HASH_CPU" | bc) == 1 ]] && HASH_CPU=$u
+done
+
 $PY "$HERE/bench_plan.py" "$CKPT" "$MNT" tensors >"$WORK/tensors"
 $PY "$HERE/bench_plan.py" "$CKPT" "$MNT" slices >"$WORK/slices"
 echo "$MNT/model.safetensors" >"$WORK/st"
@@ -289,6 +308,11 @@ else
 			'BEGIN { printf " %s %.2f;", w, b / s / 1e9 / c }')
 	done
 	echo "${line%;}"
+	# The hash cannot overlap the two copies a first read already keeps
+	# both cores busy with: the ceiling plus the hash's CPU bounds a
+	# verified first read on a 2-core machine.
+	awk -v c="${BEST[$CEILING_ROW]#*|}" -v h="$HASH_CPU" 'BEGIN {
+		printf "checksums alone: %.3f s of CPU to hash every block; ceiling + hash = %.3f s, %.2f of the ceiling: what a verified first read reaches if the hash overlaps nothing\n", h, c + h, c / (c + h) }'
 fi
 [[ -z ${BEST[$COLD_RAW]+set} ]] ||
 	echo "(rows ending in \"cold\": ratio to the cold raw row; page cache dropped before each)"
