@@ -4,18 +4,49 @@
  * The streaming hasher keeps one XXH3 state for the block being filled and
  * an array of finished block sums that grows geometrically. Invariant:
  * fill < block_size between calls, and nsums == total / block_size.
+ *
+ * sf_xxh3() hashes inputs of SF_XXH3_WIDE bytes or more with the AVX2 build
+ * of XXH3 (sf_checksum_avx2.c) where this CPU and OS support AVX2, else
+ * with libxxhash; both compute the same XXH3-64, only faster or slower.
  */
 #include "sf_checksum.h"
 #include "sf_array.h"
 #include "sf_error.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <xxhash.h>
 
+#ifdef SF_XXH3_AVX2
+/* Below this, XXH3 is a few scalar rounds either way: skip the check. */
+#define SF_XXH3_WIDE 1024u
+
+static bool have_avx2(void)
+{
+	/* __builtin_cpu_supports reads what libgcc's constructor found
+	 * (CPUID and XGETBV: the OS saves the YMM registers): a load and a
+	 * test per call. */
+	return __builtin_cpu_supports("avx2");
+}
+#endif
+
 uint64_t sf_xxh3(const void *data, size_t len)
 {
+#ifdef SF_XXH3_AVX2
+	if (len >= SF_XXH3_WIDE && have_avx2())
+		return sf_xxh3_avx2(data, len);
+#endif
 	return XXH3_64bits(data, len);
+}
+
+const char *sf_xxh3_impl(void)
+{
+#ifdef SF_XXH3_AVX2
+	if (have_avx2())
+		return "avx2";
+#endif
+	return "libxxhash";
 }
 
 void sf_xxh3_hex(uint64_t h, char out[17])

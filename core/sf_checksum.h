@@ -16,7 +16,17 @@
 #define SF_MIN_BLOCK_SIZE 4096u
 #define SF_MAX_BLOCK_SIZE (64u << 20)
 
+/* XXH3-64 of data[0, len), seed 0. Thread-safe, no allocation. */
 uint64_t sf_xxh3(const void *data, size_t len);
+
+/* Which XXH3 build sf_xxh3 uses for long inputs on this CPU: "avx2" or
+ * "libxxhash" (a static string). For logs and benchmarks. */
+const char *sf_xxh3_impl(void);
+
+#if defined(SF_XXH3_AVX2)
+/* sf_checksum_avx2.c: call only where the CPU supports AVX2. */
+uint64_t sf_xxh3_avx2(const void *data, size_t len);
+#endif
 
 /* Write 16 hex digits and a NUL into out[17]. */
 void sf_xxh3_hex(uint64_t h, char out[17]);

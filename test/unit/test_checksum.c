@@ -57,6 +57,22 @@ static void test_xxh3(unsigned char *data)
 		CHECK_EQ(sf_xxh3_parse(got, 16, &parsed), 0);
 		CHECK(parsed == h);
 	}
+	/* Both sides of the length where sf_xxh3 switches to its AVX2 build
+	 * (on a CPU with AVX2), at every alignment of the start, and a few
+	 * blocks of real size. */
+	static const size_t edges[] = { 1023, 1024, 1025, 4096, 65536 + 13,
+					 (4u << 20) - 1 };
+	for (size_t e = 0; e < sizeof(edges) / sizeof(edges[0]); e++) {
+		size_t len = edges[e] < MAX_DATA - 64 ? edges[e] : MAX_DATA - 64;
+
+		for (size_t off = 0; off < 64; off += 7) {
+			sf_rand_fill(data + off, len);
+			if (!CHECK(sf_xxh3(data + off, len) ==
+				   XXH3_64bits(data + off, len)))
+				fprintf(stderr, "  len %zu off %zu (%s)\n", len,
+					off, sf_xxh3_impl());
+		}
+	}
 	/* Fixed values whose hex is known without any hashing. */
 	sf_xxh3_hex(0, got);
 	CHECK(strcmp(got, "0000000000000000") == 0);
@@ -228,6 +244,8 @@ int main(void)
 		fprintf(stderr, "%s: out of memory\n", PROG);
 		return 1;
 	}
+	printf("%s: sf_xxh3 uses %s for long inputs on this CPU\n", PROG,
+	       sf_xxh3_impl());
 	test_xxh3(data);
 	test_parse();
 	test_nblocks();
