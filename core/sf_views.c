@@ -5,7 +5,10 @@
  * jansson's JSON_SORT_KEYS wrote it before) and padded with spaces so that 8 + N is a multiple of 8; the data
  * section holds the tensors back to back in m->tensors order, which is
  * sorted by name. Reads map a file range to the header bytes and to
- * sf_engine_read() calls on the tensors it overlaps (binary search).
+ * sf_engine_read() calls on the tensors it overlaps (binary search), or,
+ * for a zero-copy reply, to iovecs into the header and sf_engine_readv()
+ * pieces of each tensor (one engine hold per tensor, all released on any
+ * failure).
  */
 #include "sf_views.h"
 #include "sf_error.h"
@@ -16,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 
 /* One entry of the header: "name":{"data_offsets":[b,e],"dtype":"D","shape":[..]}
  * (keys in jansson's sorted order, compact separators). */
@@ -142,12 +146,27 @@ void sf_st_layout_destroy(struct sf_st_layout *st)
 	free(st);
 }
 
+/* The index of the last tensor whose data starts at or before off (off at
+ * or past the header). */
+static size_t st_first(const struct sf_st_layout *st, uint64_t off)
+{
+	size_t lo = 0, hi = st->ntensors;
+
+	while (hi - lo > 1) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (st->data_off[mid] <= off)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
 int sf_st_read(struct sf_engine *e, const struct sf_ckpt_ref *ck,
 	       const struct sf_model *m, const struct sf_st_layout *st,
 	       uint64_t off, void *buf, size_t len)
 {
 	unsigned char *dst = buf;
-	size_t lo, hi;
 
 	if (off > st->total || len > st->total - off)
 		return -SF_ERANGE;
@@ -161,17 +180,7 @@ int sf_st_read(struct sf_engine *e, const struct sf_ckpt_ref *ck,
 	}
 	if (len == 0)
 		return 0;
-	/* Last tensor whose data starts at or before off. */
-	lo = 0;
-	hi = st->ntensors;
-	while (hi - lo > 1) {
-		size_t mid = lo + (hi - lo) / 2;
-		if (st->data_off[mid] <= off)
-			lo = mid;
-		else
-			hi = mid;
-	}
-	for (size_t i = lo; len && i < st->ntensors; i++) {
+	for (size_t i = st_first(st, off); len && i < st->ntensors; i++) {
 		const struct sf_tensor *t = &m->tensors[i];
 		uint64_t toff, n;
 		int ret;
@@ -188,6 +197,65 @@ int sf_st_read(struct sf_engine *e, const struct sf_ckpt_ref *ck,
 		len -= (size_t)n;
 	}
 	return len ? -SF_ERANGE : 0;
+}
+
+int sf_st_readv(struct sf_engine *e, const struct sf_ckpt_ref *ck,
+		const struct sf_model *m, const struct sf_st_layout *st,
+		uint64_t off, size_t len, struct iovec *iov, unsigned maxiov,
+		struct sf_engine_hold *holds, unsigned maxholds,
+		unsigned *nholds)
+{
+	unsigned cnt = 0;
+	int ret;
+
+	*nholds = 0;
+	if (off > st->total || len > st->total - off)
+		return -SF_ERANGE;
+	if (off < st->head_len && len) {
+		size_t n = (size_t)(st->head_len - off) < len ?
+			   (size_t)(st->head_len - off) : len;
+
+		if (maxiov == 0)
+			return -E2BIG;
+		iov[cnt].iov_base = (char *)st->head + off;
+		iov[cnt++].iov_len = n;
+		off += n;
+		len -= n;
+	}
+	for (size_t i = len ? st_first(st, off) : st->ntensors;
+	     len && i < st->ntensors; i++) {
+		const struct sf_tensor *t = &m->tensors[i];
+		uint64_t toff, n;
+
+		if (off >= st->data_off[i] + t->nbytes)
+			continue; /* empty tensors, or the one before off */
+		if (cnt == maxiov || *nholds == maxholds) {
+			ret = -E2BIG;
+			goto out_release;
+		}
+		toff = off - st->data_off[i];
+		n = t->nbytes - toff < len ? t->nbytes - toff : len;
+		holds[*nholds].n = 0;
+		ret = sf_engine_readv(e, ck, m, t, NULL, toff, (size_t)n,
+				      iov + cnt, maxiov - cnt, &holds[*nholds]);
+		if (ret < 0)
+			goto out_release;
+		(*nholds)++;
+		cnt += (unsigned)ret;
+		off += n;
+		len -= (size_t)n;
+	}
+	if (len) {
+		ret = -SF_ERANGE;
+		goto out_release;
+	}
+	return (int)cnt;
+
+out_release:
+	for (unsigned h = 0; h < *nholds; h++)
+		sf_engine_release(e, &holds[h]);
+	*nholds = 0;
+	return ret;
 }
 
 int sf_npy_header(const struct sf_tensor *t, char **out, size_t *len)

@@ -51,6 +51,24 @@ int sf_st_read(struct sf_engine *e, const struct sf_ckpt_ref *ck,
 	       const struct sf_model *m, const struct sf_st_layout *st,
 	       uint64_t off, void *buf, size_t len);
 
+/*
+ * Like sf_st_read, without copying: set iov[0..ret) to bytes [off, off+len)
+ * of model.safetensors, in order: a piece of st->head (valid while st is),
+ * then each overlapped tensor's verified bytes in the engine's cached
+ * blocks, pinned in holds[0..*nholds) (one hold per tensor, each empty on
+ * entry) until the caller passes each to sf_engine_release(). Returns the
+ * number of iovecs; -E2BIG, without logging and with nothing held, when
+ * the range needs more than maxiov pieces, more than maxholds tensors or a
+ * tensor more pieces or blocks than one hold takes (the caller then copies
+ * with sf_st_read); or sf_st_read's errors, with nothing held.
+ */
+struct iovec;
+int sf_st_readv(struct sf_engine *e, const struct sf_ckpt_ref *ck,
+		const struct sf_model *m, const struct sf_st_layout *st,
+		uint64_t off, size_t len, struct iovec *iov, unsigned maxiov,
+		struct sf_engine_hold *holds, unsigned maxholds,
+		unsigned *nholds);
+
 /* The npy header of t into a malloc'd buffer (*out, *len; caller frees).
  * -ENOTSUP when numpy has no native type for t's dtype. */
 int sf_npy_header(const struct sf_tensor *t, char **out, size_t *len);

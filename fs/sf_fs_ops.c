@@ -430,7 +430,39 @@ static int node_read(struct sf_fs *fs, struct sf_node *n, uint64_t off,
 	}
 }
 
-#define SF_FS_READ_IOV 16 /* pieces of a zero-copy reply, at most */
+/* Pieces of a zero-copy reply, at most: the kernel takes 1024 iovecs in
+ * one writev to /dev/fuse (UIO_MAXIOV), and libfuse puts its header in
+ * front. A read of a tensor split along dim 1 is one piece per shard per
+ * row (hundreds per MiB); handing the kernel those pieces costs less than
+ * gathering them into a buffer first (bench.sh, README: Performance). */
+#define SF_FS_READ_IOV 1000
+/* Tensors of model.safetensors one zero-copy reply may span (each holds
+ * its own blocks); a read over more small tensors is copied. */
+#define SF_FS_READ_ST_HOLDS 16
+
+/* Reply with bytes [off, off+len) of model.safetensors pointing into its
+ * header and the engine's blocks. As read_zero_copy. */
+static bool read_zero_copy_st(fuse_req_t req, struct sf_fs *fs,
+			      struct sf_node *n, uint64_t off, size_t len)
+{
+	const struct sf_ckpt *ck = n->ck->ck;
+	struct sf_engine_hold holds[SF_FS_READ_ST_HOLDS];
+	struct iovec iov[SF_FS_READ_IOV];
+	unsigned nholds = 0;
+	int cnt;
+
+	cnt = sf_st_readv(fs->engine, &ck->ref, ck->m, ck->st, off, len, iov,
+			  SF_FS_READ_IOV, holds, SF_FS_READ_ST_HOLDS, &nholds);
+	if (cnt == -E2BIG)
+		return false;
+	if (cnt < 0)
+		sf_fs_reply_err(req, cnt);
+	else
+		fuse_reply_iov(req, iov, cnt);
+	for (unsigned h = 0; h < nholds; h++)
+		sf_engine_release(fs->engine, &holds[h]);
+	return true;
+}
 
 /* Reply with bytes [off, off+len) of a tensor, slice or npy file n pointing
  * into the engine's blocks (an npy header piece first). Returns true when
@@ -445,6 +477,8 @@ static bool read_zero_copy(fuse_req_t req, struct sf_fs *fs,
 	unsigned head = 0;
 	int cnt;
 
+	if (n->kind == SF_NODE_ST)
+		return read_zero_copy_st(req, fs, n, off, len);
 	if (n->kind == SF_NODE_SLICE) {
 		view = n->box;
 	} else if (n->kind == SF_NODE_NPY) {

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 
 #include "sf_checksum.h"
 #include "sf_dtype.h"
@@ -184,6 +185,8 @@ static bool check_st_head(const struct kit *k, const struct sf_st_layout *st,
 	return ok;
 }
 
+static unsigned long st_gathered, st_e2big; /* sf_st_readv outcomes */
+
 static void test_safetensors(void)
 {
 	for (int round = 0; round < 25; round++) {
@@ -249,7 +252,47 @@ static void test_safetensors(void)
 					(unsigned long long)off,
 					(unsigned long long)len);
 			CHECK_EQ(buf[len], 0xee);
+
+			/* The same range without copying: pieces that gather to
+			 * the same bytes, or -E2BIG (then nothing held) when the
+			 * limits are small. */
+			struct iovec iov[64];
+			struct sf_engine_hold holds[4];
+			unsigned maxiov = 1 + (unsigned)(sf_rand_r(&rng) % 64);
+			unsigned maxholds = 1 + (unsigned)(sf_rand_r(&rng) % 4);
+			unsigned nholds = 99;
+			int cnt = sf_st_readv(e, &k->ref, k->m, st, off, len, iov,
+					      maxiov, holds, maxholds, &nholds);
+
+			if (cnt == -E2BIG) {
+				CHECK_EQ(nholds, 0);
+				st_e2big++;
+				continue;
+			}
+			if (!CHECK(cnt >= 0) || !CHECK((unsigned)cnt <= maxiov) ||
+			    !CHECK(nholds <= maxholds))
+				continue;
+			size_t at = 0;
+			bool same = true;
+			for (int j = 0; j < cnt; j++) {
+				same &= at + iov[j].iov_len <= len &&
+					memcmp(file + off + at, iov[j].iov_base,
+					       iov[j].iov_len) == 0;
+				at += iov[j].iov_len;
+			}
+			if (!CHECK(same && at == len))
+				fprintf(stderr, "  safetensors readv off %llu len %llu\n",
+					(unsigned long long)off,
+					(unsigned long long)len);
+			for (unsigned h = 0; h < nholds; h++)
+				sf_engine_release(e, &holds[h]);
+			st_gathered++;
 		}
+		/* every hold was dropped: a cache of 8 KiB is back under its
+		 * bound */
+		struct sf_engine_stats es;
+		sf_engine_stats(e, &es);
+		CHECK(es.cached_bytes <= o.cache_bytes);
 		sf_engine_destroy(e);
 out_free_file:
 		free(file);
@@ -262,6 +305,11 @@ out_destroy_kit:
 		kit_destroy(k);
 	}
 	sf_st_layout_destroy(NULL);
+	/* both outcomes of sf_st_readv were seen */
+	CHECK(st_gathered > 100);
+	CHECK(st_e2big > 10);
+	printf("test_views: model.safetensors zero-copy: %lu reads gathered, %lu too large\n",
+	       st_gathered, st_e2big);
 }
 
 /* Parse "(a, b, ...)" at *p (spaces allowed after commas); 1-d needs the
