@@ -46,6 +46,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "sf_checksum.h"
 #include "sf_fs.h"
 
 #define CEIL_MAX_FILES (1u << 20)
@@ -85,6 +86,9 @@ struct ceil_x {
 	unsigned ra_kb;       /* bdi readahead override, KiB; 0: shardfs's */
 	uint64_t src;         /* bytes of pattern replies cycle through; 0: one
 			       * period (cache-hot), else DRAM like real data */
+	bool hash;            /* XXH3 (sf_xxh3, shardfs's own) of each reply's
+			       * bytes before it is sent: the work of a
+			       * daemon that verifies, and nothing else */
 };
 
 struct ceiling {
@@ -98,6 +102,7 @@ struct ceiling {
 	gid_t gid;
 	struct timespec mtime;    /* start time, every node's times */
 	atomic_bool bdi_done;     /* readahead raised (once, after INIT) */
+	_Atomic uint64_t hash_sink; /* -x hash: every hash, so none is dropped */
 	struct ceil_x x;
 	struct fuse_session *se;
 	/* -x store: the pusher thread's queue of files (indices) */
@@ -609,8 +614,11 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		size = (size_t)left;
 	if (size > c->max_read)
 		size = c->max_read;
-	fuse_reply_buf(req, (const char *)c->pat + (uint64_t)off % c->period,
-		       size);
+	const unsigned char *p = c->pat + (uint64_t)off % c->period;
+	if (c->x.hash)
+		atomic_fetch_xor_explicit(&c->hash_sink, sf_xxh3(p, size),
+					  memory_order_relaxed);
+	fuse_reply_buf(req, (const char *)p, size);
 	if (c->x.store)
 		push_after(c, (struct ceil_file *)f, (uint64_t)off + size);
 }
@@ -684,7 +692,9 @@ static int usage(void)
 	      "    pages=N      N pages per request (max_pages and max_read)\n"
 	      "    ra=KB        the mount's readahead\n"
 	      "    src=MB       reply from a pattern of MB (default: one\n"
-	      "                 period, which stays in the CPU's cache)\n",
+	      "                 period, which stays in the CPU's cache)\n"
+	      "    hash         hash each reply's bytes (XXH3, as shardfs\n"
+	      "                 verifies blocks) before sending it\n",
 	      stderr);
 	return 2;
 }
@@ -714,6 +724,8 @@ static bool parse_x(const char *a, struct ceil_x *x)
 		x->noopen = true;
 	else if (KEY("ls") && !eq)
 		x->ls = true;
+	else if (KEY("hash") && !eq)
+		x->hash = true;
 	else if (KEY("store")) {
 		x->store = true;
 		x->store_window = (uint64_t)v << 20;

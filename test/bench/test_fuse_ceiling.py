@@ -13,7 +13,8 @@ each experiment bench_fuse.sh times (-x): direct_io (whose shared mappings
 the kernel refuses with ENODEV unless -x mmap negotiated
 FUSE_DIRECT_IO_ALLOW_MMAP), notify_store pushing ahead (the daemon reports
 bytes pushed and no failure, and the bytes read are the pattern), bigger
-requests, a 2 MiB reply source, a read-only mount without OPEN; and passthrough onto files of random bytes
+requests, a 2 MiB reply source (also hashing each reply), a read-only mount
+without OPEN; and passthrough onto files of random bytes
 (their bytes, read and mapped). Times nothing. Always unmounts
 (fusermount3 -u, umount -l as a last resort) and reaps the daemon; fails
 if it exits non-zero. Exit 77 (skipped) when /dev/fuse or fusermount3 is
@@ -87,7 +88,7 @@ def check_bad_lists(tool, tmp):
         print("FAIL: duplicate names: exit %d, stderr %r"
               % (r.returncode, r.stderr))
         fails += 1
-    for x in ("nosuch", "store=x", "pages=0", "chunk=3", "dio=1", "src=0", "noopen=1"):
+    for x in ("nosuch", "store=x", "pages=0", "chunk=3", "dio=1", "src=0", "noopen=1", "hash=1"):
         r = subprocess.run([tool, "-f", "-x", x, path, nomnt], capture_output=True,
                            text=True, timeout=10)
         if r.returncode != 2 or "usage" not in r.stderr:
@@ -284,7 +285,7 @@ def main():
             for name, size in FILES:
                 f.write("%d %s\n" % (size, name))
         for xs in ([], ["dio"], ["dio", "mmap"], ["store"], ["store=1", "chunk=64"],
-                   ["pages=128", "ra=1024"], ["src=2"], ["noopen"]):
+                   ["pages=128", "ra=1024"], ["src=2"], ["src=2", "hash"], ["noopen"]):
             fails += run_mount(tool, tmp, listfile, xs)
         # passthrough: files of random bytes, each mapped onto its own
         # (registering a backing file takes CAP_SYS_ADMIN)
