@@ -32,7 +32,9 @@
 #            then the same replying from as many MiB of memory as the
 #            files hold (-x src), and that with every reply hashed first
 #            (-x hash, shardfs's XXH3): the work of a daemon that verifies
-#            and does nothing else, the bound of a verified first read
+#            and does nothing else, the bound of a verified first read;
+#            and the ceiling of the other fresh rows' own files: one file
+#            of model.safetensors' size, files of the dim-1 slices' sizes
 #   tensors/ every tensor file, model.safetensors, and one slice path per
 #            shard box of each dim-1-sharded weight, each first through a
 #            fresh mount (the daemon assembles) and then again (kernel page
@@ -236,6 +238,37 @@ if [[ -z $CEILING_SKIP ]]; then
 		timed_read "$CEIL_HASH_ROW" "$WORK/ceiling"
 		end_daemon
 	done
+	# The ceiling of the other fresh rows' own files: one file of
+	# model.safetensors' size, and files of the dim-1 slices' sizes (a
+	# few MB each: per-file costs weigh more than in the tensor files).
+	# Their sizes come from one untimed shardfs mount.
+	start_mount "sizes (untimed)" "$SHARDFS" -f "$CKPT" "$MNT"
+	$PY -c 'import os, sys
+st, sl, out_st, out_sl = sys.argv[1:]
+with open(out_st, "w") as o:
+    o.write("%d model.safetensors\n" % os.stat(open(st).read().strip()).st_size)
+with open(out_sl, "w") as o:
+    for i, p in enumerate(l.strip() for l in open(sl) if l.strip()):
+        o.write("%d s%05d\n" % (os.stat(p).st_size, i))' \
+		"$WORK/st" "$WORK/slices" "$WORK/ceiling-st.list" "$WORK/ceiling-slices.list" ||
+		{ echo "bench.sh: sizing the slices failed" >&2; exit 1; }
+	stop_daemon
+	awk -v m="$MNT" '{print m "/" $2}' "$WORK/ceiling-st.list" >"$WORK/ceiling-st"
+	awk -v m="$MNT" '{print m "/" $2}' "$WORK/ceiling-slices.list" >"$WORK/ceiling-slices"
+	CEIL_ST_ROW="FUSE ceiling, one file of model.safetensors' size, fresh mount"
+	CEIL_SL_ROW="FUSE ceiling, files of the dim-1 slices' sizes ($(wc -l <"$WORK/slices")), fresh mount"
+	for _ in $(seq "$REPS"); do
+		start_mount "FUSE ceiling, model.safetensors' size (fresh read only)" \
+			"$CEILING" -f "$WORK/ceiling-st.list" "$MNT"
+		timed_read "$CEIL_ST_ROW" "$WORK/ceiling-st"
+		end_daemon
+		if [[ -s $WORK/slices ]]; then
+			start_mount "FUSE ceiling, the slices' sizes (fresh read only)" \
+				"$CEILING" -f "$WORK/ceiling-slices.list" "$MNT"
+			timed_read "$CEIL_SL_ROW" "$WORK/ceiling-slices"
+			end_daemon
+		fi
+	done
 fi
 
 for kind in tensors st slices; do
@@ -347,6 +380,24 @@ else
 		done
 		echo "${line%;}"
 	done
+	# Each fresh row against the ceiling of its own files (tensors/ and
+	# --no-verify: the tensor files'; model.safetensors: one file of its
+	# size; the slices: files of their sizes).
+	line="fresh mounts vs the FUSE ceiling of the same file sizes:"
+	for what in "${ROWS[@]}"; do
+		[[ $what == *", fresh mount" && $what != "FUSE ceiling"* ]] || continue
+		case $what in
+		model.safetensors*) base=$CEIL_ST_ROW ;;
+		"dim-1 slices"*) base=$CEIL_SL_ROW ;;
+		*) base=$CEILING_ROW ;;
+		esac
+		[[ -n ${BEST[$base]+set} ]] || continue
+		IFS='|' read -r bytes secs <<<"${BEST[$what]}"
+		IFS='|' read -r cb cs <<<"${BEST[$base]}"
+		line+=$(awk -v w="${what%, fresh mount}" -v b="$bytes" -v s="$secs" \
+			-v cb="$cb" -v cs="$cs" 'BEGIN { printf " %s %.2f;", w, (b / s) / (cb / cs) }')
+	done
+	echo "${line%;}"
 	# The hash cannot overlap the two copies a first read already keeps
 	# both cores busy with: the ceiling plus the hash's CPU bounds a
 	# verified first read on a 2-core machine.
