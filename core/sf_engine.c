@@ -61,7 +61,10 @@
  * then made READY: the same rule as a copied block, so no byte of it is
  * served before it matched. Its cap counts in cached like a buffer's (the
  * cache bound covers mapped blocks too, not the pool); its mapping is
- * dropped through the source when the block is freed. A block the source
+ * dropped through the source when the block is freed; a cached mapped
+ * block the source calls stale (map_stale: its bytes may have changed
+ * since they were verified) is dropped at its next lookup and fetched and
+ * verified anew. A block the source
  * will not map, or whose hash faulted (the file shrank, an I/O error), is
  * copied instead, which then reports what is wrong with the file.
  *
@@ -694,6 +697,17 @@ static int pin(struct read_ctx *c, const struct sf_shard *s, uint64_t idx,
 	for (b = e->buckets[h]; b; b = b->hnext)
 		if (b->ck == c->ck && b->shard == s && b->idx == idx)
 			break;
+	if (b && b->state == BLK_READY && b->map_token &&
+	    e->src->ops->map_stale &&
+	    e->src->ops->map_stale(e->src->ctx, b->map_token)) {
+		/* its bytes may not be the verified ones any more: drop it
+		 * (freed with its last pin) and fetch it anew */
+		blk_unlink(e, b);
+		if (b->refs == 0)
+			blk_free(e, b);
+		e->st.map_stale++;
+		b = NULL;
+	}
 	if (b) {
 		b->refs++;
 		while (b->state == BLK_LOADING)

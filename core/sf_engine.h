@@ -118,6 +118,12 @@ struct sf_source_ops {
 	/* Drop a mapping map() made (after its last use). Any thread; never
 	 * called for a token twice. NULL exactly when map is. */
 	void (*unmap)(void *ctx, void *token);
+	/* Whether the bytes a mapping shows may no longer be those it showed
+	 * when map() returned (the source could not keep them, e.g. a lease
+	 * the kernel revoked before the source copied them). The engine then
+	 * drops the block and fetches and verifies it anew before serving
+	 * from it again. Any thread. May be NULL (mappings never go stale). */
+	bool (*map_stale)(void *ctx, void *token);
 	/* Free ctx. May be NULL. Every mapping must have been dropped. */
 	void (*destroy)(void *ctx);
 };
@@ -227,6 +233,9 @@ struct sf_engine_stats {
 				  * verified blocks (source file_id) */
 	uint64_t mapped;         /* fetched blocks served from a source
 				  * mapping (source map: no copy) */
+	uint64_t map_stale;      /* cached mapped blocks dropped because the
+				  * source said their bytes may have changed
+				  * (then fetched and verified anew) */
 	uint64_t map_faults;     /* mapped blocks whose hash touched a page
 				  * that raised SIGBUS (then copied) */
 };

@@ -48,9 +48,14 @@
  * the last unmap(). Leases are not used (map() answers -ENOTSUP) when
  * that signal is handled by someone else, leases are disabled, or the
  * system's lease-break-time is under a second (a writer could go on
- * before the copies are made). What leases cannot cover: a lease the
- * kernel revokes after lease-break-time because this process did not
- * answer (a stuck daemon), and pages that fail to read back (I/O errors:
+ * before the copies are made). A lease the kernel revoked after
+ * lease-break-time because this process did not answer (a stopped or
+ * stuck daemon) is seen when the copies are finally made: a file whose
+ * identity (stat_id) is no longer the one it had when a mapping was made
+ * marks that mapping stale (map_stale()), and the engine fetches and
+ * verifies its blocks anew instead of serving them. What leases cannot
+ * cover: bytes the kernel copied out of a mapping for a reply between the
+ * revocation and that copy, and pages that fail to read back (I/O errors:
  * the engine hashes under a SIGBUS guard, and the kernel's copies out of
  * a mapping fail with EFAULT, an EIO to the reader, instead).
  */
@@ -64,6 +69,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -99,6 +105,12 @@ struct lmap {
 	uint64_t off;                   /* file offset of base */
 	struct fd_ent *fe;              /* the file (kept while nmaps > 0) */
 	bool anon;                      /* replaced by an anonymous copy */
+	uint64_t id;                    /* the file's identity (stat_id) when
+					 * mapped, under the lease */
+	_Atomic bool stale;             /* the copy was made after the file
+					 * changed (its lease had been revoked):
+					 * the bytes may not be the mapped
+					 * ones (read without the lock) */
 	struct lmap *prev, *next;       /* local_src.maps */
 };
 
@@ -391,11 +403,24 @@ static void local_advise(void *ctx, const struct sf_ckpt_ref *ck,
  * write, a truncation, a rename over it or a restore changes at least one
  * (the change time is bumped before the data of a write(2) or an mmap
  * store lands, to the file system's timestamp granularity). */
+static uint64_t stat_id(const struct stat *st)
+{
+	uint64_t v[7];
+
+	v[0] = (uint64_t)st->st_dev;
+	v[1] = (uint64_t)st->st_ino;
+	v[2] = (uint64_t)st->st_size;
+	v[3] = (uint64_t)st->st_mtim.tv_sec;
+	v[4] = (uint64_t)st->st_mtim.tv_nsec;
+	v[5] = (uint64_t)st->st_ctim.tv_sec;
+	v[6] = (uint64_t)st->st_ctim.tv_nsec;
+	return sf_xxh3(v, sizeof(v));
+}
+
 static int local_file_id(void *ctx, const struct sf_ckpt_ref *ck,
 			 uint32_t rank, const char *file, uint64_t *id)
 {
 	struct stat st;
-	uint64_t v[7];
 	bool owned;
 	int fd, ret;
 
@@ -408,14 +433,7 @@ static int local_file_id(void *ctx, const struct sf_ckpt_ref *ck,
 		close(fd);
 	if (ret)
 		return ret;
-	v[0] = (uint64_t)st.st_dev;
-	v[1] = (uint64_t)st.st_ino;
-	v[2] = (uint64_t)st.st_size;
-	v[3] = (uint64_t)st.st_mtim.tv_sec;
-	v[4] = (uint64_t)st.st_mtim.tv_nsec;
-	v[5] = (uint64_t)st.st_ctim.tv_sec;
-	v[6] = (uint64_t)st.st_ctim.tv_nsec;
-	*id = sf_xxh3(v, sizeof(v));
+	*id = stat_id(&st);
 	return 0;
 }
 
@@ -460,6 +478,10 @@ static int lmap_to_anon(struct lmap *lm)
 		    (size_t)((uint64_t)st.st_size - lm->off) : lm->len;
 		ret = sf_pread_full(lm->fe->fd, copy, n, lm->off);
 	}
+	/* Changed since it was mapped: the lease was revoked before this
+	 * copy (a writer went on), so the copied bytes may be new ones. */
+	if (ret == 0 && fstat(lm->fe->fd, &st) == 0 && stat_id(&st) != lm->id)
+		atomic_store(&lm->stale, true);
 	if (ret == 0 && mprotect(copy, lm->len, PROT_READ) < 0)
 		ret = -errno;
 	if (ret == 0 && mremap(copy, lm->len, lm->len,
@@ -488,6 +510,9 @@ static void leases_break(struct local_src *ls)
 			continue;
 		}
 		lm->anon = true;
+		if (atomic_load(&lm->stale))
+			sf_warn("payload %s changed before its mapped blocks were copied (its lease was revoked: the daemon did not answer within the kernel's lease-break-time); those blocks are fetched and verified again",
+				lm->fe->path);
 		if (--lm->fe->nleased == 0)
 			(void)fcntl(lm->fe->fd, F_SETLEASE, F_UNLCK);
 	}
@@ -636,6 +661,7 @@ static int local_map(void *ctx, const struct sf_ckpt_ref *ck, uint32_t rank,
 	lm->len = len + delta;
 	lm->off = base;
 	lm->fe = fe;
+	lm->id = stat_id(&st);
 	lm->next = ls->maps;
 	if (ls->maps)
 		ls->maps->prev = lm;
@@ -654,6 +680,13 @@ out_unlock:
 	pthread_mutex_unlock(&ls->lock);
 	free(lm);
 	return ret;
+}
+
+/* Whether lm's bytes may have changed since map() (see lmap.stale). */
+static bool local_map_stale(void *ctx, void *token)
+{
+	(void)ctx;
+	return atomic_load(&((struct lmap *)token)->stale);
 }
 
 /* Drop a mapping; with the file's last file-backed one its lease, and
@@ -784,6 +817,7 @@ static const struct sf_source_ops local_ops = {
 	.advise = local_advise,
 	.file_id = local_file_id,
 	.map = local_map,
+	.map_stale = local_map_stale,
 	.unmap = local_unmap,
 	.destroy = local_destroy,
 };

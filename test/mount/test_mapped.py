@@ -17,11 +17,21 @@ drop its lease (a few seconds at most, not the kernel's lease-break-time),
 and afterwards every read of every tensor (through the mount's page
 cache, then through a second mount that fetches everything again) gives
 the reference's bytes or fails with EIO, never other bytes; the daemon
-never dies. The daemon's closing line counts mapped blocks."""
+never dies. The daemon's closing line counts mapped blocks.
+
+Last (root only: it sets the system's lease-break-time to 1 s for the
+while, and puts it back), a lease the kernel revokes: with every block of
+a fresh checkpoint mapped and cached, the daemon is stopped (SIGSTOP), a
+writer opens a payload file (the kernel revokes the daemon's lease after
+the 1 s) and flips a byte, and the daemon goes on (SIGCONT): its copies of
+the mappings come too late, so the blocks of that file must be fetched
+and verified anew (the tensor holding the flipped byte fails with EIO),
+never served as they now are; the log says why."""
 
 import errno
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -107,6 +117,66 @@ def run(env, ck):
         good, eio = read_all(ck, os.path.join(m2.mnt, "c"), ref, "fresh mount")
         ck.ok(eio > 0, "fresh mount: the damaged tensors fail (%d of %d)" % (eio, good + eio))
         ck.ok(m2.alive(), "fresh mount: the daemon serves")
+    revoked(env, ck)
+
+
+LEASE_BREAK = "/proc/sys/fs/lease-break-time"
+
+
+def revoked(env, ck):
+    if os.geteuid() != 0 or not os.access(LEASE_BREAK, os.W_OK):
+        print("revoked lease: skipped: setting %s needs root" % LEASE_BREAK)
+        return
+    store = env.path("store-revoked")
+    os.makedirs(store)
+    ref = env.gen(os.path.join(store, "c"), **GEN)
+    man = sm.manifest_of(os.path.join(store, "c"))
+    f = sorted({s["file"] for t in man["tensors"].values() for s in t["shards"]})[0]
+    victims = [n for n, t in man["tensors"].items() for s in t["shards"]
+               if s["file"] == f and s["file_offset"] <= 100 < s["file_offset"] + s["nbytes"]]
+    if not ck.ok(len(victims) == 1, "revoked: one tensor holds byte 100 of %s" % f):
+        return
+    with open(LEASE_BREAK) as fh:
+        old = fh.read().strip()
+    try:
+        with open(LEASE_BREAK, "w") as fh:
+            fh.write("1\n")
+        with sm.Mount(env, store, opts=["--cache-mb", "256", "--log-level", "info"],
+                      name="revoked") as m:
+            root = os.path.join(m.mnt, "c")
+            good, eio = read_all(ck, root, ref, "revoked, before")
+            ck.eq(eio, 0, "revoked, before: every tensor reads")
+            os.kill(m.proc.pid, signal.SIGSTOP)
+            try:
+                took = change(os.path.join(store, "c", f), "flip")
+            finally:
+                os.kill(m.proc.pid, signal.SIGCONT)
+            print("revoked: the writer of %s waited %.2f s" % (f, took))
+            ck.ok(0.5 <= took < 10, "revoked: the writer waited for the kernel to revoke "
+                  "the stopped daemon's lease (%.2f s)" % took)
+            time.sleep(1.0)  # the daemon's break thread runs
+            for name in sorted(ref.tensors):
+                fd = os.open(sm.tensor_path(root, name), os.O_RDONLY)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                os.close(fd)
+            read_all(ck, root, ref, "revoked, after")
+            try:
+                sm.read_file(sm.tensor_path(root, victims[0]))
+                ck.ok(False, "revoked: tensors/%s (the flipped byte) fails" % victims[0])
+            except OSError as e:
+                ck.eq(e.errno, errno.EIO, "revoked: tensors/%s fails with EIO" % victims[0])
+            ck.ok(m.alive(), "revoked: the daemon serves")
+        log = m.log_text()
+        mapped = re.search(r"misses \(([0-9]+) mapped", log)
+        if mapped and int(mapped.group(1)) > 0:
+            ck.ok("changed before its mapped blocks were copied" in log,
+                  "revoked: the log says the file changed before the copies")
+        else:
+            print("revoked lease: the daemon mapped no block (leases not usable here); "
+                  "only the bytes were checked")
+    finally:
+        with open(LEASE_BREAK, "w") as fh:
+            fh.write(old + "\n")
 
 
 if __name__ == "__main__":
