@@ -497,15 +497,21 @@ static int lmap_to_anon(struct lmap *lm)
 
 /* A lease of this process is being broken: copy every file-backed
  * mapping of ls and drop its leases. A mapping that cannot be copied
- * keeps its lease (the writer then waits for the kernel's
- * lease-break-time). Locked. */
+ * keeps its lease (the writer then waits until its block is dropped, or
+ * for the kernel's lease-break-time) and is marked stale, so its block is
+ * fetched and verified anew before it is served again. Locked. */
 static void leases_break(struct local_src *ls)
 {
 	for (struct lmap *lm = ls->maps; lm; lm = lm->next) {
 		if (lm->anon)
 			continue;
 		if (lmap_to_anon(lm) < 0) {
-			sf_err("payload %s: a lease is being broken and a mapping of it cannot be copied; the writer waits",
+			/* the bytes cannot be kept: once the kernel revokes
+			 * the lease they may change, so the engine must not
+			 * serve this mapping's block again without fetching
+			 * and verifying it anew */
+			atomic_store(&lm->stale, true);
+			sf_err("payload %s: a lease is being broken and a mapping of it cannot be copied; the writer waits until the block is dropped or the lease revoked",
 			       lm->fe->path);
 			continue;
 		}
