@@ -500,8 +500,10 @@ int sf_fs_run(const struct sf_fs_config *cfg)
 
 		sf_engine_stats(fs->engine, &es);
 		sf_info("fs: engine: %" PRIu64 " block hits, %" PRIu64 " misses (%" PRIu64
-			" mapped), %" PRIu64 " payload bytes fetched, %" PRIu64 " bad blocks",
-			es.hits, es.misses, es.mapped, es.bytes_fetched, es.bad_blocks);
+			" mapped), %" PRIu64 " payload bytes fetched, %" PRIu64
+			" bad blocks, %" PRIu64 " block buffers mapped fresh",
+			es.hits, es.misses, es.mapped, es.bytes_fetched, es.bad_blocks,
+			es.pool_maps);
 	}
 
 out_unmount:

@@ -12,6 +12,9 @@
  * unclaimed one is received into a cached buffer and dropped, so that the
  * peer's send completes.
  *
+ * Blocks of a file held here may also be mapped (map(): the local
+ * source's leased mappings, as in a single-process mount).
+ *
  * Hints (advise(), the engine's read-ahead): a range of a file held here
  * goes to the local source's advise (the page cache); one of a remote
  * file is split into the reads the engine will make (its unit, a block)
@@ -651,6 +654,40 @@ static void mpi_src_advise(void *ctx, const struct sf_ckpt_ref *ck,
 	}
 }
 
+/*
+ * Mappings (sf_engine.h): a block of a file held here is mapped by the
+ * local source, under its read lease, exactly as in a single-process
+ * mount (no copy); a file held by a peer has none (the local source finds
+ * no file: the engine then reads the block, over MPI). Tokens are the
+ * local source's.
+ */
+static int mpi_src_map(void *ctx, const struct sf_ckpt_ref *ck, uint32_t rank,
+		       const char *file, uint64_t off, size_t len,
+		       const void **addr, void **token)
+{
+	struct sf_mpi *mp = ctx;
+
+	if (!mp->local->ops->map || !sf_relpath_valid(file))
+		return -ENOTSUP;
+	return mp->local->ops->map(mp->local->ctx, ck, rank, file, off, len,
+				   addr, token);
+}
+
+static void mpi_src_unmap(void *ctx, void *token)
+{
+	struct sf_mpi *mp = ctx;
+
+	mp->local->ops->unmap(mp->local->ctx, token);
+}
+
+static bool mpi_src_map_stale(void *ctx, void *token)
+{
+	struct sf_mpi *mp = ctx;
+
+	return mp->local->ops->map_stale &&
+	       mp->local->ops->map_stale(mp->local->ctx, token);
+}
+
 static void mpi_src_forget(void *ctx, const struct sf_ckpt_ref *ck)
 {
 	struct sf_mpi *mp = ctx;
@@ -701,6 +738,9 @@ const struct sf_source_ops sf_mpi_src_ops = {
 	.peer_size = mpi_src_peer_size,
 	.peer_ckpts = mpi_src_peer_ckpts,
 	.advise = mpi_src_advise,
+	.map = mpi_src_map,
+	.unmap = mpi_src_unmap,
+	.map_stale = mpi_src_map_stale,
 	.destroy = NULL, /* owned by the handle: freed by sf_mpi_finalize */
 };
 
