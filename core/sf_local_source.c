@@ -139,6 +139,14 @@ struct local_src {
 	struct local_src *reg_next;     /* the registry (reg_lock) */
 };
 
+/* Close and free an entry taken out of every list. */
+static void fd_ent_free(struct fd_ent *e)
+{
+	close(e->fd);
+	free(e->path);
+	free(e);
+}
+
 static unsigned hash_path(const char *s)
 {
 	unsigned h = 2166136261u;
@@ -717,9 +725,7 @@ static void local_unmap(void *ctx, void *token)
 			if (*pp != fe)
 				continue;
 			*pp = fe->next;
-			close(fe->fd);
-			free(fe->path);
-			free(fe);
+			fd_ent_free(fe);
 			break;
 		}
 	}
@@ -761,9 +767,7 @@ static void local_forget(void *ctx, const struct sf_ckpt_ref *ck)
 				ls->zombies = e;
 				continue;
 			}
-			close(e->fd);
-			free(e->path);
-			free(e);
+			fd_ent_free(e);
 		}
 	}
 	pthread_mutex_unlock(&ls->lock);
@@ -797,18 +801,14 @@ static void local_destroy(void *ctx)
 	}
 	for (struct fd_ent *e = ls->zombies, *next; e; e = next) {
 		next = e->next;
-		close(e->fd);
-		free(e->path);
-		free(e);
+		fd_ent_free(e);
 	}
 
 	for (unsigned h = 0; h < SF_LOCAL_BUCKETS; h++) {
 		struct fd_ent *e = ls->buckets[h], *next;
 		for (; e; e = next) {
 			next = e->next;
-			close(e->fd);
-			free(e->path);
-			free(e);
+			fd_ent_free(e);
 		}
 	}
 	pthread_cond_destroy(&ls->adv_cond);
