@@ -524,6 +524,23 @@ static int fetch_coded(struct read_ctx *c, const struct sf_shard *s,
 }
 
 /*
+ * The identity of the file of shard s into *id, when the map of verified
+ * blocks covers block idx: a plain payload's block with a checksum (a
+ * coded one's bytes are decoded in memory, not the file's). Called before
+ * a fetch and again after it; a block is trusted, or noted verified, only
+ * when both calls succeed (and, to be noted, agree). No lock held.
+ */
+static bool vmap_id(const struct read_ctx *c, const struct sf_shard *s,
+		    uint64_t idx, uint64_t *id)
+{
+	const struct sf_source *src = c->e->src;
+
+	return c->e->vmaps && s->xxh3 && s->codec == SF_CODEC_NONE &&
+	       idx < s->nblocks &&
+	       src->ops->file_id(src->ctx, c->ck, s->rank, s->file, id) == 0;
+}
+
+/*
  * Fetch a block's bytes into b->data and check them; *hashed is set when
  * its XXH3 was computed, *trusted when the map of verified blocks made
  * that unnecessary. No lock held.
@@ -537,11 +554,7 @@ static int fetch(struct read_ctx *c, const struct sf_shard *s, uint64_t idx,
 	bool ids;
 	int ret;
 
-	/* Only a plain payload's bytes are the file's (a coded one's are
-	 * decoded in memory): the maps cover those alone. */
-	ids = e->vmaps && s->xxh3 && s->codec == SF_CODEC_NONE &&
-	      idx < s->nblocks &&
-	      ops->file_id(e->src->ctx, c->ck, s->rank, s->file, &id0) == 0;
+	ids = vmap_id(c, s, idx, &id0);
 	if (s->codec != SF_CODEC_NONE)
 		ret = fetch_coded(c, s, idx, b);
 	else
@@ -551,8 +564,7 @@ static int fetch(struct read_ctx *c, const struct sf_shard *s, uint64_t idx,
 		return ret;
 	if (!e->verify || !s->xxh3)
 		return 0;
-	ids = ids && ops->file_id(e->src->ctx, c->ck, s->rank, s->file,
-				  &id1) == 0;
+	ids = ids && vmap_id(c, s, idx, &id1);
 	if (ids && sf_vmaps_test(e->vmaps, c->ck, s, idx, id1)) {
 		*trusted = true;
 		return 0;
@@ -589,8 +601,7 @@ static int fetch_mapped(struct read_ctx *c, const struct sf_shard *s,
 	bool ids;
 	int ret = 0;
 
-	ids = e->vmaps && s->xxh3 && idx < s->nblocks &&
-	      ops->file_id(e->src->ctx, c->ck, s->rank, s->file, &id0) == 0;
+	ids = vmap_id(c, s, idx, &id0);
 	if (ops->map(e->src->ctx, c->ck, s->rank, s->file,
 		     s->file_offset + idx * c->m->block_size, b->len, &addr,
 		     &tok) < 0)
@@ -600,8 +611,7 @@ static int fetch_mapped(struct read_ctx *c, const struct sf_shard *s,
 	(void)sf_map_populate(addr, b->len);
 	if (!e->verify || !s->xxh3)
 		goto out_mapped;
-	ids = ids && ops->file_id(e->src->ctx, c->ck, s->rank, s->file,
-				  &id1) == 0;
+	ids = ids && vmap_id(c, s, idx, &id1);
 	if (ids && sf_vmaps_test(e->vmaps, c->ck, s, idx, id1)) {
 		*trusted = true;
 		goto out_mapped;
