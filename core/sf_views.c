@@ -4,11 +4,11 @@
  * The safetensors header is built once per checkpoint (keys sorted, as
  * jansson's JSON_SORT_KEYS wrote it before) and padded with spaces so that 8 + N is a multiple of 8; the data
  * section holds the tensors back to back in m->tensors order, which is
- * sorted by name. Reads map a file range to the header bytes and to
- * sf_engine_read() calls on the tensors it overlaps (binary search), or,
- * for a zero-copy reply, to iovecs into the header and sf_engine_readv()
- * pieces of each tensor (one engine hold per tensor, all released on any
- * failure).
+ * sorted by name. A file range is walked once (st_walk: the header
+ * piece, then the tensors it overlaps, found by binary search) into
+ * sf_engine_read() calls, or, for a zero-copy reply, into iovecs of the
+ * header and sf_engine_readv() pieces of each tensor (one engine hold per
+ * tensor, all released on any failure).
  */
 #include "sf_views.h"
 #include "sf_error.h"
@@ -162,63 +162,28 @@ static size_t st_first(const struct sf_st_layout *st, uint64_t off)
 	return lo;
 }
 
-int sf_st_read(struct sf_engine *e, const struct sf_ckpt_ref *ck,
-	       const struct sf_model *m, const struct sf_st_layout *st,
-	       uint64_t off, void *buf, size_t len)
+/* One piece of a model.safetensors range: n bytes of the header from
+ * head (t NULL), or n bytes of tensor t from its byte toff. */
+typedef int (*st_piece_fn)(void *arg, const char *head,
+			   const struct sf_tensor *t, uint64_t toff, size_t n);
+
+/* Hand bytes [off, off+len) of model.safetensors to fn, piece by piece in
+ * order; stop at fn's first non-zero result and return it. 0, or
+ * -SF_ERANGE for a range past the file. */
+static int st_walk(const struct sf_model *m, const struct sf_st_layout *st,
+		   uint64_t off, size_t len, st_piece_fn fn, void *arg)
 {
-	unsigned char *dst = buf;
-
-	if (off > st->total || len > st->total - off)
-		return -SF_ERANGE;
-	if (off < st->head_len) {
-		size_t n = (size_t)(st->head_len - off) < len ?
-			   (size_t)(st->head_len - off) : len;
-		memcpy(dst, st->head + off, n);
-		dst += n;
-		off += n;
-		len -= n;
-	}
-	if (len == 0)
-		return 0;
-	for (size_t i = st_first(st, off); len && i < st->ntensors; i++) {
-		const struct sf_tensor *t = &m->tensors[i];
-		uint64_t toff, n;
-		int ret;
-
-		if (off >= st->data_off[i] + t->nbytes)
-			continue; /* empty tensors, or the one before off */
-		toff = off - st->data_off[i];
-		n = t->nbytes - toff < len ? t->nbytes - toff : len;
-		ret = sf_engine_read(e, ck, m, t, NULL, toff, dst, (size_t)n);
-		if (ret)
-			return ret;
-		dst += n;
-		off += n;
-		len -= (size_t)n;
-	}
-	return len ? -SF_ERANGE : 0;
-}
-
-int sf_st_readv(struct sf_engine *e, const struct sf_ckpt_ref *ck,
-		const struct sf_model *m, const struct sf_st_layout *st,
-		uint64_t off, size_t len, struct iovec *iov, unsigned maxiov,
-		struct sf_engine_hold *holds, unsigned maxholds,
-		unsigned *nholds)
-{
-	unsigned cnt = 0;
 	int ret;
 
-	*nholds = 0;
 	if (off > st->total || len > st->total - off)
 		return -SF_ERANGE;
 	if (off < st->head_len && len) {
 		size_t n = (size_t)(st->head_len - off) < len ?
 			   (size_t)(st->head_len - off) : len;
 
-		if (maxiov == 0)
-			return -E2BIG;
-		iov[cnt].iov_base = (char *)st->head + off;
-		iov[cnt++].iov_len = n;
+		ret = fn(arg, st->head + off, NULL, 0, n);
+		if (ret)
+			return ret;
 		off += n;
 		len -= n;
 	}
@@ -229,29 +194,99 @@ int sf_st_readv(struct sf_engine *e, const struct sf_ckpt_ref *ck,
 
 		if (off >= st->data_off[i] + t->nbytes)
 			continue; /* empty tensors, or the one before off */
-		if (cnt == maxiov || *nholds == maxholds) {
-			ret = -E2BIG;
-			goto out_release;
-		}
 		toff = off - st->data_off[i];
 		n = t->nbytes - toff < len ? t->nbytes - toff : len;
-		holds[*nholds].n = 0;
-		ret = sf_engine_readv(e, ck, m, t, NULL, toff, (size_t)n,
-				      iov + cnt, maxiov - cnt, &holds[*nholds]);
-		if (ret < 0)
-			goto out_release;
-		(*nholds)++;
-		cnt += (unsigned)ret;
+		ret = fn(arg, NULL, t, toff, (size_t)n);
+		if (ret)
+			return ret;
 		off += n;
 		len -= (size_t)n;
 	}
-	if (len) {
-		ret = -SF_ERANGE;
-		goto out_release;
-	}
-	return (int)cnt;
+	return len ? -SF_ERANGE : 0;
+}
 
-out_release:
+struct st_copy {
+	struct sf_engine *e;
+	const struct sf_ckpt_ref *ck;
+	const struct sf_model *m;
+	unsigned char *dst;             /* where the next piece goes */
+};
+
+static int st_copy_piece(void *arg, const char *head,
+			 const struct sf_tensor *t, uint64_t toff, size_t n)
+{
+	struct st_copy *c = arg;
+	int ret = 0;
+
+	if (head)
+		memcpy(c->dst, head, n);
+	else
+		ret = sf_engine_read(c->e, c->ck, c->m, t, NULL, toff, c->dst, n);
+	c->dst += n;
+	return ret;
+}
+
+int sf_st_read(struct sf_engine *e, const struct sf_ckpt_ref *ck,
+	       const struct sf_model *m, const struct sf_st_layout *st,
+	       uint64_t off, void *buf, size_t len)
+{
+	struct st_copy c = { .e = e, .ck = ck, .m = m, .dst = buf };
+
+	return st_walk(m, st, off, len, st_copy_piece, &c);
+}
+
+struct st_gather {
+	struct sf_engine *e;
+	const struct sf_ckpt_ref *ck;
+	const struct sf_model *m;
+	struct iovec *iov;
+	unsigned cnt, maxiov;           /* pieces so far, at most */
+	struct sf_engine_hold *holds;
+	unsigned *nholds, maxholds;     /* holds taken (the caller's), at most */
+};
+
+static int st_gather_piece(void *arg, const char *head,
+			   const struct sf_tensor *t, uint64_t toff, size_t n)
+{
+	struct st_gather *g = arg;
+	struct sf_engine_hold *h;
+	int ret;
+
+	if (g->cnt == g->maxiov)
+		return -E2BIG;
+	if (head) {
+		g->iov[g->cnt].iov_base = (char *)head;
+		g->iov[g->cnt++].iov_len = n;
+		return 0;
+	}
+	if (*g->nholds == g->maxholds)
+		return -E2BIG;
+	h = &g->holds[*g->nholds];
+	h->n = 0;
+	ret = sf_engine_readv(g->e, g->ck, g->m, t, NULL, toff, n,
+			      g->iov + g->cnt, g->maxiov - g->cnt, h);
+	if (ret < 0)
+		return ret;
+	(*g->nholds)++;
+	g->cnt += (unsigned)ret;
+	return 0;
+}
+
+int sf_st_readv(struct sf_engine *e, const struct sf_ckpt_ref *ck,
+		const struct sf_model *m, const struct sf_st_layout *st,
+		uint64_t off, size_t len, struct iovec *iov, unsigned maxiov,
+		struct sf_engine_hold *holds, unsigned maxholds,
+		unsigned *nholds)
+{
+	struct st_gather g = { .e = e, .ck = ck, .m = m, .iov = iov,
+			       .maxiov = maxiov, .holds = holds,
+			       .nholds = nholds, .maxholds = maxholds };
+	int ret;
+
+	*nholds = 0;
+	ret = st_walk(m, st, off, len, st_gather_piece, &g);
+	if (ret == 0)
+		return (int)g.cnt;
 	for (unsigned h = 0; h < *nholds; h++)
 		sf_engine_release(e, &holds[h]);
 	*nholds = 0;
