@@ -361,43 +361,34 @@ echo
 if [[ -n $CEILING_SKIP ]]; then
 	echo "FUSE ceiling row left out: $CEILING_SKIP"
 else
-	# fresh-mount rows against the ceiling, GB/s over GB/s
-	cgbs=$(echo "${BEST[$CEILING_ROW]}" | awk -F'|' '{printf "%.6f", $1 / $2 / 1e9}')
-	for base in "$CEILING_ROW" "$CEIL_HASH_ROW"; do
-		[[ -n ${BEST[$base]+set} ]] || continue
-		cgbs=$(echo "${BEST[$base]}" | awk -F'|' '{printf "%.6f", $1 / $2 / 1e9}')
-		if [[ $base == "$CEILING_ROW" ]]; then
-			line="fresh mounts vs the FUSE ceiling"
-		else
-			line="fresh mounts vs the FUSE ceiling from memory, hashed"
-		fi
-		line+=" ($(awk -v g="$cgbs" 'BEGIN {printf "%.2f", g}') GB/s):"
+	# Fresh-mount rows against a ceiling row, GB/s over GB/s: the plain
+	# ceiling, the hashed one from memory, and the ceiling of each row's
+	# own files (tensors/ and --no-verify: the tensor files';
+	# model.safetensors: one file of its size; the slices: files of their
+	# sizes). A row whose ceiling was not measured is left out.
+	gbs() { awk -F'|' '{printf "%.2f", $1 / $2 / 1e9}' <<<"${BEST[$1]}"; }
+	ratio_line() {
+		local line=$1 mode=$2 what base bytes secs cb cs
 		for what in "${ROWS[@]}"; do
 			[[ $what == *", fresh mount" && $what != "FUSE ceiling"* ]] || continue
+			case $mode:$what in
+			hashed:*) base=$CEIL_HASH_ROW ;;
+			same:model.safetensors*) base=$CEIL_ST_ROW ;;
+			"same:dim-1 slices"*) base=$CEIL_SL_ROW ;;
+			*) base=$CEILING_ROW ;;
+			esac
+			[[ -n ${BEST[$base]+set} ]] || continue
 			IFS='|' read -r bytes secs <<<"${BEST[$what]}"
-			line+=$(awk -v w="${what%, fresh mount}" -v b="$bytes" -v s="$secs" -v c="$cgbs" \
-				'BEGIN { printf " %s %.2f;", w, b / s / 1e9 / c }')
+			IFS='|' read -r cb cs <<<"${BEST[$base]}"
+			line+=$(awk -v w="${what%, fresh mount}" -v b="$bytes" -v s="$secs" \
+				-v cb="$cb" -v cs="$cs" 'BEGIN { printf " %s %.2f;", w, (b / s) / (cb / cs) }')
 		done
 		echo "${line%;}"
-	done
-	# Each fresh row against the ceiling of its own files (tensors/ and
-	# --no-verify: the tensor files'; model.safetensors: one file of its
-	# size; the slices: files of their sizes).
-	line="fresh mounts vs the FUSE ceiling of the same file sizes:"
-	for what in "${ROWS[@]}"; do
-		[[ $what == *", fresh mount" && $what != "FUSE ceiling"* ]] || continue
-		case $what in
-		model.safetensors*) base=$CEIL_ST_ROW ;;
-		"dim-1 slices"*) base=$CEIL_SL_ROW ;;
-		*) base=$CEILING_ROW ;;
-		esac
-		[[ -n ${BEST[$base]+set} ]] || continue
-		IFS='|' read -r bytes secs <<<"${BEST[$what]}"
-		IFS='|' read -r cb cs <<<"${BEST[$base]}"
-		line+=$(awk -v w="${what%, fresh mount}" -v b="$bytes" -v s="$secs" \
-			-v cb="$cb" -v cs="$cs" 'BEGIN { printf " %s %.2f;", w, (b / s) / (cb / cs) }')
-	done
-	echo "${line%;}"
+	}
+	ratio_line "fresh mounts vs the FUSE ceiling ($(gbs "$CEILING_ROW") GB/s):" plain
+	[[ -z ${BEST[$CEIL_HASH_ROW]+set} ]] ||
+		ratio_line "fresh mounts vs the FUSE ceiling from memory, hashed ($(gbs "$CEIL_HASH_ROW") GB/s):" hashed
+	ratio_line "fresh mounts vs the FUSE ceiling of the same file sizes:" same
 	# The hash cannot overlap the two copies a first read already keeps
 	# both cores busy with: the ceiling plus the hash's CPU bounds a
 	# verified first read on a 2-core machine.
