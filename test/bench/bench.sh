@@ -29,10 +29,11 @@
 #            through a fresh mount of fuse_ceiling, a daemon that replies
 #            from one buffer in memory and does no work, with the transfer
 #            settings shardfs uses: what FUSE itself allows a first read;
-#            then the same replying from as many MiB of memory as the
-#            files hold (-x src), and that with every reply hashed first
-#            (-x hash, shardfs's XXH3): the work of a daemon that verifies
-#            and does nothing else, the bound of a verified first read;
+#            then the same files replying with real bytes, each a range of
+#            a payload file sent from a shared mapping of it (-x file, as
+#            shardfs sends), and that with every reply hashed first (-x
+#            hash, shardfs's XXH3): the work of a daemon that verifies and
+#            does nothing else, the bound of a verified first read;
 #            and the ceiling of the other fresh rows' own files: one file
 #            of model.safetensors' size, files of the dim-1 slices' sizes
 #   tensors/ every tensor file, model.safetensors, and one slice path per
@@ -51,10 +52,10 @@
 # read once more, untimed (memory left untouched for minutes costs more to
 # touch again on this VM). Prints a markdown table (what, bytes, seconds,
 # GB/s, ratio vs raw), each fresh-mount row's ratio to the FUSE ceiling
-# and to the hashed ceiling from memory, then each mount's start-up time
-# (start to mountpoint ready), the daemon's peak RSS (VmHWM) and its CPU
-# time (user + system): the smallest start-up time and CPU time and the
-# largest peak RSS over the repetitions. Not a ctest test.
+# and to the hashed ceiling of the payload's bytes, then each mount's
+# start-up time (start to mountpoint ready), the daemon's peak RSS (VmHWM)
+# and its CPU time (user + system): the smallest start-up time and CPU
+# time and the largest peak RSS over the repetitions. Not a ctest test.
 # Always unmounts, stops the daemon and (unless --keep) removes its
 # temporary data, also on ^C.
 set -euo pipefail
@@ -89,10 +90,12 @@ declare -A MBEST # what -> "ms|rss_kb|cpu_s" over the repetitions
 
 cleanup() {
 	stop_daemon
+	bench_restore_memory
 	bench_remove_work
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+bench_steady_memory "$ME"
 
 # start_mount LABEL COMMAND...: run COMMAND (a daemon in the foreground
 # that mounts $MNT), wait for the mount, record its start-up time
@@ -204,7 +207,7 @@ echo "$MNT/model.safetensors" >"$WORK/st"
 
 # The FUSE ceiling: one flat file per tensor file, of its size (the BYTES
 # column of `shardctl info`), read by the same reader on a fresh daemon.
-CEILING_ROW="FUSE ceiling (daemon replies from memory, no work), fresh mount"
+CEILING_ROW="FUSE ceiling (daemon replies from one cached buffer, no work), fresh mount"
 if [[ -z $CEILING_SKIP ]]; then
 	"$SHARDCTL" info "$CKPT" |
 		awk '/^NAME / {on = 1; next} on && NF == 0 {exit}
@@ -215,26 +218,38 @@ if [[ -z $CEILING_SKIP ]]; then
 			"bench_plan.py $(wc -l <"$WORK/tensors")" >&2
 		exit 1
 	fi
-	# The same replies from as much memory as the checkpoint has (like a
-	# real daemon's source, not a buffer in the CPU's cache), and then
-	# with each reply hashed first: the work of a verifying daemon and
-	# nothing else, the measured bound of a verified first read.
-	SRC_MB=$(awk '{s += $1} END {m = int((s + 1048575) / 1048576); print (m > 4096 ? 4096 : m)}' \
-		"$WORK/ceiling.list")
-	CEIL_SRC_ROW="FUSE ceiling replying from $SRC_MB MiB of memory, fresh mount"
-	CEIL_HASH_ROW="FUSE ceiling replying from $SRC_MB MiB of memory, each reply hashed (XXH3), fresh mount"
+	# The same files replying with real bytes: each one a range of a
+	# payload file (the first payload file with room after the ranges
+	# already given out: no byte is served twice while they last), sent
+	# from a shared mapping of it as shardfs sends its own (not from a
+	# buffer in the CPU's cache), and then with each reply hashed first:
+	# the work of a verifying daemon and nothing else, the measured bound
+	# of a verified first read.
+	xargs stat -c '%s %n' <"$WORK/payloads" | awk -v out="$WORK/ceiling-file.list" '
+		BEGIN {n = 0}
+		NR == FNR {size[n] = $1 + 0; used[n] = 0; path[n++] = substr($0, length($1) + 2); next}
+		{for (i = 0; i < n && used[i] + $1 > size[i]; i++) ;
+		 if (i == n) {twice = 1; i = 0; used[0] = 0}
+		 printf "%s %s\t%s\t%d\n", $1, $2, path[i], used[i] > out
+		 used[i] += $1}
+		END {if (twice) print "bench.sh: the payload-backed ceiling serves some payload bytes twice" > "/dev/stderr"}' \
+		- "$WORK/ceiling.list"
+	CEIL_SRC_ROW="FUSE ceiling replying with the payload's bytes (mapped), fresh mount"
+	CEIL_HASH_ROW="FUSE ceiling replying with the payload's bytes, each reply hashed (XXH3), fresh mount"
 	for _ in $(seq "$REPS"); do
 		rewarm
 		start_mount "FUSE ceiling (fresh read only)" \
 			"$CEILING" -f "$WORK/ceiling.list" "$MNT"
 		timed_read "$CEILING_ROW" "$WORK/ceiling"
 		end_daemon
-		start_mount "FUSE ceiling from memory (fresh read only)" \
-			"$CEILING" -f -x "src=$SRC_MB" "$WORK/ceiling.list" "$MNT"
+		rewarm
+		start_mount "FUSE ceiling, the payload's bytes (fresh read only)" \
+			"$CEILING" -f -x file "$WORK/ceiling-file.list" "$MNT"
 		timed_read "$CEIL_SRC_ROW" "$WORK/ceiling"
 		end_daemon
-		start_mount "FUSE ceiling from memory, hashed (fresh read only)" \
-			"$CEILING" -f -x "src=$SRC_MB" -x hash "$WORK/ceiling.list" "$MNT"
+		rewarm
+		start_mount "FUSE ceiling, the payload's bytes, hashed (fresh read only)" \
+			"$CEILING" -f -x file -x hash "$WORK/ceiling-file.list" "$MNT"
 		timed_read "$CEIL_HASH_ROW" "$WORK/ceiling"
 		end_daemon
 	done
@@ -362,8 +377,8 @@ if [[ -n $CEILING_SKIP ]]; then
 	echo "FUSE ceiling row left out: $CEILING_SKIP"
 else
 	# Fresh-mount rows against a ceiling row, GB/s over GB/s: the plain
-	# ceiling, the hashed one from memory, and the ceiling of each row's
-	# own files (tensors/ and --no-verify: the tensor files';
+	# ceiling, the hashed one replying with the payload's bytes, and the
+	# ceiling of each row's own files (tensors/ and --no-verify: the tensor files';
 	# model.safetensors: one file of its size; the slices: files of their
 	# sizes). A row whose ceiling was not measured is left out.
 	gbs() { awk -F'|' '{printf "%.2f", $1 / $2 / 1e9}' <<<"${BEST[$1]}"; }
@@ -387,7 +402,7 @@ else
 	}
 	ratio_line "fresh mounts vs the FUSE ceiling ($(gbs "$CEILING_ROW") GB/s):" plain
 	[[ -z ${BEST[$CEIL_HASH_ROW]+set} ]] ||
-		ratio_line "fresh mounts vs the FUSE ceiling from memory, hashed ($(gbs "$CEIL_HASH_ROW") GB/s):" hashed
+		ratio_line "fresh mounts vs the FUSE ceiling of the payload's bytes, hashed ($(gbs "$CEIL_HASH_ROW") GB/s):" hashed
 	ratio_line "fresh mounts vs the FUSE ceiling of the same file sizes:" same
 	# The hash cannot overlap the two copies a first read already keeps
 	# both cores busy with: the ceiling plus the hash's CPU bounds a

@@ -15,8 +15,10 @@
 #   BENCH_QUICK=1 in the environment: a 256M run
 #   BENCH_FUSE_ONLY=ceiling|shardfs|folios: one part of the table only
 #
-# Needs root: a row raises fs.fuse.max_pages_limit for the run (restored
-# at the end) and passthrough needs CAP_SYS_ADMIN.
+# Needs root: a row raises fs.fuse.max_pages_limit, one fs.pipe-max-size
+# for the run (both restored at the end), passthrough needs CAP_SYS_ADMIN,
+# and free page reporting to the host is paused for the run (benchlib.sh
+# bench_steady_memory).
 #
 # Generates one checkpoint, reads every payload file once so the page cache
 # is warm, and times with fuse_reader.py (1 MiB reads unless a row says):
@@ -28,7 +30,11 @@
 #             16 MiB reads in 16 MiB requests; O_DIRECT 16 MiB reads split
 #             into 1 MiB requests in flight together), direct_io with
 #             FUSE_DIRECT_IO_ALLOW_MMAP and an mmap reader, and passthrough
-#             (the payload files themselves, mapped by the kernel)
+#             (the payload files themselves, mapped by the kernel); then
+#             one file per payload file replying with its real bytes, from
+#             a mapping of it (-x file) and spliced from it (-x splice, at
+#             the default and a raised fs.pipe-max-size), against the
+#             pattern on the same four files
 #   shardfs   tensors/ and model.safetensors through shardfs (fresh mount,
 #             then again), by default and with --direct-io; 1 MiB and
 #             64 KiB reads, O_DIRECT 16 MiB reads, an mmap reader
@@ -74,13 +80,19 @@ declare -A NOTE  # what -> extra column text
 MPL=/proc/sys/fs/fuse/max_pages_limit
 MPL_OLD=""
 
+PMS=/proc/sys/fs/pipe-max-size
+PMS_OLD=""
+
 cleanup() {
 	stop_daemon
 	[[ -z $MPL_OLD ]] || echo "$MPL_OLD" >"$MPL" || true
+	[[ -z $PMS_OLD ]] || echo "$PMS_OLD" >"$PMS" || true
+	bench_restore_memory
 	bench_remove_work
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+bench_steady_memory "$ME"
 
 start_mount() {
 	mkdir -p "$MNT"
@@ -108,14 +120,20 @@ timed_read() {
 }
 
 # ceiling_row WHAT READER_OPTS -- CEILING_OPTS: a fresh fuse_ceiling of
-# the tensor files' sizes (or PT_LIST for passthrough), read once, REPS times
+# the tensor files' sizes (or of the payload files, pt.list, for -x
+# passthrough, file or splice, or with the word pt among CEILING_OPTS),
+# read once, REPS times
 ceiling_row() {
 	local what=$1 ropts=() copts=() list=$WORK/ceiling.list paths=$WORK/ceiling
 	shift
 	while [[ $# -gt 0 && $1 != -- ]]; do ropts+=("$1"); shift; done
 	shift
 	copts=("$@")
-	if [[ " ${copts[*]} " == *" passthrough "* ]]; then
+	if [[ " ${copts[*]} " == *" passthrough "* || " ${copts[*]} " == *" file "* ||
+	      " ${copts[*]} " == *" splice "* || " ${copts[*]} " == *" pt "* ]]; then
+		local o kept=()
+		for o in ${copts[@]+"${copts[@]}"}; do [[ $o == pt ]] || kept+=("$o"); done
+		copts=(${kept[@]+"${kept[@]}"})
 		list=$WORK/pt.list
 		paths=$WORK/pt
 	fi
@@ -269,6 +287,20 @@ if [[ -z $ONLY || $ONLY == ceiling ]]; then
 	ceiling_row "ceiling, direct_io + DIRECT_IO_ALLOW_MMAP, mmap reader" --mmap -- -x dio -x mmap
 	mmap_refused "mmap of direct_io without DIRECT_IO_ALLOW_MMAP" -x dio
 	ceiling_row "passthrough: the payload files mapped by the kernel, fresh mount" -- -x passthrough
+	# Real bytes instead of the cached pattern, on the same four files:
+	# sent from a mapping of each payload file (as shardfs sends), and
+	# spliced from its descriptor (the kernel copies page to page; libfuse
+	# splices a reply only into a pipe that holds it whole, so
+	# fs.pipe-max-size goes to 4 MiB for that row, and the default 1 MiB
+	# row shows libfuse's fallback: a read into a buffer, then writev).
+	ceiling_row "ceiling, one file per payload file (the cached pattern)" -- pt
+	ceiling_row "ceiling, one file per payload file, replies from a mapping of it" -- -x file
+	ceiling_row "ceiling, one file per payload file, replies spliced from it (pipe-max-size 1 MiB)" -- -x splice
+	PMS_OLD=$(cat "$PMS")
+	echo $((4 << 20)) >"$PMS"
+	ceiling_row "ceiling, one file per payload file, replies spliced from it (pipe-max-size 4 MiB)" -- -x splice
+	echo "$PMS_OLD" >"$PMS"
+	PMS_OLD=""
 fi
 
 if [[ -z $ONLY || $ONLY == shardfs ]]; then

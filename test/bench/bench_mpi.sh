@@ -96,10 +96,12 @@ stop_cluster() {
 cleanup() {
 	stop_single
 	stop_cluster
+	bench_restore_memory
 	bench_remove_work
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+bench_steady_memory "$ME"
 
 start_cluster() { # STOREPAT MNTPAT TAG [OPTS...]
 	local spat=$1 mpat=$2 tag=$3 r mca=()

@@ -122,3 +122,40 @@ bench_remove_work() {
 		rm -rf "$WORK"
 	fi
 }
+
+# bench_steady_memory: keep the guest's free memory backed by the host for
+# the run. On a VM whose balloon device reports free pages to the host
+# (virtio-balloon free page reporting: this machine's kernel reports any
+# freed 2 MiB block almost at once), every page a fresh mount's page cache
+# takes from the free lists may first cost the host a fault and a zeroing;
+# which rows pay it is chance, so a row varied 2-3x and the daemon's CPU
+# time with it. As root, where /sys/module/page_reporting exists, this
+# raises page_reporting_order above the largest order (nothing is reported
+# any more), then touches the free memory less 1 GiB once (anonymous,
+# freed at once) so that it is all backed; bench_restore_memory (from the
+# EXIT trap) puts the order back. Elsewhere a line says the rows may vary.
+PRO=/sys/module/page_reporting/parameters/page_reporting_order
+PRO_OLD=""
+bench_steady_memory() {
+	local me=$1 free_kb
+	if [[ ! -w $PRO ]]; then
+		echo "$me: free page reporting left as it is (no writable $PRO): rows may vary with the host's memory" >&2
+		return 0
+	fi
+	PRO_OLD=$(cat "$PRO")
+	echo 11 >"$PRO" || { PRO_OLD=""; return 0; }
+	free_kb=$(awk '/^MemFree:/ {print $2}' /proc/meminfo)
+	if ((free_kb > 2 * 1048576)); then
+		/usr/bin/python3 -c 'import mmap, sys
+n = int(sys.argv[1]) << 10
+m = mmap.mmap(-1, n)
+for i in range(0, n, 4096):
+    m[i] = 1' "$((free_kb - 1048576))" || true
+	fi
+	echo "$me: free page reporting to the host paused for the run (page_reporting_order $PRO_OLD -> 11; restored at exit)" >&2
+}
+
+bench_restore_memory() {
+	[[ -z $PRO_OLD ]] || echo "$PRO_OLD" >"$PRO" || true
+	PRO_OLD=""
+}

@@ -8,7 +8,9 @@
  * read-only directory with a regular file for every "SIZE NAME" line of
  * LISTFILE, and every READ is answered with one fuse_reply_buf straight
  * from one pattern buffer (filled once at start, so its pages are
- * touched), with no other per-request work. The byte at offset o of every
+ * touched), with no other per-request work. (-x file and -x splice serve
+ * the bytes of backing files instead: the same reply, but its bytes come
+ * from the page cache, as a real daemon's do.) The byte at offset o of every
  * file is o % 251. Reading through it measures what the kernel's FUSE
  * transfer alone costs: the bound a real daemon's first read through a
  * fresh mount cannot beat.
@@ -22,7 +24,11 @@
  * LISTFILE: at most 1048576 lines (CEIL_MAX_FILES) of at most 512 bytes
  * (CEIL_MAX_LINE), each a decimal SIZE (at most 2^50), one space and a
  * NAME (1 to 255 bytes, no '/', no control characters, not "." or "..",
- * unique). Any bad line stops the tool with a message naming the line.
+ * unique), optionally followed by a TAB and the path of a backing file
+ * (-x passthrough, file, splice) and by another TAB and the decimal offset
+ * in it of the file's byte 0 (file, splice; at most 2^50; the backing
+ * must hold SIZE bytes from there, else OPEN fails with EIO). Any bad line
+ * stops the tool with a message naming the line.
  * Without -f the tool daemonizes once mounted; fusermount3 -u MOUNTPOINT,
  * SIGINT or SIGTERM unmount it. Exit status: 0 after a clean unmount, 1 on
  * a bad list or a failed mount, 2 for bad usage.
@@ -42,6 +48,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -61,7 +68,9 @@
 
 struct ceil_file {
 	char *name;     /* owned */
-	char *backing;  /* owned; -x passthrough: the file it maps onto */
+	char *backing;  /* owned; -x passthrough, file, splice: the file it
+			 * maps onto */
+	uint64_t backing_off; /* -x file, splice: where in backing byte 0 is */
 	uint64_t size;
 	/* -x store: bytes [push_pos, push_want) are to be pushed (ceiling.lock) */
 	uint64_t push_pos, push_want;
@@ -73,6 +82,12 @@ struct ceil_x {
 	bool dio;             /* open with direct_io */
 	bool allow_mmap;      /* negotiate FUSE_DIRECT_IO_ALLOW_MMAP */
 	bool passthrough;     /* FOPEN_PASSTHROUGH onto each file's backing */
+	bool file;            /* reply with the backing's bytes from one
+			       * read-only shared mapping of it per open (as
+			       * shardfs replies from its payload mappings) */
+	bool splice;          /* reply with the backing's bytes spliced from
+			       * its descriptor (SPLICE_WRITE): the kernel
+			       * copies page to page, the daemon touches none */
 	bool store;           /* push ahead with fuse_lowlevel_notify_store */
 	bool noopen;          /* read-only mount, OPEN and FLUSH answered
 			       * ENOSYS (as shardfs for a single checkpoint) */
@@ -113,6 +128,16 @@ struct ceiling {
 	uint64_t pushed, push_err;  /* (pusher only) */
 };
 
+/* -x file, -x splice: one open backing file (fi->fh). */
+struct ceil_open {
+	int fd;
+	void *map;                 /* the file's bytes and up to a page before
+				    * them (PROT_READ, MAP_SHARED); NULL when
+				    * the file is empty */
+	size_t map_len;
+	const unsigned char *data; /* byte 0 of the file, inside map */
+};
+
 static int file_cmp(const void *a, const void *b)
 {
 	return strcmp(((const struct ceil_file *)a)->name,
@@ -142,7 +167,25 @@ static int parse_line(char *line, struct ceil_file *f, const char **why)
 	name = sp + 1;
 	backing = strchr(name, '\t');
 	if (backing) {
+		char *boff;
+
 		*backing++ = '\0';
+		boff = strchr(backing, '\t');
+		if (boff) {
+			*boff++ = '\0';
+			for (i = 0; boff[i]; i++) {
+				if (boff[i] < '0' || boff[i] > '9') {
+					*why = "OFFSET is not a decimal number";
+					return -EINVAL;
+				}
+			}
+			errno = 0;
+			f->backing_off = strtoull(boff, &end, 10);
+			if (!boff[0] || errno || f->backing_off > CEIL_MAX_SIZE) {
+				*why = "OFFSET is not a number up to 1 PiB";
+				return -EINVAL;
+			}
+		}
 		if (!backing[0]) {
 			*why = "empty backing path after the TAB";
 			return -EINVAL;
@@ -361,6 +404,8 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	struct ceiling *c = userdata;
 
 	sf_fs_tune_conn(conn);
+	if (c->x.splice)
+		conn->want |= FUSE_CAP_SPLICE_WRITE;
 	if (c->x.pages)
 		conn->max_read = c->max_read;
 }
@@ -486,12 +531,57 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	sf_fs_tune_ro_open(fi, false);
 	if (c->x.dio)
 		fi->direct_io = 1;
+	if (c->x.file || c->x.splice) {
+		const struct ceil_file *f = file_of(c, ino);
+		struct ceil_open *o;
+		struct stat st;
+
+		if (!f->backing) {
+			fuse_reply_err(req, ENOENT);
+			return;
+		}
+		o = calloc(1, sizeof(*o));
+		if (!o) {
+			fuse_reply_err(req, ENOMEM);
+			return;
+		}
+		o->fd = open(f->backing, O_RDONLY | O_CLOEXEC);
+		if (o->fd < 0 || fstat(o->fd, &st) != 0 ||
+		    (uint64_t)st.st_size < f->backing_off ||
+		    (uint64_t)st.st_size - f->backing_off < f->size) {
+			fuse_reply_err(req, o->fd < 0 ? errno : EIO);
+			goto close_fd;
+		}
+		if (f->size) {
+			uint64_t lead = f->backing_off % 4096;
+
+			o->map_len = (size_t)(lead + f->size);
+			o->map = mmap(NULL, o->map_len, PROT_READ, MAP_SHARED,
+				      o->fd, (off_t)(f->backing_off - lead));
+			if (o->map == MAP_FAILED) {
+				o->map = NULL;
+				fuse_reply_err(req, errno);
+				goto close_fd;
+			}
+			o->data = (const unsigned char *)o->map + lead;
+		}
+		fi->fh = (uint64_t)(uintptr_t)o;
+		if (fuse_reply_open(req, fi) == 0)
+			return;
+		if (o->map)
+			munmap(o->map, o->map_len);
+close_fd:
+		if (o->fd >= 0)
+			close(o->fd);
+		free(o);
+		return;
+	}
 	if (c->x.passthrough) {
 		const struct ceil_file *f = file_of(c, ino);
 		int fd, id;
 
-		if (!f->backing) {
-			fuse_reply_err(req, ENOENT);
+		if (!f->backing || f->backing_off) {
+			fuse_reply_err(req, f->backing ? EINVAL : ENOENT);
 			return;
 		}
 		fd = open(f->backing, O_RDONLY | O_CLOEXEC);
@@ -527,8 +617,18 @@ static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 static void op_release(fuse_req_t req, fuse_ino_t ino,
 		       struct fuse_file_info *fi)
 {
-	if (ceil_of(req)->x.passthrough)
+	struct ceiling *c = ceil_of(req);
+
+	if (c->x.passthrough)
 		sf_fs_backing_close((int)fi->fh);
+	if (c->x.file || c->x.splice) {
+		struct ceil_open *o = (struct ceil_open *)(uintptr_t)fi->fh;
+
+		if (o->map)
+			munmap(o->map, o->map_len);
+		close(o->fd);
+		free(o);
+	}
 	fuse_reply_err(req, 0);
 }
 
@@ -614,11 +714,24 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		size = (size_t)left;
 	if (size > c->max_read)
 		size = c->max_read;
-	const unsigned char *p = c->pat + (uint64_t)off % c->period;
-	if (c->x.hash)
+	const struct ceil_open *o = (c->x.file || c->x.splice) ?
+		(const struct ceil_open *)(uintptr_t)fi->fh : NULL;
+	const unsigned char *p = o ? o->data + off :
+		c->pat + (uint64_t)off % c->period;
+
+	if (c->x.hash && size)
 		atomic_fetch_xor_explicit(&c->hash_sink, sf_xxh3(p, size),
 					  memory_order_relaxed);
-	fuse_reply_buf(req, (const char *)p, size);
+	if (c->x.splice) {
+		struct fuse_bufvec bv = FUSE_BUFVEC_INIT(size);
+
+		bv.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
+		bv.buf[0].fd = o->fd;
+		bv.buf[0].pos = (off_t)(f->backing_off + (uint64_t)off);
+		fuse_reply_data(req, &bv, 0);
+	} else {
+		fuse_reply_buf(req, (const char *)p, size);
+	}
 	if (c->x.store)
 		push_after(c, (struct ceil_file *)f, (uint64_t)off + size);
 }
@@ -682,6 +795,11 @@ static int usage(void)
 	      "    mmap         negotiate FUSE_DIRECT_IO_ALLOW_MMAP\n"
 	      "    passthrough  map each file onto the path after a TAB on its\n"
 	      "                 LISTFILE line (FUSE passthrough; root)\n"
+	      "    file         reply with the bytes of the path after a TAB on\n"
+	      "                 its LISTFILE line, from a mapping of it\n"
+	      "    splice       the same spliced from its descriptor (needs\n"
+	      "                 fs.pipe-max-size above max_read, else libfuse\n"
+	      "                 copies through a buffer)\n"
 	      "    noopen       mount read-only, answer OPEN with ENOSYS (no\n"
 	      "                 OPEN, FLUSH, RELEASE or GETATTR per file)\n"
 	      "    ls           listings as shardfs's: READDIRPLUS with\n"
@@ -720,6 +838,10 @@ static bool parse_x(const char *a, struct ceil_x *x)
 		x->allow_mmap = true;
 	else if (KEY("passthrough") && !eq)
 		x->passthrough = true;
+	else if (KEY("file") && !eq)
+		x->file = true;
+	else if (KEY("splice") && !eq)
+		x->splice = true;
 	else if (KEY("noopen") && !eq)
 		x->noopen = true;
 	else if (KEY("ls") && !eq)
@@ -771,6 +893,13 @@ int main(int argc, char **argv)
 	}
 	if (argc - argi != 2)
 		return usage();
+	if ((c.x.file || c.x.splice) &&
+	    (c.x.noopen || c.x.passthrough || c.x.store || c.x.src)) {
+		fputs("fuse_ceiling: -x file and -x splice reply from the backing "
+		      "files: not with noopen, passthrough, store or src\n",
+		      stderr);
+		return 2;
+	}
 	if (load_list(&c, argv[argi]))
 		return 1;
 	if (fuse_opt_add_arg(&args, "fuse_ceiling") ||

@@ -14,8 +14,11 @@ the kernel refuses with ENODEV unless -x mmap negotiated
 FUSE_DIRECT_IO_ALLOW_MMAP), notify_store pushing ahead (the daemon reports
 bytes pushed and no failure, and the bytes read are the pattern), bigger
 requests, a 2 MiB reply source (also hashing each reply), a read-only mount
-without OPEN; and passthrough onto files of random bytes
-(their bytes, read and mapped). Times nothing. Always unmounts
+without OPEN; replies with the bytes of ranges of one backing file of
+random bytes at unaligned offsets (-x file, -x splice, each also hashing:
+read and mapped, and a range past the backing's end fails to open with
+EIO); and passthrough onto files of random bytes (their bytes, read and
+mapped). Times nothing. Always unmounts
 (fusermount3 -u, umount -l as a last resort) and reaps the daemon; fails
 if it exits non-zero. Exit 77 (skipped) when /dev/fuse or fusermount3 is
 missing.
@@ -67,6 +70,8 @@ def check_bad_lists(tool, tmp):
         "dot": "5 ok\n3 ..\n",
         "long": "5 ok\n1 " + "n" * 600 + "\n",
         "ctrl": "5 ok\n4 cr\r\n",
+        "offset": "5 ok\n4 name\t/backing\t12x\n",
+        "nooffset": "5 ok\n4 name\t/backing\t\n",
     }
     fails = 0
     for what, text in bad.items():
@@ -88,11 +93,19 @@ def check_bad_lists(tool, tmp):
         print("FAIL: duplicate names: exit %d, stderr %r"
               % (r.returncode, r.stderr))
         fails += 1
-    for x in ("nosuch", "store=x", "pages=0", "chunk=3", "dio=1", "src=0", "noopen=1", "hash=1"):
+    for x in ("nosuch", "store=x", "pages=0", "chunk=3", "dio=1", "src=0", "noopen=1", "hash=1",
+              "file=1", "splice=1"):
         r = subprocess.run([tool, "-f", "-x", x, path, nomnt], capture_output=True,
                            text=True, timeout=10)
         if r.returncode != 2 or "usage" not in r.stderr:
             print("FAIL: -x %s: exit %d, stderr %r" % (x, r.returncode, r.stderr))
+            fails += 1
+    for xs in (("file", "noopen"), ("splice", "passthrough"), ("file", "src=2")):
+        argv = [tool, "-f"] + [a for x in xs for a in ("-x", x)] + [path, nomnt]
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=10)
+        if r.returncode != 2 or "not with" not in r.stderr:
+            print("FAIL: -x %s: exit %d, stderr %r"
+                  % (" -x ".join(xs), r.returncode, r.stderr))
             fails += 1
     return fails
 
@@ -124,18 +137,18 @@ def check_mmap(mnt, refuse):
 
 
 def check_backed(mnt, backed):
-    """Passthrough: each file reads and maps as its backing file."""
+    """Each file reads and maps as its bytes of its backing file."""
     fails = 0
     for name, data in backed:
         path = os.path.join(mnt, name)
         with open(path, "rb") as f:
             got = f.read()
         if got != data:
-            print("FAIL: passthrough %s: read %d bytes, not the backing file's"
+            print("FAIL: backed %s: read %d bytes, not the backing file's"
                   % (name, len(got)))
             fails += 1
         if data and mapped(path) != data:
-            print("FAIL: passthrough %s: mapped bytes are not the backing file's"
+            print("FAIL: backed %s: mapped bytes are not the backing file's"
                   % name)
             fails += 1
     return fails
@@ -218,6 +231,29 @@ def check_passthrough(tool, tmp, listfile):
     return run_mount(tool, tmp, listfile + ".pt", ["passthrough"], backed)
 
 
+def check_file_backed(tool, tmp, listfile):
+    """-x file and -x splice: every file is a range of one backing file
+    of random bytes, at offsets that are not page-aligned; each reads (and
+    maps) as those bytes, with and without hashing. Whether libfuse really
+    splices depends on fs.pipe-max-size; the bytes must be right either
+    way. A file whose range runs past the backing's end fails to open."""
+    path = os.path.join(tmp, "backing-all")
+    blob = os.urandom(1000 + sum(size for _, size in FILES) + 4096)
+    with open(path, "wb") as b:
+        b.write(blob)
+    backed, off = [], 1000
+    with open(listfile + ".file", "w") as f:
+        for name, size in FILES:
+            f.write("%d %s\t%s\t%d\n" % (size, name, path, off))
+            backed.append((name, blob[off:off + size]))
+            off += size
+        f.write("5000 past-end\t%s\t%d\n" % (path, len(blob) - 4999))
+    fails = 0
+    for xs in (["file"], ["file", "hash"], ["splice"], ["splice", "hash"]):
+        fails += run_mount(tool, tmp, listfile + ".file", xs, backed)
+    return fails
+
+
 def run_mount(tool, tmp, listfile, xs, backed=None):
     """Mount with -x xs, check it, unmount: the failures."""
     mnt = os.path.join(tmp, "mnt")
@@ -245,6 +281,15 @@ def run_mount(tool, tmp, listfile, xs, backed=None):
             fails += check_mmap(mnt, refuse="dio" in xs and "mmap" not in xs)
         else:
             fails += check_backed(mnt, backed)
+            if "file" in xs or "splice" in xs:
+                try:
+                    open(os.path.join(mnt, "past-end"), "rb").close()
+                    print("FAIL: %s: a file past its backing's end opened" % label)
+                    fails += 1
+                except OSError as e:
+                    if e.errno != errno.EIO:
+                        print("FAIL: %s: past-end: %s, want EIO" % (label, e))
+                        fails += 1
     finally:
         rc = stop(mnt, proc)
         if rc != 0:
@@ -287,6 +332,7 @@ def main():
         for xs in ([], ["dio"], ["dio", "mmap"], ["store"], ["store=1", "chunk=64"],
                    ["pages=128", "ra=1024"], ["src=2"], ["src=2", "hash"], ["noopen"]):
             fails += run_mount(tool, tmp, listfile, xs)
+        fails += check_file_backed(tool, tmp, listfile)
         # passthrough: files of random bytes, each mapped onto its own
         # (registering a backing file takes CAP_SYS_ADMIN)
         if os.geteuid() == 0:
