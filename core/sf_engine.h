@@ -144,6 +144,16 @@ void sf_source_destroy(struct sf_source *src); /* accepts NULL */
 bool sf_shard_locate(const struct sf_tensor *t, const struct sf_shard *s,
 		     uint64_t p, uint64_t *pos, uint64_t *run);
 
+/* The shard of t whose payload holds exactly the bytes of view (NULL: the
+ * whole tensor), in the view's order: byte v of the view is byte v of the
+ * shard's payload (a row-major box shard whose box is the view, or a flat
+ * shard of the whole tensor for a whole-tensor view). NULL when none is.
+ * Borrowed from t. A read of a slice path that names a shard's own box
+ * (what `ls` of a tensor's slices lists) is then one run, not a walk of
+ * its rows. */
+const struct sf_shard *sf_shard_of_view(const struct sf_tensor *t,
+					const struct sf_box *view);
+
 struct sf_engine_opts {
 	uint64_t cache_bytes;  /* bound on cached block bytes (0: the default,
 				* SF_ENGINE_CACHE_DEFAULT) */

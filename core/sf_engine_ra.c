@@ -120,6 +120,39 @@ bool sf_shard_locate(const struct sf_tensor *t, const struct sf_shard *s,
 			     &b, p, pos, run);
 }
 
+const struct sf_shard *sf_shard_of_view(const struct sf_tensor *t,
+					const struct sf_box *view)
+{
+	bool whole = true;
+
+	if (view) {
+		if (view->ndim != t->ndim)
+			return NULL;
+		for (unsigned d = 0; d < t->ndim; d++)
+			whole = whole && view->off[d] == 0 &&
+				view->len[d] == t->shape[d];
+	}
+	for (size_t i = 0; i < t->nshards; i++) {
+		const struct sf_shard *s = &t->shards[i];
+		bool same = true;
+
+		if (s->flat) {
+			if (whole && s->flat_off == 0 && s->flat_len == t->nbytes)
+				return s;
+			continue;
+		}
+		if (s->strides)
+			continue;
+		for (unsigned d = 0; d < t->ndim && same; d++)
+			same = view ? s->off[d] == view->off[d] &&
+				      s->len[d] == view->len[d] :
+				      s->off[d] == 0 && s->len[d] == t->shape[d];
+		if (same)
+			return s;
+	}
+	return NULL;
+}
+
 /* Payload block ranges a walk found, merged per shard, then advised. */
 struct ra_walk {
 	const struct sf_source *src;
@@ -217,6 +250,13 @@ static void ra_advise(struct sf_ra *ra, const struct sf_ckpt_ref *ck,
 
 	if (from >= to || t->nshards == 0)
 		return;
+	const struct sf_shard *s = sf_shard_of_view(t, view);
+	if (s && to <= s->nbytes) {
+		/* the view is one shard's payload, in order */
+		ra_add(&w, s, from / w.bs, (to - 1) / w.bs + 1);
+		ra_flush(&w);
+		return;
+	}
 	if (!view) {
 		sf_box_full(&full, t->ndim, t->shape);
 		view = &full;

@@ -102,6 +102,15 @@ static int rand_req(const struct sf_tensor *t, uint64_t *rng, struct req *r)
 	if (sf_rand_r(rng) % 3 == 0) {
 		kit_rand_view(t, &r->view, rng);
 		r->viewp = &r->view;
+	} else if (sf_rand_r(rng) % 2 == 0 && t->nshards) {
+		/* a shard's own box (or, for a flat one, the whole tensor):
+		 * the one-run path of sf_shard_of_view */
+		const struct sf_shard *s = &t->shards[sf_rand_r(rng) % t->nshards];
+
+		if (!s->flat) {
+			sf_shard_box(s, t->ndim, &r->view);
+			r->viewp = &r->view;
+		}
 	}
 	rc = kit_view_map(t, r->viewp, &r->map, &r->nmap);
 	if (rc)
