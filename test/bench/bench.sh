@@ -30,12 +30,14 @@
 #            from one buffer in memory and does no work, with the transfer
 #            settings shardfs uses: what FUSE itself allows a first read;
 #            then the same files replying with real bytes, each a range of
-#            a payload file sent from a shared mapping of it (-x file, as
-#            shardfs sends), and that with every reply hashed first (-x
-#            hash, shardfs's XXH3): the work of a daemon that verifies and
-#            does nothing else, the bound of a verified first read;
-#            and the ceiling of the other fresh rows' own files: one file
-#            of model.safetensors' size, files of the dim-1 slices' sizes
+#            a copy of the payload (its files one after another) sent from
+#            a shared mapping of it (-x file, as shardfs sends), and that
+#            with every reply hashed first (-x hash, shardfs's XXH3): the
+#            work of a daemon that verifies and does nothing else, the
+#            bound of a verified first read; and both ceilings (the
+#            pattern, the payload's bytes hashed) of the other fresh rows'
+#            own files: one file of model.safetensors' size, files of the
+#            dim-1 slices' sizes
 #   tensors/ every tensor file, model.safetensors, and one slice path per
 #            shard box of each dim-1-sharded weight, each first through a
 #            fresh mount (the daemon assembles) and then again (kernel page
@@ -52,7 +54,7 @@
 # read once more, untimed (memory left untouched for minutes costs more to
 # touch again on this VM). Prints a markdown table (what, bytes, seconds,
 # GB/s, ratio vs raw), each fresh-mount row's ratio to the FUSE ceiling
-# and to the hashed ceiling of the payload's bytes, then each mount's
+# and to the hashed ceilings of the payload's bytes, then each mount's
 # start-up time (start to mountpoint ready), the daemon's peak RSS (VmHWM)
 # and its CPU time (user + system): the smallest start-up time and CPU
 # time and the largest peak RSS over the repetitions. Not a ctest test.
@@ -171,7 +173,21 @@ find "$CKPT" -path '*/rank-*' -type f | sort >"$WORK/payloads"
 # Warm the page cache; again (untimed) before every fresh mount of the
 # page-cache rows: on this VM memory left untouched for minutes can cost
 # many times more to touch again, and the ceiling's buffer is always new.
-rewarm() { cat $(cat "$WORK/payloads") >/dev/null; }
+CONCAT=$WORK/payload.cat # the payload files one after another (the
+			# backing of the ceilings that reply with real bytes)
+rewarm() {
+	cat $(cat "$WORK/payloads") >/dev/null
+	[[ ! -e $CONCAT ]] || cat "$CONCAT" >/dev/null
+}
+# backed LIST OUT: LIST ("SIZE NAME" lines) with consecutive ranges of
+# $CONCAT as the files' backing, for fuse_ceiling -x file
+backed() {
+	awk -v cat="$CONCAT" -v size="$(stat -c %s "$CONCAT")" '
+		off + $1 > size + 0 {off = 0; twice = 1}
+		{printf "%s %s\t%s\t%d\n", $1, $2, cat, off; off += $1}
+		END {if (twice) print "bench.sh: a ceiling serves some payload bytes twice" > "/dev/stderr"}' \
+		"$1" >"$2"
+}
 rewarm
 
 # raw: dd bs=1M over every payload file
@@ -218,22 +234,15 @@ if [[ -z $CEILING_SKIP ]]; then
 			"bench_plan.py $(wc -l <"$WORK/tensors")" >&2
 		exit 1
 	fi
-	# The same files replying with real bytes: each one a range of a
-	# payload file (the first payload file with room after the ranges
-	# already given out: no byte is served twice while they last), sent
-	# from a shared mapping of it as shardfs sends its own (not from a
-	# buffer in the CPU's cache), and then with each reply hashed first:
-	# the work of a verifying daemon and nothing else, the measured bound
-	# of a verified first read.
-	xargs stat -c '%s %n' <"$WORK/payloads" | awk -v out="$WORK/ceiling-file.list" '
-		BEGIN {n = 0}
-		NR == FNR {size[n] = $1 + 0; used[n] = 0; path[n++] = substr($0, length($1) + 2); next}
-		{for (i = 0; i < n && used[i] + $1 > size[i]; i++) ;
-		 if (i == n) {twice = 1; i = 0; used[0] = 0}
-		 printf "%s %s\t%s\t%d\n", $1, $2, path[i], used[i] > out
-		 used[i] += $1}
-		END {if (twice) print "bench.sh: the payload-backed ceiling serves some payload bytes twice" > "/dev/stderr"}' \
-		- "$WORK/ceiling.list"
+	# The same files replying with real bytes: each one a range of a copy
+	# of the payload (the payload files one after another in one file, so
+	# that no range straddles two; no byte is served twice), sent from a
+	# shared mapping of it as shardfs sends its own (not from a buffer in
+	# the CPU's cache), and then with each reply hashed first: the work
+	# of a verifying daemon and nothing else, the measured bound of a
+	# verified first read.
+	cat $(cat "$WORK/payloads") >"$CONCAT"
+	backed "$WORK/ceiling.list" "$WORK/ceiling-file.list"
 	CEIL_SRC_ROW="FUSE ceiling replying with the payload's bytes (mapped), fresh mount"
 	CEIL_HASH_ROW="FUSE ceiling replying with the payload's bytes, each reply hashed (XXH3), fresh mount"
 	for _ in $(seq "$REPS"); do
@@ -270,17 +279,33 @@ with open(out_sl, "w") as o:
 	stop_daemon
 	awk -v m="$MNT" '{print m "/" $2}' "$WORK/ceiling-st.list" >"$WORK/ceiling-st"
 	awk -v m="$MNT" '{print m "/" $2}' "$WORK/ceiling-slices.list" >"$WORK/ceiling-slices"
+	backed "$WORK/ceiling-st.list" "$WORK/ceiling-st-file.list"
+	backed "$WORK/ceiling-slices.list" "$WORK/ceiling-slices-file.list"
 	CEIL_ST_ROW="FUSE ceiling, one file of model.safetensors' size, fresh mount"
 	CEIL_SL_ROW="FUSE ceiling, files of the dim-1 slices' sizes ($(wc -l <"$WORK/slices")), fresh mount"
+	CEIL_ST_HASH_ROW="FUSE ceiling, one file of model.safetensors' size replying with the payload's bytes, hashed, fresh mount"
+	CEIL_SL_HASH_ROW="FUSE ceiling, files of the dim-1 slices' sizes replying with the payload's bytes, hashed, fresh mount"
 	for _ in $(seq "$REPS"); do
+		rewarm
 		start_mount "FUSE ceiling, model.safetensors' size (fresh read only)" \
 			"$CEILING" -f "$WORK/ceiling-st.list" "$MNT"
 		timed_read "$CEIL_ST_ROW" "$WORK/ceiling-st"
 		end_daemon
+		rewarm
+		start_mount "FUSE ceiling, model.safetensors' size, the payload's bytes, hashed (fresh read only)" \
+			"$CEILING" -f -x file -x hash "$WORK/ceiling-st-file.list" "$MNT"
+		timed_read "$CEIL_ST_HASH_ROW" "$WORK/ceiling-st"
+		end_daemon
 		if [[ -s $WORK/slices ]]; then
+			rewarm
 			start_mount "FUSE ceiling, the slices' sizes (fresh read only)" \
 				"$CEILING" -f "$WORK/ceiling-slices.list" "$MNT"
 			timed_read "$CEIL_SL_ROW" "$WORK/ceiling-slices"
+			end_daemon
+			rewarm
+			start_mount "FUSE ceiling, the slices' sizes, the payload's bytes, hashed (fresh read only)" \
+				"$CEILING" -f -x file -x hash "$WORK/ceiling-slices-file.list" "$MNT"
+			timed_read "$CEIL_SL_HASH_ROW" "$WORK/ceiling-slices"
 			end_daemon
 		fi
 	done
@@ -377,16 +402,19 @@ if [[ -n $CEILING_SKIP ]]; then
 	echo "FUSE ceiling row left out: $CEILING_SKIP"
 else
 	# Fresh-mount rows against a ceiling row, GB/s over GB/s: the plain
-	# ceiling, the hashed one replying with the payload's bytes, and the
-	# ceiling of each row's own files (tensors/ and --no-verify: the tensor files';
-	# model.safetensors: one file of its size; the slices: files of their
-	# sizes). A row whose ceiling was not measured is left out.
+	# ceiling; the one replying with the payload's bytes, hashed, of each
+	# row's own files; the plain one of each row's own files (tensors/
+	# and --no-verify: the tensor files'; model.safetensors: one file of
+	# its size; the slices: files of their sizes). A row whose ceiling
+	# was not measured is left out.
 	gbs() { awk -F'|' '{printf "%.2f", $1 / $2 / 1e9}' <<<"${BEST[$1]}"; }
 	ratio_line() {
 		local line=$1 mode=$2 what base bytes secs cb cs
 		for what in "${ROWS[@]}"; do
 			[[ $what == *", fresh mount" && $what != "FUSE ceiling"* ]] || continue
 			case $mode:$what in
+			hashed:model.safetensors*) base=$CEIL_ST_HASH_ROW ;;
+			"hashed:dim-1 slices"*) base=$CEIL_SL_HASH_ROW ;;
 			hashed:*) base=$CEIL_HASH_ROW ;;
 			same:model.safetensors*) base=$CEIL_ST_ROW ;;
 			"same:dim-1 slices"*) base=$CEIL_SL_ROW ;;
@@ -402,7 +430,7 @@ else
 	}
 	ratio_line "fresh mounts vs the FUSE ceiling ($(gbs "$CEILING_ROW") GB/s):" plain
 	[[ -z ${BEST[$CEIL_HASH_ROW]+set} ]] ||
-		ratio_line "fresh mounts vs the FUSE ceiling of the payload's bytes, hashed ($(gbs "$CEIL_HASH_ROW") GB/s):" hashed
+		ratio_line "fresh mounts vs the FUSE ceiling of the same file sizes replying with the payload's bytes, hashed:" hashed
 	ratio_line "fresh mounts vs the FUSE ceiling of the same file sizes:" same
 	# The hash cannot overlap the two copies a first read already keeps
 	# both cores busy with: the ceiling plus the hash's CPU bounds a
