@@ -13,14 +13,20 @@
  * is compared with the kit's model, so hints never change bytes. The local
  * source's advise() (queued for its threads) is run on real files: hints
  * past the end, more hints than its queue holds, and forget() while hints
- * are queued leave every read right.
+ * are queued leave every read right; a hint brings the range it names into
+ * the page cache by itself (mincore, after POSIX_FADV_DONTNEED dropped the
+ * file), and one past the end or of a file cut short under it costs
+ * nothing.
  */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "sf_dtype.h"
@@ -499,6 +505,87 @@ out_free:
 	free(buf);
 }
 
+/* Pages of [off, off+len) of fd in the page cache (mincore), or -1. */
+static long cached_pages(int fd, uint64_t off, uint64_t len)
+{
+	long pg = sysconf(_SC_PAGESIZE), n = 0;
+	uint64_t base = off / (uint64_t)pg * (uint64_t)pg;
+	size_t maplen = (size_t)(off + len - base), np = (maplen + pg - 1) / pg;
+	unsigned char *vec = malloc(np);
+	void *p = mmap(NULL, maplen, PROT_READ, MAP_SHARED, fd, (off_t)base);
+
+	if (!vec || p == MAP_FAILED || mincore(p, maplen, vec) != 0)
+		n = -1;
+	for (size_t i = 0; n >= 0 && i < np; i++)
+		n += vec[i] & 1;
+	if (p != MAP_FAILED)
+		munmap(p, maplen);
+	free(vec);
+	return n;
+}
+
+/* The local source's hints read what they name into the page cache on
+ * their own (the hint threads populate it; the caller never waits), a
+ * hint past the end or of a file truncated under it costs nothing, and
+ * forget() with hints running returns. */
+static void test_local_populate(void)
+{
+	char dir[] = "/tmp/sfunit-rap-XXXXXX", path[160];
+	const uint64_t n = 24u << 20, lo = 5u << 20, hi = 21u << 20;
+	long want = (long)((hi - lo + 4095) / 4096) + (lo % 4096 != 0);
+	struct sf_ckpt_ref ck = { .dir = dir, .name = "rap" };
+	struct sf_source *src = NULL;
+	unsigned char *chunk = malloc(1u << 20);
+	long got = -1;
+	int fd = -1;
+
+	if (!CHECK(chunk != NULL) || !CHECK(mkdtemp(dir) != NULL))
+		goto out_free;
+	snprintf(path, sizeof(path), "%s/data.bin", dir);
+	fd = open(path, O_RDWR | O_CREAT | O_EXCL, 0600);
+	if (!CHECK(fd >= 0))
+		goto out_rmdir;
+	for (uint64_t i = 0; i < n; i += 1u << 20) {
+		memset(chunk, (int)(i >> 20), 1u << 20);
+		if (!CHECK_EQ(pwrite(fd, chunk, 1u << 20, (off_t)i), 1 << 20))
+			goto out_unlink;
+	}
+	/* written back, then dropped from the page cache */
+	if (!CHECK_EQ(fsync(fd), 0))
+		goto out_unlink;
+	(void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+	if (cached_pages(fd, lo, hi - lo) != 0) {
+		printf("%s: test_local_populate: skipped: the file system keeps "
+		       "the file cached (POSIX_FADV_DONTNEED does nothing there)\n",
+		       PROG);
+		goto out_unlink;
+	}
+	if (!CHECK_EQ(sf_local_source_create(&src), 0))
+		goto out_unlink;
+	src->ops->advise(src->ctx, &ck, 0, "data.bin", lo, hi - lo, 4u << 20);
+	for (int i = 0; i < 500; i++) { /* up to 5 s */
+		got = cached_pages(fd, lo, hi - lo);
+		if (got == want)
+			break;
+		nanosleep(&(struct timespec){ .tv_nsec = 10 * 1000 * 1000 }, NULL);
+	}
+	CHECK_EQ(got, want);
+	/* past the end, then the file cut short under a running hint */
+	(void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+	src->ops->advise(src->ctx, &ck, 0, "data.bin", n + (1u << 20), 8u << 20, 0);
+	src->ops->advise(src->ctx, &ck, 0, "data.bin", 0, n, 0);
+	CHECK_EQ(ftruncate(fd, 1u << 20), 0);
+	src->ops->forget(src->ctx, &ck);
+	sf_source_destroy(src);
+out_unlink:
+	unlink(path);
+	close(fd);
+out_rmdir:
+	rmdir(dir);
+out_free:
+	free(chunk);
+}
+
 int main(void)
 {
 	sf_test_seed(PROG, 4343);
@@ -508,5 +595,6 @@ int main(void)
 	test_quiet();
 	test_threads();
 	test_local();
+	test_local_populate();
 	return sf_test_done(PROG);
 }
