@@ -176,8 +176,8 @@ struct sf_engine_opts {
 #define SF_ENGINE_CACHE_DEFAULT (32ull << 20)
 /* Advised ahead of a sequential reader: into the page cache, not the pool.
  * A cold 2 GB tensors/ read: 0.92 s with 128 MiB, 1.09-1.11 s with 32 MiB
- * (the local source's hint threads wait for the disk, four chunks of
- * 8 MiB at a time: a short window leaves them idle). */
+ * (the local source's four hint threads wait for the disk, a chunk each
+ * at a time: a short window leaves them idle). */
 #define SF_ENGINE_RA_DEFAULT (128ull << 20)
 
 struct sf_engine;
