@@ -34,6 +34,9 @@ struct sf_ckpt_ref {
 	const char *name;  /* checkpoint name (as peers know it) */
 };
 
+/* sf_source_ops.advise flags */
+#define SF_ADVISE_DENSE 1u /* the reader goes through whole tensors */
+
 struct sf_source_ops {
 	/*
 	 * Read exactly len bytes at byte off of payload `file` (relative to the
@@ -69,18 +72,22 @@ struct sf_source_ops {
 	/*
 	 * A read-ahead hint: bytes [off, off+len) of payload `file` of `rank`
 	 * are likely read soon; start bringing them in (the local source:
-	 * POSIX_FADV_WILLNEED into the page cache; the MPI source: requests
-	 * to the peer holding the file) and return without waiting for them.
+	 * into the page cache; the MPI source: requests to the peer holding
+	 * the file) and return without waiting for them.
 	 * unit: the engine will read the range as read() calls of unit bytes
 	 * from off on (the last one shorter), so a source may fetch exactly
-	 * those; 0 when it reads them otherwise (a coded stream). No result:
+	 * those; 0 when it reads them otherwise (a coded stream).
+	 * flags: SF_ADVISE_DENSE when the reader goes through whole tensors
+	 * (the bytes around the range are likely read too, so a source may
+	 * read in larger pieces than it names); without it, a sparse reader
+	 * (one view, a slice): bring in the range and little more. No result:
 	 * a hint that fails changes nothing, and read() must return the same
 	 * bytes whether or not it was given. Must be thread-safe and must not
 	 * block on a peer. May be NULL (no read-ahead).
 	 */
 	void (*advise)(void *ctx, const struct sf_ckpt_ref *ck, uint32_t rank,
 		       const char *file, uint64_t off, uint64_t len,
-		       uint64_t unit);
+		       uint64_t unit, unsigned flags);
 	/*
 	 * An identity of payload `file` that changes whenever its bytes may
 	 * have (the local source: a hash of device, inode, size, modification

@@ -22,7 +22,15 @@
  * of model.safetensors does; for such a stream the part of the window past
  * the end of its tensor is advised into the next tensors (at most
  * RA_CHAIN, with their streams created ahead), again in steps of at least
- * half a window.
+ * half a window. Slices chain too: a reader that finished the view of a
+ * shard's own box (a slice path naming it) and starts the view of the
+ * next box shard (the tensor's next shard; after its last, the first of
+ * the next tensor in model order split along the same dimensions: a
+ * reader of dim-1 slices goes on to dim-1 slices) is advised on into the
+ * box shards after it. Whole-tensor streams and their chains are dense
+ * readers (SF_ADVISE_DENSE: the source may read around the range); a
+ * view's stream and the box chain are sparse (the range and little more:
+ * a slice's neighbours in the payload are other tensors' bytes).
  *
  * Invariants: advice only names block ranges inside a shard's payload
  * (for a coded shard, its stored stream), starting on a block boundary of
@@ -63,9 +71,13 @@ struct ra_stream {
 					 * ra->win while the reader follows */
 	uint64_t tick;                  /* last use */
 	uint64_t chained;               /* chain: bytes past the end advised */
+	const struct sf_shard *box;     /* the shard whose own box the view is
+					 * (sf_shard_of_view), or NULL */
 	bool chain;                     /* the reader goes through the tensors
-					 * in model order: advise into the next
-					 * ones near the end of this one */
+					 * in model order (a whole view), or
+					 * through the box shards (box): advise
+					 * into the next ones near the end of
+					 * this one */
 };
 
 struct sf_ra {
@@ -76,6 +88,8 @@ struct sf_ra {
 	uint64_t tick;                  /* use counter, for replacement */
 	const struct sf_ckpt_ref *done_ck; /* the last tensor read to its */
 	const struct sf_tensor *done_t;    /* end (whole view), or NULL */
+	const struct sf_tensor *done_bt;   /* or the last shard box read to */
+	const struct sf_shard *done_s;     /* its end (its tensor), or NULL */
 };
 
 int sf_ra_create(uint64_t win, const struct sf_source *src, struct sf_ra **out)
@@ -159,6 +173,7 @@ struct ra_walk {
 	const struct sf_ckpt_ref *ck;
 	const struct sf_tensor *t;
 	uint64_t bs;                    /* the model's block size */
+	unsigned flags;                 /* advise() flags (SF_ADVISE_DENSE) */
 	size_t last;                    /* index of the last shard found */
 	struct ra_range {
 		const struct sf_shard *s;
@@ -181,14 +196,16 @@ static void ra_flush(struct ra_walk *w)
 			/* decoded whole on its first block: advise the stream once */
 			if (lo == 0)
 				src->ops->advise(src->ctx, w->ck, s->rank, s->file,
-						 s->file_offset, s->stored_len, 0);
+						 s->file_offset, s->stored_len, 0,
+						 w->flags);
 			continue;
 		}
 		if (hi > s->nbytes)
 			hi = s->nbytes;
 		if (lo < hi)
 			src->ops->advise(src->ctx, w->ck, s->rank, s->file,
-					 s->file_offset + lo, hi - lo, w->bs);
+					 s->file_offset + lo, hi - lo, w->bs,
+					 w->flags);
 	}
 	w->n = 0;
 }
@@ -243,9 +260,11 @@ static int ra_segment(void *arg, uint64_t toff, uint64_t voff, uint64_t len)
  * held. */
 static void ra_advise(struct sf_ra *ra, const struct sf_ckpt_ref *ck,
 		      const struct sf_model *m, const struct sf_tensor *t,
-		      const struct sf_box *view, uint64_t from, uint64_t to)
+		      const struct sf_box *view, uint64_t from, uint64_t to,
+		      unsigned flags)
 {
-	struct ra_walk w = { .src = ra->src, .ck = ck, .t = t, .bs = m->block_size };
+	struct ra_walk w = { .src = ra->src, .ck = ck, .t = t, .bs = m->block_size,
+			     .flags = flags };
 	struct sf_box full;
 
 	if (from >= to || t->nshards == 0)
@@ -311,9 +330,90 @@ static bool ra_follows(const struct sf_model *m, size_t idx,
 
 struct ra_plan {
 	const struct sf_tensor *t;
-	const struct sf_box *view;
+	const struct sf_box *view;      /* NULL: the whole tensor, or box */
+	struct sf_box box;              /* a shard's box (shard chain) */
+	bool use_box;
+	unsigned flags;                 /* advise() flags */
 	uint64_t from, to;              /* view bytes to advise */
 };
+
+/* Is shard j of t one a reader reads as the view of its own box: a
+ * row-major box, the first shard with that box (sf_shard_of_view gives it
+ * back; a replica of an earlier box is never read so)? */
+static bool ra_box_shard(const struct sf_tensor *t, size_t j)
+{
+	const struct sf_shard *s = &t->shards[j];
+	struct sf_box b;
+
+	if (s->flat || s->strides || s->codec == SF_CODEC_UNREADABLE ||
+	    s->nbytes == 0)
+		return false;
+	sf_shard_box(s, t->ndim, &b);
+	return sf_shard_of_view(t, &b) == s;
+}
+
+/* Is box b of tensor tb split along the same dimensions as box a of ta
+ * (the dims each covers whole are the same)? A reader of one tensor's
+ * dim-1 slices reads the next tensor's dim-1 slices, not its dim-0 ones. */
+static bool ra_same_split(const struct sf_tensor *ta, const struct sf_shard *a,
+			  const struct sf_tensor *tb, const struct sf_shard *b)
+{
+	if (ta->ndim != tb->ndim)
+		return false;
+	for (unsigned d = 0; d < ta->ndim; d++)
+		if ((a->len[d] == ta->shape[d]) != (b->len[d] == tb->shape[d]))
+			return false;
+	return true;
+}
+
+/* The box shard after shard *sj of tensor *ti: the next of that tensor,
+ * else the first of the next tensors in model order split as shard *sj
+ * of tensor *ti is (ra_same_split). Looks at RA_SCAN shards at most;
+ * false when none was found by then or past the last. */
+#define RA_SCAN 256
+static bool ra_next_box(const struct sf_model *m, size_t *ti, size_t *sj)
+{
+	const struct sf_tensor *rt = &m->tensors[*ti];
+	const struct sf_shard *rs = &rt->shards[*sj];
+	size_t i = *ti, j = *sj + 1;
+	unsigned seen = 0;
+
+	for (; i < m->ntensors; i++, j = 0) {
+		const struct sf_tensor *t = &m->tensors[i];
+
+		for (; j < t->nshards; j++) {
+			if (++seen > RA_SCAN)
+				return false;
+			if (ra_box_shard(t, j) &&
+			    (t == rt || ra_same_split(rt, rs, t, &t->shards[j]))) {
+				*ti = i;
+				*sj = j;
+				return true;
+			}
+		}
+		if (++seen > RA_SCAN)
+			return false;
+	}
+	return false;
+}
+
+/* Did the last shard box read to its end come at most RA_CHAIN box
+ * shards before shard j of tensor idx? Locked. */
+static bool ra_box_follows(const struct sf_ra *ra, const struct sf_model *m,
+			   size_t idx, size_t j)
+{
+	uintptr_t tp = (uintptr_t)ra->done_bt, t0 = (uintptr_t)m->tensors;
+	size_t ti, sj;
+
+	if (!ra->done_s || tp < t0 || (tp - t0) / sizeof(*m->tensors) >= m->ntensors)
+		return false;
+	ti = (tp - t0) / sizeof(*m->tensors);
+	sj = (size_t)(ra->done_s - ra->done_bt->shards);
+	for (unsigned k = 0; k < RA_CHAIN && ra_next_box(m, &ti, &sj); k++)
+		if (ti == idx && sj == j)
+			return true;
+	return false;
+}
 
 /*
  * Note a read of [off, off+len) of view of t, and advise the source of
@@ -354,13 +454,20 @@ void sf_ra_note(struct sf_ra *ra, const struct sf_ckpt_ref *ck,
 		st->ahead = 0;
 		st->win = init;
 		st->chained = 0;
-		st->chain = !view && ra->done_ck == ck &&
-			    ra_follows(m, idx, ra->done_t);
+		st->box = view && idx < m->ntensors ? sf_shard_of_view(t, view) : NULL;
+		if (st->box)
+			st->chain = ra->done_ck == ck &&
+				    ra_box_follows(ra, m, idx,
+						   (size_t)(st->box - t->shards));
+		else
+			st->chain = !view && ra->done_ck == ck &&
+				    ra_follows(m, idx, ra->done_t);
 	} else {
 		/* somewhere else: follow, advise once it goes on */
 		st->next = st->ahead = end;
 		st->win = init;
 		st->chained = 0;
+		st->box = NULL;
 		st->chain = false;
 		goto out_unlock;
 	}
@@ -369,6 +476,8 @@ void sf_ra_note(struct sf_ra *ra, const struct sf_ckpt_ref *ck,
 
 		plan[np].t = t;
 		plan[np].view = view;
+		plan[np].use_box = false;
+		plan[np].flags = view ? 0 : SF_ADVISE_DENSE;
 		plan[np].from = st->ahead;
 		plan[np++].to = to;
 		st->ahead = to;
@@ -377,6 +486,12 @@ void sf_ra_note(struct sf_ra *ra, const struct sf_ckpt_ref *ck,
 	if (!view && st->next >= vlen) {
 		ra->done_ck = ck;
 		ra->done_t = t;
+		ra->done_s = NULL;
+	} else if (st->box && st->next >= vlen) {
+		ra->done_ck = ck;
+		ra->done_t = NULL;
+		ra->done_bt = t;
+		ra->done_s = st->box;
 	}
 	/* Past the end, the window goes on into the next tensors. */
 	budget = st->next + st->win > vlen ? st->next + st->win - vlen : 0;
@@ -384,6 +499,33 @@ void sf_ra_note(struct sf_ra *ra, const struct sf_ckpt_ref *ck,
 	if (!st->chain || st->ahead < vlen || idx >= m->ntensors ||
 	    (st->chained && budget < st->chained + st->win / 2))
 		budget = 0;
+	if (budget && st->box) {
+		/* the box shards after this one, as one run of bytes: advise
+		 * its part [st->chained, budget) */
+		size_t ti = idx, sj = (size_t)(st->box - t->shards);
+		uint64_t pos = 0, from = st->chained;
+
+		st->chained = budget;
+		while (np < 1 + RA_CHAIN && pos < budget &&
+		       ra_next_box(m, &ti, &sj)) {
+			const struct sf_tensor *t2 = &m->tensors[ti];
+			const struct sf_shard *s2 = &t2->shards[sj];
+			uint64_t a = from > pos ? from - pos : 0;
+			uint64_t b = budget - pos < s2->nbytes ? budget - pos : s2->nbytes;
+
+			if (a < b) {
+				plan[np].t = t2;
+				plan[np].view = NULL;
+				plan[np].use_box = true;
+				plan[np].flags = 0; /* slices: sparse */
+				sf_shard_box(s2, t2->ndim, &plan[np].box);
+				plan[np].from = a;
+				plan[np++].to = b;
+			}
+			pos += s2->nbytes;
+		}
+		budget = 0;
+	}
 	if (budget)
 		st->chained = budget;
 	for (size_t k = 1; budget && k <= RA_CHAIN && idx + k < m->ntensors; k++) {
@@ -399,6 +541,8 @@ void sf_ra_note(struct sf_ra *ra, const struct sf_ckpt_ref *ck,
 		if (s2->ahead < n2) {
 			plan[np].t = t2;
 			plan[np].view = NULL;
+			plan[np].use_box = false;
+			plan[np].flags = SF_ADVISE_DENSE;
 			plan[np].from = s2->ahead;
 			plan[np++].to = n2;
 			s2->ahead = n2;
@@ -408,8 +552,9 @@ void sf_ra_note(struct sf_ra *ra, const struct sf_ckpt_ref *ck,
 out_unlock:
 	pthread_mutex_unlock(&ra->lock);
 	for (unsigned i = 0; i < np; i++)
-		ra_advise(ra, ck, m, plan[i].t, plan[i].view, plan[i].from,
-			  plan[i].to);
+		ra_advise(ra, ck, m, plan[i].t,
+			  plan[i].use_box ? &plan[i].box : plan[i].view,
+			  plan[i].from, plan[i].to, plan[i].flags);
 }
 
 /* Forget the streams of checkpoint ck. */
@@ -422,6 +567,8 @@ void sf_ra_forget(struct sf_ra *ra, const struct sf_ckpt_ref *ck)
 	if (ra->done_ck == ck) {
 		ra->done_ck = NULL;
 		ra->done_t = NULL;
+		ra->done_bt = NULL;
+		ra->done_s = NULL;
 	}
 	pthread_mutex_unlock(&ra->lock);
 }

@@ -12,13 +12,16 @@
  *
  * advise() (a read-ahead hint from the engine), unless cachestat(2) finds
  * the range cached, queues it for ADVISE_THREADS threads, started on the
- * first hint, that read it into the page cache ADVISE_CHUNK at a time and
- * wait for the disk: through a transient read-only shared mapping of the
- * chunk marked MADV_HUGEPAGE and populated (MADV_POPULATE_READ), so that
- * the kernel reads it in folios of up to 2 MiB, requests of 2-4 MiB
- * (POSIX_FADV_WILLNEED, the fallback where that fails, reads in 4 KiB
- * pages: requests of about 1 MiB, and the slower disk time and the CPU of
- * half a million page insertions per 2 GB showed). The mapping is never
+ * first hint. For a dense reader's hint (SF_ADVISE_DENSE: whole tensors)
+ * they read it into the page cache ADVISE_CHUNK at a time and wait for
+ * the disk: through a transient read-only shared mapping of the chunk
+ * marked MADV_HUGEPAGE and populated (MADV_POPULATE_READ), so that the
+ * kernel reads it in folios of up to 2 MiB, requests of 2-4 MiB, and some
+ * way around the chunk (POSIX_FADV_WILLNEED reads in 4 KiB pages: requests
+ * of about 1 MiB, and the slower disk time and the CPU of half a million
+ * page insertions per 2 GB showed). A sparse reader's hint (a slice) gets
+ * POSIX_FADV_WILLNEED, which reads exactly the range: populating read
+ * 2.5 times the bytes of 128 slices of a few MB each. The mapping is never
  * registered and never serves a byte; a populate past the file's end (a
  * truncation) fails with EFAULT, it raises no SIGBUS. The pread or map of
  * those bytes then finds them in the page cache, or in flight. Hints are only queued
@@ -136,6 +139,7 @@ struct adv_job {
 	const struct sf_ckpt_ref *ck;   /* the entry's owner: forget() waits */
 	int fd;                         /* open until forget(ck) */
 	uint64_t off, len;
+	bool dense;                     /* SF_ADVISE_DENSE: populate */
 };
 
 struct local_src {
@@ -335,17 +339,20 @@ static bool populate_fd(int fd, uint64_t off, uint64_t len)
 }
 
 /* Bring [off, off+len) into the page cache in ADVISE_CHUNK pieces,
- * skipping cached ones: populated and waited for when wait (a hint
- * thread), else (and where populating fails) POSIX_FADV_WILLNEED, which
- * only starts the reads (the kernel caps one call at the larger of the
- * device's readahead and its largest request). */
-static void advise_fd(int fd, uint64_t off, uint64_t len, bool wait)
+ * skipping cached ones: populated and waited for when populate (a hint
+ * thread, for a dense reader: the kernel reads whole huge folios, up to
+ * 4 MiB around what is named, which such a reader reads anyway), else
+ * (a sparse reader's hint, a caller that must not wait, a failed
+ * populate) POSIX_FADV_WILLNEED, which only starts the reads, in 4 KiB
+ * pages, of exactly the range (the kernel caps one call at the larger of
+ * the device's readahead and its largest request). */
+static void advise_fd(int fd, uint64_t off, uint64_t len, bool populate)
 {
 	for (uint64_t done = 0; done < len; done += ADVISE_CHUNK) {
 		uint64_t k = len - done < ADVISE_CHUNK ? len - done : ADVISE_CHUNK;
 
 		if (all_cached(fd, off + done, k) ||
-		    (wait && populate_fd(fd, off + done, k)))
+		    (populate && populate_fd(fd, off + done, k)))
 			continue;
 		(void)posix_fadvise(fd, (off_t)(off + done), (off_t)k,
 				    POSIX_FADV_WILLNEED);
@@ -377,7 +384,7 @@ static void *adv_main(void *arg)
 		ls->qlen--;
 		ls->busy[i] = j.ck;
 		pthread_mutex_unlock(&ls->lock);
-		advise_fd(j.fd, j.off, j.len, true);
+		advise_fd(j.fd, j.off, j.len, j.dense);
 		pthread_mutex_lock(&ls->lock);
 		ls->busy[i] = NULL;
 		pthread_cond_broadcast(&ls->adv_idle);
@@ -389,7 +396,7 @@ static void *adv_main(void *arg)
 /* Queue a hint for the advise threads (started here the first time).
  * False when it was not queued: no thread, or the queue is full. Locked. */
 static bool adv_queue(struct local_src *ls, const struct sf_ckpt_ref *ck,
-		      int fd, uint64_t off, uint64_t len)
+		      int fd, uint64_t off, uint64_t len, bool dense)
 {
 	while (ls->nthreads < ADVISE_THREADS) {
 		struct adv_thread *a = malloc(sizeof(*a));
@@ -410,7 +417,8 @@ static bool adv_queue(struct local_src *ls, const struct sf_ckpt_ref *ck,
 		/* a range that goes on from the last one joins it */
 		struct adv_job *last = &ls->q[(ls->qhead + ls->qlen - 1) % ADVISE_QUEUE];
 
-		if (last->fd == fd && last->ck == ck && last->off + last->len == off) {
+		if (last->fd == fd && last->ck == ck && last->dense == dense &&
+		    last->off + last->len == off) {
 			last->len += len;
 			return true;
 		}
@@ -418,7 +426,8 @@ static bool adv_queue(struct local_src *ls, const struct sf_ckpt_ref *ck,
 	if (ls->qlen == ADVISE_QUEUE)
 		return false;
 	ls->q[(ls->qhead + ls->qlen) % ADVISE_QUEUE] =
-		(struct adv_job){ .ck = ck, .fd = fd, .off = off, .len = len };
+		(struct adv_job){ .ck = ck, .fd = fd, .off = off, .len = len,
+				  .dense = dense };
 	ls->qlen++;
 	pthread_cond_signal(&ls->adv_cond);
 	return true;
@@ -437,7 +446,7 @@ static bool adv_queue(struct local_src *ls, const struct sf_ckpt_ref *ck,
  */
 static void local_advise(void *ctx, const struct sf_ckpt_ref *ck,
 			 uint32_t rank, const char *file, uint64_t off,
-			 uint64_t len, uint64_t unit)
+			 uint64_t len, uint64_t unit, unsigned flags)
 {
 	struct local_src *ls = ctx;
 	bool owned;
@@ -455,7 +464,7 @@ static void local_advise(void *ctx, const struct sf_ckpt_ref *ck,
 	if (all_cached(fd, off, len))
 		return;
 	pthread_mutex_lock(&ls->lock);
-	(void)adv_queue(ls, ck, fd, off, len);
+	(void)adv_queue(ls, ck, fd, off, len, flags & SF_ADVISE_DENSE);
 	pthread_mutex_unlock(&ls->lock);
 }
 

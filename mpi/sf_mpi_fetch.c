@@ -613,7 +613,7 @@ static int mpi_src_read(void *ctx, const struct sf_ckpt_ref *ck, uint32_t rank,
  */
 static void mpi_src_advise(void *ctx, const struct sf_ckpt_ref *ck,
 			   uint32_t rank, const char *file, uint64_t off,
-			   uint64_t len, uint64_t unit)
+			   uint64_t len, uint64_t unit, unsigned flags)
 {
 	struct sf_mpi *mp = ctx;
 	const char *name = mp->single ? "" : ck->name;
@@ -631,7 +631,7 @@ static void mpi_src_advise(void *ctx, const struct sf_ckpt_ref *ck,
 	if (stat(path, &sb) == 0) {
 		if (mp->local->ops->advise)
 			mp->local->ops->advise(mp->local->ctx, ck, rank, file, off,
-					       len, unit);
+					       len, unit, flags);
 		return;
 	}
 	if (unit == 0 || unit > SF_MPI_PF_MAX)

@@ -61,7 +61,7 @@ static void hint_rank3(struct sf_mpi *mp, const char *store, double *dt,
 	sf_mpi_source_stats(mp, before);
 	t0 = now_s();
 	src->ops->advise(src->ctx, &ck, 3, "rank-00003/x.bin", 0,
-			 (uint64_t)NHINT * UNIT, UNIT);
+			 (uint64_t)NHINT * UNIT, UNIT, SF_ADVISE_DENSE);
 	*dt = now_s() - t0;
 	sf_mpi_source_stats(mp, after);
 }

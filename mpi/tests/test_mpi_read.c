@@ -374,11 +374,16 @@ static void check_advise(struct sf_mpi *mp, const struct sf_ckpt *ck, int rank)
 	sf_mpi_source_stats(mp, &a);
 	/* [1, 5) MiB in 1 MiB reads, [8, 12) MiB in 3 MiB reads (the last
 	 * one 1 MiB), each twice, and a part of one */
-	src->ops->advise(src->ctx, &ck->ref, 2, file, 1u << 20, 4u << 20, 1u << 20);
-	src->ops->advise(src->ctx, &ck->ref, 2, file, 8u << 20, 4u << 20, 3u << 20);
-	src->ops->advise(src->ctx, &ck->ref, 2, file, 1u << 20, 4u << 20, 1u << 20);
-	src->ops->advise(src->ctx, &ck->ref, 2, file, 8u << 20, 4u << 20, 3u << 20);
-	src->ops->advise(src->ctx, &ck->ref, 2, file, 9u << 20, 1u << 20, 1u << 20);
+	src->ops->advise(src->ctx, &ck->ref, 2, file, 1u << 20, 4u << 20, 1u << 20,
+			 SF_ADVISE_DENSE);
+	src->ops->advise(src->ctx, &ck->ref, 2, file, 8u << 20, 4u << 20, 3u << 20,
+			 SF_ADVISE_DENSE);
+	src->ops->advise(src->ctx, &ck->ref, 2, file, 1u << 20, 4u << 20, 1u << 20,
+			 SF_ADVISE_DENSE);
+	src->ops->advise(src->ctx, &ck->ref, 2, file, 8u << 20, 4u << 20, 3u << 20,
+			 SF_ADVISE_DENSE);
+	src->ops->advise(src->ctx, &ck->ref, 2, file, 9u << 20, 1u << 20, 1u << 20,
+			 SF_ADVISE_DENSE);
 	sf_mpi_source_stats(mp, &b);
 	CHECK_EQ(b.hints - a.hints, rank == 2 ? 0 : 2 * (4 + 2) + 1);
 	CHECK_EQ(b.hint_posts - a.hint_posts, rank == 2 ? 0 : 4 + 2);
@@ -400,7 +405,8 @@ static void check_advise(struct sf_mpi *mp, const struct sf_ckpt *ck, int rank)
 		CHECK_EQ(c.claims + c.demand, b.claims + b.demand);
 	}
 	/* a hinted range nobody reads is given up at forget */
-	src->ops->advise(src->ctx, &ck->ref, 2, file, 0, 1u << 20, 1u << 20);
+	src->ops->advise(src->ctx, &ck->ref, 2, file, 0, 1u << 20, 1u << 20,
+			 SF_ADVISE_DENSE);
 	src->ops->forget(src->ctx, &ck->ref);
 	sf_mpi_source_stats(mp, &b);
 	CHECK_EQ(b.unused - c.unused, rank == 2 ? 0 : 1);

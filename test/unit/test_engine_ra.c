@@ -93,7 +93,7 @@ static bool in_some_shard(struct kit *k, const char *file, uint64_t off,
 
 static void rec_advise(void *ctx, const struct sf_ckpt_ref *ck, uint32_t rank,
 		       const char *file, uint64_t off, uint64_t len,
-		       uint64_t unit)
+		       uint64_t unit, unsigned flags)
 {
 	struct rec *r = ctx;
 	struct kit *k = r->k;
@@ -313,6 +313,97 @@ out_kit:
 	}
 }
 
+/* Does box b of tb cover whole the same dimensions as a of ta? */
+static bool same_split(const struct sf_tensor *ta, const struct sf_shard *a,
+		       const struct sf_tensor *tb, const struct sf_shard *b)
+{
+	if (ta->ndim != tb->ndim)
+		return false;
+	for (unsigned d = 0; d < ta->ndim; d++)
+		if ((a->len[d] == ta->shape[d]) != (b->len[d] == tb->shape[d]))
+			return false;
+	return true;
+}
+
+/* A reader that goes through box shards, each as the view of its own box
+ * (a slice path per shard: a tensor's shards in order, replicas of a box
+ * skipped, then the next tensor's in model order that are split along the
+ * same dimensions, as a reader of dim-1 slices goes), finds the next one
+ * advised before it starts it (after the first two); one that goes
+ * backwards does not. */
+static void test_box_chain(void)
+{
+	unsigned long chained = 0, checked = 0, back_chained = 0;
+
+	for (int round = 0; round < 40; round++) {
+		bool backwards = round % 2;
+		struct kit *k;
+		struct rec r;
+		struct sf_engine *e;
+		uint64_t rng = sf_rand();
+		/* each view its own object, as each slice path's is (streams
+		 * are keyed by the view's address) */
+		static struct { const struct sf_tensor *t; const struct sf_shard *s;
+				struct sf_box b; } seq[512];
+		size_t n = 0, done = 0;
+
+		if (!CHECK_EQ(kit_create_ex(sf_rand(), 4 + sf_rand_below(4),
+					    KIT_EXCLUSIVE, &k), 0))
+			continue;
+		if (!CHECK_EQ(rec_init(&r, k), 0))
+			goto out_kit;
+		struct sf_engine_opts o = { .verify = true,
+					    .readahead_bytes = 4 * k->m->block_size };
+		if (!CHECK_EQ(sf_engine_create(&o, &r.src, &e), 0))
+			goto out_rec;
+		for (size_t i = 0; i < k->m->ntensors; i++) {
+			const struct sf_tensor *t = &k->m->tensors[i];
+
+			for (size_t j = 0; j < t->nshards && n < 512; j++) {
+				const struct sf_shard *s = &t->shards[j];
+				if (s->flat || s->strides || s->nbytes == 0)
+					continue;
+				sf_shard_box(s, t->ndim, &seq[n].b);
+				if (sf_shard_of_view(t, &seq[n].b) != s)
+					continue;
+				if (n && seq[n - 1].t != t &&
+				    !same_split(seq[n - 1].t, seq[n - 1].s, t, s))
+					continue;
+				seq[n].t = t;
+				seq[n++].s = s;
+			}
+		}
+		for (size_t q = 0; q < n; q++) {
+			size_t i = backwards ? n - 1 - q : q;
+			const struct sf_tensor *t = seq[i].t;
+			const struct sf_shard *s = seq[i].s;
+			struct kit_file *f = kit_file_of(k, s);
+
+			if (done >= 2 && f) {
+				bool adv = r.advised[f - k->files][s->file_offset] != 0;
+
+				if (backwards) {
+					back_chained += adv;
+				} else {
+					checked++;
+					chained += adv;
+				}
+			}
+			read_through(e, k, t, &seq[i].b, &rng);
+			done++;
+		}
+		CHECK_EQ(r.bad_advises, 0);
+		sf_engine_destroy(e);
+out_rec:
+		rec_fini(&r);
+out_kit:
+		kit_destroy(k);
+	}
+	CHECK(checked > 8); /* the kits have box shards to chain */
+	CHECK_EQ(chained, checked);
+	CHECK_EQ(back_chained, 0);
+}
+
 /* A first read in the middle of a tensor advises nothing; reading on from
  * there does. Engines with no_readahead, or sources without advise, are
  * never advised and read the same bytes. */
@@ -473,9 +564,10 @@ static void test_local(void)
 
 			src->ops->advise(src->ctx, &ck, 0, i % 2 ? "rank-00000/data-1.bin"
 							       : "rank-00000/data-0.bin",
-					 off, 1 + sf_rand_below(4u << 20), 1u << 20);
+					 off, 1 + sf_rand_below(4u << 20), 1u << 20,
+					 i % 3 ? SF_ADVISE_DENSE : 0);
 		}
-		src->ops->advise(src->ctx, &ck, 0, "rank-00000/none.bin", 0, 4096, 0);
+		src->ops->advise(src->ctx, &ck, 0, "rank-00000/none.bin", 0, 4096, 0, 0);
 		for (int f = 0; f < 2; f++) {
 			char file[32];
 
@@ -487,7 +579,8 @@ static void test_local(void)
 				 -SF_ESHORT);
 		}
 		if (round % 2 == 0)
-			src->ops->advise(src->ctx, &ck, 0, "rank-00000/data-0.bin", 0, n, 0);
+			src->ops->advise(src->ctx, &ck, 0, "rank-00000/data-0.bin", 0, n, 0,
+					 SF_ADVISE_DENSE);
 		/* forget with hints possibly still queued or running */
 		src->ops->forget(src->ctx, &ck);
 	}
@@ -562,18 +655,28 @@ static void test_local_populate(void)
 	}
 	if (!CHECK_EQ(sf_local_source_create(&src), 0))
 		goto out_unlink;
-	src->ops->advise(src->ctx, &ck, 0, "data.bin", lo, hi - lo, 4u << 20);
-	for (int i = 0; i < 500; i++) { /* up to 5 s */
-		got = cached_pages(fd, lo, hi - lo);
-		if (got == want)
-			break;
-		nanosleep(&(struct timespec){ .tv_nsec = 10 * 1000 * 1000 }, NULL);
+	/* a sparse reader's hint, then a dense reader's */
+	for (unsigned flags = 0; flags <= SF_ADVISE_DENSE; flags++) {
+		(void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+		src->ops->advise(src->ctx, &ck, 0, "data.bin", lo, hi - lo,
+				 4u << 20, flags);
+		for (int i = 0; i < 500; i++) { /* up to 5 s */
+			got = cached_pages(fd, lo, hi - lo);
+			if (got == want)
+				break;
+			nanosleep(&(struct timespec){ .tv_nsec = 10 * 1000 * 1000 },
+				  NULL);
+		}
+		CHECK_EQ(got, want);
+		/* a sparse reader's hint reads the range, not around it */
+		if (!flags)
+			CHECK_EQ(cached_pages(fd, 0, n), want);
 	}
-	CHECK_EQ(got, want);
 	/* past the end, then the file cut short under a running hint */
 	(void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-	src->ops->advise(src->ctx, &ck, 0, "data.bin", n + (1u << 20), 8u << 20, 0);
-	src->ops->advise(src->ctx, &ck, 0, "data.bin", 0, n, 0);
+	src->ops->advise(src->ctx, &ck, 0, "data.bin", n + (1u << 20), 8u << 20, 0,
+			 SF_ADVISE_DENSE);
+	src->ops->advise(src->ctx, &ck, 0, "data.bin", 0, n, 0, SF_ADVISE_DENSE);
 	CHECK_EQ(ftruncate(fd, 1u << 20), 0);
 	src->ops->forget(src->ctx, &ck);
 	sf_source_destroy(src);
@@ -592,6 +695,7 @@ int main(void)
 	sf_log_setup("sfunit-engine-ra ", SF_LOG_INFO);
 	test_sequential();
 	test_chain();
+	test_box_chain();
 	test_quiet();
 	test_threads();
 	test_local();
