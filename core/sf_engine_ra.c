@@ -71,8 +71,10 @@ struct ra_stream {
 					 * ra->win while the reader follows */
 	uint64_t tick;                  /* last use */
 	uint64_t chained;               /* chain: bytes past the end advised */
-	const struct sf_shard *box;     /* the shard whose own box the view is
-					 * (sf_shard_of_view), or NULL */
+	const struct sf_shard *box;     /* the box shard (never a flat one:
+					 * its off and len are NULL) whose own
+					 * box the view is (sf_shard_of_view),
+					 * or NULL */
 	bool chain;                     /* the reader goes through the tensors
 					 * in model order (a whole view), or
 					 * through the box shards (box): advise
@@ -378,6 +380,9 @@ static bool ra_next_box(const struct sf_model *m, size_t *ti, size_t *sj)
 	size_t i = *ti, j = *sj + 1;
 	unsigned seen = 0;
 
+	if (rs->flat)
+		return false; /* only box shards start a box chain */
+
 	for (; i < m->ntensors; i++, j = 0) {
 		const struct sf_tensor *t = &m->tensors[i];
 
@@ -455,6 +460,8 @@ void sf_ra_note(struct sf_ra *ra, const struct sf_ckpt_ref *ck,
 		st->win = init;
 		st->chained = 0;
 		st->box = view && idx < m->ntensors ? sf_shard_of_view(t, view) : NULL;
+		if (st->box && st->box->flat)
+			st->box = NULL; /* a whole view of a flat shard: no box */
 		if (st->box)
 			st->chain = ra->done_ck == ck &&
 				    ra_box_follows(ra, m, idx,
