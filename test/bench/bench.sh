@@ -167,6 +167,17 @@ timed_read() {
 	keep_row "$what" "${res% *}" "${res#* }"
 }
 
+# ceiling_read LABEL ROW PATHS LIST [-x EXP]...: one timed first read of
+# PATHS through a fresh fuse_ceiling serving LIST (payload rewarmed first)
+ceiling_read() {
+	local label=$1 row=$2 paths=$3 list=$4
+	shift 4
+	rewarm
+	start_mount "$label (fresh read only)" "$CEILING" -f "$@" "$list" "$MNT"
+	timed_read "$row" "$paths"
+	end_daemon
+}
+
 LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
 echo "generating a $SIZE llama checkpoint in $CKPT ..." >&2
 t0=$(now)
@@ -250,21 +261,12 @@ if [[ -z $CEILING_SKIP ]]; then
 	CEIL_SRC_ROW="FUSE ceiling replying with the payload's bytes (mapped), fresh mount"
 	CEIL_HASH_ROW="FUSE ceiling replying with the payload's bytes, each reply hashed (XXH3), fresh mount"
 	for _ in $(seq "$REPS"); do
-		rewarm
-		start_mount "FUSE ceiling (fresh read only)" \
-			"$CEILING" -f "$WORK/ceiling.list" "$MNT"
-		timed_read "$CEILING_ROW" "$WORK/ceiling"
-		end_daemon
-		rewarm
-		start_mount "FUSE ceiling, the payload's bytes (fresh read only)" \
-			"$CEILING" -f -x file "$WORK/ceiling-file.list" "$MNT"
-		timed_read "$CEIL_SRC_ROW" "$WORK/ceiling"
-		end_daemon
-		rewarm
-		start_mount "FUSE ceiling, the payload's bytes, hashed (fresh read only)" \
-			"$CEILING" -f -x file -x hash "$WORK/ceiling-file.list" "$MNT"
-		timed_read "$CEIL_HASH_ROW" "$WORK/ceiling"
-		end_daemon
+		ceiling_read "FUSE ceiling" "$CEILING_ROW" \
+			"$WORK/ceiling" "$WORK/ceiling.list"
+		ceiling_read "FUSE ceiling, the payload's bytes" "$CEIL_SRC_ROW" \
+			"$WORK/ceiling" "$WORK/ceiling-file.list" -x file
+		ceiling_read "FUSE ceiling, the payload's bytes, hashed" "$CEIL_HASH_ROW" \
+			"$WORK/ceiling" "$WORK/ceiling-file.list" -x file -x hash
 	done
 	# The ceiling of the other fresh rows' own files: one file of
 	# model.safetensors' size, and files of the dim-1 slices' sizes (a
@@ -290,27 +292,17 @@ with open(out_sl, "w") as o:
 	CEIL_ST_HASH_ROW="FUSE ceiling, one file of model.safetensors' size replying with the payload's bytes, hashed, fresh mount"
 	CEIL_SL_HASH_ROW="FUSE ceiling, files of the dim-1 slices' sizes replying with the payload's bytes, hashed, fresh mount"
 	for _ in $(seq "$REPS"); do
-		rewarm
-		start_mount "FUSE ceiling, model.safetensors' size (fresh read only)" \
-			"$CEILING" -f "$WORK/ceiling-st.list" "$MNT"
-		timed_read "$CEIL_ST_ROW" "$WORK/ceiling-st"
-		end_daemon
-		rewarm
-		start_mount "FUSE ceiling, model.safetensors' size, the payload's bytes, hashed (fresh read only)" \
-			"$CEILING" -f -x file -x hash "$WORK/ceiling-st-file.list" "$MNT"
-		timed_read "$CEIL_ST_HASH_ROW" "$WORK/ceiling-st"
-		end_daemon
+		ceiling_read "FUSE ceiling, model.safetensors' size" "$CEIL_ST_ROW" \
+			"$WORK/ceiling-st" "$WORK/ceiling-st.list"
+		ceiling_read "FUSE ceiling, model.safetensors' size, the payload's bytes, hashed" \
+			"$CEIL_ST_HASH_ROW" "$WORK/ceiling-st" \
+			"$WORK/ceiling-st-file.list" -x file -x hash
 		if [[ -s $WORK/slices ]]; then
-			rewarm
-			start_mount "FUSE ceiling, the slices' sizes (fresh read only)" \
-				"$CEILING" -f "$WORK/ceiling-slices.list" "$MNT"
-			timed_read "$CEIL_SL_ROW" "$WORK/ceiling-slices"
-			end_daemon
-			rewarm
-			start_mount "FUSE ceiling, the slices' sizes, the payload's bytes, hashed (fresh read only)" \
-				"$CEILING" -f -x file -x hash "$WORK/ceiling-slices-file.list" "$MNT"
-			timed_read "$CEIL_SL_HASH_ROW" "$WORK/ceiling-slices"
-			end_daemon
+			ceiling_read "FUSE ceiling, the slices' sizes" "$CEIL_SL_ROW" \
+				"$WORK/ceiling-slices" "$WORK/ceiling-slices.list"
+			ceiling_read "FUSE ceiling, the slices' sizes, the payload's bytes, hashed" \
+				"$CEIL_SL_HASH_ROW" "$WORK/ceiling-slices" \
+				"$WORK/ceiling-slices-file.list" -x file -x hash
 		fi
 	done
 fi
