@@ -258,12 +258,13 @@ static int ra_segment(void *arg, uint64_t toff, uint64_t voff, uint64_t len)
 	return 0;
 }
 
-/* Advise the payload blocks behind bytes [from, to) of view of t. No lock
- * held. */
+/* Advise the payload blocks behind bytes [from, to) of view of t (when
+ * shard is set: of that shard's payload, which the view is, in order). No
+ * lock held. */
 static void ra_advise(struct sf_ra *ra, const struct sf_ckpt_ref *ck,
 		      const struct sf_model *m, const struct sf_tensor *t,
-		      const struct sf_box *view, uint64_t from, uint64_t to,
-		      unsigned flags)
+		      const struct sf_box *view, const struct sf_shard *shard,
+		      uint64_t from, uint64_t to, unsigned flags)
 {
 	struct ra_walk w = { .src = ra->src, .ck = ck, .t = t, .bs = m->block_size,
 			     .flags = flags };
@@ -271,10 +272,11 @@ static void ra_advise(struct sf_ra *ra, const struct sf_ckpt_ref *ck,
 
 	if (from >= to || t->nshards == 0)
 		return;
-	const struct sf_shard *s = sf_shard_of_view(t, view);
-	if (s && to <= s->nbytes) {
+	if (!shard)
+		shard = sf_shard_of_view(t, view);
+	if (shard && to <= shard->nbytes) {
 		/* the view is one shard's payload, in order */
-		ra_add(&w, s, from / w.bs, (to - 1) / w.bs + 1);
+		ra_add(&w, shard, from / w.bs, (to - 1) / w.bs + 1);
 		ra_flush(&w);
 		return;
 	}
@@ -332,9 +334,9 @@ static bool ra_follows(const struct sf_model *m, size_t idx,
 
 struct ra_plan {
 	const struct sf_tensor *t;
-	const struct sf_box *view;      /* NULL: the whole tensor, or box */
-	struct sf_box box;              /* a shard's box (shard chain) */
-	bool use_box;
+	const struct sf_box *view;      /* NULL: the whole tensor */
+	const struct sf_shard *shard;   /* box chain: the shard whose own box
+					 * is advised (view unused), or NULL */
 	unsigned flags;                 /* advise() flags */
 	uint64_t from, to;              /* view bytes to advise */
 };
@@ -483,7 +485,7 @@ void sf_ra_note(struct sf_ra *ra, const struct sf_ckpt_ref *ck,
 
 		plan[np].t = t;
 		plan[np].view = view;
-		plan[np].use_box = false;
+		plan[np].shard = st->box;
 		plan[np].flags = view ? 0 : SF_ADVISE_DENSE;
 		plan[np].from = st->ahead;
 		plan[np++].to = to;
@@ -523,9 +525,8 @@ void sf_ra_note(struct sf_ra *ra, const struct sf_ckpt_ref *ck,
 			if (a < b) {
 				plan[np].t = t2;
 				plan[np].view = NULL;
-				plan[np].use_box = true;
+				plan[np].shard = s2;
 				plan[np].flags = 0; /* slices: sparse */
-				sf_shard_box(s2, t2->ndim, &plan[np].box);
 				plan[np].from = a;
 				plan[np++].to = b;
 			}
@@ -548,7 +549,7 @@ void sf_ra_note(struct sf_ra *ra, const struct sf_ckpt_ref *ck,
 		if (s2->ahead < n2) {
 			plan[np].t = t2;
 			plan[np].view = NULL;
-			plan[np].use_box = false;
+			plan[np].shard = NULL;
 			plan[np].flags = SF_ADVISE_DENSE;
 			plan[np].from = s2->ahead;
 			plan[np++].to = n2;
@@ -559,8 +560,7 @@ void sf_ra_note(struct sf_ra *ra, const struct sf_ckpt_ref *ck,
 out_unlock:
 	pthread_mutex_unlock(&ra->lock);
 	for (unsigned i = 0; i < np; i++)
-		ra_advise(ra, ck, m, plan[i].t,
-			  plan[i].use_box ? &plan[i].box : plan[i].view,
+		ra_advise(ra, ck, m, plan[i].t, plan[i].view, plan[i].shard,
 			  plan[i].from, plan[i].to, plan[i].flags);
 }
 
