@@ -596,8 +596,9 @@ int main(int argc, char **argv)
 		 * 128 (cold reads). */
 		a.cfg.engine.readahead_bytes = 32ull << 20;
 		rc = run_mpi(&argc, &argv, &a);
-	} else
+	} else {
 		rc = sf_fs_run(&a.cfg) ? 1 : 0;
+	}
 out_free:
 	args_free(&a);
 	return rc;
