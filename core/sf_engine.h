@@ -28,10 +28,19 @@
 #include "sf_model.h"
 
 /* Where a checkpoint lives. Borrowed by the engine for the duration of a
- * call; cached blocks are keyed by its address until sf_engine_forget(). */
+ * call; cached blocks are keyed by its address until sf_engine_forget().
+ * A checkpoint of a mounted store is pinned: its payloads are opened
+ * beneath the directory descriptor taken when it was scanned, so a
+ * directory swapped for a symlink (or anything else) afterwards never
+ * leads a read elsewhere; dir then only names it in logs and to peers. */
 struct sf_ckpt_ref {
 	const char *dir;   /* local directory of the checkpoint (absolute) */
 	const char *name;  /* checkpoint name (as peers know it) */
+	bool pinned;       /* dirfd is valid: open payloads beneath it, never
+			    * by dir (a zeroed ref opens by dir: tools and
+			    * tests naming a directory themselves) */
+	int dirfd;         /* with pinned: the checkpoint directory, owned by
+			    * whoever made the ref (sf_ckpt: until closed) */
 };
 
 /* sf_source_ops.advise flags */

@@ -217,7 +217,7 @@ static int get_fd_ent(struct local_src *ls, const struct sf_ckpt_ref *ck,
 		*ent = e;
 		return 0;
 	}
-	f = sf_open_payload(ck->dir, file);
+	f = sf_open_payload_ref(ck, file);
 	if (f < 0)
 		return f;
 	pthread_mutex_lock(&ls->lock);

@@ -25,35 +25,35 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-int sf_ckpt_open_src(const char *dir, const char *name, struct sf_source *src,
-		     struct sf_ckpt **out, char *err, size_t errlen)
+/*
+ * Open the checkpoint whose directory is dirfd (taken: kept by the
+ * checkpoint, or closed on failure; -1 when this daemon holds none of it
+ * and every file is a peer's), dir its absolute path (names it in logs and
+ * to peers), name its name (NULL: the basename of dir).
+ */
+static int ckpt_open_fd(int dirfd, const char *dir, const char *name,
+			struct sf_source *src, struct sf_ckpt **out,
+			char *err, size_t errlen)
 {
 	struct sf_format_result res = { 0 };
 	struct sf_dirlist ls = { 0 };
-	struct sf_cdir cd = { .dirfd = -1 };
+	struct sf_cdir cd = { .dirfd = dirfd };
 	enum sf_probe how;
 	struct sf_ckpt *ck;
 	struct stat sb;
 	const char *base;
 	int ret;
 
-	if (errlen)
-		err[0] = '\0';
 	ck = calloc(1, sizeof(*ck));
-	if (!ck)
+	if (!ck) {
+		if (dirfd >= 0)
+			close(dirfd);
 		return -ENOMEM;
-	ck->dir = realpath(dir, NULL);
-	if (!ck->dir && errno == ENOENT && src && name && dir[0] == '/') {
-		/* None of it here: every file is a peer's (MPI). */
-		ck->dir = strdup(dir);
-		if (!ck->dir) {
-			ret = -ENOMEM;
-			goto out_close;
-		}
-		clock_gettime(CLOCK_REALTIME, &ck->mtime);
-	} else if (!ck->dir) {
-		ret = -errno;
-		snprintf(err, errlen, "%s: %s", dir, sf_strerror(ret));
+	}
+	ck->dirfd = dirfd;
+	ck->dir = strdup(dir);
+	if (!ck->dir) {
+		ret = -ENOMEM;
 		goto out_close;
 	}
 	base = strrchr(ck->dir, '/');
@@ -63,20 +63,28 @@ int sf_ckpt_open_src(const char *dir, const char *name, struct sf_source *src,
 		ret = -ENOMEM;
 		goto out_close;
 	}
-	cd.dir = ck->dir;
-	cd.name = ck->name;
-	cd.src = src;
-	cd.ref.dir = ck->dir;
-	cd.ref.name = ck->name;
-	if (access(ck->dir, F_OK) == 0 || !src) {
-		cd.dirfd = open(ck->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		if (cd.dirfd < 0 || fstat(cd.dirfd, &sb) != 0) {
+	if (dirfd >= 0) {
+		if (fstat(dirfd, &sb) != 0) {
 			ret = -errno;
 			snprintf(err, errlen, "%s: %s", ck->dir, sf_strerror(ret));
 			goto out_close;
 		}
 		ck->mtime = sb.st_mtim;
+		ck->dev = (uint64_t)sb.st_dev;
+		ck->ino = (uint64_t)sb.st_ino;
+	} else {
+		clock_gettime(CLOCK_REALTIME, &ck->mtime);
 	}
+	/* the ref is final before anything reads through the source: its
+	 * address keys the source's state, its dirfd is where files lie */
+	ck->ref.dir = ck->dir;
+	ck->ref.name = ck->name;
+	ck->ref.pinned = true;
+	ck->ref.dirfd = ck->dirfd;
+	cd.dir = ck->dir;
+	cd.name = ck->name;
+	cd.src = src;
+	cd.ref = ck->ref;
 	ret = sf_cdir_list(&cd, &ls);
 	if (ret) {
 		snprintf(err, errlen, "cannot list it: %s", sf_strerror(ret));
@@ -112,8 +120,6 @@ int sf_ckpt_open_src(const char *dir, const char *name, struct sf_source *src,
 			 sf_strerror(ret));
 		goto out_close;
 	}
-	ck->ref.dir = ck->dir;
-	ck->ref.name = ck->name;
 	ret = 0;
 	*out = ck;
 	ck = NULL;
@@ -124,10 +130,93 @@ out_close:
 	if (src && src->ops->forget)
 		src->ops->forget(src->ctx, &cd.ref);
 	sf_format_result_clear(&res);
-	if (cd.dirfd >= 0)
-		close(cd.dirfd);
-	sf_ckpt_close(ck);
+	sf_ckpt_close(ck); /* closes dirfd */
 	return ret;
+}
+
+int sf_ckpt_open_src(const char *dir, const char *name, struct sf_source *src,
+		     struct sf_ckpt **out, char *err, size_t errlen)
+{
+	char *real;
+	int fd = -1, ret;
+
+	if (errlen)
+		err[0] = '\0';
+	real = realpath(dir, NULL);
+	if (!real && errno == ENOENT && src && name && dir[0] == '/')
+		/* None of it here: every file is a peer's (MPI). */
+		return ckpt_open_fd(-1, dir, name, src, out, err, errlen);
+	if (!real) {
+		ret = -errno;
+		snprintf(err, errlen, "%s: %s", dir, sf_strerror(ret));
+		return ret;
+	}
+	/* a directory the caller named: followed, then pinned */
+	fd = open(real, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0) {
+		ret = -errno;
+		snprintf(err, errlen, "%s: %s", real, sf_strerror(ret));
+		free(real);
+		return ret;
+	}
+	ret = ckpt_open_fd(fd, real, name, src, out, err, errlen);
+	free(real);
+	return ret;
+}
+
+int sf_ckpt_open_at(int storefd, const char *store, const char *name,
+		    struct sf_source *src, struct sf_ckpt **out, char *err,
+		    size_t errlen)
+{
+	char path[4096];
+	const char *base;
+	int fd;
+
+	if (errlen)
+		err[0] = '\0';
+	if (!name) {
+		/* the store is the checkpoint: its own descriptor, pinned */
+		fd = fcntl(storefd, F_DUPFD_CLOEXEC, 0);
+		if (fd < 0) {
+			fd = -errno;
+			snprintf(err, errlen, "%s: %s", store, sf_strerror(fd));
+			return fd;
+		}
+		base = strrchr(store, '/');
+		base = base && base[1] ? base + 1 : store;
+		return ckpt_open_fd(fd, store, base, src, out, err, errlen);
+	}
+	if ((size_t)snprintf(path, sizeof(path), "%s/%s", store, name) >=
+	    sizeof(path)) {
+		snprintf(err, errlen, "path too long");
+		return -ENAMETOOLONG;
+	}
+	fd = sf_open_ckpt_dir(storefd, name, NULL, NULL);
+	if ((fd == -ENOENT || fd == -ELOOP) && src)
+		/* None of it here (a symlink is not this store's): every file
+		 * is a peer's (MPI). */
+		return ckpt_open_fd(-1, path, name, src, out, err, errlen);
+	if (fd < 0) {
+		snprintf(err, errlen, "%s", fd == -ELOOP ?
+			 "its directory is a symlink (not followed)" :
+			 sf_strerror(fd));
+		return fd;
+	}
+	return ckpt_open_fd(fd, path, name, src, out, err, errlen);
+}
+
+int sf_ckpt_identity(const struct sf_ckpt *ck, int storefd)
+{
+	struct stat sb;
+
+	if (ck->dirfd < 0)
+		return 0; /* none of it here: nothing to compare */
+	if (fstatat(storefd, ck->name, &sb, AT_SYMLINK_NOFOLLOW) != 0)
+		return errno == ENOENT ? -ENOENT : -errno;
+	if (!S_ISDIR(sb.st_mode) || (uint64_t)sb.st_dev != ck->dev ||
+	    (uint64_t)sb.st_ino != ck->ino)
+		return -ESTALE;
+	return 0;
 }
 
 int sf_ckpt_manifest_read(const struct sf_ckpt *ck, void *buf, uint64_t off,
@@ -136,20 +225,17 @@ int sf_ckpt_manifest_read(const struct sf_ckpt *ck, void *buf, uint64_t off,
 	if (off > ck->manifest_len || len > ck->manifest_len - off)
 		return -EINVAL;
 	struct stat sb;
-	int dfd, fd, rc = -EIO;
+	int fd, rc = -EIO;
 
 	if (!ck->manifest_in_file) {
 		memcpy(buf, ck->manifest_json + off, len);
 		return 0;
 	}
-	/* opened each time (reads of it are rare; a store of many
-	 * checkpoints holds no descriptor per checkpoint), beneath the
-	 * checkpoint's directory as at open */
-	dfd = open(ck->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd < 0)
+	/* opened each time (reads of it are rare), beneath the checkpoint's
+	 * pinned directory as at open */
+	if (ck->dirfd < 0)
 		return -EIO;
-	fd = sf_open_beneath(dfd, ck->manifest_path, O_RDONLY | O_NONBLOCK);
-	close(dfd);
+	fd = sf_open_beneath(ck->dirfd, ck->manifest_path, O_RDONLY | O_NONBLOCK);
 	if (fd < 0)
 		return -EIO;
 	if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) &&
@@ -177,6 +263,8 @@ void sf_ckpt_close(struct sf_ckpt *ck)
 	free(ck->manifest_json);
 	free(ck->name);
 	free(ck->dir);
+	if (ck->dirfd >= 0)
+		close(ck->dirfd);
 	free(ck);
 }
 
@@ -215,11 +303,23 @@ static void and_file_modes(int dirfd, int depth, unsigned *mode,
 
 int sf_store_perms(const char *dir, struct sf_perms *out)
 {
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), rc;
+
+	if (fd < 0)
+		return -errno;
+	rc = sf_store_perms_fd(fd, out);
+	close(fd);
+	return rc;
+}
+
+int sf_store_perms_fd(int dirfd, struct sf_perms *out)
+{
 	unsigned budget = SF_PERMS_MAX_FILES;
 	struct stat sb;
 	int fd;
 
-	fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	/* and_file_modes reads (and closes) a descriptor of its own */
+	fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
 	if (fstat(fd, &sb) != 0) {
@@ -236,20 +336,22 @@ int sf_store_perms(const char *dir, struct sf_perms *out)
 	return 0;
 }
 
-/* What the adapters say of directory dir (with src: and of the files peers
- * hold of checkpoint name): *how, and the format. */
-static const struct sf_format *probe_dir(const char *dir, const char *name,
-					 struct sf_source *src,
+/* What the adapters say of checkpoint name of the store storefd (name
+ * NULL: the store itself; with src: and of the files peers hold of it):
+ * *how, and the format. dir names it for the source. */
+static const struct sf_format *probe_dir(int storefd, const char *dir,
+					 const char *name, struct sf_source *src,
 					 enum sf_probe *how)
 {
 	struct sf_cdir cd = { .dirfd = -1, .dir = dir, .name = name,
-			      .src = src, .ref = { dir, name } };
+			      .src = src, .ref = { .dir = dir, .name = name } };
 	struct sf_dirlist ls = { 0 };
 	const struct sf_format *fmt = NULL;
 
 	*how = SF_PROBE_NO;
-	cd.dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (cd.dirfd < 0 && !(src && errno == ENOENT))
+	cd.dirfd = name ? sf_open_ckpt_dir(storefd, name, NULL, NULL) :
+			  fcntl(storefd, F_DUPFD_CLOEXEC, 0);
+	if (cd.dirfd < 0 && !(src && cd.dirfd == -ENOENT))
 		return NULL;
 	if (sf_cdir_list(&cd, &ls) == 0)
 		fmt = sf_format_probe(&ls, how);
@@ -264,49 +366,71 @@ static int cmp_names(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* remote: no file of it is in this store (every one is a peer's). */
-static void open_one(const char *dir, const char *name, struct sf_source *src,
-		     bool remote, sf_store_fn fn, void *arg)
+/* Checkpoint name of the store (storefd, path store; name NULL: the store
+ * itself, whose name is nm). remote: no file of it is in this store
+ * (every one is a peer's). */
+static void open_one(int storefd, const char *store, const char *name,
+		     const char *nm, struct sf_source *src, bool remote,
+		     sf_store_fn fn, void *arg)
 {
 	struct sf_ckpt *ck = NULL;
 	const struct sf_format *fmt;
 	enum sf_probe how;
+	char dir[4096];
 	char why[512];
 	int ret;
 
-	fmt = probe_dir(dir, name, src, &how);
+	if (!name)
+		snprintf(dir, sizeof(dir), "%s", store);
+	else if ((size_t)snprintf(dir, sizeof(dir), "%s/%s", store, name) >=
+		 sizeof(dir))
+		return;
+	fmt = probe_dir(storefd, dir, name, src, &how);
 	if (remote && (how != SF_PROBE_YES || fmt->writable)) {
 		/* Peers' business: a shardfs checkpoint is on every store once
 		 * committed, and one being written is resumed where it is. */
-		sf_info("store: %s (on peers only) not shown here", name);
+		sf_info("store: %s (on peers only) not shown here", nm);
 		return;
 	}
 	if (how == SF_PROBE_NO) {
-		sf_warn("store: %s skipped: no format shardfs reads recognizes it", name);
+		sf_warn("store: %s skipped: no format shardfs reads recognizes it", nm);
 		return;
 	}
 	if (how == SF_PROBE_PARTIAL) {
 		if (fmt->writable)
-			fn(arg, name, dir, NULL, 0, NULL);
+			fn(arg, nm, dir, NULL, 0, NULL);
 		else
 			sf_warn("store: %s skipped: a %s checkpoint still being written; shown once complete",
-				name, fmt->name);
+				nm, fmt->name);
 		return;
 	}
-	ret = sf_ckpt_open_src(dir, name, src, &ck, why, sizeof(why));
+	ret = sf_ckpt_open_at(storefd, store, name, src, &ck, why, sizeof(why));
 	if (ret) {
-		sf_err("checkpoint %s left out: %s", name, why[0] ? why : sf_strerror(ret));
-		fn(arg, name, dir, NULL, ret, why);
+		sf_err("checkpoint %s left out: %s", nm, why[0] ? why : sf_strerror(ret));
+		fn(arg, nm, dir, NULL, ret, why);
 		return;
 	}
-	fn(arg, name, dir, ck, 0, NULL);
+	fn(arg, nm, dir, ck, 0, NULL);
+}
+
+/* The store's descriptor: a directory (the path the user named,
+ * followed). -errno. */
+static int store_fd(const char *store)
+{
+	int fd = open(store, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+	return fd < 0 ? -errno : fd;
 }
 
 bool sf_store_is_single(const char *store)
 {
 	enum sf_probe how;
+	int fd = store_fd(store);
 
-	(void)probe_dir(store, NULL, NULL, &how);
+	if (fd < 0)
+		return false;
+	(void)probe_dir(fd, store, NULL, NULL, &how);
+	close(fd);
 	return how == SF_PROBE_YES;
 }
 
@@ -317,18 +441,19 @@ int sf_store_single_vote(const char *store)
 	enum sf_probe how;
 	int fd, n;
 
-	fmt = probe_dir(store, NULL, NULL, &how);
-	if (how == SF_PROBE_YES)
-		return 2;
-	if (how == SF_PROBE_PARTIAL && !fmt->writable)
-		return 1;
-	fd = open(store, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	fd = store_fd(store);
 	if (fd < 0)
 		return 0;
-	n = sf_dirlist_read(fd, &ls) == 0 && ls.n == 0;
+	fmt = probe_dir(fd, store, NULL, NULL, &how);
+	if (how == SF_PROBE_YES)
+		n = 2;
+	else if (how == SF_PROBE_PARTIAL && !fmt->writable)
+		n = 1;
+	else
+		n = sf_dirlist_read(fd, &ls) == 0 && ls.n == 0 ? 1 : 0;
 	sf_dirlist_free(&ls);
 	close(fd);
-	return n ? 1 : 0;
+	return n;
 }
 
 /* The names of checkpoints peers hold, collected. */
@@ -352,47 +477,52 @@ static int add_name(void *arg, const char *name)
 	return 0;
 }
 
-int sf_store_scan_src(const char *store, struct sf_source *src, int single_hint,
-		      sf_store_fn fn, void *arg, int *single)
+int sf_store_scan_fd(int storefd, const char *store, struct sf_source *src,
+		     int single_hint, sf_store_fn fn, void *arg, int *single)
 {
 	struct name_list peers = { 0 };
 	struct dirent *de;
 	char **names = NULL;
 	size_t n = 0, cap = 0, nlocal;
+	enum sf_probe how = SF_PROBE_NO;
 	DIR *d;
-	int ret = 0;
+	int fd, ret = 0;
 
 	*single = 0;
-	if (single_hint > 0 || (single_hint < 0 && sf_store_is_single(store))) {
-		char *real = realpath(store, NULL);
-		const char *base;
-		const char *nm;
+	if (single_hint < 0)
+		(void)probe_dir(storefd, store, NULL, NULL, &how);
+	if (single_hint > 0 || how == SF_PROBE_YES) {
+		const char *base = strrchr(store, '/');
 
-		if (!real)
-			return -errno;
-		base = strrchr(real, '/');
-		nm = base && base[1] ? base + 1 : real;
 		*single = 1;
-		open_one(real, nm, src, false, fn, arg);
-		free(real);
+		open_one(storefd, store, NULL, base && base[1] ? base + 1 : store,
+			 src, false, fn, arg);
 		return 0;
 	}
-	d = opendir(store);
-	if (!d)
+	/* a descriptor of its own: a dup would share storefd's offset */
+	fd = openat(storefd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
 		return -errno;
+	d = fdopendir(fd);
+	if (!d) {
+		ret = -errno;
+		close(fd);
+		return ret;
+	}
 	while ((de = readdir(d))) {
-		char path[4096];
 		struct stat sb;
 
 		if (de->d_name[0] == '.')
 			continue; /* hidden: shardfs's own .deleted-* and .creating-* */
-		if ((size_t)snprintf(path, sizeof(path), "%s/%s", store,
-				     de->d_name) >= sizeof(path)) {
-			sf_warn("store: %s skipped: path too long", de->d_name);
-			continue;
-		}
-		if (stat(path, &sb) < 0 || !S_ISDIR(sb.st_mode)) {
-			sf_info("store: %s skipped: not a directory", de->d_name);
+		/* a symlink is not followed: only directories the store holds */
+		if (fstatat(storefd, de->d_name, &sb, AT_SYMLINK_NOFOLLOW) < 0)
+			continue; /* gone meanwhile */
+		if (!S_ISDIR(sb.st_mode)) {
+			if (S_ISLNK(sb.st_mode))
+				sf_warn("store: %s skipped: a symlink (checkpoints are directories of the store; symlinks are not followed)",
+					de->d_name);
+			else
+				sf_info("store: %s skipped: not a directory", de->d_name);
 			continue;
 		}
 		ret = sf_array_grow(&names, n, &cap, sizeof(*names), 16, 0);
@@ -413,25 +543,19 @@ int sf_store_scan_src(const char *store, struct sf_source *src, int single_hint,
 		if (ret)
 			goto out_free_names;
 	}
-	for (size_t i = 0; i < nlocal; i++) {
-		char path[4096];
-		snprintf(path, sizeof(path), "%s/%s", store, names[i]);
-		open_one(path, names[i], src, false, fn, arg);
-	}
+	for (size_t i = 0; i < nlocal; i++)
+		open_one(storefd, store, names[i], names[i], src, false, fn, arg);
 	/* Checkpoints of which this store holds nothing. */
 	if (peers.n > 1)
 		qsort(peers.names, peers.n, sizeof(*peers.names), cmp_names);
 	for (size_t i = 0; i < peers.n; i++) {
-		char path[4096];
-
 		if ((nlocal && bsearch(&peers.names[i], names, nlocal, sizeof(*names),
 				       cmp_names)) ||
 		    (i && strcmp(peers.names[i], peers.names[i - 1]) == 0) ||
-		    peers.names[i][0] == '.' ||
-		    (size_t)snprintf(path, sizeof(path), "%s/%s", store,
-				     peers.names[i]) >= sizeof(path))
+		    peers.names[i][0] == '.' || strchr(peers.names[i], '/'))
 			continue;
-		open_one(path, peers.names[i], src, true, fn, arg);
+		open_one(storefd, store, peers.names[i], peers.names[i], src, true,
+			 fn, arg);
 	}
 out_free_names:
 	for (size_t i = 0; i < n; i++)
@@ -441,6 +565,26 @@ out_free_names:
 		free(peers.names[i]);
 	free(peers.names);
 	closedir(d);
+	return ret;
+}
+
+int sf_store_scan_src(const char *store, struct sf_source *src, int single_hint,
+		      sf_store_fn fn, void *arg, int *single)
+{
+	char *real = realpath(store, NULL);
+	int fd, ret;
+
+	*single = 0;
+	if (!real)
+		return -errno;
+	fd = store_fd(real);
+	if (fd < 0) {
+		free(real);
+		return fd;
+	}
+	ret = sf_store_scan_fd(fd, real, src, single_hint, fn, arg, single);
+	close(fd);
+	free(real);
 	return ret;
 }
 

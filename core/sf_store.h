@@ -21,9 +21,15 @@
 #include "sf_views.h"
 
 struct sf_ckpt {
-	struct sf_ckpt_ref ref;    /* ref.dir, ref.name point into this struct */
-	char *dir;                 /* absolute path */
+	struct sf_ckpt_ref ref;    /* ref.dir, ref.name point into this struct;
+				    * pinned, ref.dirfd is dirfd */
+	char *dir;                 /* absolute path (names it; files are
+				    * opened beneath dirfd, never by it) */
 	char *name;
+	int dirfd;                 /* the directory as opened when it was
+				    * scanned (owned), or -1 when this daemon
+				    * holds none of it (MPI: peers' files) */
+	uint64_t dev, ino;         /* dirfd's identity (sf_ckpt_identity) */
 	const struct sf_format *fmt; /* the adapter that opened it (static) */
 	struct sf_model *m;        /* owned */
 	char *manifest_json;       /* manifest.json as the mount shows it (owned),
@@ -39,8 +45,10 @@ struct sf_ckpt {
 };
 
 /* Open the complete checkpoint in dir, named name (if NULL, the basename
- * of dir), of whatever format its adapter recognizes. On failure returns a
- * negative error and a one-line reason. */
+ * of dir), of whatever format its adapter recognizes. dir is a path the
+ * caller chose (symlinks in it followed); the directory it names then is
+ * the checkpoint's for good (pinned). On failure returns a negative error
+ * and a one-line reason. */
 int sf_ckpt_open(const char *dir, const char *name, struct sf_ckpt **out,
 		 char *err, size_t errlen);
 /* The same, with the files of the checkpoint that peer daemons hold
@@ -48,7 +56,29 @@ int sf_ckpt_open(const char *dir, const char *name, struct sf_ckpt **out,
  * dir (absolute) may be missing here: every file is then a peer's. */
 int sf_ckpt_open_src(const char *dir, const char *name, struct sf_source *src,
 		     struct sf_ckpt **out, char *err, size_t errlen);
+/*
+ * Open checkpoint name of a mounted store, as the daemon does: its
+ * directory is opened beneath storefd (the store's descriptor; store its
+ * absolute path, for names) without following a symlink, and everything
+ * the checkpoint ever reads is opened beneath that descriptor
+ * (sf_open_ckpt_dir), so what a store's owner does to the store after the
+ * scan never leads the daemon out of the directory it scanned. name NULL:
+ * the store itself is the checkpoint. With src, a name this store lacks
+ * is opened from the peers' files. A directory that is a symlink fails
+ * with -ELOOP ("its directory is a symlink (not followed)").
+ */
+int sf_ckpt_open_at(int storefd, const char *store, const char *name,
+		    struct sf_source *src, struct sf_ckpt **out, char *err,
+		    size_t errlen);
 void sf_ckpt_close(struct sf_ckpt *ck); /* accepts NULL */
+
+/*
+ * Is name in the store (storefd) still the directory ck was opened from?
+ * 0 yes (or ck has no directory here); -ENOENT it is gone; -ESTALE it is
+ * something else now (another directory, a symlink, a file); another
+ * -errno when it cannot be told.
+ */
+int sf_ckpt_identity(const struct sf_ckpt *ck, int storefd);
 
 /* Bytes [off, off+len) of the manifest.json the mount shows (the caller
  * clamps them to manifest_len). 0; -EIO when the stored file is no longer
@@ -88,6 +118,11 @@ int sf_store_scan(const char *store, sf_store_fn fn, void *arg, int *single);
  */
 int sf_store_scan_src(const char *store, struct sf_source *src, int single_hint,
 		      sf_store_fn fn, void *arg, int *single);
+/* The same through the store's descriptor storefd (store: its absolute
+ * path, for names), as the daemon scans: every checkpoint is opened with
+ * sf_ckpt_open_at, and a symlink in the store is skipped with a warning. */
+int sf_store_scan_fd(int storefd, const char *store, struct sf_source *src,
+		     int single_hint, sf_store_fn fn, void *arg, int *single);
 
 /*
  * This store's vote on "every daemon's STORE is one checkpoint": 2 it is
@@ -114,5 +149,7 @@ struct sf_perms {
 };
 /* 0, or -errno when dir cannot be stat'ed (files that vanish are skipped). */
 int sf_store_perms(const char *dir, struct sf_perms *out);
+/* The same for the directory open as dirfd (a pinned checkpoint's). */
+int sf_store_perms_fd(int dirfd, struct sf_perms *out);
 
 #endif

@@ -135,6 +135,9 @@ struct sf_fs {
 	pthread_cond_t wfiles_cv;       /* tree_lock: some nwfiles dropped */
 	pthread_mutex_t commit_lock;    /* one commit or delete at a time */
 	char *store_abs;                /* immutable; owned: realpath(store) */
+	int store_fd;                   /* immutable; owned: the store's
+					 * directory, opened at start: every
+					 * checkpoint is opened beneath it */
 	uint32_t rank, world;           /* immutable: 0, 1 without a cluster */
 	struct sf_node *root;           /* tree_lock; linked forever (ref 1) */
 	struct sf_node *all;            /* tree_lock: every allocated node */
@@ -210,14 +213,22 @@ void sf_fs_tree_destroy(struct sf_fs *fs);
 int sf_fs_add_committed(struct sf_fs *fs, struct sf_ckpt *ck);
 /* Is a committed or writing checkpoint of that name listed? */
 bool sf_fs_has_ckpt(struct sf_fs *fs, const char *name);
-/* Copies of the names and store directories of every committed checkpoint
- * (*n of each, malloc'd, the caller frees each and the arrays). 0 or
- * -ENOMEM (then what was copied is still returned). */
-int sf_fs_committed_dirs(struct sf_fs *fs, char ***names, char ***dirs,
-			 size_t *n);
+/* A committed checkpoint as the live store checks it: its name, its
+ * directory's path and the identity of the directory it was opened from
+ * (local false: this daemon holds none of it). */
+struct sf_fs_cident {
+	char *name;                     /* owned */
+	char *dir;                      /* owned */
+	bool local;
+	uint64_t dev, ino;
+};
+/* The committed checkpoints: *out (malloc'd, free each name and dir and
+ * the array), *n of them. 0 or -ENOMEM (what was gathered is still set). */
+int sf_fs_committed_idents(struct sf_fs *fs, struct sf_fs_cident **out,
+			   size_t *n);
 /* Stop showing committed checkpoint name (whose store directory dir is
- * gone) unless a commit or delete holds it; open handles keep reading.
- * true if it was dropped. */
+ * gone, or is no longer the one it was opened from) unless a commit or
+ * delete holds it; open handles keep reading. True when dropped. */
 bool sf_fs_drop_vanished(struct sf_fs *fs, const char *name, const char *dir);
 
 /* --- sf_fs_notify.c: kernel entry invalidations off the workers --- */

@@ -22,6 +22,11 @@
  *  - a vanished checkpoint is dropped only when committed and not busy
  *    (a delete through the mount is busy, and renames first); its kernel
  *    entry is invalidated from this thread, outside any request;
+ *  - checkpoints are opened beneath the store's descriptor, never through
+ *    a symlink (sf_ckpt_open_at), and each round compares every shown
+ *    checkpoint's name with the directory it was opened from (device and
+ *    inode, not following a symlink): one whose directory was replaced is
+ *    dropped with one warning and its name looked at anew;
  *  - under MPI (fs->cfg->cluster) vanishing is not applied: a checkpoint
  *    may be shown from peers' files with no directory here.
  */
@@ -29,12 +34,14 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "sf_array.h"
 #include "sf_error.h"
@@ -102,7 +109,7 @@ static void seen_sweep(struct sf_fs_live *l)
 	l->nseen = o;
 }
 
-static void try_add(struct sf_fs_live *l, const char *name, const char *dir,
+static void try_add(struct sf_fs_live *l, const char *name,
 		    const struct timespec *mtime)
 {
 	struct sf_fs *fs = l->fs;
@@ -111,7 +118,8 @@ static void try_add(struct sf_fs_live *l, const char *name, const char *dir,
 	char why[512] = "";
 	int rc;
 
-	rc = sf_ckpt_open_src(dir, name, src, &ck, why, sizeof(why));
+	rc = sf_ckpt_open_at(fs->store_fd, fs->store_abs, name, src, &ck, why,
+			     sizeof(why));
 	if (rc) {
 		/* the start-up scan said why at warning level already; a
 		 * directory still changing would repeat it every round */
@@ -136,20 +144,28 @@ static void scan_new(struct sf_fs_live *l)
 {
 	struct sf_fs *fs = l->fs;
 	struct dirent *de;
-	DIR *d = opendir(fs->store_abs);
+	DIR *d;
+	int fd;
 
-	if (!d)
+	/* a descriptor of its own (readdir's offset), of the store opened at
+	 * start: never whatever its path names now */
+	fd = openat(fs->store_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
 		return;
+	d = fdopendir(fd);
+	if (!d) {
+		close(fd);
+		return;
+	}
 	while ((de = readdir(d))) {
-		char path[4096];
 		struct stat sb;
 		struct seen *s;
 
 		if (de->d_name[0] == '.')
 			continue; /* hidden: shardfs's own .deleted-* and .creating-* */
-		if ((size_t)snprintf(path, sizeof(path), "%s/%s", fs->store_abs,
-				     de->d_name) >= sizeof(path) ||
-		    stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode))
+		/* a symlink is never followed: only the store's directories */
+		if (fstatat(fs->store_fd, de->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0 ||
+		    !S_ISDIR(sb.st_mode))
 			continue;
 		s = seen_find(l, de->d_name);
 		if (s && s->mtime.tv_sec == sb.st_mtim.tv_sec &&
@@ -159,39 +175,75 @@ static void scan_new(struct sf_fs_live *l)
 		}
 		if (sf_fs_has_ckpt(fs, de->d_name))
 			continue;
-		try_add(l, de->d_name, path, &sb.st_mtim);
+		try_add(l, de->d_name, &sb.st_mtim);
 	}
 	closedir(d);
 	seen_sweep(l);
 }
 
+/* What name in the store is now, against the directory a checkpoint was
+ * opened from: NULL the same, else why it is not. */
+static const char *changed(struct sf_fs *fs, const struct sf_fs_cident *c,
+			   bool *gone)
+{
+	struct stat sb;
+
+	*gone = false;
+	if (fstatat(fs->store_fd, c->name, &sb, AT_SYMLINK_NOFOLLOW) != 0) {
+		*gone = errno == ENOENT;
+		return *gone ? "gone" : NULL;
+	}
+	if (!c->local)
+		return NULL; /* shown from peers' files: nothing to compare */
+	if (S_ISLNK(sb.st_mode))
+		return "replaced by a symlink";
+	if (!S_ISDIR(sb.st_mode))
+		return "replaced by something not a directory";
+	if ((uint64_t)sb.st_dev != c->dev || (uint64_t)sb.st_ino != c->ino)
+		return "replaced by another directory";
+	return NULL;
+}
+
+/* Drop the committed checkpoints whose directory left the store or is no
+ * longer the one they were opened from (under MPI only the latter: one
+ * may be shown from peers' files with no directory here). A replaced one
+ * is not in the tree afterwards, so scan_new looks at what its name holds
+ * now as a new checkpoint. */
 static void scan_gone(struct sf_fs_live *l)
 {
 	struct sf_fs *fs = l->fs;
-	char **names, **dirs;
+	struct sf_fs_cident *v;
 	size_t n;
 
-	(void)sf_fs_committed_dirs(fs, &names, &dirs, &n);
+	(void)sf_fs_committed_idents(fs, &v, &n);
 	for (size_t i = 0; i < n; i++) {
-		struct stat sb;
+		const char *why;
+		bool gone;
+		int rc;
 
-		if (names[i] && dirs[i] && stat(dirs[i], &sb) != 0 &&
-		    errno == ENOENT && sf_fs_drop_vanished(fs, names[i], dirs[i])) {
-			int rc;
-
+		if (!v[i].name || !v[i].dir)
+			goto next;
+		why = changed(fs, &v[i], &gone);
+		if (!why || (gone && fs->cfg->cluster) ||
+		    !sf_fs_drop_vanished(fs, v[i].name, v[i].dir))
+			goto next;
+		if (gone)
 			sf_info("store: %s is gone from the store: no longer shown",
-				names[i]);
-			rc = fuse_lowlevel_notify_inval_entry(fs->se, FUSE_ROOT_ID,
-							      names[i], strlen(names[i]));
-			if (rc && rc != -ENOENT)
-				sf_debug("store: %s: kernel entry not invalidated: %s",
-					 names[i], sf_strerror(rc));
-		}
-		free(names[i]);
-		free(dirs[i]);
+				v[i].name);
+		else
+			sf_warn("store: %s: its directory was %s since it was opened: "
+				"no longer shown (what the name holds now is looked at as a new checkpoint)",
+				v[i].name, why);
+		rc = fuse_lowlevel_notify_inval_entry(fs->se, FUSE_ROOT_ID,
+						      v[i].name, strlen(v[i].name));
+		if (rc && rc != -ENOENT)
+			sf_debug("store: %s: kernel entry not invalidated: %s",
+				 v[i].name, sf_strerror(rc));
+next:
+		free(v[i].name);
+		free(v[i].dir);
 	}
-	free(names);
-	free(dirs);
+	free(v);
 }
 
 static void *live_main(void *arg)
@@ -203,9 +255,8 @@ static void *live_main(void *arg)
 		struct timespec until;
 
 		pthread_mutex_unlock(&l->lock);
+		scan_gone(l);
 		scan_new(l);
-		if (!l->fs->cfg->cluster)
-			scan_gone(l);
 		clock_gettime(CLOCK_MONOTONIC, &until);
 		until.tv_nsec += (long)SF_FS_LIVE_MS * 1000000L;
 		until.tv_sec += until.tv_nsec / 1000000000L;

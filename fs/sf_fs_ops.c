@@ -128,7 +128,7 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 	struct sf_fs *fs = fs_of(req);
 	struct statvfs sv;
 
-	if (statvfs(fs->store_abs, &sv) != 0) {
+	if (fstatvfs(fs->store_fd, &sv) != 0) {
 		memset(&sv, 0, sizeof(sv));
 		sv.f_bsize = 4096;
 		sv.f_frsize = 4096;

@@ -108,11 +108,12 @@ static int load_store(struct sf_fs *fs, const char *store)
 	/* Under MPI the peers' files count too (checkpoints spread over
 	 * node-local stores); the source reads them during the scan. */
 	if (fs->cfg->cluster)
-		rc = sf_store_scan_src(store, fs->cfg->cluster->source,
-				       fs->cfg->cluster->store_single, scan_cb,
-				       &l, &single);
+		rc = sf_store_scan_fd(fs->store_fd, store, fs->cfg->cluster->source,
+				      fs->cfg->cluster->store_single, scan_cb,
+				      &l, &single);
 	else
-		rc = sf_store_scan(store, scan_cb, &l, &single);
+		rc = sf_store_scan_fd(fs->store_fd, store, NULL, -1, scan_cb, &l,
+				      &single);
 	if (rc) {
 		sf_err("store %s: %s", store, sf_strerror(rc));
 		goto out_close;
@@ -209,9 +210,11 @@ static int serve(struct sf_fs *fs, struct fuse_session *se)
 	return sf_fs_session_loop(se, fs->cfg->max_threads);
 }
 
-/* STORE, resolved into *abs (malloc'd) with its stat: it must exist and be
- * a directory. 0 or a negative error (logged). */
-static int check_store(const char *store, char **abs, struct stat *st)
+/* STORE, resolved into *abs (malloc'd) and opened as *fd (the directory
+ * it names now is the store for the daemon's life) with its stat: it must
+ * exist and be a directory. 0 or a negative error (logged). */
+static int check_store(const char *store, char **abs, int *fd,
+		       struct stat *st)
 {
 	int rc;
 
@@ -224,16 +227,20 @@ static int check_store(const char *store, char **abs, struct stat *st)
 			sf_err("STORE %s: %s", store, strerror(-rc));
 		return rc;
 	}
-	if (stat(*abs, st) != 0) {
-		rc = -errno;
-		sf_err("STORE %s: %s", store, strerror(-rc));
-	} else if (!S_ISDIR(st->st_mode)) {
+	*fd = open(*abs, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (*fd < 0 && errno == ENOTDIR) {
 		rc = -ENOTDIR;
 		sf_err("STORE %s is not a directory (it must be a directory of checkpoints, or one checkpoint's directory)",
 		       store);
+	} else if (*fd < 0 || fstat(*fd, st) != 0) {
+		rc = -errno;
+		sf_err("STORE %s: %s", store, strerror(-rc));
 	} else {
 		return 0;
 	}
+	if (*fd >= 0)
+		close(*fd);
+	*fd = -1;
 	free(*abs);
 	*abs = NULL;
 	return rc;
@@ -380,7 +387,8 @@ int sf_fs_run(const struct sf_fs_config *cfg)
 	atomic_init(&fs->bdi_done, false);
 	fs->daemon_uid = geteuid();
 
-	rc = check_store(cfg->store, &store_abs, &st);
+	fs->store_fd = -1;
+	rc = check_store(cfg->store, &store_abs, &fs->store_fd, &st);
 	if (rc)
 		goto out_free_fs;
 	fs->store_abs = store_abs;
@@ -523,6 +531,7 @@ out_free_tree:
 	sf_source_destroy(fs->local_src);
 	free(fs->mnt_abs);
 out_free_store:
+	close(fs->store_fd);
 	free(store_abs);
 out_free_fs:
 	pthread_cond_destroy(&fs->wfiles_cv);

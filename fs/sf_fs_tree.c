@@ -538,7 +538,10 @@ static void ckpt_perms(struct sf_fs *fs, struct sf_fs_ckpt *c)
 {
 	struct sf_perms p;
 
-	if (sf_store_perms(c->dir, &p) == 0) {
+	/* the directory the checkpoint was opened from, not whatever its
+	 * path names now */
+	if ((c->ck && c->ck->dirfd >= 0 ? sf_store_perms_fd(c->ck->dirfd, &p) :
+	     sf_store_perms(c->dir, &p)) == 0) {
 		c->uid = p.uid;
 		c->gid = p.gid;
 		c->dir_mode = p.dir_mode;
@@ -584,33 +587,39 @@ bool sf_fs_has_ckpt(struct sf_fs *fs, const char *name)
 	return has;
 }
 
-int sf_fs_committed_dirs(struct sf_fs *fs, char ***names, char ***dirs,
-			 size_t *n)
+int sf_fs_committed_idents(struct sf_fs *fs, struct sf_fs_cident **out,
+			   size_t *n)
 {
+	struct sf_fs_cident *v = NULL;
 	size_t k = 0, i = 0;
 	int rc = 0;
 
-	*names = *dirs = NULL;
+	*out = NULL;
 	*n = 0;
 	pthread_mutex_lock(&fs->tree_lock);
 	for (struct sf_fs_ckpt *c = fs->ckpts; c; c = c->next)
 		k += c->state == SF_CK_COMMITTED;
 	if (k) {
-		*names = calloc(k, sizeof(**names));
-		*dirs = calloc(k, sizeof(**dirs));
-		if (!*names || !*dirs)
+		v = calloc(k, sizeof(*v));
+		if (!v)
 			rc = -ENOMEM;
 	}
 	for (struct sf_fs_ckpt *c = fs->ckpts; c && !rc; c = c->next) {
 		if (c->state != SF_CK_COMMITTED)
 			continue;
-		(*names)[i] = strdup(c->name);
-		(*dirs)[i] = strdup(c->dir);
-		if (!(*names)[i] || !(*dirs)[i])
+		v[i].name = strdup(c->name);
+		v[i].dir = strdup(c->dir);
+		if (c->ck && c->ck->dirfd >= 0) {
+			v[i].local = true;
+			v[i].dev = c->ck->dev;
+			v[i].ino = c->ck->ino;
+		}
+		if (!v[i].name || !v[i].dir)
 			rc = -ENOMEM;
 		i++;
 	}
 	pthread_mutex_unlock(&fs->tree_lock);
+	*out = v;
 	*n = i;
 	return rc;
 }

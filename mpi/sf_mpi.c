@@ -154,10 +154,16 @@ int sf_mpi_start(struct sf_mpi *mp, const char *store, int single)
 	mp->store = strdup(store);
 	if (!mp->store)
 		return -ENOMEM;
+	mp->store_fd = open(store, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (mp->store_fd < 0) {
+		ret = -errno;
+		sf_err("mpi: store %s: %s", store, sf_strerror(ret));
+		goto out_free_store;
+	}
 	mp->single = single ? 1 : 0;
 	ret = sf_local_source_create(&mp->local);
 	if (ret)
-		goto out_free_store;
+		goto out_close_store;
 
 	ret = sf_mpi_build_inventory(store, mp->single, &ib);
 	if (ret)
@@ -247,6 +253,9 @@ out_free_ib:
 		return 0;
 	sf_source_destroy(mp->local);
 	mp->local = NULL;
+out_close_store:
+	close(mp->store_fd);
+	mp->store_fd = -1;
 out_free_store:
 	free(mp->store);
 	mp->store = NULL;
@@ -741,6 +750,7 @@ int sf_mpi_finalize(struct sf_mpi *mp)
 		sf_mpi_inv_free(mp);
 		sf_source_destroy(mp->local);
 		free(mp->store);
+		close(mp->store_fd);
 	}
 	for (struct merge_reg *m = mp->merges, *next; m; m = next) {
 		next = m->next;

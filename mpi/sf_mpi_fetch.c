@@ -523,15 +523,29 @@ static int pf_consume(struct sf_mpi *mp, struct pf_slot *s, uint64_t off,
 	return ret;
 }
 
+/* Does this daemon hold payload file of ck (where the local source reads
+ * it: beneath the pinned directory, or by path)? 1, 0, or -errno. */
+static int held_here(const struct sf_ckpt_ref *ck, const char *file)
+{
+	char path[4096];
+	struct stat sb;
+
+	if (ck->pinned)
+		return ck->dirfd >= 0 &&
+		       fstatat(ck->dirfd, file, &sb, AT_SYMLINK_NOFOLLOW) == 0;
+	if ((size_t)snprintf(path, sizeof(path), "%s/%s", ck->dir, file) >=
+	    sizeof(path))
+		return -ENAMETOOLONG;
+	return stat(path, &sb) == 0;
+}
+
 static int mpi_src_read(void *ctx, const struct sf_ckpt_ref *ck, uint32_t rank,
 			const char *file, uint64_t off, void *buf, size_t len)
 {
 	struct sf_mpi *mp = ctx;
 	const char *name = mp->single ? "" : ck->name;
-	char path[4096];
 	struct pf_plan plan, *pl = NULL;
 	struct pf_slot *s;
-	struct stat sb;
 	uint64_t t0;
 	int peer, ret;
 
@@ -545,10 +559,10 @@ static int mpi_src_read(void *ctx, const struct sf_ckpt_ref *ck, uint32_t rank,
 	ret = mp->local->ops->read(mp->local->ctx, ck, rank, file, off, buf, len);
 	if (ret != -SF_ESHORT)
 		return ret;
-	if ((size_t)snprintf(path, sizeof(path), "%s/%s", ck->dir, file) >=
-	    sizeof(path))
-		return -ENAMETOOLONG;
-	if (stat(path, &sb) == 0)
+	ret = held_here(ck, file);
+	if (ret < 0)
+		return ret;
+	if (ret)
 		return -SF_ESHORT; /* here, but short: a peer's copy won't help */
 
 	peer = pick_peer(mp, name, file, rank, off + len);
@@ -618,17 +632,12 @@ static void mpi_src_advise(void *ctx, const struct sf_ckpt_ref *ck,
 	struct sf_mpi *mp = ctx;
 	const char *name = mp->single ? "" : ck->name;
 	uint64_t end, o, n, left;
-	char path[4096];
-	struct stat sb;
 	int peer;
 
 	if (len == 0 || off > UINT64_MAX - len || !sf_relpath_valid(file) ||
 	    !sf_mpi_wire_ckpt_name_ok(name, strlen(name)))
 		return;
-	if ((size_t)snprintf(path, sizeof(path), "%s/%s", ck->dir, file) >=
-	    sizeof(path))
-		return;
-	if (stat(path, &sb) == 0) {
+	if (held_here(ck, file) > 0) {
 		if (mp->local->ops->advise)
 			mp->local->ops->advise(mp->local->ctx, ck, rank, file, off,
 					       len, unit, flags);

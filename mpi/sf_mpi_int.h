@@ -266,6 +266,9 @@ struct sf_mpi {
 	atomic_uint next_tag;            /* reply tag counter */
 
 	char *store;                     /* owned; set by start */
+	int store_fd;                    /* owned; set by start: the store's
+					  * directory then; peers' reads are
+					  * opened beneath it, never by path */
 	int single;                      /* store is one checkpoint */
 	struct inv_ent *inv[SF_MPI_INV_BUCKETS]; /* read-only after start */
 

@@ -134,23 +134,27 @@ static void serve_read(struct sf_mpi *mp, int src,
 		       const char *file)
 {
 	size_t len = (size_t)h->len; /* <= SF_MPI_MAX_MSG: decoded */
-	char path[4096];
 	struct sbuf *sb;
-	int fd, ret, n;
+	int dfd, fd, ret;
 
-	if (mp->single)
-		n = snprintf(path, sizeof(path), "%s", mp->store);
-	else if (!name[0])
-		n = -1;
-	else
-		n = snprintf(path, sizeof(path), "%s/%s", mp->store, name);
-	if (n < 0 || (size_t)n >= sizeof(path)) {
-		reply(mp, src, h->reply_tag, -SF_ESHORT, NULL, 0);
-		return;
+	/* Beneath the store opened at start and the checkpoint directory it
+	 * holds now (never a symlink: a checkpoint swapped for one serves
+	 * nothing), a regular file: a symlink planted in this store never
+	 * serves a byte from outside it, a FIFO never blocks. */
+	if (mp->single) {
+		fd = sf_open_payload_at(mp->store_fd, file);
+	} else if (!name[0]) {
+		fd = -SF_ESHORT;
+	} else {
+		dfd = sf_open_ckpt_dir(mp->store_fd, name, NULL, NULL);
+		if (dfd < 0) {
+			fd = dfd == -ENOENT || dfd == -ENOTDIR || dfd == -ELOOP ?
+			     -SF_ESHORT : -EIO;
+		} else {
+			fd = sf_open_payload_at(dfd, file);
+			close(dfd);
+		}
 	}
-	/* Beneath the checkpoint, a regular file: a symlink planted in this
-	 * store never serves a byte from outside it, a FIFO never blocks. */
-	fd = sf_open_payload(path, file);
 	if (fd >= 0 && serve_mapped(mp, src, h, fd, file))
 		return;
 	sb = len >= SF_MPI_BUF_MIN ? sf_mpi_sbuf_big(mp, sf_mpi_wire_reply_size(len)) :

@@ -250,7 +250,7 @@ static int open_src(struct copy *c, const char *arg)
 		struct sf_cdir cd = {
 			.dirfd = c->srcfd, .dir = c->src,
 			.name = slash && slash[1] ? slash + 1 : c->src,
-			.ref = { c->src, slash && slash[1] ? slash + 1 : c->src },
+			.ref = { .dir = c->src, .name = slash && slash[1] ? slash + 1 : c->src },
 		};
 
 		rc = c->fmt->open(&cd, &c->res, err, sizeof(err));

@@ -125,7 +125,7 @@ static int open_dir(const char *cmd, const char *path, bool want_foreign_only,
 	}
 	{
 		struct sf_cdir cd = { .dirfd = o->dirfd, .dir = o->dir,
-				      .name = o->name, .ref = { o->dir, o->name } };
+				      .name = o->name, .ref = { .dir = o->dir, .name = o->name } };
 
 		rc = o->fmt->open(&cd, &o->res, err, sizeof(err));
 	}

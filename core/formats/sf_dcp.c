@@ -1161,7 +1161,7 @@ int sf_dcp_docs_load(const struct sf_dcp_doc *in, size_t n,
 int sf_dcp_docs_open(const struct sf_dcp_docs *dd, int dirfd, const char *name,
 		     struct sf_format_result *out, char *err, size_t errlen)
 {
-	struct sf_cdir cd = { .dirfd = dirfd, .name = name, .ref = { NULL, name } };
+	struct sf_cdir cd = { .dirfd = dirfd, .name = name, .ref = { .name = name } };
 	struct dcp d = { .cd = &cd, .name = name, .per_rank = dd->n > 1 };
 
 	sf_where_init(&d.w, err, errlen);

@@ -169,14 +169,57 @@ int sf_open_beneath(int dirfd, const char *path, int flags)
 
 int sf_open_payload(const char *dir, const char *file)
 {
-	struct stat sb;
 	int dfd, fd;
 
 	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dfd < 0)
 		return errno == ENOENT || errno == ENOTDIR ? -SF_ESHORT : -EIO;
-	fd = sf_open_beneath(dfd, file, O_RDONLY | O_NOCTTY | O_NONBLOCK);
+	fd = sf_open_payload_at(dfd, file);
 	close(dfd);
+	return fd;
+}
+
+int sf_open_payload_ref(const struct sf_ckpt_ref *ck, const char *file)
+{
+	if (!ck->pinned)
+		return sf_open_payload(ck->dir, file);
+	/* pinned without a directory: none of it is here (MPI peers') */
+	return ck->dirfd < 0 ? -SF_ESHORT : sf_open_payload_at(ck->dirfd, file);
+}
+
+int sf_open_ckpt_dir(int storefd, const char *name, uint64_t *dev,
+		     uint64_t *ino)
+{
+	struct stat sb;
+	int fd, rc;
+
+	if (!name[0] || strchr(name, '/') || strcmp(name, ".") == 0 ||
+	    strcmp(name, "..") == 0)
+		return -EINVAL;
+	/* O_NOFOLLOW with O_DIRECTORY: a symlink gives ELOOP, and O_NONBLOCK
+	 * keeps a FIFO of that name from blocking the open. */
+	fd = openat(storefd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+		    O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &sb) != 0) {
+		rc = -errno;
+		close(fd);
+		return rc;
+	}
+	if (dev)
+		*dev = (uint64_t)sb.st_dev;
+	if (ino)
+		*ino = (uint64_t)sb.st_ino;
+	return fd;
+}
+
+int sf_open_payload_at(int dirfd, const char *file)
+{
+	struct stat sb;
+	int fd;
+
+	fd = sf_open_beneath(dirfd, file, O_RDONLY | O_NOCTTY | O_NONBLOCK);
 	if (fd < 0)
 		return fd == -ENOENT || fd == -ENOTDIR ? -SF_ESHORT : -EIO;
 	if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {

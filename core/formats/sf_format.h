@@ -182,5 +182,20 @@ int sf_open_beneath(int dirfd, const char *path, int flags);
  * checkpoint, is not a regular file or cannot be opened.
  */
 int sf_open_payload(const char *dir, const char *file);
+/* The same beneath the directory descriptor dirfd (a pinned checkpoint's,
+ * see struct sf_ckpt_ref): nothing but dirfd's own directory is reached. */
+int sf_open_payload_at(int dirfd, const char *file);
+/* The same for checkpoint ck: beneath ck->dirfd when pinned, else ck->dir. */
+int sf_open_payload_ref(const struct sf_ckpt_ref *ck, const char *file);
+
+/*
+ * Open the checkpoint directory name (one component, no '/') of the store
+ * whose descriptor is storefd, as every mounted checkpoint is reached: a
+ * directory itself, never through a symlink. The descriptor and, in *dev
+ * and *ino (either may be NULL), its identity; -ELOOP for a symlink,
+ * -ENOTDIR for anything else that is not a directory, or another -errno.
+ */
+int sf_open_ckpt_dir(int storefd, const char *name, uint64_t *dev,
+		     uint64_t *ino);
 
 #endif

@@ -253,7 +253,7 @@ static void one_open(const uint8_t *data, size_t size)
 	fuzz_poison(err, sizeof(err));
 	{
 		struct sf_cdir cd = { .dirfd = dfd, .dir = dir, .name = "fz",
-				      .ref = { dir, "fz" } };
+				      .ref = { .dir = dir, .name = "fz" } };
 
 		rc = sf_format_megatron.open(&cd, &res, err, sizeof(err));
 	}

@@ -142,7 +142,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	fuzz_poison(err, sizeof(err));
 	{
 		struct sf_cdir cd = { .dirfd = dfd, .dir = dir, .name = "fz",
-				      .ref = { dir, "fz" } };
+				      .ref = { .dir = dir, .name = "fz" } };
 
 		rc = sf_format_paddle.open(&cd, &res, err, sizeof(err));
 	}

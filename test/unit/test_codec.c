@@ -182,7 +182,7 @@ static void test_engine(void)
 	unsigned char *dec = pattern(lead + n + 50), *c, *out = malloc(n);
 	struct mem_src ms = { 0 };
 	struct sf_source src = { &mem_ops, &ms };
-	struct sf_ckpt_ref ref = { "/mem/c", "c" };
+	struct sf_ckpt_ref ref = { .dir = "/mem/c", .name = "c" };
 	struct sf_engine_opts o = { .cache_bytes = 2 * bs, .verify = true };
 	struct sf_model *m = sf_model_new("c", 1, bs);
 	struct sf_tensor *t;

@@ -43,7 +43,7 @@ static int commit(struct sf_wckpt **ws, int n, char *err, size_t errlen)
 	char *merged = NULL;
 	size_t mlen = 0;
 	struct sf_source *src = NULL;
-	struct sf_ckpt_ref ck = { sf_wckpt_dir(ws[0]), sf_wckpt_name(ws[0]) };
+	struct sf_ckpt_ref ck = { .dir = sf_wckpt_dir(ws[0]), .name = sf_wckpt_name(ws[0]) };
 	int ret;
 
 	for (int i = 0; i < n; i++) {
