@@ -8,6 +8,7 @@
  * reads (SF_JOURNAL_MAX).
  */
 #include "sf_journal.h"
+#include "sf_confine.h"
 #include "sf_error.h"
 #include "sf_io.h"
 #include "sf_jw.h"
@@ -31,7 +32,7 @@ int sf_journal_open(const char *path, struct sf_journal **out)
 
 	if (!j)
 		return -ENOMEM;
-	j->fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+	j->fd = sf_c_open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
 	if (j->fd < 0) {
 		int rc = -errno;
 

@@ -12,6 +12,7 @@
  *    when the array grows); all of it is under w->lock.
  */
 #include "sf_wckpt.h"
+#include "sf_confine.h"
 #include "sf_array.h"
 #include "sf_checksum.h"
 #include "sf_error.h"
@@ -25,7 +26,6 @@
 #include <errno.h>
 #include <limits.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -227,7 +227,7 @@ static int verify_payload(const struct sf_wckpt *w, const struct sf_shard *s,
 	if ((size_t)snprintf(path, sizeof(path), "%s/%s", w->dir, s->file) >=
 	    sizeof(path))
 		return -ENAMETOOLONG;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	fd = sf_c_open(path, O_RDONLY | O_CLOEXEC, 0);
 	if (fd < 0)
 		return -SF_ESHORT;
 	if (!buf) {
@@ -344,7 +344,7 @@ static int replay_rec(void *arg, const struct sf_journal_rec *r)
 /* Raise *next above every data-N.bin in the rank dir. */
 static void bump_seq_dir(const char *rankdir, unsigned *next)
 {
-	DIR *d = opendir(rankdir);
+	DIR *d = sf_c_opendir(rankdir);
 	struct dirent *de;
 
 	if (!d)
@@ -366,9 +366,9 @@ bool sf_wckpt_dir_is_ours(const char *dir)
 	if ((size_t)snprintf(path, sizeof(path), "%s/" SF_SHARDFS_MARKER, dir) >=
 	    sizeof(path))
 		return false;
-	if (lstat(path, &sb) == 0 && S_ISREG(sb.st_mode))
+	if (sf_c_lstat(path, &sb) == 0 && S_ISREG(sb.st_mode))
 		return true;
-	d = opendir(dir);
+	d = sf_c_opendir(dir);
 	if (!d)
 		return false;
 	/* Bounded: a directory shardfs made holds a few rank directories. */
@@ -382,7 +382,7 @@ bool sf_wckpt_dir_is_ours(const char *dir)
 		if ((size_t)snprintf(path, sizeof(path), "%s/%s/" SF_SHARDFS_JOURNAL, dir,
 				     de->d_name) >= sizeof(path))
 			continue;
-		ours = lstat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+		ours = sf_c_lstat(path, &sb) == 0 && S_ISREG(sb.st_mode);
 	}
 	closedir(d);
 	return ours;
@@ -397,7 +397,7 @@ static bool dir_has_manifest(const char *dir)
 	if ((size_t)snprintf(path, sizeof(path), "%s/" SF_SHARDFS_MANIFEST, dir) >=
 	    sizeof(path))
 		return false;
-	return lstat(path, &sb) == 0;
+	return sf_c_lstat(path, &sb) == 0;
 }
 
 /* An existing dir: ours to write into, or -EEXIST. */
@@ -405,7 +405,7 @@ static int claim_existing(const char *dir)
 {
 	struct stat sb;
 
-	if (lstat(dir, &sb) != 0)
+	if (sf_c_lstat(dir, &sb) != 0)
 		return -errno;
 	if (!S_ISDIR(sb.st_mode) || dir_has_manifest(dir) ||
 	    !sf_wckpt_dir_is_ours(dir))
@@ -423,7 +423,7 @@ int sf_wckpt_claim_dir(const char *dir)
 
 	if (!slash || !slash[1])
 		return -EINVAL;
-	if (access(dir, F_OK) == 0)
+	if (sf_c_exists(dir))
 		return claim_existing(dir);
 	if (asprintf(&tmp, "%.*s/.creating-%s-%d-%u", (int)(slash - dir), dir,
 		     slash + 1, (int)getpid(), seq++) < 0) {
@@ -435,11 +435,11 @@ int sf_wckpt_claim_dir(const char *dir)
 		rc = -ENOMEM;
 		goto out_free;
 	}
-	if (mkdir(tmp, 0755) != 0) {
+	if (sf_c_mkdir(tmp, 0755) != 0) {
 		rc = -errno;
 		goto out_free;
 	}
-	fd = open(mpath, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	fd = sf_c_open(mpath, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
 	if (fd < 0) {
 		rc = -errno;
 		goto out_remove_tmp;
@@ -449,14 +449,14 @@ int sf_wckpt_claim_dir(const char *dir)
 	close(fd);
 	if (rc)
 		goto out_remove_tmp;
-	if (renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_NOREPLACE) == 0)
+	if (sf_c_rename(tmp, dir, RENAME_NOREPLACE) == 0)
 		goto out_free;
 	rc = -errno;
 	if (rc == -EEXIST || rc == -ENOTEMPTY) /* made meanwhile: by whom? */
 		rc = claim_existing(dir);
 out_remove_tmp:
-	(void)unlink(mpath);
-	(void)rmdir(tmp);
+	(void)sf_c_unlink(mpath);
+	(void)sf_c_rmdir(tmp);
 out_free:
 	free(mpath);
 	free(tmp);
@@ -470,7 +470,7 @@ bool sf_wckpt_rank_wrote(const char *dir, uint32_t rank)
 	if ((size_t)snprintf(path, sizeof(path), "%s/" SF_SHARDFS_RANK_FMT "/"
 			     SF_SHARDFS_JOURNAL, dir, rank) >= sizeof(path))
 		return false;
-	return access(path, F_OK) == 0;
+	return sf_c_exists(path);
 }
 
 int sf_wckpt_retire(const char *store, const char *dir, const char *name,
@@ -491,12 +491,12 @@ int sf_wckpt_retire(const char *store, const char *dir, const char *name,
 		rc = -ENOMEM;
 		goto out_free;
 	}
-	if (unlink(mpath) != 0 && errno != ENOENT) {
+	if (sf_c_unlink(mpath) != 0 && errno != ENOENT) {
 		rc = -errno;
 		snprintf(why, whylen, "%s: %s", mpath, strerror(errno));
 		goto out_free;
 	}
-	if (rename(dir, *gone) != 0) {
+	if (sf_c_rename(dir, *gone, 0) != 0) {
 		rc = -errno;
 		snprintf(why, whylen, "rename %s: %s", dir, strerror(errno));
 	}
@@ -509,18 +509,12 @@ out_free:
 	return rc;
 }
 
-static int rm_one(const char *path, const struct stat *st, int type,
-		  struct FTW *ftw)
-{
-	if (type == FTW_DP ? rmdir(path) : unlink(path))
-		sf_warn("delete: %s: %s", path, strerror(errno));
-	return 0; /* go on: remove what can be removed */
-}
-
 void sf_wckpt_remove_retired(const char *gone)
 {
-	if (nftw(gone, rm_one, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT) != 0)
-		sf_warn("delete: %s: %s", gone, strerror(errno));
+	int rc = sf_c_remove_tree(gone);
+
+	if (rc)
+		sf_warn("delete: %s: %s", gone, strerror(-rc));
 }
 
 int sf_wckpt_open(const char *dir, const char *name, uint32_t rank,
@@ -1012,7 +1006,7 @@ int sf_wckpt_export_part(struct sf_wckpt *w, char **out, size_t *len)
 
 static int fsync_path(const char *path, int flags)
 {
-	int fd = open(path, flags | O_CLOEXEC), ret = 0;
+	int fd = sf_c_open(path, flags | O_CLOEXEC, 0), ret = 0;
 
 	if (fd < 0)
 		return -errno;
@@ -1030,7 +1024,7 @@ int sf_wckpt_publish(struct sf_wckpt *w, const char *manifest, size_t len)
 	int ret = 0;
 
 	pthread_mutex_lock(&w->lock);
-	d = opendir(w->rankdir);
+	d = sf_c_opendir(w->rankdir);
 	if (!d) {
 		ret = -errno;
 		goto out_unlock;
@@ -1060,7 +1054,7 @@ static int unlink_durable(struct sf_wckpt *w, const char *dir,
 
 	pthread_mutex_lock(&w->lock);
 	snprintf(path, sizeof(path), "%s/%s", dir, name);
-	if (unlink(path) != 0 && errno != ENOENT)
+	if (sf_c_unlink(path) != 0 && errno != ENOENT)
 		ret = -errno;
 	if (!ret)
 		ret = fsync_path(dir, O_RDONLY | O_DIRECTORY);

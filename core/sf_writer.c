@@ -7,6 +7,7 @@
  * Invariant: end == the file's size == the next shard's file_offset.
  */
 #include "sf_writer.h"
+#include "sf_confine.h"
 #include "sf_checksum.h"
 #include "sf_error.h"
 #include "sf_shardfs.h"
@@ -38,7 +39,7 @@ int sf_mkdir_p(const char *path)
 		return -ENAMETOOLONG;
 	/* The whole path first: it is usually there already (every writer
 	 * open and payload file asks again), and then one call does. */
-	if (mkdir(path, 0755) == 0 || errno == EEXIST)
+	if (sf_c_mkdir(path, 0755) == 0 || errno == EEXIST)
 		return 0;
 	if (errno != ENOENT)
 		return -errno;
@@ -47,7 +48,7 @@ int sf_mkdir_p(const char *path)
 		if (buf[i] != '/' && buf[i] != '\0')
 			continue;
 		buf[i] = '\0';
-		if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+		if (sf_c_mkdir(buf, 0755) < 0 && errno != EEXIST)
 			return -errno;
 		buf[i] = path[i];
 	}
@@ -96,7 +97,7 @@ int sf_payload_open(const char *ckpt_dir, uint32_t rank, const char *fname,
 		ret = -ENOMEM;
 		goto out_free;
 	}
-	p->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	p->fd = sf_c_open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (p->fd < 0) {
 		ret = -errno;
 		goto out_free;
@@ -182,7 +183,7 @@ int sf_payload_close(struct sf_payload *p, bool do_fsync)
 
 static int fsync_dir(const char *dir)
 {
-	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int fd = sf_c_open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
 	int ret = 0;
 
 	if (fd < 0)
@@ -204,7 +205,7 @@ int sf_write_atomic(const char *dir, const char *fname, const void *buf,
 	    (size_t)snprintf(path, sizeof(path), "%s/%s", dir, fname) >=
 	    sizeof(path))
 		return -ENAMETOOLONG;
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	fd = sf_c_open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd < 0)
 		return -errno;
 	ret = write_full(fd, buf, len);
@@ -214,14 +215,14 @@ int sf_write_atomic(const char *dir, const char *fname, const void *buf,
 		ret = -errno;
 	if (ret)
 		goto out_unlink_tmp;
-	if (rename(tmp, path) < 0) {
+	if (sf_c_rename(tmp, path, 0) < 0) {
 		ret = -errno;
 		goto out_unlink_tmp;
 	}
 	return fsync_dir(dir);
 
 out_unlink_tmp:
-	unlink(tmp);
+	sf_c_unlink(tmp);
 	return ret;
 }
 

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "sf_array.h"
+#include "sf_confine.h"
 #include "sf_error.h"
 #include "sf_log.h"
 #include "sf_mounts.h"
@@ -392,6 +393,13 @@ int sf_fs_run(const struct sf_fs_config *cfg)
 	if (rc)
 		goto out_free_fs;
 	fs->store_abs = store_abs;
+	/* the write side's paths stay beneath the store, never through a
+	 * symlink its owner plants (sf_confine.h) */
+	rc = sf_confine_store(store_abs, fs->store_fd);
+	if (rc) {
+		sf_err("STORE %s: %s", store_abs, sf_strerror(rc));
+		goto out_free_store;
+	}
 	fs->uid = st.st_uid;
 	fs->gid = st.st_gid;
 	fs->root_mode = st.st_mode & 07777;
@@ -531,6 +539,7 @@ out_free_tree:
 	sf_source_destroy(fs->local_src);
 	free(fs->mnt_abs);
 out_free_store:
+	sf_confine_clear();
 	close(fs->store_fd);
 	free(store_abs);
 out_free_fs:

@@ -25,6 +25,13 @@ nobody, acting only through its own rights (setpriv):
     with one warning, never listed, never read.
  5. The store is changed by nobody only: the private directory's bytes and
     modes are untouched.
+ 6. The write side: a checkpoint root is writing through the mount (a
+    training job) is swapped by nobody for a symlink to nobody's directory
+    whose rank directory is a symlink into the private one; root goes on
+    writing and commits: the daemon creates, truncates or renames nothing
+    outside the store
+    (its write-side paths resolve beneath the store's descriptor with no
+    symlink followed, sf_confine.h): the writes fail instead.
 Skips (exit 77, saying why) when not root or without setpriv.
 """
 
@@ -221,6 +228,38 @@ def run(env, ck):
               "(3) ck2 shows the new directory's modes (0750, read-only: 0550)")
         lines = [l for l in m.log_lines() if "ck2" in l and "another directory" in l]
         ck.eq(len(lines), 1, "(3) one warning for ck2's swap: %s" % lines)
+
+        # (6) the write side: a checkpoint nobody writes through the mount
+        # swapped for a symlink to a directory whose rank directory is a
+        # symlink into the private one; the daemon (root) goes on writing
+        # nowhere but the store
+        wck = os.path.join(mnt, "wck")
+        os.mkdir(wck)
+        with open(os.path.join(wck, "a.txt"), "wb") as f:
+            f.write(b"a" * 100)
+        attack = os.path.join(side, "attack")
+        as_nobody([["mkdir", attack],
+                   ["run", "ln", "-s", private, os.path.join(attack, "rank-00000")],
+                   ["rename", os.path.join(store, "wck"), os.path.join(store, ".wold")],
+                   ["run", "ln", "-s", attack, os.path.join(store, "wck")]])
+        res = []
+        for fn in ("b.txt", "c.txt"):
+            try:
+                with open(os.path.join(wck, fn), "wb") as f:
+                    f.write(b"b" * 100)
+                res.append("ok")
+            except OSError as e:
+                res.append(sm.errname(e))
+        try:
+            os.setxattr(wck, "user.shardfs.commit", b"1")
+            res.append("ok")
+        except OSError as e:
+            res.append(sm.errname(e))
+        print("root's writes and commit after the swap:", res)
+        ck.ok(all(os.path.islink(os.path.join(attack, "rank-00000")) and
+                  sorted(os.listdir(attack)) == ["rank-00000"] for _ in [0]),
+              "(6) nothing made in the symlink's target: %s" % os.listdir(attack))
+        ck.ok(m.alive(), "(6) the daemon is alive")
 
     ck.eq(sm.snapshot_diff(priv_before, sm.store_snapshot(private)), [],
           "(5) the private directory is untouched")
