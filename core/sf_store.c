@@ -19,6 +19,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -477,6 +479,110 @@ static int add_name(void *arg, const char *name)
 	return 0;
 }
 
+/* --- a bounded pool of concurrent opens --- */
+
+/* Run job(arg, i) for i in [0, n) on at most SF_STORE_OPEN_THREADS
+ * threads (the caller's among them), each i once; returns when all ran.
+ * Without threads (one job, or none could start) the caller runs them. */
+struct pool {
+	void (*job)(void *arg, size_t i);
+	void *arg;
+	size_t n;
+	atomic_size_t next;
+};
+
+static void *pool_main(void *p_)
+{
+	struct pool *p = p_;
+	size_t i;
+
+	while ((i = atomic_fetch_add(&p->next, 1)) < p->n)
+		p->job(p->arg, i);
+	return NULL;
+}
+
+static void pool_run(size_t n, void (*job)(void *arg, size_t i), void *arg)
+{
+	pthread_t th[SF_STORE_OPEN_THREADS - 1];
+	struct pool p = { .job = job, .arg = arg, .n = n };
+	size_t nt = 0;
+
+	atomic_init(&p.next, 0);
+	while (nt + 1 < SF_STORE_OPEN_THREADS && nt + 1 < n &&
+	       pthread_create(&th[nt], NULL, pool_main, &p) == 0)
+		nt++;
+	pool_main(&p);
+	for (size_t i = 0; i < nt; i++)
+		pthread_join(th[i], NULL);
+}
+
+/* One scan's opens: open_one per name, the caller's callback called
+ * under lock (one at a time, as a sequential scan would). */
+struct scan_jobs {
+	int storefd;
+	const char *store;
+	struct sf_source *src;
+	char *const *names;
+	size_t nlocal;          /* names[i] for i >= nlocal: peers' only */
+	sf_store_fn fn;
+	void *arg;
+	pthread_mutex_t lock;
+};
+
+static void scan_fn_locked(void *arg, const char *name, const char *dir,
+			   struct sf_ckpt *ck, int err, const char *why)
+{
+	struct scan_jobs *j = arg;
+
+	pthread_mutex_lock(&j->lock);
+	j->fn(j->arg, name, dir, ck, err, why);
+	pthread_mutex_unlock(&j->lock);
+}
+
+static void scan_job(void *arg, size_t i)
+{
+	struct scan_jobs *j = arg;
+
+	open_one(j->storefd, j->store, j->names[i], j->names[i], j->src,
+		 i >= j->nlocal, scan_fn_locked, j);
+}
+
+struct open_jobs {
+	int storefd;
+	const char *store;
+	struct sf_source *src;
+	char *const *names;
+	sf_store_open_fn fn;
+	void *arg;
+	pthread_mutex_t lock;
+};
+
+static void open_job(void *arg, size_t i)
+{
+	struct open_jobs *j = arg;
+	struct sf_ckpt *ck = NULL;
+	char why[512] = "";
+	int rc;
+
+	rc = sf_ckpt_open_at(j->storefd, j->store, j->names[i], j->src, &ck,
+			     why, sizeof(why));
+	pthread_mutex_lock(&j->lock);
+	j->fn(j->arg, i, rc ? NULL : ck, rc, why);
+	pthread_mutex_unlock(&j->lock);
+}
+
+void sf_store_open_many(int storefd, const char *store, char *const *names,
+			size_t n, struct sf_source *src, sf_store_open_fn fn,
+			void *arg)
+{
+	struct open_jobs j = { .storefd = storefd, .store = store, .src = src,
+			       .names = names, .fn = fn, .arg = arg };
+
+	pthread_mutex_init(&j.lock, NULL);
+	pool_run(n, open_job, &j);
+	pthread_mutex_destroy(&j.lock);
+}
+
 int sf_store_scan_fd(int storefd, const char *store, struct sf_source *src,
 		     int single_hint, sf_store_fn fn, void *arg, int *single)
 {
@@ -543,9 +649,7 @@ int sf_store_scan_fd(int storefd, const char *store, struct sf_source *src,
 		if (ret)
 			goto out_free_names;
 	}
-	for (size_t i = 0; i < nlocal; i++)
-		open_one(storefd, store, names[i], names[i], src, false, fn, arg);
-	/* Checkpoints of which this store holds nothing. */
+	/* Checkpoints of which this store holds nothing join the list. */
 	if (peers.n > 1)
 		qsort(peers.names, peers.n, sizeof(*peers.names), cmp_names);
 	for (size_t i = 0; i < peers.n; i++) {
@@ -554,8 +658,22 @@ int sf_store_scan_fd(int storefd, const char *store, struct sf_source *src,
 		    (i && strcmp(peers.names[i], peers.names[i - 1]) == 0) ||
 		    peers.names[i][0] == '.' || strchr(peers.names[i], '/'))
 			continue;
-		open_one(storefd, store, peers.names[i], peers.names[i], src, true,
-			 fn, arg);
+		ret = sf_array_grow(&names, n, &cap, sizeof(*names), 16, 0);
+		if (ret < 0)
+			goto out_free_names;
+		names[n++] = peers.names[i];
+		peers.names[i] = NULL;
+	}
+	/* Opened concurrently, a bounded number at a time: one slow or
+	 * hostile checkpoint (each open has its budget) delays no other. */
+	{
+		struct scan_jobs j = { .storefd = storefd, .store = store,
+				       .src = src, .names = names,
+				       .nlocal = nlocal, .fn = fn, .arg = arg };
+
+		pthread_mutex_init(&j.lock, NULL);
+		pool_run(n, scan_job, &j);
+		pthread_mutex_destroy(&j.lock);
 	}
 out_free_names:
 	for (size_t i = 0; i < n; i++)

@@ -103,10 +103,30 @@ bool sf_store_is_single(const char *store);
  * (hidden names skipped). Every entry left out gets one log line saying
  * why (rejected checkpoints at error level, directories no format
  * recognizes and checkpoints still being written by another program at
- * warning level, plain files at info level). Returns 0, or a negative
+ * warning level, plain files at info level). Checkpoints are opened
+ * concurrently (SF_STORE_OPEN_THREADS); fn is called once per entry, one
+ * call at a time, in no particular order. Returns 0, or a negative
  * error if the store itself cannot be read. *single is set to 1 when the
  * store is one checkpoint. */
 int sf_store_scan(const char *store, sf_store_fn fn, void *arg, int *single);
+
+/* Checkpoints are opened by at most this many threads at once (a scan's
+ * caller among them), so a checkpoint whose open takes long (up to its
+ * budget) delays neither the others nor, beyond that budget, the mount. */
+#define SF_STORE_OPEN_THREADS 4
+
+/*
+ * Open checkpoints names[0..n) of the store storefd (sf_ckpt_open_at)
+ * concurrently, on at most SF_STORE_OPEN_THREADS threads; fn(arg, i, ck,
+ * err, why) once per name, one call at a time: ck (owned by fn) on
+ * success, else NULL with err and its reason (not logged). Returns when
+ * every name was tried.
+ */
+typedef void (*sf_store_open_fn)(void *arg, size_t i, struct sf_ckpt *ck,
+				 int err, const char *why);
+void sf_store_open_many(int storefd, const char *store, char *const *names,
+			size_t n, struct sf_source *src, sf_store_open_fn fn,
+			void *arg);
 
 /*
  * The same for a daemon under MPI: src (the payload source reaching the

@@ -4,9 +4,9 @@
  * next to it, rsync) are shown within a second, and committed ones whose
  * directory disappears stop being shown.
  *
- * One thread lists the store every SF_FS_LIVE_MS. A directory that is not
- * in the tree is opened through the store (sf_ckpt_open_src: the format
- * seam decides; a save still running is not complete, so not shown); one
+ * One thread lists the store every SF_FS_LIVE_MS. The directories that are
+ * not in the tree are opened through the store, a bounded number at once
+ * (sf_store_open_many: the format seam decides; a save still running is not complete, so not shown); one
  * that is left out is remembered with its mtime and probed again only when
  * that changes (a DCP save writes .metadata last, which changes it), so a
  * store of unrelated directories costs a listing and a stat each.
@@ -109,23 +109,29 @@ static void seen_sweep(struct sf_fs_live *l)
 	l->nseen = o;
 }
 
-static void try_add(struct sf_fs_live *l, const char *name,
-		    const struct timespec *mtime)
+/* The directories of one round not in the tree, opened together. */
+struct cands {
+	struct sf_fs_live *l;
+	char **names;               /* owned */
+	struct timespec *mtimes;    /* per name: the directory's at listing */
+	size_t n, cap, capm;
+};
+
+/* sf_store_open_many's callback: show it, or remember why not. */
+static void cand_opened(void *arg, size_t i, struct sf_ckpt *ck, int err,
+			const char *why)
 {
-	struct sf_fs *fs = l->fs;
-	struct sf_source *src = fs->cfg->cluster ? fs->cfg->cluster->source : NULL;
-	struct sf_ckpt *ck = NULL;
-	char why[512] = "";
+	struct cands *c = arg;
+	struct sf_fs *fs = c->l->fs;
+	const char *name = c->names[i];
 	int rc;
 
-	rc = sf_ckpt_open_at(fs->store_fd, fs->store_abs, name, src, &ck, why,
-			     sizeof(why));
-	if (rc) {
+	if (!ck) {
 		/* the start-up scan said why at warning level already; a
 		 * directory still changing would repeat it every round */
 		sf_debug("store: %s not shown (yet): %s", name,
-			 why[0] ? why : sf_strerror(rc));
-		seen_put(l, name, mtime);
+			 why && why[0] ? why : sf_strerror(err));
+		seen_put(c->l, name, &c->mtimes[i]);
 		return;
 	}
 	if (sf_fs_has_ckpt(fs, name)) {
@@ -140,9 +146,26 @@ static void try_add(struct sf_fs_live *l, const char *name,
 		sf_info("store: %s appeared: shown (%s)", name, ck->fmt->name);
 }
 
+static int cand_add(struct cands *c, const char *name,
+		    const struct timespec *mtime)
+{
+	if (sf_array_grow(&c->names, c->n, &c->cap, sizeof(*c->names), 16,
+			  SF_FS_LIVE_SEEN_MAX) ||
+	    sf_array_grow(&c->mtimes, c->n, &c->capm, sizeof(*c->mtimes), 16,
+			  SF_FS_LIVE_SEEN_MAX))
+		return -ENOMEM; /* looked at again next round */
+	c->names[c->n] = strdup(name);
+	if (!c->names[c->n])
+		return -ENOMEM;
+	c->mtimes[c->n++] = *mtime;
+	return 0;
+}
+
 static void scan_new(struct sf_fs_live *l)
 {
 	struct sf_fs *fs = l->fs;
+	struct sf_source *src = fs->cfg->cluster ? fs->cfg->cluster->source : NULL;
+	struct cands c = { .l = l };
 	struct dirent *de;
 	DIR *d;
 	int fd;
@@ -175,9 +198,17 @@ static void scan_new(struct sf_fs_live *l)
 		}
 		if (sf_fs_has_ckpt(fs, de->d_name))
 			continue;
-		try_add(l, de->d_name, &sb.st_mtim);
+		if (cand_add(&c, de->d_name, &sb.st_mtim))
+			break;
 	}
 	closedir(d);
+	/* a bounded pool: one slow or hostile open delays no other */
+	sf_store_open_many(fs->store_fd, fs->store_abs, c.names, c.n, src,
+			   cand_opened, &c);
+	for (size_t i = 0; i < c.n; i++)
+		free(c.names[i]);
+	free(c.names);
+	free(c.mtimes);
 	seen_sweep(l);
 }
 
