@@ -256,6 +256,14 @@ int sf_ckpt_open(const char *dir, const char *name, struct sf_ckpt **out,
 	return sf_ckpt_open_src(dir, name, NULL, out, err, errlen);
 }
 
+void sf_ckpt_unpin(struct sf_ckpt *ck)
+{
+	if (ck->dirfd >= 0)
+		close(ck->dirfd);
+	ck->dirfd = -1;
+	ck->ref.dirfd = -1; /* still pinned: nothing is opened by path */
+}
+
 void sf_ckpt_close(struct sf_ckpt *ck)
 {
 	if (!ck)

@@ -71,6 +71,10 @@ int sf_ckpt_open_at(int storefd, const char *store, const char *name,
 		    struct sf_source *src, struct sf_ckpt **out, char *err,
 		    size_t errlen);
 void sf_ckpt_close(struct sf_ckpt *ck); /* accepts NULL */
+/* Close ck's directory descriptor (a checkpoint no longer shown, with no
+ * reader left: a deleted directory is not kept open): later payload opens
+ * fail as missing. The caller makes sure nothing reads ck meanwhile. */
+void sf_ckpt_unpin(struct sf_ckpt *ck);
 
 /*
  * Is name in the store (storefd) still the directory ck was opened from?

@@ -524,8 +524,13 @@ static void ckpt_retire(struct sf_fs *fs, struct sf_fs_ckpt *old,
 	 * while open); the last close forgets it then (forget_if_closed in
 	 * sf_fs_write.c). Forgetting now would close descriptors under
 	 * their reads. */
-	if (old->ck && fs->engine && old->nopen == 0)
+	if (old->ck && fs->engine && old->nopen == 0) {
 		sf_engine_forget(fs->engine, &old->ck->ref);
+		/* gone refuses new handles (sf_fs_handle_new): no reader is
+		 * left, and a deleted directory is not kept open */
+		if (to == SF_CK_GONE)
+			sf_ckpt_unpin(old->ck);
+	}
 	if (old->state != SF_CK_REPLACED && old->state != SF_CK_GONE) {
 		old->state = to;
 		ckpt_unref(fs, old); /* the listing */

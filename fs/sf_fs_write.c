@@ -242,8 +242,12 @@ static void forget_if_closed(struct sf_fs *fs, struct sf_fs_ckpt *c,
 	pthread_mutex_unlock(&fs->tree_lock);
 	if (!now)
 		return;
-	if (c->ck)
+	if (c->ck) {
 		sf_engine_forget(fs->engine, &c->ck->ref);
+		/* gone refuses new handles: no reader is left */
+		if (c->state == SF_CK_GONE)
+			sf_ckpt_unpin(c->ck);
+	}
 	sf_wckpt_release_files(c->w);
 }
 

@@ -110,7 +110,7 @@ static int merge_parts(void *arg, const char *ckpt, const char *const *parts,
 {
 	struct sf_cluster_mpi *c = arg;
 	struct sf_source *src = sf_mpi_source(c->mp);
-	struct sf_ckpt_ref ref;
+	struct sf_ckpt_ref ref = { 0 };
 	double t0 = now_s();
 	char *dir = NULL;
 	int ret;

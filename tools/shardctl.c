@@ -349,7 +349,7 @@ static void verify_shard(struct verify *v, const struct sf_tensor *t,
 static int cmd_verify(int argc, char **argv)
 {
 	struct verify v = { 0 };
-	struct sf_ckpt_ref ref;
+	struct sf_ckpt_ref ref = { 0 };
 	struct statfs fs;
 	struct sf_model *m;
 	char *dir;

@@ -201,7 +201,7 @@ static void test_model(bool *leases)
 	for (int round = 0; round < 24; round++) {
 		struct kit *k;
 		struct sf_source *src;
-		struct sf_ckpt_ref ref;
+		struct sf_ckpt_ref ref = { 0 };
 		char dir[128];
 		unsigned flags = (round % 3 ? KIT_STRIDED : 0) |
 				 (round % 4 == 1 ? KIT_UNVERIFIED : 0);
@@ -355,7 +355,7 @@ static void test_change(enum change how, bool leases)
 		struct kit *k;
 		struct sf_source *src;
 		struct sf_engine *e;
-		struct sf_ckpt_ref ref;
+		struct sf_ckpt_ref ref = { 0 };
 		char dir[128], path[512];
 		const struct sf_tensor *t = NULL;
 		const struct sf_shard *s = NULL;
@@ -461,7 +461,7 @@ static void test_rebreak(bool leases)
 	struct kit *k;
 	struct sf_source *src;
 	struct sf_engine *e;
-	struct sf_ckpt_ref ref;
+	struct sf_ckpt_ref ref = { 0 };
 	char dir[128], path[512];
 	const struct sf_tensor *t = NULL;
 
