@@ -207,20 +207,6 @@ int sf_ckpt_open_at(int storefd, const char *store, const char *name,
 	return ckpt_open_fd(fd, path, name, src, out, err, errlen);
 }
 
-int sf_ckpt_identity(const struct sf_ckpt *ck, int storefd)
-{
-	struct stat sb;
-
-	if (ck->dirfd < 0)
-		return 0; /* none of it here: nothing to compare */
-	if (fstatat(storefd, ck->name, &sb, AT_SYMLINK_NOFOLLOW) != 0)
-		return errno == ENOENT ? -ENOENT : -errno;
-	if (!S_ISDIR(sb.st_mode) || (uint64_t)sb.st_dev != ck->dev ||
-	    (uint64_t)sb.st_ino != ck->ino)
-		return -ESTALE;
-	return 0;
-}
-
 int sf_ckpt_manifest_read(const struct sf_ckpt *ck, void *buf, uint64_t off,
 			  size_t len)
 {

@@ -29,7 +29,8 @@ struct sf_ckpt {
 	int dirfd;                 /* the directory as opened when it was
 				    * scanned (owned), or -1 when this daemon
 				    * holds none of it (MPI: peers' files) */
-	uint64_t dev, ino;         /* dirfd's identity (sf_ckpt_identity) */
+	uint64_t dev, ino;         /* dirfd's identity at open (the live store
+				    * compares the name's with it) */
 	const struct sf_format *fmt; /* the adapter that opened it (static) */
 	struct sf_model *m;        /* owned */
 	char *manifest_json;       /* manifest.json as the mount shows it (owned),
@@ -76,13 +77,6 @@ void sf_ckpt_close(struct sf_ckpt *ck); /* accepts NULL */
  * fail as missing. The caller makes sure nothing reads ck meanwhile. */
 void sf_ckpt_unpin(struct sf_ckpt *ck);
 
-/*
- * Is name in the store (storefd) still the directory ck was opened from?
- * 0 yes (or ck has no directory here); -ENOENT it is gone; -ESTALE it is
- * something else now (another directory, a symlink, a file); another
- * -errno when it cannot be told.
- */
-int sf_ckpt_identity(const struct sf_ckpt *ck, int storefd);
 
 /* Bytes [off, off+len) of the manifest.json the mount shows (the caller
  * clamps them to manifest_len). 0; -EIO when the stored file is no longer
