@@ -655,8 +655,12 @@ int sf_store_scan_fd(int storefd, const char *store, struct sf_source *src,
 		ret = sf_array_grow(&names, n, &cap, sizeof(*names), 16, 0);
 		if (ret < 0)
 			goto out_free_names;
-		names[n++] = peers.names[i];
-		peers.names[i] = NULL;
+		names[n] = strdup(peers.names[i]);
+		if (!names[n]) {
+			ret = -ENOMEM;
+			goto out_free_names;
+		}
+		n++;
 	}
 	/* Opened concurrently, a bounded number at a time: one slow or
 	 * hostile checkpoint (each open has its budget) delays no other. */
