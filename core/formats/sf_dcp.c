@@ -23,6 +23,8 @@
  *    rank's keys, each tensor's chunks from every rank, the lowest rank's
  *    entry where two ranks stored the same chunk or byte item; ranks that
  *    disagree on a key's kind, dtype or size refuse the checkpoint;
+ *  - overlaps: sf_overlap_rule; a key's storage entries other than the
+ *    one read (above) are replicas after it, for shardctl verify;
  *  - the directory is only ever read.
  */
 #include "sf_dcp.h"
@@ -145,6 +147,8 @@ struct dcp {
 	struct sf_where w;           /* the caller's err: one printable line */
 	struct sinfo *si;            /* sorted, one per key */
 	size_t nsi, capsi;
+	struct sinfo *dup;           /* sorted: the other entries of a key */
+	size_t ndup, capdup;
 	struct sf_fileset files;     /* chunk files, each opened once */
 	struct sf_model *m;
 	size_t skipped;              /* entries left out, each logged */
@@ -263,18 +267,26 @@ static int read_storage(struct dcp *d, const struct sf_pk *sd, uint32_t rank)
 }
 
 /* Sort d->si and keep one entry per key: the lowest rank's (torch's
- * loader on rank 0 reads its own), of one document's repeats the last. */
-static void sort_storage(struct dcp *d)
+ * loader on rank 0 reads its own), of one document's repeats the last;
+ * the others go to d->dup, in the same order. */
+static int sort_storage(struct dcp *d)
 {
 	size_t n = 0;
 
 	if (d->nsi < 2)
-		return;
+		return 0;
 	qsort(d->si, d->nsi, sizeof(*d->si), cmp_sinfo);
-	for (size_t i = 0; i < d->nsi; i++)
-		if (n == 0 || cmp_key(&d->si[n - 1], &d->si[i]) != 0)
+	for (size_t i = 0; i < d->nsi; i++) {
+		if (n == 0 || cmp_key(&d->si[n - 1], &d->si[i]) != 0) {
 			d->si[n++] = d->si[i];
+			continue;
+		}
+		if (sf_array_grow(&d->dup, d->ndup, &d->capdup, sizeof(*d->dup), 16, d->nsi))
+			return -ENOMEM;
+		d->dup[d->ndup++] = d->si[i];
+	}
 	d->nsi = n;
+	return 0;
 }
 
 static const struct sinfo *find_sinfo(const struct dcp *d, const char *fqn,
@@ -288,6 +300,15 @@ static const struct sinfo *find_sinfo(const struct dcp *d, const char *fqn,
 	if (!d->nsi)
 		return NULL;
 	return bsearch(&key, d->si, d->nsi, sizeof(*d->si), cmp_key_v);
+}
+
+/* The first of d->dup[*n..) with si's key (*n then past it), or NULL. */
+static const struct sinfo *next_dup(const struct dcp *d, const struct sinfo *si,
+				    size_t *n)
+{
+	while (*n < d->ndup && cmp_key(&d->dup[*n], si) < 0)
+		++*n;
+	return *n < d->ndup && cmp_key(&d->dup[*n], si) == 0 ? &d->dup[(*n)++] : NULL;
 }
 
 /* The file and region of si, checked. 0 or an error with the reason. */
@@ -428,14 +449,14 @@ static int add_unreadable(struct dcp *d, const char *key, struct sf_tensor *t,
 	return 0;
 }
 
-/* Chunk c of tensor t (key) into a shard. */
+/* Chunk c of tensor t (key) into a shard, stored at si (NULL: its
+ * storage entry). */
 static int add_chunk(struct dcp *d, const char *key, struct sf_tensor *t,
-		     const struct chunk *c)
+		     const struct chunk *c, const struct sinfo *si)
 {
 	struct sf_shard s = { 0 };
 	struct sf_torchsave *ts = NULL;
 	const struct sf_ts_tensor *x;
-	const struct sinfo *si;
 	struct sf_input in;
 	char why[384] = "", desc[256];
 	size_t isz = sf_dtype_size(t->dtype), declen = 0;
@@ -450,7 +471,7 @@ static int add_chunk(struct dcp *d, const char *key, struct sf_tensor *t,
 		numel *= c->len[i]; /* bounded: the validator checks the box */
 	if (numel == 0 && t->ndim > 0)
 		return 0; /* holds no element */
-	si = find_sinfo(d, key, true, t->ndim, c->off);
+	si = si ? si : find_sinfo(d, key, true, t->ndim, c->off);
 	if (!si)
 		return sf_fail(&d->w, -SF_EFORMAT,
 			    "tensor %s: a chunk has no storage_data entry", key);
@@ -536,8 +557,20 @@ static int add_tensor(struct dcp *d, const char *key, enum sf_dtype dt,
 	rc = sf_model_add_tensor(d->m, false, key, dt, ndim, shape, &t);
 	if (rc)
 		return sf_fail(&d->w, rc, "tensor %s: %s", key, sf_model_why(d->m));
-	for (size_t i = 0; i < n && !rc; i++)
-		rc = add_chunk(d, key, t, &chunks[i]);
+	for (size_t i = 0, nd = 0; i < n && !rc; i++) {
+		const struct sinfo *si = find_sinfo(d, key, true, ndim, chunks[i].off), *r;
+
+		rc = add_chunk(d, key, t, &chunks[i], si);
+		while (!rc && si && (r = next_dup(d, si, &nd))) { /* replicas */
+			rc = add_chunk(d, key, t, &chunks[i], r);
+			if (rc != -ENOMEM) { /* a copy torch never reads: verify's */
+				clear_err(d);
+				rc = 0;
+			}
+		}
+	}
+	if (!rc)
+		rc = sf_overlap_rule(&d->w, t);
 	if (rc && rc != -ENOMEM) {
 		/* a chunk that cannot be served: the tensor alone is left out */
 		sf_model_drop_last(d->m, SF_ENTRY_TENSOR);
@@ -777,8 +810,8 @@ static bool tensor_props(const struct item *it, enum sf_dtype *dt,
 }
 
 /* The chunks every rank lists for tensor key (items its[0..n), one per
- * rank), sorted by offsets, one per offset (the lowest rank's). *out is
- * malloc'd. A malformed chunk: -SF_EFORMAT with the reason. */
+ * rank), sorted by offsets, repeats of a box dropped (the lowest rank's
+ * stays; the overlap rule judges the rest). *out is malloc'd. A malformed chunk: -SF_EFORMAT with the reason. */
 static int gather_chunks(struct dcp *d, const char *key, const struct item *its,
 			 size_t n, unsigned ndim, struct chunk **out, size_t *nout)
 {
@@ -820,7 +853,8 @@ static int gather_chunks(struct dcp *d, const char *key, const struct item *its,
 	if (nc > 1)
 		qsort(c, nc, sizeof(*c), cmp_chunk);
 	for (size_t i = 0; i < nc; i++)
-		if (k == 0 || memcmp(c[k - 1].off, c[i].off, sizeof(c[i].off)) != 0)
+		if (k == 0 || memcmp(c[k - 1].off, c[i].off, sizeof(c[i].off)) != 0 ||
+		    memcmp(c[k - 1].len, c[i].len, sizeof(c[i].len)) != 0)
 			c[k++] = c[i];
 	*out = c;
 	*nout = k;
@@ -920,7 +954,9 @@ static int build(struct dcp *d, const struct mdoc *docs, size_t n)
 	}
 	if (rc)
 		goto out_free;
-	sort_storage(d);
+	rc = sort_storage(d);
+	if (rc)
+		goto out_free;
 	set_format(d, docs[0].root);
 	if (nit > 1)
 		qsort(its, nit, sizeof(*its), cmp_item);
@@ -1015,6 +1051,7 @@ static int finish_open(struct dcp *d, struct mdoc *docs, size_t n,
 		out->model = d->m;
 	sf_fileset_clear(&d->files);
 	free(d->si);
+	free(d->dup);
 	return rc;
 }
 
