@@ -24,7 +24,8 @@
  *    entry where two ranks stored the same chunk or byte item; ranks that
  *    disagree on a key's kind, dtype or size refuse the checkpoint;
  *  - overlaps: sf_overlap_rule; a key's storage entries other than the
- *    one read (above) are replicas after it, for shardctl verify;
+ *    one read (above) are replicas after it, for shardctl verify (but
+ *    those stored with a transform: never decoded for a copy not read);
  *  - the directory is only ever read.
  */
 #include "sf_dcp.h"
@@ -145,10 +146,8 @@ struct dcp {
 	const struct sf_cdir *cd;    /* the checkpoint's files (borrowed) */
 	const char *name;
 	struct sf_where w;           /* the caller's err: one printable line */
-	struct sinfo *si;            /* sorted, one per key */
+	struct sinfo *si;            /* sorted: of a key, the one read first */
 	size_t nsi, capsi;
-	struct sinfo *dup;           /* sorted: the other entries of a key */
-	size_t ndup, capdup;
 	struct sf_fileset files;     /* chunk files, each opened once */
 	struct sf_model *m;
 	size_t skipped;              /* entries left out, each logged */
@@ -198,11 +197,6 @@ static int cmp_key(const struct sinfo *x, const struct sinfo *y)
 		if (x->off[i] != y->off[i])
 			return x->off[i] < y->off[i] ? -1 : 1;
 	return 0;
-}
-
-static int cmp_key_v(const void *a, const void *b)
-{
-	return cmp_key(a, b);
 }
 
 /* Keys, then the lowest rank, then (in one document) the last entry. */
@@ -266,27 +260,13 @@ static int read_storage(struct dcp *d, const struct sf_pk *sd, uint32_t rank)
 	return 0;
 }
 
-/* Sort d->si and keep one entry per key: the lowest rank's (torch's
- * loader on rank 0 reads its own), of one document's repeats the last;
- * the others go to d->dup, in the same order. */
-static int sort_storage(struct dcp *d)
+/* Sort d->si so that the first entry of a key is the one read: the
+ * lowest rank's (torch's loader on rank 0 reads its own), of one
+ * document's repeats the last; the others are its replicas. */
+static void sort_storage(struct dcp *d)
 {
-	size_t n = 0;
-
-	if (d->nsi < 2)
-		return 0;
-	qsort(d->si, d->nsi, sizeof(*d->si), cmp_sinfo);
-	for (size_t i = 0; i < d->nsi; i++) {
-		if (n == 0 || cmp_key(&d->si[n - 1], &d->si[i]) != 0) {
-			d->si[n++] = d->si[i];
-			continue;
-		}
-		if (sf_array_grow(&d->dup, d->ndup, &d->capdup, sizeof(*d->dup), 16, d->nsi))
-			return -ENOMEM;
-		d->dup[d->ndup++] = d->si[i];
-	}
-	d->nsi = n;
-	return 0;
+	if (d->nsi > 1)
+		qsort(d->si, d->nsi, sizeof(*d->si), cmp_sinfo);
 }
 
 static const struct sinfo *find_sinfo(const struct dcp *d, const char *fqn,
@@ -294,21 +274,19 @@ static const struct sinfo *find_sinfo(const struct dcp *d, const char *fqn,
 				      const uint64_t *off)
 {
 	struct sinfo key = { .fqn = fqn, .has_off = has_off, .ndim = ndim };
+	size_t lo = 0, hi = d->nsi;
 
 	if (has_off)
 		memcpy(key.off, off, ndim * sizeof(*off));
-	if (!d->nsi)
-		return NULL;
-	return bsearch(&key, d->si, d->nsi, sizeof(*d->si), cmp_key_v);
-}
+	while (lo < hi) { /* the first entry of key: the one read */
+		size_t mid = lo + (hi - lo) / 2;
 
-/* The first of d->dup[*n..) with si's key (*n then past it), or NULL. */
-static const struct sinfo *next_dup(const struct dcp *d, const struct sinfo *si,
-				    size_t *n)
-{
-	while (*n < d->ndup && cmp_key(&d->dup[*n], si) < 0)
-		++*n;
-	return *n < d->ndup && cmp_key(&d->dup[*n], si) == 0 ? &d->dup[(*n)++] : NULL;
+		if (cmp_key(&d->si[mid], &key) < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < d->nsi && cmp_key(&d->si[lo], &key) == 0 ? &d->si[lo] : NULL;
 }
 
 /* The file and region of si, checked. 0 or an error with the reason. */
@@ -557,17 +535,19 @@ static int add_tensor(struct dcp *d, const char *key, enum sf_dtype dt,
 	rc = sf_model_add_tensor(d->m, false, key, dt, ndim, shape, &t);
 	if (rc)
 		return sf_fail(&d->w, rc, "tensor %s: %s", key, sf_model_why(d->m));
-	for (size_t i = 0, nd = 0; i < n && !rc; i++) {
+	for (size_t i = 0; i < n && !rc; i++) {
 		const struct sinfo *si = find_sinfo(d, key, true, ndim, chunks[i].off), *r;
+		char dsc[8];
 
 		rc = add_chunk(d, key, t, &chunks[i], si);
-		while (!rc && si && (r = next_dup(d, si, &nd))) { /* replicas */
-			rc = add_chunk(d, key, t, &chunks[i], r);
-			if (rc != -ENOMEM) { /* a copy torch never reads: verify's */
-				clear_err(d);
+		if (i && si == find_sinfo(d, key, true, ndim, chunks[i - 1].off))
+			continue; /* its replicas are added (another size: overlaps) */
+		for (r = si; !rc && si && ++r < d->si + d->nsi && !cmp_key(r, si);) /* replicas: */
+			if (!chunk_codec(r, dsc, sizeof(dsc)) && /* coded: not decoded */
+			    (rc = add_chunk(d, key, t, &chunks[i], r)) != -ENOMEM) {
+				clear_err(d); /* a copy torch never reads: verify's */
 				rc = 0;
 			}
-		}
 	}
 	if (!rc)
 		rc = sf_overlap_rule(&d->w, t);
@@ -810,8 +790,8 @@ static bool tensor_props(const struct item *it, enum sf_dtype *dt,
 }
 
 /* The chunks every rank lists for tensor key (items its[0..n), one per
- * rank), sorted by offsets, repeats of a box dropped (the lowest rank's
- * stays; the overlap rule judges the rest). *out is malloc'd. A malformed chunk: -SF_EFORMAT with the reason. */
+ * rank), sorted by offsets, one per box (the lowest rank's). *out is
+ * malloc'd. A malformed chunk: -SF_EFORMAT with the reason. */
 static int gather_chunks(struct dcp *d, const char *key, const struct item *its,
 			 size_t n, unsigned ndim, struct chunk **out, size_t *nout)
 {
@@ -954,9 +934,7 @@ static int build(struct dcp *d, const struct mdoc *docs, size_t n)
 	}
 	if (rc)
 		goto out_free;
-	rc = sort_storage(d);
-	if (rc)
-		goto out_free;
+	sort_storage(d);
 	set_format(d, docs[0].root);
 	if (nit > 1)
 		qsort(its, nit, sizeof(*its), cmp_item);
@@ -1051,7 +1029,6 @@ static int finish_open(struct dcp *d, struct mdoc *docs, size_t n,
 		out->model = d->m;
 	sf_fileset_clear(&d->files);
 	free(d->si);
-	free(d->dup);
 	return rc;
 }
 
