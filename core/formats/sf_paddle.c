@@ -352,7 +352,7 @@ static int read_storage(struct pd *d, const struct sf_pk *sm)
 /* The stored copy of chunk c of key: of its replicas the first (None or
  * 0 sort first). NULL when the metadata stores it nowhere. */
 static struct pidx *find_pidx(const struct pd *d, const char *key,
-				    unsigned ndim, const struct pchunk *c)
+			      unsigned ndim, const struct pchunk *c)
 {
 	struct pidx k = { .key = key, .ndim = ndim, .flat = c->flat,
 			  .fs = c->fs, .fe = c->fe, .replica = INT64_MIN };
