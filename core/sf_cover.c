@@ -1,6 +1,8 @@
 /*
  * sf_cover.c - the coverage check of the model's validator: does every
- * byte of an entry lie in some shard? (sf_model.h)
+ * byte of an entry lie in some shard? And the overlap rule of the foreign
+ * formats (sf_overlap_rule): exact replicas folded to one copy, partial
+ * overlaps refused. (sf_model.h)
  *
  * Exact and bounded: shards become byte boxes (a box shard one, a flat
  * range at most 2k-1), sorted by low corner; the whole tensor is then
@@ -8,6 +10,12 @@
  * uncovered byte is found or none is. Work is capped at COVER_MAX_STEPS
  * box tests and regions and memory at COVER_MAX_BYTES per entry; past
  * either the answer is -SF_ETOOBIG, never a guess.
+ *
+ * The overlap rule never builds byte boxes: replicas are found by sorting
+ * the shards by their box (O(n log n)), and shards that cover a tensor are
+ * disjoint iff their byte counts add up to its size (a byte held twice
+ * would leave another uncovered). Only to name two overlapping shards in
+ * its message does it test pairs, at most OVERLAP_MAX_PAIRS of them.
  */
 #include "sf_model.h"
 
@@ -451,3 +459,168 @@ int sf_tensor_check_coverage(const struct sf_tensor *t, char *err,
 	return sf_cover_check(&w, t);
 }
 
+
+/* --- the overlap rule (foreign formats) --- */
+
+/* Pairs of shards tested to name two that overlap, per tensor. */
+#define OVERLAP_MAX_PAIRS (1u << 16)
+
+/* Bytes shard s of t holds of t (its box's or flat range's, not the span
+ * a strided payload reaches). */
+static uint64_t shard_bytes(const struct sf_tensor *t, const struct sf_shard *s)
+{
+	return s->flat ? s->flat_len : box_numel(t, s) * sf_dtype_size(t->dtype);
+}
+
+uint64_t sf_tensor_shard_bytes(const struct sf_tensor *t)
+{
+	uint64_t sum = 0;
+
+	for (size_t i = 0; i < t->nshards; i++)
+		if (__builtin_add_overflow(sum, shard_bytes(t, &t->shards[i]), &sum))
+			return UINT64_MAX;
+	return sum;
+}
+
+/* Order of shards by box (flat ranges after boxes), then by position:
+ * qsort_r over indices into t->shards. */
+static int box_cmp(const void *a, const void *b, void *arg)
+{
+	const struct sf_tensor *t = arg;
+	size_t i = *(const size_t *)a, j = *(const size_t *)b;
+	const struct sf_shard *x = &t->shards[i], *y = &t->shards[j];
+
+	if (x->flat != y->flat)
+		return x->flat ? 1 : -1;
+	if (x->flat) {
+		if (x->flat_off != y->flat_off)
+			return x->flat_off < y->flat_off ? -1 : 1;
+		if (x->flat_len != y->flat_len)
+			return x->flat_len < y->flat_len ? -1 : 1;
+	} else {
+		for (unsigned d = 0; d < t->ndim; d++) {
+			if (x->off[d] != y->off[d])
+				return x->off[d] < y->off[d] ? -1 : 1;
+			if (x->len[d] != y->len[d])
+				return x->len[d] < y->len[d] ? -1 : 1;
+		}
+	}
+	return i == j ? 0 : i < j ? -1 : 1;
+}
+
+static bool same_box(const struct sf_tensor *t, const struct sf_shard *x,
+		     const struct sf_shard *y)
+{
+	if (x->flat != y->flat)
+		return false;
+	if (x->flat)
+		return x->flat_off == y->flat_off && x->flat_len == y->flat_len;
+	for (unsigned d = 0; d < t->ndim; d++)
+		if (x->off[d] != y->off[d] || x->len[d] != y->len[d])
+			return false;
+	return true;
+}
+
+/* Do x and y name the very same stored bytes (one copy listed twice)? */
+static bool same_bytes(const struct sf_tensor *t, const struct sf_shard *x,
+		       const struct sf_shard *y)
+{
+	bool strided = x->strides || y->strides;
+
+	if (strcmp(x->file, y->file) != 0 || x->file_offset != y->file_offset ||
+	    x->nbytes != y->nbytes || x->codec != y->codec ||
+	    x->stored_len != y->stored_len || x->decoded_off != y->decoded_off)
+		return false;
+	if (strided && (!x->strides || !y->strides ||
+			memcmp(x->strides, y->strides, t->ndim * sizeof(uint64_t)) != 0))
+		return false;
+	return true;
+}
+
+/* Do two shards of t share a byte? Box against box only (a flat range
+ * against anything: unknown, false). */
+static bool boxes_meet(const struct sf_tensor *t, const struct sf_shard *x,
+		       const struct sf_shard *y)
+{
+	if (x->flat || y->flat)
+		return x->flat && y->flat && x->flat_off < y->flat_off + y->flat_len &&
+		       y->flat_off < x->flat_off + x->flat_len;
+	for (unsigned d = 0; d < t->ndim; d++)
+		if (x->off[d] >= y->off[d] + y->len[d] || y->off[d] >= x->off[d] + x->len[d])
+			return false;
+	return true;
+}
+
+/* Refuse t, whose shards hold sum bytes for its nbytes: name the first
+ * two shards found to overlap, within OVERLAP_MAX_PAIRS tests. */
+static int overlap_message(const struct sf_where *w, const struct sf_tensor *t,
+			   uint64_t sum)
+{
+	uint64_t tests = 0;
+
+	for (size_t i = 0; i < t->nshards; i++)
+		for (size_t j = i + 1; j < t->nshards; j++) {
+			if (++tests > OVERLAP_MAX_PAIRS)
+				goto out_counts;
+			if (shard_bytes(t, &t->shards[i]) && shard_bytes(t, &t->shards[j]) &&
+			    boxes_meet(t, &t->shards[i], &t->shards[j]))
+				return sf_fail(w, -SF_ECONFLICT,
+					       "chunks overlap partially (shards %zu and %zu, in %s and %s): which bytes a reader gets there depends on its read order",
+					       i, j, t->shards[i].file, t->shards[j].file);
+		}
+out_counts:
+	return sf_fail(w, -SF_ECONFLICT,
+		       "chunks overlap partially (%" PRIu64 " bytes stored for %" PRIu64 ")",
+		       sum, t->nbytes);
+}
+
+int sf_overlap_rule(const struct sf_where *w, struct sf_tensor *t)
+{
+	size_t n = t->nshards, *ix, k = 0;
+	bool *drop;
+	uint64_t sum;
+	int rc = 0;
+
+	if (n < 2)
+		return 0;
+	ix = malloc(n * sizeof(*ix));
+	drop = calloc(n, sizeof(*drop));
+	if (!ix || !drop) {
+		rc = -ENOMEM;
+		goto out_free;
+	}
+	for (size_t i = 0; i < n; i++)
+		ix[i] = i;
+	qsort_r(ix, n, sizeof(*ix), box_cmp, t);
+	for (size_t g = 0, e; g < n; g = e) {
+		const struct sf_shard *kept = &t->shards[ix[g]];
+
+		for (e = g + 1; e < n && same_box(t, kept, &t->shards[ix[e]]); e++) {
+			const struct sf_shard *c = &t->shards[ix[e]];
+
+			drop[ix[e]] = true;
+			if (same_bytes(t, kept, c))
+				continue;
+			rc = sf_array_grow(&t->replicas, t->nreplicas, &t->cap_replicas,
+					   sizeof(*t->replicas), 4, SF_MAX_SHARDS);
+			if (rc == -SF_ETOOBIG)
+				rc = sf_fail(w, rc, "more than %u replicas", SF_MAX_SHARDS);
+			if (rc < 0)
+				goto out_free;
+			t->replicas[t->nreplicas].kept = *kept;
+			t->replicas[t->nreplicas].copy = *c;
+			t->nreplicas++;
+		}
+	}
+	for (size_t i = 0; i < n; i++)
+		if (!drop[i])
+			t->shards[k++] = t->shards[i];
+	t->nshards = k;
+	sum = sf_tensor_shard_bytes(t);
+	if (sum > t->nbytes)
+		rc = overlap_message(w, t, sum);
+out_free:
+	free(drop);
+	free(ix);
+	return rc;
+}

@@ -343,6 +343,7 @@ void sf_model_free_shards(struct sf_shard *shards, size_t n)
 static void tensor_free(struct sf_tensor *t)
 {
 	sf_model_free_shards(t->shards, t->nshards);
+	free(t->replicas);
 	free(t->name);
 }
 
@@ -890,7 +891,8 @@ static int check_prefixes(const struct sf_where *w, const char *kind,
 }
 
 /* Sort, check names and (unless partial) coverage: every list sorted and
- * its duplicates refused first, then prefixes, then coverage. */
+ * its duplicates refused first, then prefixes, then coverage (and, for a
+ * foreign format, that no two shards overlap). */
 static int finish_impl(struct sf_model *m, bool partial, char *err,
 		       size_t errlen)
 {
@@ -898,10 +900,12 @@ static int finish_impl(struct sf_model *m, bool partial, char *err,
 	size_t *n, *cap;
 	struct sf_where w;
 	unsigned k;
+	bool foreign;
 	int rc;
 
 	if (!m)
 		return -EINVAL;
+	foreign = strcmp(m->format, "shardfs/1") != 0;
 	sf_where_init(&w, err, errlen);
 	for (k = 0; k < 3; k++) {
 		entry_list(m, (enum sf_entry_kind)k, &arr, &n, &cap);
@@ -926,6 +930,11 @@ static int finish_impl(struct sf_model *m, bool partial, char *err,
 			rc = sf_cover_check(&w, t);
 			if (rc < 0)
 				return rc;
+			/* foreign: covered, so disjoint iff the bytes add up
+			 * (sf_overlap_rule); no read ever mixes two shards */
+			if (foreign && sf_tensor_shard_bytes(t) != t->nbytes)
+				return sf_fail(&w, -SF_ECONFLICT,
+					       "shards overlap (a foreign format's adapter must apply the overlap rule)");
 		}
 	}
 	return 0;

@@ -36,7 +36,8 @@
  * SF_MAX_* limits below), names and paths are checked, sizes are computed
  * without overflow, every shard must lie inside its tensor with the right
  * byte count (and checksum count, when it has checksums), and every tensor
- * must be fully covered. The validator's pieces are exported for format
+ * must be fully covered (by disjoint shards in a foreign format's model:
+ * sf_overlap_rule). The validator's pieces are exported for format
  * adapters, with one-line reasons that name the entry, the shard and the
  * field.
  */
@@ -85,6 +86,15 @@ struct sf_shard {
 				 * decoded_off + nbytes <= decoded_len */
 };
 
+/* A copy of a shard's box that the overlap rule (sf_overlap_rule) took
+ * out of its tensor: the engine never reads it; shardctl verify compares
+ * its payload with the one served. Both structs point into the model's
+ * pool, like its shards. */
+struct sf_replica {
+	struct sf_shard kept;   /* the copy served (as it was when the rule ran) */
+	struct sf_shard copy;   /* the copy left out */
+};
+
 struct sf_tensor {
 	char *name;             /* '/'-separated, validated */
 	enum sf_dtype dtype;
@@ -94,6 +104,10 @@ struct sf_tensor {
 	struct sf_shard *shards;
 	size_t nshards;
 	size_t cap_shards;      /* builder bookkeeping */
+	struct sf_replica *replicas; /* owned; foreign formats only: the exact
+				 * replicas sf_overlap_rule left out, never
+				 * read by the engine (verify's) */
+	size_t nreplicas, cap_replicas;
 };
 
 /* Which list of a model an entry belongs to. */
@@ -275,6 +289,36 @@ int sf_tensor_check_coverage(const struct sf_tensor *t, char *err,
 			     size_t errlen);
 /* The same with messages prefixed by w. */
 int sf_cover_check(const struct sf_where *w, const struct sf_tensor *t);
+
+/*
+ * The overlap rule of the read-only foreign formats (every adapter calls
+ * it through the seam; shardfs/1 keeps its own: overlapping shards must
+ * hold the same bytes, checked at commit). Call it on tensor t once all
+ * its shards are added, in the adapter's order of preference:
+ *  - exact replicas (shards of the same box, or the same flat range): the
+ *    FIRST one in t->shards stays and serves every read, so the adapter
+ *    puts first the copy its framework's own loader reads, in an order
+ *    that does not depend on how a directory is listed. The others leave
+ *    t->shards (whose order is otherwise kept); a copy stored elsewhere
+ *    (another file, offset, length, layout or codec) is kept in
+ *    t->replicas for shardctl verify, a copy of the very same bytes is
+ *    forgotten;
+ *  - a tensor whose remaining shards still overlap (a partial overlap:
+ *    which bytes a framework serves there depends on its read order) gets
+ *    -SF_ECONFLICT with the reason in w (naming two shards that overlap
+ *    where it is cheap to find them): the adapter leaves it out with one
+ *    log line.
+ * Decided in O(n log n): once replicas are gone, shards that cover t are
+ * disjoint iff their bytes add up to t->nbytes. 0, -SF_ECONFLICT, -ENOMEM,
+ * -SF_ETOOBIG (replicas past SF_MAX_SHARDS). The model's validator then
+ * refuses a foreign model (format other than "shardfs/1") whose covering
+ * shards overlap, so the engine never assembles one view from two of them.
+ */
+int sf_overlap_rule(const struct sf_where *w, struct sf_tensor *t);
+
+/* Bytes of t the shards of t hold, counted once per shard (an overlap
+ * counts twice). Saturates at UINT64_MAX. */
+uint64_t sf_tensor_shard_bytes(const struct sf_tensor *t);
 
 /* The payload span of a strided box of ndim dims with element lengths len
  * and strides, in bytes of itemsize: (1 + sum((len_d - 1) * strides_d)) *

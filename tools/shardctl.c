@@ -99,7 +99,8 @@ static const char usage_verify[] =
 	"\n"
 	"Read every block of every shard's payload and check its XXH3 (for a\n"
 	"checkpoint another framework wrote: against its shardfs.index.json,\n"
-	"also reporting files changed since indexing).\n";
+	"also reporting files changed since indexing, and every stored replica\n"
+	"the framework's loader does not read against the copy served).\n";
 
 static const char usage_export[] =
 	"usage: shardctl export --safetensors OUT CKPT_DIR\n"

@@ -4,7 +4,10 @@
  *
  *   shardctl index CKPT_DIR   read every shard once and write
  *                             CKPT_DIR/shardfs.index.json (sf_index.h)
- *   shardctl verify CKPT_DIR  (foreign) every block against that index
+ *   shardctl verify CKPT_DIR  (foreign) every block against that index,
+ *                             and every replica the format's adapter kept
+ *                             aside (sf_overlap_rule) against the copy
+ *                             served: replicas that differ are reported
  *
  * Both work on the checkpoint directory itself, without a daemon, and
  * open it through the format seam exactly as the mount does. index
@@ -27,6 +30,7 @@
 #include <unistd.h>
 
 #include "sf_checksum.h"
+#include "sf_codec.h"
 #include "sf_error.h"
 #include "sf_format.h"
 #include "sf_index.h"
@@ -231,6 +235,142 @@ out_close:
 }
 
 /* ------------------------------------------------------------------ */
+/* replicas                                                            */
+
+#define REP_BLOCK (1u << 20) /* bytes compared at a time */
+
+/* One copy's payload, read in place or (coded) decoded once whole. */
+struct rsrc {
+	const struct sf_shard *s;
+	int fd;
+	unsigned char *dec;     /* coded: the decoded stream, owned */
+	size_t declen;
+};
+
+static void rs_close(struct rsrc *r)
+{
+	if (r->fd >= 0)
+		close(r->fd);
+	free(r->dec);
+}
+
+/* Open copy s beneath dirfd. 0, or an error with the reason in why. */
+static int rs_open(struct rsrc *r, int dirfd, const struct sf_shard *s,
+		   char *why, size_t whylen)
+{
+	void *st = NULL;
+	int rc;
+
+	r->s = s;
+	r->dec = NULL;
+	r->fd = sf_open_beneath(dirfd, s->file, O_RDONLY | O_NONBLOCK | O_NOCTTY);
+	if (r->fd < 0) {
+		snprintf(why, whylen, "%s: %s", s->file, sf_strerror(r->fd));
+		return r->fd;
+	}
+	if (s->codec == SF_CODEC_NONE)
+		return 0;
+	if (s->codec != SF_CODEC_ZSTD || s->stored_len > SF_MAX_STORED) {
+		snprintf(why, whylen, "%s: stored in a way shardfs cannot undo", s->file);
+		return -SF_EFORMAT;
+	}
+	st = malloc(s->stored_len ? s->stored_len : 1);
+	rc = st ? sf_pread_full(r->fd, st, s->stored_len, s->file_offset) : -ENOMEM;
+	if (rc < 0)
+		snprintf(why, whylen, "%s: %s", s->file, sf_strerror(rc));
+	else
+		rc = sf_codec_decode_alloc(s->codec, st, s->stored_len, SF_MAX_DECODED,
+					   (void **)&r->dec, &r->declen, why, whylen);
+	if (!rc && (r->declen < s->decoded_off || r->declen - s->decoded_off < s->nbytes)) {
+		snprintf(why, whylen, "%s: its stream decodes short", s->file);
+		rc = -SF_ESHORT;
+	}
+	free(st);
+	return rc;
+}
+
+static int rs_read(const struct rsrc *r, uint64_t off, void *buf, size_t len)
+{
+	if (r->dec) {
+		memcpy(buf, r->dec + r->s->decoded_off + off, len);
+		return 0;
+	}
+	return sf_pread_full(r->fd, buf, len, r->s->file_offset + off);
+}
+
+/* Compare replica r of t with the copy served. 1 if they differ, else 0
+ * (a pair that cannot be compared is said so, and counts as 0). */
+static int replica_differs(int dirfd, const struct sf_tensor *t,
+			   const struct sf_replica *r, unsigned char *buf)
+{
+	const struct sf_shard *a = &r->kept, *b = &r->copy;
+	struct rsrc ra = { .fd = -1 }, rb = { .fd = -1 };
+	char why[256] = "";
+	int rc = 0, differs = 0;
+
+	if (a->nbytes != b->nbytes || !a->strides != !b->strides ||
+	    (a->strides && memcmp(a->strides, b->strides, t->ndim * sizeof(uint64_t)))) {
+		printf("verify: REPLICA NOT COMPARED tensor %s: the copy in %s at %" PRIu64
+		       " is stored in another layout than the copy served (%s at %" PRIu64 ")\n",
+		       t->name, b->file, b->file_offset, a->file, a->file_offset);
+		return 0;
+	}
+	rc = rs_open(&ra, dirfd, a, why, sizeof(why));
+	if (!rc)
+		rc = rs_open(&rb, dirfd, b, why, sizeof(why));
+	for (uint64_t off = 0; !rc && off < a->nbytes; off += REP_BLOCK) {
+		size_t len = a->nbytes - off < REP_BLOCK ? (size_t)(a->nbytes - off) : REP_BLOCK;
+
+		rc = rs_read(&ra, off, buf, len);
+		if (!rc)
+			rc = rs_read(&rb, off, buf + REP_BLOCK, len);
+		if (rc < 0) {
+			snprintf(why, sizeof(why), "%s", sf_strerror(rc));
+		} else if (memcmp(buf, buf + REP_BLOCK, len) != 0) {
+			size_t i = 0;
+
+			while (buf[i] == buf[REP_BLOCK + i])
+				i++;
+			printf("verify: REPLICA DIFFERS tensor %s: the copy in %s at %" PRIu64
+			       " (not served) differs from the copy served (%s at %" PRIu64
+			       ") from payload byte %" PRIu64 "\n", t->name, b->file,
+			       b->file_offset, a->file, a->file_offset, off + i);
+			differs = 1;
+			break;
+		}
+	}
+	if (rc < 0)
+		printf("verify: REPLICA NOT COMPARED tensor %s: the copy in %s at %" PRIu64
+		       ": %s\n", t->name, b->file, b->file_offset, why);
+	rs_close(&ra);
+	rs_close(&rb);
+	return differs;
+}
+
+/* Every replica of m against the copy served: how many differ. */
+static uint64_t verify_replicas(int dirfd, const struct sf_model *m,
+				uint64_t *compared)
+{
+	unsigned char *buf = NULL;
+	uint64_t bad = 0;
+
+	*compared = 0;
+	for (size_t i = 0; i < m->ntensors; i++)
+		for (size_t k = 0; k < m->tensors[i].nreplicas; k++) {
+			if (!buf && !(buf = malloc(2 * REP_BLOCK))) {
+				fprintf(stderr, "shardctl verify: out of memory\n");
+				return bad + 1;
+			}
+			bad += replica_differs(dirfd, &m->tensors[i],
+					       &m->tensors[i].replicas[k], buf);
+			++*compared;
+		}
+	free(buf);
+	fflush(stdout);
+	return bad;
+}
+
+/* ------------------------------------------------------------------ */
 /* verify (foreign)                                                    */
 
 struct fverify {
@@ -313,6 +453,7 @@ int verify_foreign(const char *dir)
 	const struct sf_model *m;
 	const struct sf_tensor *lists[3];
 	size_t counts[3];
+	uint64_t rep_bad, rep_n;
 	char hb[32];
 	int rc, status = 1;
 
@@ -321,6 +462,8 @@ int verify_foreign(const char *dir)
 		opened_close(&o);
 		return rc;
 	}
+	/* before the index: replicas differ or not whether it exists or not */
+	rep_bad = verify_replicas(o.dirfd, o.res.model, &rep_n);
 	/* the same matching the mount does; changed files are logged */
 	sf_index_load(o.dirfd, o.name, o.fmt, &o.res, &st);
 	if (!st.present) {
@@ -354,13 +497,15 @@ int verify_foreign(const char *dir)
 			for (size_t k = 0; k < lists[l][i].nshards; k++)
 				fv_shard(&v, (enum sf_entry_kind)l, &lists[l][i], k);
 	progress_clear(&v.prog);
-	if (v.bad || v.unverified || st.changed) {
+	if (v.bad || v.unverified || st.changed || rep_bad) {
 		printf("verify: FAILED: %" PRIu64 " of %" PRIu64 " blocks bad, %" PRIu64
-		       " shards unverified, %zu files changed since indexing\n",
-		       v.bad, v.blocks, v.unverified, st.changed);
+		       " shards unverified, %zu files changed since indexing, %" PRIu64
+		       " of %" PRIu64 " replicas differ from the copy served\n",
+		       v.bad, v.blocks, v.unverified, st.changed, rep_bad, rep_n);
 	} else {
 		printf("verify: OK: %" PRIu64 " blocks, %" PRIu64 " bytes (%s) against "
-		       SF_INDEX_NAME "\n", v.blocks, v.done, fmt_bytes(v.done, hb));
+		       SF_INDEX_NAME ", %" PRIu64 " replicas equal to the copy served\n",
+		       v.blocks, v.done, fmt_bytes(v.done, hb), rep_n);
 		status = 0;
 	}
 	free(v.buf);

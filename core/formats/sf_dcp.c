@@ -23,6 +23,9 @@
  *    rank's keys, each tensor's chunks from every rank, the lowest rank's
  *    entry where two ranks stored the same chunk or byte item; ranks that
  *    disagree on a key's kind, dtype or size refuse the checkpoint;
+ *  - overlaps: sf_overlap_rule; a key's storage entries other than the
+ *    one read (above) are replicas after it, for shardctl verify (but
+ *    those stored with a transform: never decoded for a copy not read);
  *  - the directory is only ever read.
  */
 #include "sf_dcp.h"
@@ -143,7 +146,7 @@ struct dcp {
 	const struct sf_cdir *cd;    /* the checkpoint's files (borrowed) */
 	const char *name;
 	struct sf_where w;           /* the caller's err: one printable line */
-	struct sinfo *si;            /* sorted, one per key */
+	struct sinfo *si;            /* sorted: of a key, the one read first */
 	size_t nsi, capsi;
 	struct sf_fileset files;     /* chunk files, each opened once */
 	struct sf_model *m;
@@ -194,11 +197,6 @@ static int cmp_key(const struct sinfo *x, const struct sinfo *y)
 		if (x->off[i] != y->off[i])
 			return x->off[i] < y->off[i] ? -1 : 1;
 	return 0;
-}
-
-static int cmp_key_v(const void *a, const void *b)
-{
-	return cmp_key(a, b);
 }
 
 /* Keys, then the lowest rank, then (in one document) the last entry. */
@@ -262,19 +260,13 @@ static int read_storage(struct dcp *d, const struct sf_pk *sd, uint32_t rank)
 	return 0;
 }
 
-/* Sort d->si and keep one entry per key: the lowest rank's (torch's
- * loader on rank 0 reads its own), of one document's repeats the last. */
+/* Sort d->si so that the first entry of a key is the one read: the
+ * lowest rank's (torch's loader on rank 0 reads its own), of one
+ * document's repeats the last; the others are its replicas. */
 static void sort_storage(struct dcp *d)
 {
-	size_t n = 0;
-
-	if (d->nsi < 2)
-		return;
-	qsort(d->si, d->nsi, sizeof(*d->si), cmp_sinfo);
-	for (size_t i = 0; i < d->nsi; i++)
-		if (n == 0 || cmp_key(&d->si[n - 1], &d->si[i]) != 0)
-			d->si[n++] = d->si[i];
-	d->nsi = n;
+	if (d->nsi > 1)
+		qsort(d->si, d->nsi, sizeof(*d->si), cmp_sinfo);
 }
 
 static const struct sinfo *find_sinfo(const struct dcp *d, const char *fqn,
@@ -282,12 +274,19 @@ static const struct sinfo *find_sinfo(const struct dcp *d, const char *fqn,
 				      const uint64_t *off)
 {
 	struct sinfo key = { .fqn = fqn, .has_off = has_off, .ndim = ndim };
+	size_t lo = 0, hi = d->nsi;
 
 	if (has_off)
 		memcpy(key.off, off, ndim * sizeof(*off));
-	if (!d->nsi)
-		return NULL;
-	return bsearch(&key, d->si, d->nsi, sizeof(*d->si), cmp_key_v);
+	while (lo < hi) { /* the first entry of key: the one read */
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (cmp_key(&d->si[mid], &key) < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < d->nsi && cmp_key(&d->si[lo], &key) == 0 ? &d->si[lo] : NULL;
 }
 
 /* The file and region of si, checked. 0 or an error with the reason. */
@@ -428,14 +427,14 @@ static int add_unreadable(struct dcp *d, const char *key, struct sf_tensor *t,
 	return 0;
 }
 
-/* Chunk c of tensor t (key) into a shard. */
+/* Chunk c of tensor t (key) into a shard, stored at si (NULL: its
+ * storage entry). */
 static int add_chunk(struct dcp *d, const char *key, struct sf_tensor *t,
-		     const struct chunk *c)
+		     const struct chunk *c, const struct sinfo *si)
 {
 	struct sf_shard s = { 0 };
 	struct sf_torchsave *ts = NULL;
 	const struct sf_ts_tensor *x;
-	const struct sinfo *si;
 	struct sf_input in;
 	char why[384] = "", desc[256];
 	size_t isz = sf_dtype_size(t->dtype), declen = 0;
@@ -450,7 +449,7 @@ static int add_chunk(struct dcp *d, const char *key, struct sf_tensor *t,
 		numel *= c->len[i]; /* bounded: the validator checks the box */
 	if (numel == 0 && t->ndim > 0)
 		return 0; /* holds no element */
-	si = find_sinfo(d, key, true, t->ndim, c->off);
+	si = si ? si : find_sinfo(d, key, true, t->ndim, c->off);
 	if (!si)
 		return sf_fail(&d->w, -SF_EFORMAT,
 			    "tensor %s: a chunk has no storage_data entry", key);
@@ -536,8 +535,22 @@ static int add_tensor(struct dcp *d, const char *key, enum sf_dtype dt,
 	rc = sf_model_add_tensor(d->m, false, key, dt, ndim, shape, &t);
 	if (rc)
 		return sf_fail(&d->w, rc, "tensor %s: %s", key, sf_model_why(d->m));
-	for (size_t i = 0; i < n && !rc; i++)
-		rc = add_chunk(d, key, t, &chunks[i]);
+	for (size_t i = 0; i < n && !rc; i++) {
+		const struct sinfo *si = find_sinfo(d, key, true, ndim, chunks[i].off), *r;
+		char dsc[8];
+
+		rc = add_chunk(d, key, t, &chunks[i], si);
+		if (i && si == find_sinfo(d, key, true, ndim, chunks[i - 1].off))
+			continue; /* its replicas are added (another size: overlaps) */
+		for (r = si; !rc && si && ++r < d->si + d->nsi && !cmp_key(r, si);) /* replicas: */
+			if (!chunk_codec(r, dsc, sizeof(dsc)) && /* coded: not decoded */
+			    (rc = add_chunk(d, key, t, &chunks[i], r)) != -ENOMEM) {
+				clear_err(d); /* a copy torch never reads: verify's */
+				rc = 0;
+			}
+	}
+	if (!rc)
+		rc = sf_overlap_rule(&d->w, t);
 	if (rc && rc != -ENOMEM) {
 		/* a chunk that cannot be served: the tensor alone is left out */
 		sf_model_drop_last(d->m, SF_ENTRY_TENSOR);
@@ -777,7 +790,7 @@ static bool tensor_props(const struct item *it, enum sf_dtype *dt,
 }
 
 /* The chunks every rank lists for tensor key (items its[0..n), one per
- * rank), sorted by offsets, one per offset (the lowest rank's). *out is
+ * rank), sorted by offsets, one per box (the lowest rank's). *out is
  * malloc'd. A malformed chunk: -SF_EFORMAT with the reason. */
 static int gather_chunks(struct dcp *d, const char *key, const struct item *its,
 			 size_t n, unsigned ndim, struct chunk **out, size_t *nout)
@@ -820,7 +833,8 @@ static int gather_chunks(struct dcp *d, const char *key, const struct item *its,
 	if (nc > 1)
 		qsort(c, nc, sizeof(*c), cmp_chunk);
 	for (size_t i = 0; i < nc; i++)
-		if (k == 0 || memcmp(c[k - 1].off, c[i].off, sizeof(c[i].off)) != 0)
+		if (k == 0 || memcmp(c[k - 1].off, c[i].off, sizeof(c[i].off)) != 0 ||
+		    memcmp(c[k - 1].len, c[i].len, sizeof(c[i].len)) != 0)
 			c[k++] = c[i];
 	*out = c;
 	*nout = k;

@@ -15,6 +15,10 @@
  *  - a chunk that cannot be served leaves its whole tensor out, with one
  *    log line; a malformed or refused metadata file leaves the checkpoint
  *    out with one reason;
+ *  - overlaps (sf_overlap_rule): of a chunk's stored replicas (save_replicas:
+ *    storage entries that differ only in replica_id) the one read (find_pidx)
+ *    serves, the others follow it for shardctl verify; chunks that overlap
+ *    partially leave their tensor out;
  *  - every count read from a file is capped; the directory is only read.
  */
 #include "sf_paddle.h"
@@ -217,6 +221,7 @@ struct pidx {
 	uint64_t fs, fe;             /* flat: the flattened range */
 	int64_t replica;             /* -1 when None or absent */
 	const char *file;
+	bool seen;                   /* its replicas were added (add_replicas) */
 };
 
 /* One chunk of a tensor while it is being built. */
@@ -226,6 +231,7 @@ struct pchunk {
 	uint64_t fs, fe;
 	const struct pfile *f;
 	const struct parr *a;
+	struct pidx *x;              /* its storage entry */
 };
 
 struct pd {
@@ -345,8 +351,8 @@ static int read_storage(struct pd *d, const struct sf_pk *sm)
 
 /* The stored copy of chunk c of key: of its replicas the first (None or
  * 0 sort first). NULL when the metadata stores it nowhere. */
-static const struct pidx *find_pidx(const struct pd *d, const char *key,
-				    unsigned ndim, const struct pchunk *c)
+static struct pidx *find_pidx(const struct pd *d, const char *key,
+			      unsigned ndim, const struct pchunk *c)
 {
 	struct pidx k = { .key = key, .ndim = ndim, .flat = c->flat,
 			  .fs = c->fs, .fe = c->fe, .replica = INT64_MIN };
@@ -806,6 +812,35 @@ static int add_chunk_shards(struct pd *d, struct sf_tensor *t,
 	return 0;
 }
 
+/* The other stored copies of chunk c (its storage entry's next replicas)
+ * as shards of t after all of t's own, so the overlap rule keeps them
+ * aside for shardctl verify. A copy that cannot be read is skipped: it is
+ * not the one read. Each storage entry's copies are added once. */
+static int add_replicas(struct pd *d, struct sf_tensor *t, const char *key,
+			const struct pchunk *c)
+{
+	struct pidx k = *c->x;
+	char buf[256];
+	int rc = 0;
+
+	if (c->x->seen)
+		return 0;
+	c->x->seen = true;
+	for (const struct pidx *r = c->x + 1; !rc && r < d->ix + d->nix; r++) {
+		struct pchunk rp = *c;
+
+		k.replica = r->replica;
+		if (cmp_pidx(r, &k) != 0)
+			break;
+		rc = get_file(d, r->file, &rp.f);
+		if (rc || rp.f->err || !(rp.a = find_arr(rp.f, key)) || !rp.a->code[0] ||
+		    chunk_problem(&rp, t->ndim, t->dtype, buf, sizeof(buf)))
+			continue;
+		rc = add_chunk_shards(d, t, &rp);
+	}
+	return rc == -ENOMEM ? rc : 0;
+}
+
 /* Build tensor key from its list of LocalTensorMetadata. A problem with
  * one chunk leaves the tensor out (logged, 0); only -ENOMEM and caps are
  * errors. */
@@ -839,7 +874,7 @@ static int add_tensor(struct pd *d, const char *key, const struct sf_pk *list)
 	}
 	for (size_t i = 0; i < n && !why; i++) {
 		struct pchunk *c = &d->ch[i];
-		const struct pidx *x;
+		struct pidx *x;
 		const char *dn;
 		unsigned nd, gnd = 0;
 		bool hg;
@@ -875,6 +910,7 @@ static int add_tensor(struct pd *d, const char *key, const struct sf_pk *list)
 			why = "a chunk is stored nowhere (no storage_metadata entry)";
 			break;
 		}
+		c->x = x;
 		rc = get_file(d, x->file, &c->f);
 		if (rc)
 			return rc;
@@ -922,6 +958,10 @@ static int add_tensor(struct pd *d, const char *key, const struct sf_pk *list)
 	}
 	for (size_t i = 0; i < n && !rc; i++)
 		rc = add_chunk_shards(d, t, &d->ch[i]);
+	for (size_t i = 0; i < n && !rc; i++)
+		rc = add_replicas(d, t, key, &d->ch[i]);
+	if (!rc)
+		rc = sf_overlap_rule(&d->w, t);
 	if (!rc)
 		rc = sf_cover_check(&d->w, t);
 	if (rc && rc != -ENOMEM) {

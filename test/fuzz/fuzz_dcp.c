@@ -136,6 +136,24 @@ static void split(const uint8_t *data, size_t size, struct sf_dcp_doc *docs,
 	}
 }
 
+/* The overlap rule held for t: no two shards overlap, and every replica
+ * kept aside has the box of the copy served and a file of the checkpoint. */
+static void check_overlaps(const struct cdir *c, const struct sf_tensor *t)
+{
+	if (sf_tensor_shard_bytes(t) != t->nbytes)
+		fuzz_die("shards of a foreign model overlap", t->name);
+	for (size_t i = 0; i < t->nreplicas; i++) {
+		const struct sf_shard *a = &t->replicas[i].kept, *b = &t->replicas[i].copy;
+		bool same = a->flat == b->flat && (!a->flat || (a->flat_off == b->flat_off &&
+							       a->flat_len == b->flat_len));
+
+		for (unsigned d = 0; same && !a->flat && d < t->ndim; d++)
+			same = a->off[d] == b->off[d] && a->len[d] == b->len[d];
+		if (!same || !b->file || strchr(b->file, '/') || !is_plain_file(c, b->file))
+			fuzz_die("a replica of another box or file", t->name);
+	}
+}
+
 static void check_entry(const struct cdir *c, const struct sf_ckpt_ref *ref,
 			const struct sf_model *m, const struct sf_tensor *t)
 {
@@ -153,6 +171,7 @@ static void check_entry(const struct cdir *c, const struct sf_ckpt_ref *ref,
 		if (s->codec > SF_CODEC_UNREADABLE)
 			fuzz_die("unknown codec", t->name);
 	}
+	check_overlaps(c, t);
 	if (t->nbytes == 0 || t->nbytes > READ_MAX)
 		return;
 	rc = sf_engine_read(eng, ref, m, t, NULL, 0, rbuf, (size_t)t->nbytes);

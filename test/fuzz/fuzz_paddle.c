@@ -17,7 +17,10 @@
  * one-line message but for -ENOMEM) and no model, or gives a finished
  * model of format paddle-dcp in which every shard names one of the files
  * written and lies inside it (its payload span from file_offset), and
- * every tensor's bytes are covered. The first and last payload bytes of
+ * every tensor's bytes are covered by shards that do not overlap; every
+ * replica kept aside (sf_overlap_rule) has the box of the copy served and
+ * lies inside a file written (seeds with replicas and overlaps:
+ * overlap_seeds.py). The first and last payload bytes of
  * each shard are read back. Any violation aborts.
  */
 #include <errno.h>
@@ -167,6 +170,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			check_shard(fds, nparts, t, &t->shards[j]);
 		if (sf_tensor_check_coverage(t, why, sizeof(why)) != 0)
 			fuzz_die("a tensor not covered", t->name);
+		if (sf_tensor_shard_bytes(t) != t->nbytes)
+			fuzz_die("a tensor's shards overlap", t->name);
+		for (size_t j = 0; j < t->nreplicas; j++) {
+			const struct sf_replica *r = &t->replicas[j];
+
+			check_shard(fds, nparts, t, &r->copy);
+			for (unsigned d = 0; d < t->ndim; d++)
+				if (r->copy.flat || r->kept.flat || r->copy.off[d] != r->kept.off[d] ||
+				    r->copy.len[d] != r->kept.len[d])
+					fuzz_die("a replica of another box", t->name);
+		}
 	}
 	sf_format_result_clear(&res);
 out_close_parts:
