@@ -4,32 +4,42 @@
  * every codec and format adapter (sf_model.h).
  *
  * Invariant: a message is one printable line, bounded by the caller's
- * buffer: names are quoted with escapes and cut at SF_QNAME_MAX input
- * bytes, and control bytes of the message itself become '?'.
+ * buffer: names are quoted with the log's escapes (sf_log_escape with
+ * SF_ESC_QUOTE) and cut at SF_QNAME_MAX input bytes, never inside a UTF-8
+ * sequence; control bytes of the message itself become '?' (the log
+ * escapes what else a line must not hold).
+ *
+ * sf_quote_name is the one quoting of names: every message and log line
+ * that names an entry, a file or a key from input uses it.
  */
 #include "sf_model.h"
+
+#include "sf_log.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
-void sf_quote_name(char *out, const char *s, size_t len)
+const char *sf_quote_name(char *out, const char *s, size_t len)
 {
-	size_t n = 0;
+	size_t n = 0, used = 0;
+
 	out[n++] = '"';
-	for (size_t i = 0; i < len && i < SF_QNAME_MAX; i++) {
-		unsigned char c = (unsigned char)s[i];
-		if (c < 0x20 || c == 0x7f || c == '"' || c == '\\')
-			n += (size_t)sprintf(out + n, "\\x%02x", c);
-		else
-			out[n++] = (char)c;
-	}
+	/* 4 output bytes per input byte at most: the cap never binds first */
+	n += sf_log_escape(out + n, 4 * SF_QNAME_MAX + 1, s ? s : "",
+			   s ? len : 0, SF_QNAME_MAX, SF_ESC_QUOTE, &used);
 	out[n++] = '"';
-	if (len > SF_QNAME_MAX) {
+	if (s && used < len) {
 		memcpy(out + n, "...", 3);
 		n += 3;
 	}
 	out[n] = '\0';
+	return out;
+}
+
+const char *sf_quote_str(char *out, const char *s)
+{
+	return sf_quote_name(out, s, s ? strlen(s) : 0);
 }
 
 void sf_where_init(struct sf_where *w, char *err, size_t errlen)

@@ -334,7 +334,7 @@ static enum sf_codec chunk_codec(const struct sinfo *si, char *desc, size_t n)
 	if (cnt == 0)
 		return SF_CODEC_NONE;
 	for (size_t i = 0; i < cnt && k + 8 < n; i++) {
-		char q[4 * SF_QNAME_MAX + 8];
+		char q[SF_QNAME_SIZE];
 
 		s = sf_pk_str(sf_pk_item(tr, i));
 		if (s)
@@ -398,8 +398,11 @@ static enum sf_dtype props_dtype(const struct sf_pk *props)
 
 static void leave_out(struct dcp *d, const char *key, const char *why)
 {
+	char q[SF_QNAME_SIZE];
+
 	d->skipped++;
-	sf_warn("checkpoint %s: %s left out: %s", d->name, key, why);
+	sf_warn("checkpoint %s: %s left out: %s", d->name, sf_quote_str(q, key),
+		why);
 }
 
 /* Forget the reason a failed step wrote (it has been logged). */
@@ -415,8 +418,11 @@ static int add_unreadable(struct dcp *d, const char *key, struct sf_tensor *t,
 			  struct sf_shard *s, const struct sinfo *si,
 			  const char *why)
 {
+	char q[SF_QNAME_SIZE], qf[SF_QNAME_SIZE];
+
 	sf_warn("checkpoint %s: tensor %s: the chunk in %s at %llu %s: its reads fail with EIO",
-		d->name, key, si->path, (unsigned long long)si->foff, why);
+		d->name, sf_quote_str(q, key), sf_quote_str(qf, si->path),
+		(unsigned long long)si->foff, why);
 	s->codec = SF_CODEC_UNREADABLE;
 	s->file = (char *)si->path;
 	s->file_offset = si->foff;
