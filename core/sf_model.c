@@ -951,7 +951,10 @@ static int finish_impl(struct sf_model *m, bool partial, char *err,
 				return rc;
 		}
 	}
-	return partial ? 0 : check_st_total(&w, m);
+	if (partial)
+		return 0;
+	sf_where_init(&w, err, errlen); /* the whole model: no entry named */
+	return check_st_total(&w, m);
 }
 
 int sf_model_finish(struct sf_model *m, char *err, size_t errlen)
