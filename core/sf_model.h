@@ -227,7 +227,7 @@ bool sf_relpath_valid(const char *path);
  * message". Lives on the caller's stack; err/errlen are the caller's
  * buffer (may be NULL/0).
  */
-#define SF_QNAME_MAX 64 /* input bytes of a name shown before "..." */
+#define SF_QNAME_MAX 256 /* input bytes of a name shown before "..." */
 #define SF_QNAME_SIZE (4 * SF_QNAME_MAX + 8) /* bytes of a quoted name */
 struct sf_where {
 	const char *kind;                   /* "tensor", "file", ... or NULL */

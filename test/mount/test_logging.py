@@ -47,7 +47,7 @@ import sfmount as sm  # noqa: E402
 import sysmount as sy  # noqa: E402
 
 BURST = 10          # SF_LOG_BURST (core/sf_log.h)
-QNAME_MAX = 64      # SF_QNAME_MAX (core/sf_model.h)
+QNAME_MAX = 256     # SF_QNAME_MAX (core/sf_model.h)
 PY = "/usr/bin/python3"  # Debian's, with torch 1.13
 # what the log escapes (core/sf_log.h): C0, DEL, C1, U+2028/9, bidi controls
 ESCAPED = (set(range(0x20)) | {0x7f} | set(range(0x80, 0xa0)) |
