@@ -393,6 +393,10 @@ def ns_child(spec_path):
             res["errno"] = 0
         except OSError as e:
             res["errno"] = e.errno
+        try:  # a forged line: syslog gets it escaped too
+            open_read(os.path.join(mnt, "ck", "tensors", spec["tensor"] + "@1:2:3" + FORGE))
+        except OSError:
+            pass
         subprocess.run(["fusermount3", "-u", mnt], timeout=30)
         res["gone"] = sy.wait_gone(res["pids"])
     sy.cleanup(mnt)
@@ -443,6 +447,12 @@ def check_syslog(env, ck, store, ref):
           % msgs[:6])
     ck.ok(any(m.startswith("<28>") and SLICE_BAD in m and "tensors/%s@1:2:3" % tensor in m
               for m in msgs), "syslog: the bad slice as a warning: %r" % msgs[-4:])
+    forged = [m for m in msgs if "FORGED LINE" in m]
+    ck.ok(len(forged) == 1 and "\\u2028shardfs: error: FORGED LINE" in forged[0] and
+          SLICE_BAD in forged[0], "syslog: the forged slice is one message, U+2028 escaped: %r"
+          % forged)
+    ck.ok(not any(ord(c) in ESCAPED for m in msgs for c in m),
+          "syslog: no raw control, separator or bidi character in any message")
 
 
 def first_tensor(ref):
