@@ -737,24 +737,19 @@ static void log_bad_slice(const struct sf_node *base, const char *spec,
 			  int err, unsigned ndim, const uint64_t *shape)
 {
 	char tname[SF_MAX_NAME + 1], dims[SF_MAX_NDIM * 21 + 3];
-	char path[SF_MAX_NAME + 16], q[SF_QNAME_SIZE];
+	char path[SF_MAX_NAME + 16]; /* quoted: spec may hold anything */
 	size_t k = 0;
-	int len;
 
 	if (sf_fs_wname(base, tname, sizeof(tname)) != 0)
 		snprintf(tname, sizeof(tname), "%s", base->name);
-	/* the path as the user wrote it, quoted: spec may hold anything */
-	len = snprintf(path, sizeof(path), "tensors/%s@%s", tname, spec);
-	if (len < 0)
-		len = 0;
-	sf_quote_name(q, path, (size_t)len < sizeof(path) ? (size_t)len :
-		      sizeof(path) - 1);
+	snprintf(path, sizeof(path), "tensors/%s@%s", tname, spec);
 	dims[k++] = '[';
 	for (unsigned d = 0; d < ndim; d++)
 		k += (size_t)snprintf(dims + k, sizeof(dims) - k, "%s%" PRIu64,
 				      d ? "," : "", shape[d]);
 	snprintf(dims + k, sizeof(dims) - k, "]");
-	sf_warn_limited("checkpoint %s: %s: %s (shape %s)", base->ck->name, q,
+	sf_warn_limited("checkpoint %s: %s: %s (shape %s)", base->ck->name,
+			SF_QSTR(path),
 			err == -SF_ERANGE ? "slice outside the tensor: each START:STOP needs START <= STOP <= the dimension"
 					  : "bad slice syntax: want START:STOP (either may be empty) for each dimension, comma-separated",
 			dims);
