@@ -71,9 +71,13 @@ static void advance(size_t *n, int r, size_t cap)
 }
 
 /* Write "kind NAME: shard I: <message>" into w->err (one line, control
- * bytes replaced by '?') and return code. */
+ * bytes replaced by '?', what else the log escapes escaped: the message
+ * also reaches xattrs and shardctl's output) and return code. */
 int sf_fail(const struct sf_where *w, int code, const char *fmt, ...)
 {
+	char msg[2048];
+	int m;
+
 	if (!w->err || w->errlen == 0)
 		return code;
 	size_t n = 0;
@@ -86,11 +90,20 @@ int sf_fail(const struct sf_where *w, int code, const char *fmt, ...)
 				     w->shard), w->errlen);
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(w->err + n, w->errlen - n, fmt, ap);
+	m = vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
+	if (m < 0)
+		m = 0;
+	else if ((size_t)m >= sizeof(msg))
+		m = (int)sf_utf8_cut(msg, sizeof(msg) - 1);
 	/* Text quoted from the input (jansson's "near '...'") may hold
 	 * control bytes: keep the message one printable line. */
-	for (char *p = w->err; *p; p++)
+	for (int i = 0; i < m; i++)
+		if ((unsigned char)msg[i] < 0x20 || msg[i] == 0x7f)
+			msg[i] = '?';
+	sf_log_escape(w->err + n, w->errlen - n, msg, (size_t)m, (size_t)m, 0,
+		      NULL);
+	for (char *p = w->err; *p; p++) /* the kind's own text, too */
 		if ((unsigned char)*p < 0x20 || *p == 0x7f)
 			*p = '?';
 	return code;
