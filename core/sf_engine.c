@@ -880,8 +880,12 @@ static int on_segment(void *arg, uint64_t toff, uint64_t voff, uint64_t len)
 				break;
 		}
 		if (k == t->nshards) {
-			sf_err("checkpoint %s: tensor %s: no shard covers byte %llu",
-			       c->ck->name, t->name, (unsigned long long)p);
+			sf_log_once(&read_fail_lim,
+				    sf_log_key(c->ck->name, t->name, NULL, -SF_EGAP),
+				    SF_LOG_ERROR,
+				    "checkpoint %s: tensor %s: no shard covers byte %llu",
+				    c->ck->name, SF_QSTR(t->name),
+				    (unsigned long long)p);
 			return -SF_EGAP;
 		}
 		c->last = i;
