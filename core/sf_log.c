@@ -7,10 +7,11 @@
  * interleave mid-line, and no byte of the message can start another or
  * disguise it: every message passes through sf_log_escape (C0 and C1
  * controls, U+2028/U+2029, bidi controls and invalid UTF-8 escaped), the
- * last line of defence whatever the caller quoted. The prefix, level and sinks are set
- * once before threads start and only read afterwards; the log file's
- * descriptor number never changes (sf_log_reopen swaps the file behind it
- * with dup3), and the stderr copy is turned off through an atomic flag.
+ * last line of defence whatever the caller quoted. The prefix, level and
+ * sinks are set once before threads start and only read afterwards; the
+ * log file's descriptor number never changes (sf_log_reopen swaps the
+ * file behind it with dup3), and the stderr copy is turned off through an
+ * atomic flag.
  * The rate limits of sf_log_limited and the keys of sf_log_once are
  * guarded by limit_lock.
  */
