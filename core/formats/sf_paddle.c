@@ -817,7 +817,7 @@ static int add_tensor(struct pd *d, const char *key, const struct sf_pk *list)
 	enum sf_dtype dt = SF_DT_INVALID;
 	struct sf_tensor *t;
 	unsigned ndim = 0;
-	char buf[256];
+	char buf[SF_QNAME_SIZE + 128];
 	size_t n;
 	int rc;
 
@@ -879,14 +879,16 @@ static int add_tensor(struct pd *d, const char *key, const struct sf_pk *list)
 		if (rc)
 			return rc;
 		if (c->f->err) {
-			snprintf(buf, sizeof(buf), "its file %s %s", x->file, c->f->why);
+			snprintf(buf, sizeof(buf), "its file %s %s", SF_QSTR(x->file),
+				 c->f->why);
 			why = buf;
 		} else if (!(c->a = find_arr(c->f, key))) {
-			snprintf(buf, sizeof(buf), "%s holds no array of that name", x->file);
+			snprintf(buf, sizeof(buf), "%s holds no array of that name",
+				 SF_QSTR(x->file));
 			why = buf;
 		} else if (!c->a->code[0]) {
 			snprintf(buf, sizeof(buf), "its array in %s is not a plain numeric numpy array",
-				 x->file);
+				 SF_QSTR(x->file));
 			why = buf;
 		}
 	}
