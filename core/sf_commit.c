@@ -126,7 +126,10 @@ static int check_overlap(const struct sf_tensor *t, const struct sf_shard *a,
 		return -SF_ECONFLICT;
 	}
 	if (!src) {
-		sf_warn("tensor %s: overlapping shards not compared (no payload source)", t->name);
+		char q[SF_QNAME_SIZE];
+
+		sf_warn("tensor %s: overlapping shards not compared (no payload source)",
+			sf_quote_str(q, t->name));
 		return 0;
 	}
 	c.ba = malloc(CMP_CHUNK);

@@ -399,12 +399,23 @@ struct read_ctx {
 	unsigned niov, maxiov;
 };
 
+/* Failed reads: one line per checkpoint, tensor, payload file and cause
+ * in a window (the kernel reads a failed page again, readers retry), at
+ * most READ_FAIL_BURST lines a window in all. */
+#define READ_FAIL_BURST 100
+static struct sf_log_limit read_fail_lim = { .burst = READ_FAIL_BURST };
+
 static void log_block_error(const struct read_ctx *c, const struct sf_shard *s,
 			    uint64_t idx, int err)
 {
-	sf_err("checkpoint %s: tensor %s: shard %zu (rank %u, file %s) block %llu: %s",
-	       c->ck->name, c->t->name, (size_t)(s - c->t->shards), s->rank,
-	       s->file, (unsigned long long)idx, sf_strerror(err));
+	char qt[SF_QNAME_SIZE], qf[SF_QNAME_SIZE];
+
+	sf_log_once(&read_fail_lim,
+		    sf_log_key(c->ck->name, c->t->name, s->file, err), SF_LOG_ERROR,
+		    "checkpoint %s: tensor %s: shard %zu (rank %u, file %s) block %llu: %s",
+		    c->ck->name, sf_quote_str(qt, c->t->name),
+		    (size_t)(s - c->t->shards), s->rank, sf_quote_str(qf, s->file),
+		    (unsigned long long)idx, sf_strerror(err));
 }
 
 /* Drop the decoded streams past the bound, keeping the first. Locked
@@ -467,11 +478,17 @@ static int dec_load(struct read_ctx *c, const struct sf_shard *s,
 		ret = -EIO;
 	}
 	if (ret < 0) {
+		char qt[SF_QNAME_SIZE], qf[SF_QNAME_SIZE];
+
 		ret = -EIO;
-		sf_err("checkpoint %s: tensor %s: shard %zu (rank %u, file %s, %s stream at %llu): %s",
-		       c->ck->name, c->t->name, (size_t)(s - c->t->shards),
-		       s->rank, s->file, sf_codec_name(s->codec),
-		       (unsigned long long)s->file_offset, why);
+		sf_log_once(&read_fail_lim,
+			    sf_log_key(c->ck->name, c->t->name, s->file, -EILSEQ),
+			    SF_LOG_ERROR,
+			    "checkpoint %s: tensor %s: shard %zu (rank %u, file %s, %s stream at %llu): %s",
+			    c->ck->name, sf_quote_str(qt, c->t->name),
+			    (size_t)(s - c->t->shards), s->rank,
+			    sf_quote_str(qf, s->file), sf_codec_name(s->codec),
+			    (unsigned long long)s->file_offset, why);
 		goto out_free;
 	}
 	d->ck = c->ck;
@@ -863,8 +880,12 @@ static int on_segment(void *arg, uint64_t toff, uint64_t voff, uint64_t len)
 				break;
 		}
 		if (k == t->nshards) {
-			sf_err("checkpoint %s: tensor %s: no shard covers byte %llu",
-			       c->ck->name, t->name, (unsigned long long)p);
+			sf_log_once(&read_fail_lim,
+				    sf_log_key(c->ck->name, t->name, NULL, -SF_EGAP),
+				    SF_LOG_ERROR,
+				    "checkpoint %s: tensor %s: no shard covers byte %llu",
+				    c->ck->name, SF_QSTR(t->name),
+				    (unsigned long long)p);
 			return -SF_EGAP;
 		}
 		c->last = i;

@@ -208,7 +208,10 @@ void sf_engine_destroy(struct sf_engine *e); /* accepts NULL */
  * of t; NULL for the whole tensor). The range must lie inside the view.
  * Returns 0, or a negative error after logging one line that names the
  * checkpoint, tensor, shard, rank and block: -SF_ECHECKSUM, -SF_ESHORT,
- * -SF_EPEER, -SF_EGAP (no shard covers a byte), -EIO, -ENOMEM.
+ * -SF_EPEER, -SF_EGAP (no shard covers a byte), -EIO, -ENOMEM. A payload
+ * failure is logged once per checkpoint, tensor, payload file and cause a
+ * log window (sf_log_once: the kernel and readers retry failed reads), at
+ * most 100 such lines a window in all.
  */
 int sf_engine_read(struct sf_engine *e, const struct sf_ckpt_ref *ck,
 		   const struct sf_model *m, const struct sf_tensor *t,

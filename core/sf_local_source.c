@@ -582,13 +582,13 @@ static void leases_break(struct local_src *ls)
 			 * and verifying it anew */
 			atomic_store(&lm->stale, true);
 			sf_err("payload %s: a lease is being broken and a mapping of it cannot be copied; the writer waits until the block is dropped or the lease revoked",
-			       lm->fe->path);
+			       SF_QSTR(lm->fe->path));
 			continue;
 		}
 		lm->anon = true;
 		if (atomic_load(&lm->stale))
 			sf_warn("payload %s changed before its mapped blocks were copied (its lease was revoked: the daemon did not answer within the kernel's lease-break-time); those blocks are fetched and verified again",
-				lm->fe->path);
+				SF_QSTR(lm->fe->path));
 		if (--lm->fe->nleased == 0)
 			(void)fcntl(lm->fe->fd, F_SETLEASE, F_UNLCK);
 	}

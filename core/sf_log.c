@@ -4,12 +4,16 @@
  * Invariant: each sf_log() call emits exactly one line with one write(2)
  * per sink (one syslog(3) call for syslog), so lines from concurrent
  * threads (and ranks sharing a terminal or a file opened O_APPEND) never
- * interleave mid-line, and no byte of the message can start another
- * (control characters are replaced). The prefix, level and sinks are set
- * once before threads start and only read afterwards; the log file's
- * descriptor number never changes (sf_log_reopen swaps the file behind it
- * with dup3), and the stderr copy is turned off through an atomic flag.
- * The rate limits of sf_log_limited are guarded by limit_lock.
+ * interleave mid-line, and no byte of the message can start another or
+ * disguise it: every message passes through sf_log_escape (C0 and C1
+ * controls, U+2028/U+2029, bidi controls and invalid UTF-8 escaped), the
+ * last line of defence whatever the caller quoted. The prefix, level and
+ * sinks are set once before threads start and only read afterwards; the
+ * log file's descriptor number never changes (sf_log_reopen swaps the
+ * file behind it with dup3), and the stderr copy is turned off through an
+ * atomic flag.
+ * The rate limits of sf_log_limited and the keys of sf_log_once are
+ * guarded by limit_lock.
  */
 #include "sf_log.h"
 
@@ -35,6 +39,119 @@ static char sf_log_path[PATH_MAX];        /* its path, for sf_log_reopen */
 static bool sf_log_syslog;                /* lines go to syslog(3) */
 static atomic_bool sf_log_detached;       /* no copy to stderr any more */
 static pthread_mutex_t limit_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* ------------------------------------------------------------------ */
+/* escaping                                                            */
+
+/* The length of the valid UTF-8 sequence at p (n > 0 bytes there), its
+ * code point in *cp; 0 when p starts no valid sequence (overlong,
+ * surrogate, past U+10FFFF, truncated, or a stray continuation byte). */
+static size_t utf8_seq(const unsigned char *p, size_t n, uint32_t *cp)
+{
+	uint32_t c = p[0], min;
+	size_t len;
+
+	if (c < 0x80) {
+		*cp = c;
+		return 1;
+	}
+	if (c >= 0xc2 && c <= 0xdf) {
+		len = 2;
+		c &= 0x1f;
+		min = 0x80;
+	} else if (c >= 0xe0 && c <= 0xef) {
+		len = 3;
+		c &= 0x0f;
+		min = 0x800;
+	} else if (c >= 0xf0 && c <= 0xf4) {
+		len = 4;
+		c &= 0x07;
+		min = 0x10000;
+	} else {
+		return 0;
+	}
+	if (n < len)
+		return 0;
+	for (size_t i = 1; i < len; i++) {
+		if ((p[i] & 0xc0) != 0x80)
+			return 0;
+		c = (c << 6) | (p[i] & 0x3f);
+	}
+	if (c < min || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff))
+		return 0;
+	*cp = c;
+	return len;
+}
+
+/* Whether code point c is escaped: it could end a line or reorder what a
+ * reader sees. */
+static bool cp_escaped(uint32_t c)
+{
+	return c < 0x20 || c == 0x7f || (c >= 0x80 && c <= 0x9f) ||
+	       c == 0x061c || c == 0x200e || c == 0x200f ||
+	       (c >= 0x2028 && c <= 0x202e) || (c >= 0x2066 && c <= 0x2069);
+}
+
+size_t sf_log_escape(char *out, size_t cap, const char *s, size_t len,
+		     size_t max_in, unsigned flags, size_t *used)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	size_t i = 0, n = 0;
+
+	if (max_in > len)
+		max_in = len;
+	while (i < max_in) {
+		char esc[8];
+		const char *src;
+		size_t k, w;
+		uint32_t c;
+
+		k = utf8_seq(p + i, len - i, &c);
+		if (k == 0) {
+			/* an invalid byte: alone, whatever follows */
+			k = 1;
+			w = (size_t)snprintf(esc, sizeof(esc), "\\x%02x", p[i]);
+			src = esc;
+		} else if (cp_escaped(c) ||
+			   ((flags & SF_ESC_QUOTE) && (c == '"' || c == '\\'))) {
+			w = (size_t)snprintf(esc, sizeof(esc),
+					     c < 0x80 ? "\\x%02x" : "\\u%04x",
+					     (unsigned)c);
+			src = esc;
+		} else {
+			w = k;
+			src = s + i;
+		}
+		if (i + k > max_in || n + w >= cap)
+			break;
+		memcpy(out + n, src, w);
+		n += w;
+		i += k;
+	}
+	if (cap)
+		out[n] = '\0';
+	if (used)
+		*used = i;
+	return n;
+}
+
+size_t sf_utf8_cut(const char *s, size_t n)
+{
+	const unsigned char *p = (const unsigned char *)s;
+
+	/* the last lead byte among the last 3, and whether its sequence
+	 * would need bytes past n */
+	for (size_t back = 1; back <= 3 && back <= n; back++) {
+		unsigned char c = p[n - back];
+		size_t need;
+
+		if ((c & 0xc0) == 0x80)
+			continue; /* a continuation byte */
+		need = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 1;
+		return need > back ? n - back : n;
+	}
+	return n;
+}
 
 void sf_log_setup(const char *prefix, enum sf_log_level max_level)
 {
@@ -118,6 +235,7 @@ void sf_vlog(enum sf_log_level level, const char *fmt, va_list ap)
 	/* [stamp room][prefix][level: message]\n */
 	char buf[SF_LOG_STAMP + SF_LOG_LINE];
 	char *line = buf + SF_LOG_STAMP;
+	char raw[SF_LOG_LINE];
 	size_t body;
 	int n, m;
 
@@ -129,16 +247,16 @@ void sf_vlog(enum sf_log_level level, const char *fmt, va_list ap)
 	body = (size_t)n;
 	m = snprintf(line + n, SF_LOG_LINE - n, "%s: ", names[level]);
 	n += m > 0 ? m : 0;
-	m = vsnprintf(line + n, SF_LOG_LINE - n - 1, fmt, ap);
+	/* One line per event, whatever names from disk, peers or users hold:
+	 * the message is formatted, then escaped into the line. */
+	m = vsnprintf(raw, sizeof(raw), fmt, ap);
 	if (m < 0)
 		m = 0;
-	if (n + m > SF_LOG_LINE - 2)
-		m = SF_LOG_LINE - 2 - n;
-	/* One line per event, whatever names from disk, peers or users hold:
-	 * control characters become '?'. */
-	for (int i = n; i < n + m; i++)
-		if ((unsigned char)line[i] < 0x20 || line[i] == 0x7f)
-			line[i] = '?';
+	else if ((size_t)m >= sizeof(raw))
+		m = (int)sf_utf8_cut(raw, sizeof(raw) - 1);
+	/* room for the newline after it */
+	m = (int)sf_log_escape(line + n, SF_LOG_LINE - 1 - (size_t)n, raw,
+			       (size_t)m, (size_t)m, 0, NULL);
 	n += m;
 	line[n] = '\0';
 	if (sf_log_syslog)
@@ -176,11 +294,56 @@ void sf_log(enum sf_log_level level, const char *fmt, ...)
 	va_end(ap);
 }
 
+/* Whether lim lets one more line through now; *dropped gets the lines
+ * dropped before it. Locked (limit_lock). */
+static bool limit_pass(struct sf_log_limit *lim, int64_t now, uint64_t *dropped)
+{
+	unsigned burst = lim->burst ? lim->burst : SF_LOG_BURST;
+
+	if (lim->window_start_ms == 0 ||
+	    now - lim->window_start_ms >= (int64_t)SF_LOG_WINDOW_S * 1000) {
+		lim->window_start_ms = now;
+		lim->n = 0;
+	}
+	if (lim->n >= burst) {
+		lim->dropped++;
+		return false;
+	}
+	lim->n++;
+	*dropped = lim->dropped;
+	lim->dropped = 0;
+	return true;
+}
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + 1; /* never 0 */
+}
+
+/* Log the line fmt/ap makes, saying how many like it were dropped. */
+static void log_kept(enum sf_log_level level, uint64_t dropped,
+		     const struct sf_log_limit *lim, const char *fmt, va_list ap)
+{
+	char msg[SF_LOG_LINE];
+	int m = vsnprintf(msg, sizeof(msg), fmt, ap);
+
+	if (m >= 0 && (size_t)m >= sizeof(msg))
+		msg[sf_utf8_cut(msg, sizeof(msg) - 1)] = '\0';
+	if (dropped)
+		sf_log(level, "%s (%llu more like this were dropped: at most %d per %d s are logged)",
+		       msg, (unsigned long long)dropped,
+		       lim->burst ? (int)lim->burst : SF_LOG_BURST,
+		       SF_LOG_WINDOW_S);
+	else
+		sf_log(level, "%s", msg);
+}
+
 void sf_log_limited(struct sf_log_limit *lim, enum sf_log_level level,
 		    const char *fmt, ...)
 {
-	char msg[SF_LOG_LINE];
-	struct timespec ts;
 	uint64_t dropped = 0;
 	int64_t now;
 	bool keep;
@@ -188,32 +351,70 @@ void sf_log_limited(struct sf_log_limit *lim, enum sf_log_level level,
 
 	if (level > sf_log_max)
 		return;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + 1; /* never 0 */
+	now = now_ms();
 	pthread_mutex_lock(&limit_lock);
-	if (lim->window_start_ms == 0 ||
-	    now - lim->window_start_ms >= (int64_t)SF_LOG_WINDOW_S * 1000) {
-		lim->window_start_ms = now;
-		lim->n = 0;
+	keep = limit_pass(lim, now, &dropped);
+	pthread_mutex_unlock(&limit_lock);
+	if (!keep)
+		return;
+	va_start(ap, fmt);
+	log_kept(level, dropped, lim, fmt, ap);
+	va_end(ap);
+}
+
+/* The keys sf_log_once logged lately, a ring: a key is found by a linear
+ * scan (SF_LOG_KEYS is small; failures are rare), the oldest overwritten. */
+static struct {
+	uint64_t key;
+	int64_t at_ms; /* 0: free */
+} log_keys[SF_LOG_KEYS];
+static unsigned log_keys_next;
+
+uint64_t sf_log_key(const char *a, const char *b, const char *c, int64_t n)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+	const char *parts[3] = { a, b, c };
+
+	for (int k = 0; k < 3; k++) {
+		for (const char *p = parts[k]; p && *p; p++)
+			h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
+		h = (h ^ 0xff) * 0x100000001b3ull; /* "a","bc" != "ab","c" */
 	}
-	keep = lim->n < SF_LOG_BURST;
+	for (int i = 0; i < 8; i++)
+		h = (h ^ (((uint64_t)n >> (8 * i)) & 0xff)) * 0x100000001b3ull;
+	return h;
+}
+
+void sf_log_once(struct sf_log_limit *lim, uint64_t key,
+		 enum sf_log_level level, const char *fmt, ...)
+{
+	const int64_t window = (int64_t)SF_LOG_WINDOW_S * 1000;
+	uint64_t dropped = 0;
+	bool keep = true;
+	int64_t now;
+	va_list ap;
+
+	if (level > sf_log_max)
+		return;
+	now = now_ms();
+	pthread_mutex_lock(&limit_lock);
+	for (unsigned i = 0; i < SF_LOG_KEYS; i++)
+		if (log_keys[i].at_ms && log_keys[i].key == key &&
+		    now - log_keys[i].at_ms < window) {
+			keep = false; /* logged lately: not even counted */
+			break;
+		}
+	if (keep)
+		keep = limit_pass(lim, now, &dropped);
 	if (keep) {
-		lim->n++;
-		dropped = lim->dropped;
-		lim->dropped = 0;
-	} else {
-		lim->dropped++;
+		log_keys[log_keys_next].key = key;
+		log_keys[log_keys_next].at_ms = now;
+		log_keys_next = (log_keys_next + 1) % SF_LOG_KEYS;
 	}
 	pthread_mutex_unlock(&limit_lock);
 	if (!keep)
 		return;
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
+	log_kept(level, dropped, lim, fmt, ap);
 	va_end(ap);
-	if (dropped)
-		sf_log(level, "%s (%llu more like this were dropped: at most %d per %d s are logged)",
-		       msg, (unsigned long long)dropped, SF_LOG_BURST,
-		       SF_LOG_WINDOW_S);
-	else
-		sf_log(level, "%s", msg);
 }

@@ -11,6 +11,13 @@
  * requests: start-up messages and errors reach the terminal that started
  * it, and `mount` prints them).
  *
+ * Every line is one printable line whatever its arguments hold: the
+ * message passes through sf_log_escape (below) before it reaches a sink,
+ * so valid printable UTF-8 passes and control characters (C0, DEL, C1),
+ * U+2028/U+2029, bidi controls and invalid bytes are escaped. Names from
+ * input are also quoted by their callers (sf_quote_name, sf_model.h), so
+ * where a name ends is never in doubt.
+ *
  * Bad input from users (a bad slice, a refused write) is logged through the
  * rate-limited macros (sf_warn_limited): each call site keeps at most
  * SF_LOG_BURST lines per SF_LOG_WINDOW_S seconds; the first line after a
@@ -21,6 +28,7 @@
 #define SF_LOG_H
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdint.h>
 
 enum sf_log_level { SF_LOG_ERROR = 0, SF_LOG_WARN = 1, SF_LOG_INFO = 2, SF_LOG_DEBUG = 3 };
@@ -68,14 +76,62 @@ void sf_vlog(enum sf_log_level level, const char *fmt, va_list ap);
  * by the log's own lock). */
 struct sf_log_limit {
 	int64_t window_start_ms; /* CLOCK_MONOTONIC, ms; 0: never logged */
-	unsigned n;              /* lines kept in this window, <= SF_LOG_BURST */
+	unsigned n;              /* lines kept in this window, <= burst */
 	uint64_t dropped;        /* lines dropped since the last kept line */
+	unsigned burst;          /* lines per window; 0: SF_LOG_BURST (set
+				  * in the static initializer only) */
 };
 
 /* Log one line unless lim's call site logged SF_LOG_BURST lines in the
  * last SF_LOG_WINDOW_S s (then count it as dropped). */
 void sf_log_limited(struct sf_log_limit *lim, enum sf_log_level level,
 		    const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/*
+ * Log one line unless a line with the same key (a hash of what failed and
+ * why: sf_log_key) was logged in the last SF_LOG_WINDOW_S s, then through
+ * lim like sf_log_limited. For failures a client's retries repeat (the
+ * kernel reads a failed page twice): one line per thing and cause. The
+ * keys remembered are bounded (SF_LOG_KEYS, the oldest forgotten first).
+ */
+#define SF_LOG_KEYS 256
+void sf_log_once(struct sf_log_limit *lim, uint64_t key,
+		 enum sf_log_level level, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+/* A key for sf_log_once: 64-bit FNV-1a of the NUL-terminated strings
+ * a, b and c (any may be NULL) and the number n (e.g. the cause). */
+uint64_t sf_log_key(const char *a, const char *b, const char *c, int64_t n);
+
+/*
+ * Escaping, the one form every log line and every quoted name has:
+ *   - valid UTF-8 (no overlongs, surrogates or code points past U+10FFFF)
+ *     passes as it is, except the code points below;
+ *   - C0 controls and DEL (U+0000-U+001F, U+007F) become \xNN;
+ *   - C1 controls (U+0080-U+009F, NEL among them), U+2028 and U+2029, and
+ *     the bidi controls (U+061C, U+200E, U+200F, U+202A-U+202E,
+ *     U+2066-U+2069) become \uNNNN (4 lowercase hex digits);
+ *   - every byte that is not part of valid UTF-8 becomes \xNN (always
+ *     0x80-0xff, so never mistaken for an escaped C0 control);
+ *   - with SF_ESC_QUOTE (quoted names), '"' and '\' become \x22 and
+ *     \x5c; without it they pass (a log line is not a quoted string).
+ * Output is at most 4 bytes per input byte.
+ */
+#define SF_ESC_QUOTE 1u
+
+/*
+ * Escape the first len bytes of s (any bytes, NUL included) into out
+ * (cap >= 1 bytes, always NUL-terminated). Whole units only: stops before
+ * the first character whose escaped form does not fit in cap - 1 bytes,
+ * or whose bytes reach past max_in input bytes (a UTF-8 sequence is never
+ * cut). *used (may be NULL) gets the input bytes consumed. Returns the
+ * bytes written, without the NUL.
+ */
+size_t sf_log_escape(char *out, size_t cap, const char *s, size_t len,
+		     size_t max_in, unsigned flags, size_t *used);
+
+/* The length of s[0..n) without a UTF-8 sequence cut at its end (for text
+ * that snprintf truncated). */
+size_t sf_utf8_cut(const char *s, size_t n);
 
 #define sf_err(...) sf_log(SF_LOG_ERROR, __VA_ARGS__)
 #define sf_warn(...) sf_log(SF_LOG_WARN, __VA_ARGS__)

@@ -11,7 +11,9 @@
  *     prefix of another ("a", "a/b");
  *   - every entry's nbytes fits in off_t, and so do every shape entry,
  *     box, flat range and file_offset + nbytes, so every number dumps as a
- *     JSON integer and every payload range can be pread();
+ *     JSON integer and every payload range can be pread(); so do the
+ *     tensors' bytes together plus the largest safetensors header, so
+ *     stat can show model.safetensors and every npy/ file;
  *   - every shard lies inside its entry, its nbytes equals the bytes of its
  *     box or flat range (or, with strides, their span), and it carries
  *     sf_nblocks(nbytes, block_size) checksums or none;
@@ -890,9 +892,31 @@ static int check_prefixes(const struct sf_where *w, const char *kind,
 	return 0;
 }
 
+/*
+ * The mount shows every tensor at once in model.safetensors, and each in
+ * npy/ behind a header: their sizes must fit in off_t, or stat could not
+ * show them (the kernel would answer EIO). The tensors' bytes together,
+ * plus the largest header either view can have, fit in off_t.
+ */
+static int check_st_total(const struct sf_where *w, const struct sf_model *m)
+{
+	const uint64_t room = SF_MAX_OFF - SF_MAX_ST_HEADER - 8;
+	uint64_t total = 0;
+
+	for (size_t i = 0; i < m->ntensors; i++) {
+		if (m->tensors[i].nbytes > room - total)
+			return sf_fail(w, -EOVERFLOW,
+				       "the tensors hold more than %llu bytes together: model.safetensors would be past the largest size stat can show (2^63-1 bytes)",
+				       (unsigned long long)room);
+		total += m->tensors[i].nbytes;
+	}
+	return 0;
+}
+
 /* Sort, check names and (unless partial) coverage: every list sorted and
  * its duplicates refused first, then prefixes, then coverage (and, for a
- * foreign format, that no two shards overlap). */
+ * foreign format, that no two shards overlap), then the sizes the views
+ * show. */
 static int finish_impl(struct sf_model *m, bool partial, char *err,
 		       size_t errlen)
 {
@@ -937,7 +961,10 @@ static int finish_impl(struct sf_model *m, bool partial, char *err,
 					       "shards overlap (a foreign format's adapter must apply the overlap rule)");
 		}
 	}
-	return 0;
+	if (partial)
+		return 0;
+	sf_where_init(&w, err, errlen); /* the whole model: no entry named */
+	return check_st_total(&w, m);
 }
 
 int sf_model_finish(struct sf_model *m, char *err, size_t errlen)

@@ -241,10 +241,11 @@ bool sf_relpath_valid(const char *path);
  * message". Lives on the caller's stack; err/errlen are the caller's
  * buffer (may be NULL/0).
  */
-#define SF_QNAME_MAX 64 /* input bytes of a name shown before "..." */
+#define SF_QNAME_MAX 256 /* input bytes of a name shown before "..." */
+#define SF_QNAME_SIZE (4 * SF_QNAME_MAX + 8) /* bytes of a quoted name */
 struct sf_where {
 	const char *kind;                   /* "tensor", "file", ... or NULL */
-	char qname[4 * SF_QNAME_MAX + 8];   /* quoted, escaped name of kind */
+	char qname[SF_QNAME_SIZE];          /* quoted, escaped name of kind */
 	long shard;                         /* shard index, or -1 */
 	char *err;
 	size_t errlen;
@@ -258,10 +259,21 @@ void sf_where_set(struct sf_where *w, const char *kind, const char *name,
  * and return code. */
 int sf_fail(const struct sf_where *w, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
-/* Quote s (len bytes) as "..." with \xNN escapes for control bytes,
- * quotes and backslashes, at most SF_QNAME_MAX input bytes then "...".
- * out holds 4 * SF_QNAME_MAX + 8 bytes. */
-void sf_quote_name(char *out, const char *s, size_t len);
+/*
+ * The one quoting of names from input (entries, files, keys, paths) in
+ * messages and log lines: s (len bytes, any bytes) as "..." with the
+ * log's escapes (sf_log.h: C0 and C1 controls, U+2028/U+2029, bidi
+ * controls and invalid bytes; '"' and '\' as \x22 and \x5c), at most
+ * SF_QNAME_MAX input bytes, cut before a UTF-8 sequence that would not
+ * fit whole, then "..." when cut. out holds SF_QNAME_SIZE bytes; returns
+ * out (for a printf argument). s NULL: "".
+ */
+const char *sf_quote_name(char *out, const char *s, size_t len);
+/* The same for a NUL-terminated s. */
+const char *sf_quote_str(char *out, const char *s);
+/* sf_quote_str into a buffer that lives to the end of the enclosing
+ * block: for a printf argument, sf_warn("... %s", SF_QSTR(name)). */
+#define SF_QSTR(s) sf_quote_str((char[SF_QNAME_SIZE]){ 0 }, (s))
 /* Why s (len bytes) is no acceptable name, or NULL. single: one component
  * only; allow_at: '@' allowed. Static string. */
 const char *sf_name_problem(const char *s, size_t len, bool single,

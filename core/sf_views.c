@@ -122,7 +122,9 @@ int sf_st_layout_build(const struct sf_model *m, struct sf_st_layout **out)
 	for (size_t i = 0; i < m->ntensors; i++)
 		st->data_off[i] += st->head_len;
 	st->ntensors = m->ntensors;
-	if (off > UINT64_MAX - st->head_len) {
+	/* sf_model_finish bounds the tensors' sum; past off_t stat would
+	 * fail (EIO) */
+	if (off > (uint64_t)INT64_MAX - st->head_len) {
 		ret = -SF_ETOOBIG;
 		goto out_free;
 	}

@@ -330,8 +330,11 @@ static int replay_rec(void *arg, const struct sf_journal_rec *r)
 		if (!ret)
 			ret = push_shard(e, &s);
 		if (ret) {
+			char q[SF_QNAME_SIZE], qf[SF_QNAME_SIZE];
+
 			sf_warn("checkpoint %s: %s: discarding a shard from the journal (%s): %s",
-				w->name, e->name, s.file, sf_strerror(ret));
+				w->name, sf_quote_str(q, e->name),
+				sf_quote_str(qf, s.file), sf_strerror(ret));
 			sf_shard_clear(&s);
 		} else {
 			rc->kept++;
@@ -834,9 +837,12 @@ static int end_run(struct sf_wfile *f)
 		return ret;
 	if (f->is_box) {
 		if (f->run_len != f->limit) {
+			char q[SF_QNAME_SIZE];
+
 			sf_shard_clear(&s);
 			sf_err("checkpoint %s: %s: box write incomplete: %llu of %llu bytes",
-			       w->name, f->name, (unsigned long long)f->run_len,
+			       w->name, sf_quote_str(q, f->name),
+			       (unsigned long long)f->run_len,
 			       (unsigned long long)f->limit);
 			return -SF_EGAP;
 		}
@@ -879,8 +885,11 @@ int sf_wfile_write(struct sf_wfile *f, const void *buf, size_t len,
 	if (off > f->limit || len > f->limit - off)
 		return f->is_file ? -EFBIG : -SF_ERANGE;
 	if (f->is_box && off != (f->in_run ? f->run_len : 0)) {
+		char q[SF_QNAME_SIZE];
+
 		sf_err("checkpoint %s: %s: box shards must be written sequentially "
-		       "(write at %llu, expected %llu)", f->w->name, f->name,
+		       "(write at %llu, expected %llu)", f->w->name,
+		       sf_quote_str(q, f->name),
 		       (unsigned long long)off,
 		       (unsigned long long)(f->in_run ? f->run_len : 0));
 		return -EINVAL;
@@ -940,8 +949,10 @@ int sf_wfile_close(struct sf_wfile *f)
 		return 0;
 	ret = end_run(f);
 	if (f->is_box && !f->p && f->limit) {
+		char q[SF_QNAME_SIZE];
+
 		sf_err("checkpoint %s: %s: box file closed with no bytes written",
-		       f->w->name, f->name);
+		       f->w->name, sf_quote_str(q, f->name));
 	}
 	/* A file with no I/O error goes back to the idle set: the next
 	 * shard starts at its end (bytes of a dropped box stay unreferenced). */
@@ -972,8 +983,10 @@ static struct sf_model *build_part(struct sf_wckpt *w, int *err)
 		uint64_t shape[1] = { e->nbytes };
 
 		if (!e->is_file && !e->declared) {
+			char q[SF_QNAME_SIZE];
+
 			sf_warn("checkpoint %s: %s was created but never declared; left out",
-				w->name, e->name);
+				w->name, sf_quote_str(q, e->name));
 			continue;
 		}
 		ret = sf_model_add_tensor(m, e->is_file, e->name, e->dtype,

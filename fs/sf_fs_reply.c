@@ -138,7 +138,7 @@ void sf_fs_log_refused(fuse_req_t req, const char *what,
 {
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
 	const struct sf_ckpt *ck = n->ck ? n->ck->ck : NULL;
-	char path[1024], why[128];
+	char path[1024], why[128], q[SF_QNAME_SIZE];
 
 	node_path(n, name, path, sizeof(path));
 	if (ck && !ck->fmt->writable)
@@ -146,8 +146,9 @@ void sf_fs_log_refused(fuse_req_t req, const char *what,
 			 ck->fmt->name);
 	else
 		snprintf(why, sizeof(why), "%s", sf_strerror(err));
-	sf_warn_limited("%s %s: refused for uid %u (pid %d): %s", what, path,
-			(unsigned)ctx->uid, (int)ctx->pid, why);
+	sf_warn_limited("%s %s: refused for uid %u (pid %d): %s", what,
+			sf_quote_str(q, path), (unsigned)ctx->uid, (int)ctx->pid,
+			why);
 }
 
 /* --- attributes --- */

@@ -284,8 +284,8 @@ static void subtree_sort(struct sf_fs *fs, struct sf_node *n)
 		struct sf_node *c = n->children[i];
 
 		if (out > 0 && strcmp(n->children[out - 1]->name, c->name) == 0) {
-			sf_warn("checkpoint %s: '%s' names two entries; showing only the first",
-				c->ck ? c->ck->name : "?", c->name);
+			sf_warn("checkpoint %s: %s names two entries; showing only the first",
+				c->ck ? c->ck->name : "?", SF_QSTR(c->name));
 			if (sf_node_is_dir(c))
 				n->nsubdirs--;
 			subtree_unlink(fs, c);
@@ -751,17 +751,19 @@ static void log_bad_slice(const struct sf_node *base, const char *spec,
 			  int err, unsigned ndim, const uint64_t *shape)
 {
 	char tname[SF_MAX_NAME + 1], dims[SF_MAX_NDIM * 21 + 3];
+	char path[SF_MAX_NAME + 16]; /* quoted: spec may hold anything */
 	size_t k = 0;
 
 	if (sf_fs_wname(base, tname, sizeof(tname)) != 0)
 		snprintf(tname, sizeof(tname), "%s", base->name);
+	snprintf(path, sizeof(path), "tensors/%s@%s", tname, spec);
 	dims[k++] = '[';
 	for (unsigned d = 0; d < ndim; d++)
 		k += (size_t)snprintf(dims + k, sizeof(dims) - k, "%s%" PRIu64,
 				      d ? "," : "", shape[d]);
 	snprintf(dims + k, sizeof(dims) - k, "]");
-	sf_warn_limited("checkpoint %s: tensors/%s@%s: %s (shape %s)",
-			base->ck->name, tname, spec,
+	sf_warn_limited("checkpoint %s: %s: %s (shape %s)", base->ck->name,
+			SF_QSTR(path),
 			err == -SF_ERANGE ? "slice outside the tensor: each START:STOP needs START <= STOP <= the dimension"
 					  : "bad slice syntax: want START:STOP (either may be empty) for each dimension, comma-separated",
 			dims);
@@ -1094,8 +1096,8 @@ int sf_fs_add_writing(struct sf_fs *fs, const char *name, const char *dir,
 	for (i = 0; !rc && i < l.n; i++) {
 		rc = wentry_add(fs, cd, tdir, l.names[i], l.is_file[i]);
 		if (rc == -EEXIST || rc == -ENOTDIR) {
-			sf_warn("checkpoint %s: '%s' clashes with another entry; not shown",
-				name, l.names[i]);
+			sf_warn("checkpoint %s: %s clashes with another entry; not shown",
+				name, SF_QSTR(l.names[i]));
 			rc = 0;
 		}
 	}

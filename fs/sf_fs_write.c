@@ -152,7 +152,7 @@ static int new_ckpt(struct sf_fs *fs, const char *name, struct sf_node **out)
 	int rc;
 
 	if (!component_ok(name) || name[0] == '.') {
-		sf_warn_limited("mkdir %s: not a valid checkpoint name", name);
+		sf_warn_limited("mkdir %s: not a valid checkpoint name", SF_QSTR(name));
 		return -EINVAL;
 	}
 	if (asprintf(&dir, "%s/%s", fs->store_abs, name) < 0)
@@ -203,7 +203,7 @@ void sf_fs_w_mkdir(fuse_req_t req, struct sf_node *parent, const char *name)
 		/* rc says why */
 	} else if (parent->kind == SF_NODE_CKPT && strcmp(name, "tensors") != 0) {
 		sf_warn_limited("checkpoint %s: mkdir %s: only tensors/ and plain files live at a checkpoint's root",
-			parent->ck->name, name);
+			parent->ck->name, SF_QSTR(name));
 		rc = -EINVAL;
 	} else if (!component_ok(name)) {
 		rc = -EINVAL;
@@ -310,7 +310,7 @@ void sf_fs_w_create(fuse_req_t req, struct sf_node *parent, const char *name,
 		rc = parent == fs->root && !fs->single ? -EPERM : -SF_ECOMMITTED;
 		if (rc == -EPERM)
 			sf_warn_limited("create %s: only directories (checkpoints) live at the store root",
-				name);
+				SF_QSTR(name));
 		else
 			sf_fs_log_refused(req, "create", parent, name, rc);
 		goto out_reply_err;
@@ -326,7 +326,7 @@ void sf_fs_w_create(fuse_req_t req, struct sf_node *parent, const char *name,
 		     -EINVAL;
 		if (rc == -EINVAL)
 			sf_warn_limited("checkpoint %s: %s: not a name a root file can take",
-				parent->ck->name, name);
+				parent->ck->name, SF_QSTR(name));
 		if (rc)
 			goto out_reply_err;
 	} else {
@@ -334,7 +334,7 @@ void sf_fs_w_create(fuse_req_t req, struct sf_node *parent, const char *name,
 		if (!component_ok(name)) {
 			if (strchr(name, '@'))
 				sf_warn_limited("checkpoint %s: %s: a slice of a tensor that is not declared",
-					parent->ck->name, name);
+					parent->ck->name, SF_QSTR(name));
 			rc = -EINVAL;
 			goto out_reply_err;
 		}
@@ -427,7 +427,7 @@ static int wfile_start(struct sf_fs *fs, struct sf_fs_handle *h)
 	if (rc) {
 		if (rc == -ENOENT || rc == -EINVAL) {
 			sf_warn_limited("checkpoint %s: %s: set user.shardfs.dtype and user.shardfs.shape before writing",
-				c->name, name);
+				c->name, SF_QSTR(name));
 			rc = -EINVAL;
 		}
 		pthread_mutex_lock(&fs->tree_lock);
@@ -478,7 +478,7 @@ int sf_fs_w_flush(struct sf_fs *fs, struct sf_fs_handle *h, bool final)
 		h->wf = NULL;
 		if (rc)
 			sf_err("checkpoint %s: %s: shard not recorded: %s", c->name,
-			       h->n->name, sf_strerror(rc));
+			       SF_QSTR(h->n->name), sf_strerror(rc));
 		pthread_mutex_lock(&fs->tree_lock);
 		c->nwfiles--;
 		pthread_cond_broadcast(&fs->wfiles_cv);
@@ -503,7 +503,7 @@ void sf_fs_w_setattr(fuse_req_t req, struct sf_node *n, struct stat *attr,
 			rc = restart_file(n);
 		} else if ((uint64_t)attr->st_size != sf_fs_w_size(fs, n)) {
 			sf_warn_limited("checkpoint %s: %s: a root file can only be truncated to 0",
-				n->ck->name, n->name);
+				n->ck->name, SF_QSTR(n->name));
 			rc = -EINVAL;
 		}
 	}
@@ -587,15 +587,15 @@ static int set_decl(struct sf_fs *fs, struct sf_node *n, const char *attr,
 	if (is_dtype) {
 		want.dtype = sf_dtype_from_name(v, size);
 		if (want.dtype == SF_DT_INVALID) {
-			sf_warn_limited("checkpoint %s: %s: unknown dtype '%s'", c->name,
-				name, v);
+			sf_warn_limited("checkpoint %s: %s: unknown dtype %s", c->name,
+				SF_QSTR(name), SF_QSTR(v));
 			return -EINVAL;
 		}
 	} else {
 		want.has_shape = true;
 		if (parse_shape(v, &want.ndim, want.shape)) {
-			sf_warn_limited("checkpoint %s: %s: shape '%s' is not a list of sizes like [4096,4096]",
-				c->name, name, v);
+			sf_warn_limited("checkpoint %s: %s: shape %s is not a list of sizes like [4096,4096]",
+				c->name, SF_QSTR(name), SF_QSTR(v));
 			return -EINVAL;
 		}
 	}
@@ -637,12 +637,12 @@ static int set_decl(struct sf_fs *fs, struct sf_node *n, const char *attr,
 	rc = sf_wckpt_declare(c->w, name, want.dtype, want.ndim, want.shape);
 	if (rc == -SF_ECONFLICT) {
 		sf_warn_limited("checkpoint %s: %s: declared differently before; declarations must agree",
-			c->name, name);
+			c->name, SF_QSTR(name));
 		return -EINVAL;
 	}
 	if (rc) {
-		sf_warn_limited("checkpoint %s: %s: cannot declare: %s", c->name, name,
-			sf_strerror(rc));
+		sf_warn_limited("checkpoint %s: %s: cannot declare: %s", c->name,
+			SF_QSTR(name), sf_strerror(rc));
 		return rc == -SF_ETOOBIG || rc == -EOVERFLOW ? -EINVAL : rc;
 	}
 	pthread_mutex_lock(&fs->tree_lock);

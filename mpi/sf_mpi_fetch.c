@@ -234,13 +234,13 @@ static int finish_read(struct sf_mpi *mp, struct rd *rd, const char *file,
 		sf_mpi_mark_up(mp, rd->peer);
 		if (ret == -SF_EPEER)
 			sf_err("mpi: rank %d answered a read of %s badly (%d bytes)",
-			       rd->peer, file, count);
+			       rd->peer, SF_QSTR(file), count);
 		sf_mpi_recv_reclaim(&rd->breq, rd->peer); /* error: no body came */
 		return ret;
 	}
 out_timeout:
 	sf_debug("mpi: rank %d did not answer a read of %s (%s)", rd->peer,
-		 file, ret == -ETIMEDOUT ? "timed out" : "MPI error");
+		 SF_QSTR(file), ret == -ETIMEDOUT ? "timed out" : "MPI error");
 	sf_mpi_mark_down(mp, rd->peer, "a read of", file,
 			 ret == -ETIMEDOUT ? "timed out" : "MPI error");
 	rd_cancel(mp, rd);

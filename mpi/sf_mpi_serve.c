@@ -117,7 +117,7 @@ static bool serve_mapped(struct sf_mpi *mp, int src,
 			     SF_MPI_WIRE_REPLY_HDR) < 0 ||
 	    sf_mpi_send_ptr(mp, src, h->reply_tag, sb,
 			    (unsigned char *)map + delta, len) < 0)
-		sf_err("mpi: cannot answer rank %d's read of %s", src, file);
+		sf_err("mpi: cannot answer rank %d's read of %s", src, SF_QSTR(file));
 	sf_mpi_sbuf_put(mp, sb);
 	return true;
 out_unlease:
@@ -179,7 +179,7 @@ static void serve_read(struct sf_mpi *mp, int src,
 			     SF_MPI_WIRE_REPLY_HDR) < 0 ||
 	    (ret >= 0 && sf_mpi_send_part(mp, src, h->reply_tag, sb,
 					  SF_MPI_WIRE_REPLY_HDR, len) < 0))
-		sf_err("mpi: cannot answer rank %d's read of %s", src, file);
+		sf_err("mpi: cannot answer rank %d's read of %s", src, SF_QSTR(file));
 	sf_mpi_sbuf_put(mp, sb);
 }
 

@@ -625,7 +625,7 @@ void sf_mpi_mark_down(struct sf_mpi *mp, int peer, const char *what,
 		sf_err("mpi: rank %d did not answer %s%s%s (%s): marked down; "
 		       "reads that need only it fail at once until it answers a probe "
 		       "(one every %d ms), commits and deletes fail while it is down",
-		       peer, what, file ? " " : "", file ? file : "", why,
+		       peer, what, file ? " " : "", file ? SF_QSTR(file) : "", why,
 		       SF_MPI_PROBE_EVERY_MS);
 }
 

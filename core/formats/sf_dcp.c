@@ -302,12 +302,12 @@ static int chunk_input(struct dcp *d, const char *key, const struct sinfo *si,
 		return rc;
 	if (f->err)
 		return sf_fail(&d->w, f->err == -SF_EREFUSED ? -SF_EREFUSED : -SF_ESHORT,
-			    "%s: its file %s %s", key, si->path, sf_fileset_why(f));
+			    "%s: its file %s %s", SF_QSTR(key), SF_QSTR(si->path), sf_fileset_why(f));
 	if (si->foff > f->size || si->len > f->size - si->foff)
 		return sf_fail(&d->w, -SF_ESHORT,
 			    "%s: bytes %llu+%llu lie past the end of %s (%llu bytes)",
-			    key, (unsigned long long)si->foff,
-			    (unsigned long long)si->len, si->path,
+			    SF_QSTR(key), (unsigned long long)si->foff,
+			    (unsigned long long)si->len, SF_QSTR(si->path),
 			    (unsigned long long)f->size);
 	return sf_input_sub(&f->cf.in, si->foff, si->len, in);
 }
@@ -333,7 +333,7 @@ static enum sf_codec chunk_codec(const struct sinfo *si, char *desc, size_t n)
 	if (cnt == 0)
 		return SF_CODEC_NONE;
 	for (size_t i = 0; i < cnt && k + 8 < n; i++) {
-		char q[4 * SF_QNAME_MAX + 8];
+		char q[SF_QNAME_SIZE];
 
 		s = sf_pk_str(sf_pk_item(tr, i));
 		if (s)
@@ -397,8 +397,11 @@ static enum sf_dtype props_dtype(const struct sf_pk *props)
 
 static void leave_out(struct dcp *d, const char *key, const char *why)
 {
+	char q[SF_QNAME_SIZE];
+
 	d->skipped++;
-	sf_warn("checkpoint %s: %s left out: %s", d->name, key, why);
+	sf_warn("checkpoint %s: %s left out: %s", d->name, sf_quote_str(q, key),
+		why);
 }
 
 /* Forget the reason a failed step wrote (it has been logged). */
@@ -414,8 +417,11 @@ static int add_unreadable(struct dcp *d, const char *key, struct sf_tensor *t,
 			  struct sf_shard *s, const struct sinfo *si,
 			  const char *why)
 {
+	char q[SF_QNAME_SIZE], qf[SF_QNAME_SIZE];
+
 	sf_warn("checkpoint %s: tensor %s: the chunk in %s at %llu %s: its reads fail with EIO",
-		d->name, key, si->path, (unsigned long long)si->foff, why);
+		d->name, sf_quote_str(q, key), sf_quote_str(qf, si->path),
+		(unsigned long long)si->foff, why);
 	s->codec = SF_CODEC_UNREADABLE;
 	s->file = (char *)si->path;
 	s->file_offset = si->foff;
@@ -423,7 +429,7 @@ static int add_unreadable(struct dcp *d, const char *key, struct sf_tensor *t,
 	for (unsigned i = 0; i < t->ndim; i++)
 		s->nbytes *= s->len[i]; /* bounded: the validator checks the box */
 	if (sf_tensor_add_shard(d->m, t, s))
-		return sf_fail(&d->w, -SF_EFORMAT, "tensor %s: %s", key, sf_model_why(d->m));
+		return sf_fail(&d->w, -SF_EFORMAT, "tensor %s: %s", SF_QSTR(key), sf_model_why(d->m));
 	return 0;
 }
 
@@ -452,7 +458,7 @@ static int add_chunk(struct dcp *d, const char *key, struct sf_tensor *t,
 	si = si ? si : find_sinfo(d, key, true, t->ndim, c->off);
 	if (!si)
 		return sf_fail(&d->w, -SF_EFORMAT,
-			    "tensor %s: a chunk has no storage_data entry", key);
+			    "tensor %s: a chunk has no storage_data entry", SF_QSTR(key));
 	rc = chunk_input(d, key, si, &in);
 	if (rc)
 		return rc;
@@ -472,25 +478,25 @@ static int add_chunk(struct dcp *d, const char *key, struct sf_tensor *t,
 		}
 		if (rc)
 			return sf_fail(&d->w, rc, "tensor %s: zstd chunk in %s at %llu: %s",
-				    key, si->path, (unsigned long long)si->foff, why);
+				    SF_QSTR(key), SF_QSTR(si->path), (unsigned long long)si->foff, why);
 		in = sf_input_mem(dec, declen);
 	}
 	rc = sf_torchsave_open(&in, &ts, why, sizeof(why));
 	if (rc) {
-		sf_fail(&d->w, rc, "tensor %s: chunk in %s at %llu: %s", key,
-			si->path, (unsigned long long)si->foff, why);
+		sf_fail(&d->w, rc, "tensor %s: chunk in %s at %llu: %s", SF_QSTR(key),
+			SF_QSTR(si->path), (unsigned long long)si->foff, why);
 		goto out_free_dec;
 	}
 	x = &ts->t[0];
 	rc = -SF_EFORMAT;
 	if (ts->n != 1 || x->key[0]) {
-		sf_fail(&d->w, rc, "tensor %s: chunk in %s is not one tensor", key, si->path);
+		sf_fail(&d->w, rc, "tensor %s: chunk in %s is not one tensor", SF_QSTR(key), SF_QSTR(si->path));
 		goto out_free_ts;
 	}
 	if (x->dtype != t->dtype || x->ndim != t->ndim ||
 	    memcmp(x->shape, c->len, t->ndim * sizeof(uint64_t)) != 0) {
 		sf_fail(&d->w, rc, "tensor %s: chunk in %s holds a %s tensor of another shape than the metadata says",
-		     key, si->path, sf_dtype_name(x->dtype));
+		     SF_QSTR(key), SF_QSTR(si->path), sf_dtype_name(x->dtype));
 		goto out_free_ts;
 	}
 	first = x->data_off + x->storage_offset * isz;
@@ -512,7 +518,7 @@ static int add_chunk(struct dcp *d, const char *key, struct sf_tensor *t,
 	}
 	rc = sf_tensor_add_shard(d->m, t, &s);
 	if (rc)
-		sf_fail(&d->w, rc, "tensor %s: %s", key, sf_model_why(d->m));
+		sf_fail(&d->w, rc, "tensor %s: %s", SF_QSTR(key), sf_model_why(d->m));
 out_free_ts:
 	sf_torchsave_free(ts);
 out_free_dec:
@@ -534,7 +540,7 @@ static int add_tensor(struct dcp *d, const char *key, enum sf_dtype dt,
 	}
 	rc = sf_model_add_tensor(d->m, false, key, dt, ndim, shape, &t);
 	if (rc)
-		return sf_fail(&d->w, rc, "tensor %s: %s", key, sf_model_why(d->m));
+		return sf_fail(&d->w, rc, "tensor %s: %s", SF_QSTR(key), sf_model_why(d->m));
 	for (size_t i = 0; i < n && !rc; i++) {
 		const struct sinfo *si = find_sinfo(d, key, true, ndim, chunks[i].off), *r;
 		char dsc[8];
@@ -575,7 +581,7 @@ static int add_object(struct dcp *d, const char *key)
 	int rc;
 
 	if (!si)
-		return sf_fail(&d->w, -SF_EFORMAT, "object %s: no storage_data entry", key);
+		return sf_fail(&d->w, -SF_EFORMAT, "object %s: no storage_data entry", SF_QSTR(key));
 	rc = chunk_input(d, key, si, &in);
 	if (rc && rc != -ENOMEM) {
 		leave_out(d, key, d->w.err && d->w.err[0] ? d->w.err : sf_strerror(rc));
@@ -606,7 +612,7 @@ static int add_object(struct dcp *d, const char *key)
 	}
 	rc = sf_model_add_object(d->m, key, size, &t);
 	if (rc)
-		return sf_fail(&d->w, rc, "object %s: %s", key, sf_model_why(d->m));
+		return sf_fail(&d->w, rc, "object %s: %s", SF_QSTR(key), sf_model_why(d->m));
 	if (size == 0)
 		return 0;
 	s.off = &zero;
@@ -621,7 +627,7 @@ static int add_object(struct dcp *d, const char *key)
 	}
 	rc = sf_tensor_add_shard(d->m, t, &s);
 	if (rc)
-		return sf_fail(&d->w, rc, "object %s: %s", key, sf_model_why(d->m));
+		return sf_fail(&d->w, rc, "object %s: %s", SF_QSTR(key), sf_model_why(d->m));
 	return 0;
 }
 
@@ -803,7 +809,7 @@ static int gather_chunks(struct dcp *d, const char *key, const struct item *its,
 		const struct sf_pk *list = sf_pk_attr(its[i].v, "chunks");
 
 		if (!list || list->kind != SF_PK_LIST) {
-			rc = sf_fail(&d->w, -SF_EFORMAT, "tensor %s: no chunks", key);
+			rc = sf_fail(&d->w, -SF_EFORMAT, "tensor %s: no chunks", SF_QSTR(key));
 			break;
 		}
 		for (size_t j = 0; j < list->u.seq.n && !rc; j++) {
@@ -815,12 +821,12 @@ static int gather_chunks(struct dcp *d, const char *key, const struct item *its,
 			    !size_of(sf_pk_attr(ch, "offsets"), x.off, &nd_off) ||
 			    !size_of(sf_pk_attr(ch, "sizes"), x.len, &nd_len) ||
 			    nd_off != ndim || nd_len != ndim) {
-				rc = sf_fail(&d->w, -SF_EFORMAT, "tensor %s: malformed chunk", key);
+				rc = sf_fail(&d->w, -SF_EFORMAT, "tensor %s: malformed chunk", SF_QSTR(key));
 				break;
 			}
 			rc = sf_array_grow(&c, nc, &cap, sizeof(*c), 4, DCP_MAX_CHUNKS);
 			if (rc == -SF_ETOOBIG)
-				sf_fail(&d->w, rc, "tensor %s: more than %u chunks", key,
+				sf_fail(&d->w, rc, "tensor %s: more than %u chunks", SF_QSTR(key),
 					DCP_MAX_CHUNKS);
 			if (!rc)
 				c[nc++] = x;
@@ -854,9 +860,9 @@ static int add_key(struct dcp *d, const struct item *its, size_t n)
 	int rc;
 
 	if (!tensor && !is_dcp(its[0].v, "BytesStorageMetadata"))
-		return sf_fail(&d->w, -SF_EFORMAT, "%s: neither tensor nor bytes metadata", key);
+		return sf_fail(&d->w, -SF_EFORMAT, "%s: neither tensor nor bytes metadata", SF_QSTR(key));
 	if (tensor && !tensor_props(&its[0], &dt, shape, &ndim))
-		return sf_fail(&d->w, -SF_EFORMAT, "tensor %s: no size or chunks", key);
+		return sf_fail(&d->w, -SF_EFORMAT, "tensor %s: no size or chunks", SF_QSTR(key));
 	for (size_t i = 1; i < n; i++) {
 		uint64_t sh[SF_MAX_NDIM] = { 0 };
 		enum sf_dtype dt2;
@@ -869,11 +875,11 @@ static int add_key(struct dcp *d, const struct item *its, size_t n)
 		if (!tensor)
 			continue;
 		if (!tensor_props(&its[i], &dt2, sh, &nd2))
-			return sf_fail(&d->w, -SF_EFORMAT, "tensor %s: no size or chunks", key);
+			return sf_fail(&d->w, -SF_EFORMAT, "tensor %s: no size or chunks", SF_QSTR(key));
 		if (dt2 != dt || nd2 != ndim || memcmp(sh, shape, sizeof(sh)) != 0)
 			return sf_fail(&d->w, -SF_EFORMAT,
 				    "tensor %s: the metadata of ranks %u and %u disagree on its dtype or size (%s, %u dimensions vs %s, %u dimensions)",
-				    key, its[0].rank, its[i].rank, sf_dtype_name(dt),
+				    SF_QSTR(key), its[0].rank, its[i].rank, sf_dtype_name(dt),
 				    ndim, sf_dtype_name(dt2), nd2);
 	}
 	if (!tensor)

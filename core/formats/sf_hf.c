@@ -285,7 +285,7 @@ static void leave_out(struct hf *h, const char *key, const char *fmt, ...)
 
 static void leave_out(struct hf *h, const char *key, const char *fmt, ...)
 {
-	char q[4 * SF_QNAME_MAX + 8], why[512];
+	char q[SF_QNAME_SIZE], why[SF_QNAME_SIZE + 512];
 	va_list ap;
 
 	va_start(ap, fmt);
@@ -545,7 +545,8 @@ static int add_tensor(struct hf *h, size_t a, size_t b)
 		const struct chunk *c = &h->ch[i];
 
 		if (c->why) {
-			leave_out(h, c->name, "%s (%s)", c->why, h->files[c->file].path);
+			leave_out(h, c->name, "%s (%s)", c->why,
+				  SF_QSTR(h->files[c->file].path));
 			return 0;
 		}
 		if (c->dtype != c0->dtype || c->ndim != c0->ndim) {

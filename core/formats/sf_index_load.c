@@ -107,8 +107,11 @@ static void stat_files(int dirfd, const struct sf_index *ix, enum fstate *state)
 static void report_file(const char *name, const char *file, enum fstate what,
 			bool is_new, size_t unmatched, size_t *lines)
 {
+	char q[SF_QNAME_SIZE];
+
 	if (++*lines > MAX_CHANGED_LINES)
 		return;
+	file = sf_quote_str(q, file);
 	if (is_new)
 		sf_warn("checkpoint %s: " SF_INDEX_NAME ": file %s appeared since indexing: its shards are not in the index and are served unverified (run shardctl index again)",
 			name, file);

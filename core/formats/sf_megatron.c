@@ -330,8 +330,12 @@ static int adjust_one(struct mcore *mc, struct sf_model *m, struct sf_tensor *t,
 	}
 	if (rc == 0 || rc == -ENOMEM)
 		return rc;
-	sf_warn("checkpoint %s: %s left out: stored as flattened ranges: %s",
-		mc->name, t->name, why);
+	{
+		char q[SF_QNAME_SIZE];
+
+		sf_warn("checkpoint %s: %s left out: stored as flattened ranges: %s",
+			mc->name, sf_quote_str(q, t->name), why);
+	}
 	rc = sf_array_grow(&mc->bad, mc->nbad, &mc->capbad, sizeof(*mc->bad), 16,
 			   SF_MAX_TENSORS);
 	if (rc)

@@ -250,11 +250,11 @@ struct pd {
 
 static void leave_out(struct pd *d, const char *key, const char *why)
 {
-	char q[4 * SF_QNAME_MAX + 8];
+	char q[SF_QNAME_SIZE];
 
 	d->skipped++;
-	sf_quote_name(q, key, strlen(key));
-	sf_warn("checkpoint %s: %s left out: %s", d->name, q, why);
+	sf_warn("checkpoint %s: %s left out: %s", d->name, sf_quote_str(q, key),
+		why);
 }
 
 /* A tuple or list of non-negative ints (at most SF_MAX_NDIM). */
@@ -852,7 +852,7 @@ static int add_tensor(struct pd *d, const char *key, const struct sf_pk *list)
 	enum sf_dtype dt = SF_DT_INVALID;
 	struct sf_tensor *t;
 	unsigned ndim = 0;
-	char buf[256];
+	char buf[SF_QNAME_SIZE + 128];
 	size_t n;
 	int rc;
 
@@ -915,14 +915,16 @@ static int add_tensor(struct pd *d, const char *key, const struct sf_pk *list)
 		if (rc)
 			return rc;
 		if (c->f->err) {
-			snprintf(buf, sizeof(buf), "its file %s %s", x->file, c->f->why);
+			snprintf(buf, sizeof(buf), "its file %s %s", SF_QSTR(x->file),
+				 c->f->why);
 			why = buf;
 		} else if (!(c->a = find_arr(c->f, key))) {
-			snprintf(buf, sizeof(buf), "%s holds no array of that name", x->file);
+			snprintf(buf, sizeof(buf), "%s holds no array of that name",
+				 SF_QSTR(x->file));
 			why = buf;
 		} else if (!c->a->code[0]) {
 			snprintf(buf, sizeof(buf), "its array in %s is not a plain numeric numpy array",
-				 x->file);
+				 SF_QSTR(x->file));
 			why = buf;
 		}
 	}
@@ -946,11 +948,14 @@ static int add_tensor(struct pd *d, const char *key, const struct sf_pk *list)
 		leave_out(d, key, why);
 		return 0;
 	}
-	if (derived)
+	if (derived) {
+		char q[SF_QNAME_SIZE];
+
 		sf_info("checkpoint %s: %s: metadata without %s%s%s: taken from its chunks (%s)",
-			d->name, key, dtname ? "" : "dtype",
+			d->name, sf_quote_str(q, key), dtname ? "" : "dtype",
 			!dtname && !have_gshape ? " and " : "",
 			have_gshape ? "" : "global shape", sf_dtype_name(dt));
+	}
 	rc = sf_model_add_tensor(d->m, false, key, dt, ndim, gshape, &t);
 	if (rc) {
 		leave_out(d, key, sf_model_why(d->m));

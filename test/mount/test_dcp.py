@@ -249,7 +249,7 @@ def test(env, ck):
                 continue
             ck.ok(not os.path.exists(sm.tensor_path(root, victim)),
                   "h-%s: %s is left out" % (bad, victim))
-            ck.ok(any("h-%s" % bad in l and "%s left out" % victim in l
+            ck.ok(any("h-%s" % bad in l and '"%s" left out' % victim in l
                       for l in log.splitlines()),
                   "h-%s: a log line says why %s is left out" % (bad, victim))
             for n, (dt, shape, hx) in hinfo["tensors"].items():

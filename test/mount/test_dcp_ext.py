@@ -275,7 +275,7 @@ def test(env, ck):
             log_lines = m.log_text().splitlines()
             ck.eq(len(lines("h-zstd-corrupt", "f32", "does not decode", "EIO")), 1,
                   "one log line at open says f32's chunk does not decode")
-            ck.ok(len(lines("h-zstd-corrupt", "tensor f32: shard 0", "block 0",
+            ck.ok(len(lines("h-zstd-corrupt", 'tensor "f32": shard 0', "block 0",
                             "Input/output error")) >= 1,
                   "h-zstd-corrupt: the failed reads are logged")
         # an unknown transform on one tensor and one object: that tensor's
@@ -296,7 +296,7 @@ def test(env, ck):
             log_lines = m.log_text().splitlines()
             ck.eq(len(lines("h-zstd-unknown", "f16", '"stream.lzma/1"', "EIO")), 1,
                   "h-zstd-unknown: one log line names f16's transform")
-            ck.eq(len(lines("h-zstd-unknown", "step left out", '"stream.lzma/1"')), 1,
+            ck.eq(len(lines("h-zstd-unknown", '"step" left out', '"stream.lzma/1"')), 1,
                   "h-zstd-unknown: one log line says step is left out and why")
     # a second mount with a tiny cache: every zstd block decoded again
     with sm.Mount(env, store, ["--cache-mb", "1"]) as m:

@@ -365,9 +365,9 @@ def test(env, ck):
             n = "v-" + tag
             ck.eq(verified(n), "yes", "%s: verified" % n)
             check_tree(ck, root_of(n), exp_of[n], n, bad_ok=(victim,))
-            ck.ok(log_has(n, "tensor %s" % victim, vfile, "checksum mismatch"),
+            ck.ok(log_has(n, 'tensor "%s"' % victim, vfile, "checksum mismatch"),
                   "%s: the log names the tensor, its file and the mismatch" % n)
-        ck.ok(log_has("v-edited", "file %s changed since indexing" % vfile),
+        ck.ok(log_has("v-edited", 'file "%s" changed since indexing' % vfile),
               "v-edited: the changed file is reported")
         ck.eq(log_has("v-bitrot", "changed since indexing"), [],
               "v-bitrot: no file reported changed (mtime kept)")
@@ -379,27 +379,27 @@ def test(env, ck):
                     "v-rootrot: block 2 of the root file reads")
         ck.raises(errno.EIO, lambda: sm.pread_all(rp, 4096 + 100, 10),
                   "v-rootrot: a read inside block 1")
-        ck.ok(log_has("v-rootrot", "file %s" % ROOTFILE, "block 1", "checksum mismatch"),
+        ck.ok(log_has("v-rootrot", 'file "%s"' % ROOTFILE, "block 1", "checksum mismatch"),
               "v-rootrot: the log names the root file's block 1")
         check_tree(ck, root_of("v-rootrot"), exp_of["v-rootrot"], "v-rootrot")
         # changed files that still match: reported, still verified, exact
         for tag in ("touched", "appended"):
             n = "v-" + tag
             ck.eq(verified(n), "yes", "%s: still verified" % n)
-            got = log_has(n, "file %s changed since indexing" % vfile, "still checked")
+            got = log_has(n, 'file "%s" changed since indexing' % vfile, "still checked")
             ck.eq(len(got), 1, "%s: one log line reports the changed file" % n)
             check_tree(ck, root_of(n), exp_of[n], n)
         # a new file, a root file rewritten: unverified, reported, served
         n = "v-newfile"
         ck.eq(verified(n), "no", "%s: unverified" % n)
-        ck.eq(len(log_has(n, "file config.json appeared since indexing")), 1,
+        ck.eq(len(log_has(n, 'file "config.json" appeared since indexing')), 1,
               "%s: one log line reports the new file" % n)
         ck.eq(sm.read_file(os.path.join(root_of(n), "config.json")),
               b'{"added": "after indexing"}\n', "%s: the new file is served" % n)
         check_tree(ck, root_of(n), exp_of[n], n)
         n = "v-rootedit"
         ck.eq(verified(n), "no", "%s: unverified" % n)
-        ck.eq(len(log_has(n, "file %s changed since indexing" % ROOTFILE, "unverified")), 1,
+        ck.eq(len(log_has(n, 'file "%s" changed since indexing' % ROOTFILE, "unverified")), 1,
               "%s: one log line reports the rewritten root file" % n)
         ck.eq(sm.read_file(os.path.join(root_of(n), ROOTFILE)), b"a shorter tokenizer\n",
               "%s: the rewritten root file is served as it is now" % n)

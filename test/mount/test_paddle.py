@@ -178,7 +178,7 @@ def test(env, ck):
             ck.ok("h-" + bad not in os.listdir(mnt), "h-%s is not shown" % bad)
             ck.ok(any("h-%s skipped" % bad in l and "still being written" in l
                       for l in log), "h-%s's skip is logged" % bad)
-        ck.ok(any("checkpoint h-old: %s: metadata without dtype and global shape" % victim
+        ck.ok(any('checkpoint h-old: "%s": metadata without dtype and global shape' % victim
                   in l for l in log), "h-old: the log says dtype and shape were derived")
         root = os.path.join(mnt, "h-old")
         for n, e in exp2["tensors"].items():
