@@ -385,11 +385,11 @@ static void open_one(int storefd, const char *store, const char *name,
 	if (remote && (how != SF_PROBE_YES || fmt->writable)) {
 		/* Peers' business: a shardfs checkpoint is on every store once
 		 * committed, and one being written is resumed where it is. */
-		sf_info("store: %s (on peers only) not shown here", nm);
+		sf_info("store: %s (on peers only) not shown here", SF_QSTR(nm));
 		return;
 	}
 	if (how == SF_PROBE_NO) {
-		sf_warn("store: %s skipped: no format shardfs reads recognizes it", nm);
+		sf_warn("store: %s skipped: no format shardfs reads recognizes it", SF_QSTR(nm));
 		return;
 	}
 	if (how == SF_PROBE_PARTIAL) {
@@ -397,12 +397,12 @@ static void open_one(int storefd, const char *store, const char *name,
 			fn(arg, nm, dir, NULL, 0, NULL);
 		else
 			sf_warn("store: %s skipped: a %s checkpoint still being written; shown once complete",
-				nm, fmt->name);
+				SF_QSTR(nm), fmt->name);
 		return;
 	}
 	ret = sf_ckpt_open_at(storefd, store, name, src, &ck, why, sizeof(why));
 	if (ret) {
-		sf_err("checkpoint %s left out: %s", nm, why[0] ? why : sf_strerror(ret));
+		sf_err("checkpoint %s left out: %s", SF_QSTR(nm), why[0] ? why : sf_strerror(ret));
 		fn(arg, nm, dir, NULL, ret, why);
 		return;
 	}
@@ -620,9 +620,9 @@ int sf_store_scan_fd(int storefd, const char *store, struct sf_source *src,
 		if (!S_ISDIR(sb.st_mode)) {
 			if (S_ISLNK(sb.st_mode))
 				sf_warn("store: %s skipped: a symlink (checkpoints are directories of the store; symlinks are not followed)",
-					de->d_name);
+					SF_QSTR(de->d_name));
 			else
-				sf_info("store: %s skipped: not a directory", de->d_name);
+				sf_info("store: %s skipped: not a directory", SF_QSTR(de->d_name));
 			continue;
 		}
 		ret = sf_array_grow(&names, n, &cap, sizeof(*names), 16, 0);

@@ -129,7 +129,7 @@ static void cand_opened(void *arg, size_t i, struct sf_ckpt *ck, int err,
 	if (!ck) {
 		/* the start-up scan said why at warning level already; a
 		 * directory still changing would repeat it every round */
-		sf_debug("store: %s not shown (yet): %s", name,
+		sf_debug("store: %s not shown (yet): %s", SF_QSTR(name),
 			 why && why[0] ? why : sf_strerror(err));
 		seen_put(c->l, name, &c->mtimes[i]);
 		return;
@@ -140,10 +140,10 @@ static void cand_opened(void *arg, size_t i, struct sf_ckpt *ck, int err,
 	}
 	rc = sf_fs_add_committed(fs, ck); /* takes ck */
 	if (rc)
-		sf_err("store: %s appeared but cannot be shown: %s", name,
+		sf_err("store: %s appeared but cannot be shown: %s", SF_QSTR(name),
 		       sf_strerror(rc));
 	else
-		sf_info("store: %s appeared: shown (%s)", name, ck->fmt->name);
+		sf_info("store: %s appeared: shown (%s)", SF_QSTR(name), ck->fmt->name);
 }
 
 static int cand_add(struct cands *c, const char *name,
@@ -260,16 +260,16 @@ static void scan_gone(struct sf_fs_live *l)
 			goto next;
 		if (gone)
 			sf_info("store: %s is gone from the store: no longer shown",
-				v[i].name);
+				SF_QSTR(v[i].name));
 		else
 			sf_warn("store: %s: its directory was %s since it was opened: "
 				"no longer shown (what the name holds now is looked at as a new checkpoint)",
-				v[i].name, why);
+				SF_QSTR(v[i].name), why);
 		rc = fuse_lowlevel_notify_inval_entry(fs->se, FUSE_ROOT_ID,
 						      v[i].name, strlen(v[i].name));
 		if (rc && rc != -ENOENT)
 			sf_debug("store: %s: kernel entry not invalidated: %s",
-				 v[i].name, sf_strerror(rc));
+				 SF_QSTR(v[i].name), sf_strerror(rc));
 next:
 		free(v[i].name);
 		free(v[i].dir);

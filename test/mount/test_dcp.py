@@ -235,12 +235,12 @@ def test(env, ck):
         for bad in ("evil-global", "torn"):
             ck.ok("h-" + bad not in os.listdir(mnt), "h-%s is left out" % bad)
             ck.eq(len([l for l in log.splitlines()
-                       if "h-%s left out" % bad in l]), 1,
+                       if '"h-%s" left out' % bad in l]), 1,
                   "one log line says h-%s was left out" % bad)
         ck.ok(any("h-evil-global" in l and "posix" in l for l in log.splitlines()),
               "the log names the refused global")
         ck.ok("h-partial" not in os.listdir(mnt), "h-partial (no .metadata) is not shown")
-        ck.ok(any("h-partial skipped" in l and "still being written" in l
+        ck.ok(any('"h-partial" skipped' in l and "still being written" in l
                   for l in log.splitlines()), "h-partial's skip is logged")
         victim = hinfo["victim"]
         for bad in ("escape", "abs", "symlink", "short", "junkchunk"):

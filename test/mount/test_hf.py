@@ -251,12 +251,12 @@ def check_hostile(ck, tmp, mnt, log, hostile, marker):
             exp = json.load(f)["tensors"]
         if kind == "partial":
             ck.ok(h not in listed, "%s is not shown" % h)
-            ck.ok(any(h + " skipped" in l and "still being written" in l for l in lines),
+            ck.ok(any('"%s" skipped' % h in l and "still being written" in l for l in lines),
                   "%s: its skip is logged" % h)
             continue
         if kind == "refused":
             ck.ok(h not in listed, "%s is left out" % h)
-            ck.eq(len([l for l in lines if "%s left out" % h in l]), 1,
+            ck.eq(len([l for l in lines if '"%s" left out' % h in l]), 1,
                   "%s: one log line says it was left out" % h)
             continue
         root = os.path.join(mnt, h)

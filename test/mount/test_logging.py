@@ -227,7 +227,7 @@ def check_hostile_names(env, ck):
         text = sm.read_text(log)
         if forged:
             ck.ok("bigbin" not in listed, "a .bin past 2^63 bytes in all is not shown")
-            big = [l for l in text.split("\n") if "checkpoint bigbin left out" in l]
+            big = [l for l in text.split("\n") if 'checkpoint "bigbin" left out' in l]
             ck.ok(len(big) == 1 and "stat can show" in big[0],
                   "one line says why bigbin is left out: %r" % big)
             ck.eq(sorted(os.listdir(os.path.join(m.mnt, "dcp-forge", "tensors"))), ["ok"],

@@ -231,7 +231,7 @@ def test(env, ck):
             ck.eq(len(log_lines(log, n, "left out", word)), 1,
                   "one log line says why %s is left out" % n)
         ck.ok("partial" not in listed, "a save still running (no .metadata) is not shown")
-        ck.ok(log_lines(log, "partial skipped", "still being written"),
+        ck.ok(log_lines(log, '"partial" skipped', "still being written"),
               "the running save's skip is logged")
         ck.eq(os.getxattr(os.path.join(mnt, "native"), "user.shardfs.format").decode(),
               "shardfs/1", "native: format xattr")

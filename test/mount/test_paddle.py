@@ -170,13 +170,13 @@ def test(env, ck):
               "the log names the global refused in a .distcp")
         for bad in ("evil-global", "torn"):
             ck.ok("h-" + bad not in os.listdir(mnt), "h-%s is left out" % bad)
-            ck.eq(len([l for l in log if "h-%s left out" % bad in l]), 1,
+            ck.eq(len([l for l in log if '"h-%s" left out' % bad in l]), 1,
                   "one log line says h-%s was left out" % bad)
         ck.ok(any("h-evil-global" in l and "posix.system" in l for l in log),
               "the log names the refused global")
         for bad in ("partial", "locked"):
             ck.ok("h-" + bad not in os.listdir(mnt), "h-%s is not shown" % bad)
-            ck.ok(any("h-%s skipped" % bad in l and "still being written" in l
+            ck.ok(any('"h-%s" skipped' % bad in l and "still being written" in l
                       for l in log), "h-%s's skip is logged" % bad)
         ck.ok(any('checkpoint h-old: "%s": metadata without dtype and global shape' % victim
                   in l for l in log), "h-old: the log says dtype and shape were derived")

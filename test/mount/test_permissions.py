@@ -200,7 +200,7 @@ def check_foreign(env, ck, m, store):
     read-only (issue 11): every change fails, nothing in the store moves."""
     mnt = m.mnt
     log = m.log_text()
-    lines = [l for l in log.splitlines() if "store: junk skipped" in l]
+    lines = [l for l in log.splitlines() if 'store: "junk" skipped' in l]
     ck.eq(len(lines), 1, "one log line says junk/ was skipped: %r" % lines)
     ck.ok(os.path.isdir(os.path.join(mnt, "dcp", "tensors")),
           "dcp/ is mounted (read-only)")
