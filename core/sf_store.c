@@ -91,7 +91,7 @@ int sf_ckpt_open_src(const char *dir, const char *name, struct sf_source *src,
 			 "no format shardfs reads recognizes it");
 		goto out_close;
 	}
-	ret = ck->fmt->open(&cd, &res, err, errlen);
+	ret = sf_format_open(ck->fmt, &cd, &res, err, errlen);
 	if (ret)
 		goto out_close;
 	/* checksums shardctl index keeps for a format that has none */

@@ -17,11 +17,38 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+
+int sf_format_open(const struct sf_format *fmt, const struct sf_cdir *cd,
+		   struct sf_format_result *out, char *err, size_t errlen)
+{
+	struct sf_cdir c = *cd;
+	struct sf_budget *own = NULL;
+	int rc;
+
+	if (!c.budget) {
+		own = sf_budget_new(NULL);
+		if (!own)
+			return -ENOMEM;
+		c.budget = own;
+	}
+	rc = fmt->open(&c, out, err, errlen);
+	if (sf_budget_spent(c.budget)) {
+		/* whatever the adapter made of it: the budget's one line */
+		if (!rc)
+			sf_format_result_clear(out);
+		rc = -SF_EBUDGET;
+		if (errlen)
+			snprintf(err, errlen, "%s", sf_budget_why(c.budget));
+	}
+	sf_budget_free(own);
+	return rc;
+}
 
 void sf_format_result_clear(struct sf_format_result *r)
 {
