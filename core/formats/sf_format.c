@@ -12,6 +12,7 @@
 #include "sf_array.h"
 #include "sf_error.h"
 #include "sf_index.h"
+#include "sf_log.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -29,6 +30,7 @@ int sf_format_open(const struct sf_format *fmt, const struct sf_cdir *cd,
 {
 	struct sf_cdir c = *cd;
 	struct sf_budget *own = NULL;
+	struct sf_budget_stats st;
 	int rc;
 
 	if (!c.budget) {
@@ -38,6 +40,13 @@ int sf_format_open(const struct sf_format *fmt, const struct sf_cdir *cd,
 		c.budget = own;
 	}
 	rc = fmt->open(&c, out, err, errlen);
+	sf_budget_stats(c.budget, &st);
+	if (st.decodes)
+		sf_info("checkpoint %s: coded streams: %llu decoded (%llu bytes) for %llu entries naming them, in %.2f s",
+			cd->name ? cd->name : "?", (unsigned long long)st.decodes,
+			(unsigned long long)st.decoded,
+			(unsigned long long)(st.decodes + st.shared),
+			(double)st.elapsed_ns / 1e9);
 	if (sf_budget_spent(c.budget)) {
 		/* whatever the adapter made of it: the budget's one line */
 		if (!rc)
