@@ -183,6 +183,8 @@ int sf_budget_charge_file(struct sf_budget *b, uint64_t size)
 {
 	if (!b)
 		return 0;
+	if (b->spent)
+		return -SF_EBUDGET;
 	b->s.files++;
 	b->s.file_bytes = sat_add(b->s.file_bytes, size);
 	return sf_budget_check(b);

@@ -1163,9 +1163,11 @@ int sf_dcp_docs_load(const struct sf_dcp_doc *in, size_t n,
 }
 
 int sf_dcp_docs_open(const struct sf_dcp_docs *dd, int dirfd, const char *name,
-		     struct sf_format_result *out, char *err, size_t errlen)
+		     struct sf_budget *budget, struct sf_format_result *out,
+		     char *err, size_t errlen)
 {
-	struct sf_cdir cd = { .dirfd = dirfd, .name = name, .ref = { NULL, name } };
+	struct sf_cdir cd = { .dirfd = dirfd, .name = name, .ref = { NULL, name },
+			      .budget = budget };
 	struct dcp d = { .cd = &cd, .name = name, .per_rank = dd->n > 1 };
 
 	sf_where_init(&d.w, err, errlen);
@@ -1182,7 +1184,7 @@ int sf_dcp_open_docs(int dirfd, const char *name, const struct sf_dcp_doc *in,
 	rc = sf_dcp_docs_load(in, n, &dd, err, errlen);
 	if (rc)
 		return rc;
-	rc = sf_dcp_docs_open(dd, dirfd, name, out, err, errlen);
+	rc = sf_dcp_docs_open(dd, dirfd, name, NULL, out, err, errlen);
 	sf_dcp_docs_free(dd);
 	return rc;
 }
