@@ -351,7 +351,11 @@ static int run(struct sf_budget *b, struct rec *r, const struct sf_input *in,
 	}
 	if (rc == -ENOMEM)
 		return rc;
-	/* failed decodes spend too: their work was done */
+	/* failed decodes spend too: their work was done, and at least the
+	 * stored bytes read (so naming many ranges of one big file that all
+	 * fail at once still spends the budget) */
+	if (rc && declen < in->size)
+		declen = (size_t)in->size;
 	if (sf_budget_charge_decoded(b, in->size, declen)) {
 		free(dec);
 		return -SF_EBUDGET;

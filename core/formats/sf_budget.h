@@ -21,7 +21,8 @@
  *    read (at most the bytes of the files opened). A real zstd checkpoint
  *    decodes to 1-3 times what it stores; a zstd bomb (8 KB decoding to
  *    240 MB) is stopped once decoded_base is spent, in the decode that
- *    crosses it.
+ *    crosses it. A stream that fails to decode counts what it decoded,
+ *    and at least its stored bytes.
  *  - wall-clock time since sf_budget_new: time_base_ns plus time_per_gib_ns
  *    for every GiB of files opened.
  * Defaults (SF_BUDGET_*): 1 GiB + 16 x coded bytes, 60 s + 1 s/GiB.

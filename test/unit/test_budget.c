@@ -217,11 +217,18 @@ static void test_decode_once(void)
 	sf_budget_stats(b, &s);
 	CHECK_EQ(s.decodes, 4);
 	CHECK_EQ(reads, 3);
-	/* corrupt (truncated): kept as -EIO, never decoded again */
+	/* corrupt (truncated): kept as -EIO, never decoded again; it spent
+	 * what it decoded, at least its stored bytes */
 	in2 = sf_input_mem(z, clen - 1);
 	CHECK_EQ(sf_budget_decode(b, SF_CODEC_ZSTD, "bad", 0, &in2, n, &counter,
 				  &st), 0);
 	CHECK(!st->decoded && st->rc == -EIO && st->why[0]);
+	{
+		struct sf_budget_stats s2;
+
+		sf_budget_stats(b, &s2);
+		CHECK(s2.decoded - s.decoded >= clen - 1);
+	}
 	CHECK_EQ(sf_budget_decode(b, SF_CODEC_ZSTD, "bad", 0, &in2, n, &counter,
 				  &st2), 0);
 	CHECK(st2 == st);
