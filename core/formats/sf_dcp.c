@@ -17,10 +17,10 @@
  *    once per open here (sf_budget_decode: every entry naming the same
  *    stream shares that decode), bounded by SF_MAX_DECODED and the open's
  *    budget, to read its archive; its shard is coded (sf_codec.h) and the
- *    engine decodes it again to serve it. A
- *    chunk stored with any other transform, or whose stream is corrupt,
- *    stays in the model as an unreadable shard: its reads fail with EIO,
- *    and one log line here names the transform or the damage;
+ *    engine decodes it again to serve it. A chunk stored with any other
+ *    transform, or whose stream is corrupt, stays in the model as an
+ *    unreadable shard: its reads fail with EIO, and one log line here
+ *    names the transform or the damage;
  *  - per-rank metadata (`__R.metadata`, no `.metadata`) is merged: every
  *    rank's keys, each tensor's chunks from every rank, the lowest rank's
  *    entry where two ranks stored the same chunk or byte item; ranks that
