@@ -21,7 +21,9 @@
 #include "sf_array.h"
 #include "sf_error.h"
 
-#define MAX_RECS (1u << 24)   /* streams one open may decode */
+#define MAX_RECS (4u << 20)   /* streams one open may decode: as many as
+				* a DCP open's storage entries */
+#define WHY_MAX 256
 #define GIB (1ull << 30)
 
 struct rec {
@@ -85,10 +87,15 @@ struct sf_budget *sf_budget_new(const struct sf_budget_limits *lim)
 	return b;
 }
 
+static const char no_why[] = "";
+static const char why_nomem[] = "out of memory";
+
 static void rec_free(struct rec *r)
 {
 	if (!r)
 		return;
+	if (r->st.why != no_why && r->st.why != why_nomem)
+		free((char *)r->st.why);
 	if (r->st.note) {
 		if (r->rd && r->rd->free_note)
 			r->rd->free_note(r->st.note);
@@ -311,9 +318,10 @@ static int insert(struct sf_budget *b, struct rec *r)
 	return 0;
 }
 
-/* Read, decode and read r's stream into r->st. 0, -SF_EBUDGET, -ENOMEM. */
+/* Read, decode and read r's stream into r->st, the reason into why. 0,
+ * -SF_EBUDGET, -ENOMEM. */
 static int run(struct sf_budget *b, struct rec *r, const struct sf_input *in,
-	       size_t cap)
+	       size_t cap, char *why)
 {
 	struct sf_stream *st = &r->st;
 	uint64_t room = sf_budget_room(b, in->size);
@@ -323,8 +331,7 @@ static int run(struct sf_budget *b, struct rec *r, const struct sf_input *in,
 	int rc;
 
 	if (in->size > SF_MAX_STORED) {
-		snprintf(st->why, sizeof(st->why),
-			 "%llu stored bytes exceed the limit of %llu",
+		snprintf(why, WHY_MAX, "%llu stored bytes exceed the limit of %llu",
 			 (unsigned long long)in->size, SF_MAX_STORED);
 		st->rc = -SF_ETOOBIG;
 		return 0;
@@ -334,14 +341,14 @@ static int run(struct sf_budget *b, struct rec *r, const struct sf_input *in,
 		return -ENOMEM;
 	rc = sf_input_read(in, stored, (size_t)in->size, 0);
 	if (rc) {
-		snprintf(st->why, sizeof(st->why), "%s", sf_strerror(rc));
+		snprintf(why, WHY_MAX, "%s", sf_strerror(rc));
 		st->rc = rc == -SF_ESHORT ? -EIO : rc;
 		free(stored);
 		return rc == -ENOMEM ? rc : 0;
 	}
 	b->s.decodes++;
 	rc = sf_codec_decode_alloc(r->codec, stored, (size_t)in->size, ccap,
-				   &dec, &declen, st->why, sizeof(st->why));
+				   &dec, &declen, why, WHY_MAX);
 	free(stored);
 	if (rc == -SF_ETOOBIG && ccap < cap) {
 		/* the budget's room, not the stream's cap, stopped it */
@@ -367,8 +374,7 @@ static int run(struct sf_budget *b, struct rec *r, const struct sf_input *in,
 	st->decoded = true;
 	st->declen = declen;
 	if (r->rd)
-		st->rc = r->rd->read(dec, declen, &st->note, st->why,
-				     sizeof(st->why));
+		st->rc = r->rd->read(dec, declen, &st->note, why, WHY_MAX);
 	free(dec);
 	if (st->rc == -ENOMEM)
 		return -ENOMEM;
@@ -381,6 +387,7 @@ int sf_budget_decode(struct sf_budget *b, enum sf_codec c, const char *file,
 		     const struct sf_stream **out)
 {
 	uint64_t h = key_hash(file, off, in->size, c, rd);
+	char why[WHY_MAX] = "";
 	struct rec *r;
 	int rc;
 
@@ -404,7 +411,13 @@ int sf_budget_decode(struct sf_budget *b, enum sf_codec c, const char *file,
 	r->codec = c;
 	r->rd = rd;
 	r->hash = h;
-	rc = run(b, r, in, cap);
+	r->st.why = no_why;
+	rc = run(b, r, in, cap, why);
+	if (!rc && r->st.rc) {
+		r->st.why = strdup(why[0] ? why : sf_strerror(r->st.rc));
+		if (!r->st.why)
+			r->st.why = why_nomem;
+	}
 	if (rc) {
 		rec_free(r);
 		return rc;

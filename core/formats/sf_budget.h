@@ -129,7 +129,7 @@ struct sf_stream {
 				   * with decoded: the reader's error */
 	uint64_t declen;          /* with decoded: bytes it decodes to */
 	void *note;               /* with decoded and rc 0: the reader's */
-	char why[256];            /* with rc: the one-line reason */
+	const char *why;          /* with rc: the one-line reason; else "" */
 };
 
 /*
