@@ -5,9 +5,11 @@
  * the pickle reader checking it, and streams decoded once: the same
  * (file, offset, length, codec, reader) decoded and read once however
  * often it is asked for, corrupt and over-cap outcomes kept too, a bomb
- * stopped at the budget. Then the DCP adapter on torch 2.15's own zstd
- * save (argv[1]: test/fixtures/dcp/torch-2.15-ext): one decode per stream,
- * and a budget too small for it refusing the open with the budget's line.
+ * stopped at the budget. Then (argv[1]: test/fixtures) the DCP adapter on
+ * torch 2.15's own zstd save: one decode per stream, and a budget too
+ * small for it refusing the open with the budget's line; and every
+ * adapter (DCP, Hugging Face, PaddlePaddle, Megatron) on its fixtures
+ * ending its open at a spent time budget with the budget's line.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -20,6 +22,7 @@
 #include "sf_budget.h"
 #include "sf_error.h"
 #include "sf_format.h"
+#include "sf_log.h"
 #include "sf_pickle.h"
 #include "sf_test.h"
 
@@ -292,20 +295,28 @@ static void test_bomb(void)
 
 /* --- the DCP adapter on torch 2.15's zstd save --- */
 
-static int open_dcp(const char *dir, struct sf_budget *b, char *err,
+/* Open checkpoint dir with the format its names say, under b. */
+static int open_dir(const char *dir, struct sf_budget *b, char *err,
 		    size_t errlen)
 {
-	const struct sf_format *fmt = sf_format_find("torch-dcp");
+	const struct sf_format *fmt;
 	struct sf_format_result res = { 0 };
-	struct sf_cdir cd = { .dir = dir, .name = "zstd", .ref = { dir, "zstd" },
+	struct sf_cdir cd = { .dir = dir, .name = "ck", .ref = { dir, "ck" },
 			      .budget = b };
+	struct sf_dirlist ls = { 0 };
+	enum sf_probe how;
 	int rc;
 
-	if (!CHECK(fmt != NULL))
-		return -EINVAL;
 	cd.dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (!CHECK(cd.dirfd >= 0))
 		return -errno;
+	CHECK_EQ(sf_dirlist_read(cd.dirfd, &ls), 0);
+	fmt = sf_format_probe(&ls, &how);
+	sf_dirlist_free(&ls);
+	if (!CHECK(fmt != NULL && how == SF_PROBE_YES)) {
+		close(cd.dirfd);
+		return -EINVAL;
+	}
 	rc = sf_format_open(fmt, &cd, &res, err, errlen);
 	CHECK(rc ? res.model == NULL : res.model != NULL);
 	sf_format_result_clear(&res);
@@ -313,15 +324,15 @@ static int open_dcp(const char *dir, struct sf_budget *b, char *err,
 	return rc;
 }
 
-static void test_dcp(const char *ext)
+static void test_dcp(const char *fixtures)
 {
 	char dir[4096], err[512];
 	struct sf_budget_limits l;
 	struct sf_budget *b = sf_budget_new(NULL);
 	struct sf_budget_stats s;
 
-	snprintf(dir, sizeof(dir), "%s/zstd", ext);
-	CHECK_EQ(open_dcp(dir, b, err, sizeof(err)), 0);
+	snprintf(dir, sizeof(dir), "%s/dcp/torch-2.15-ext/zstd", fixtures);
+	CHECK_EQ(open_dir(dir, b, err, sizeof(err)), 0);
 	sf_budget_stats(b, &s);
 	/* 9 tensors and 3 objects; the empty tensor has no chunk to read */
 	CHECK_EQ(s.decodes, 11);
@@ -333,11 +344,60 @@ static void test_dcp(const char *ext)
 	/* a budget it does not fit in: the open ends, its one line says why */
 	l = lim_of(4096, 0, FOREVER, 0);
 	b = sf_budget_new(&l);
-	CHECK_EQ(open_dcp(dir, b, err, sizeof(err)), -SF_EBUDGET);
+	CHECK_EQ(open_dir(dir, b, err, sizeof(err)), -SF_EBUDGET);
 	CHECK(strncmp(err, "decode budget spent: more than 4.0 KiB decoded", 46) == 0);
 	sf_budget_free(b);
 	/* without a budget of its own, sf_format_open gives the default one */
-	CHECK_EQ(open_dcp(dir, NULL, err, sizeof(err)), 0);
+	CHECK_EQ(open_dir(dir, NULL, err, sizeof(err)), 0);
+}
+
+/* Every adapter stops at a spent time budget and says so in one line,
+ * never leaving entries out one by one (the budget of 0 s is spent at the
+ * first file it opens). */
+static void test_adapters(const char *fixtures)
+{
+	static const char *const dirs[] = {
+		"dcp/torch-2.15/rows4", "dcp/torch-2.15-ext/perrank2_zstd",
+		"hf/transformers-5.24/llama-st", "hf/transformers-4.46/llama-bin",
+		"paddle/paddle-3.3.1/shard2", "megatron/mcore-0.15.3/distopt",
+	};
+	struct sf_budget_limits l = lim_of(1ull << 30, 16, 0, 0);
+	char logpath[] = "/tmp/test_budget.XXXXXX";
+	int lfd = mkstemp(logpath);
+
+	if (!CHECK(lfd >= 0) || !CHECK_EQ(sf_log_to_file(logpath), 0))
+		return;
+	for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
+		char dir[4096], err[512] = "";
+		struct sf_budget *b = sf_budget_new(&l);
+		int rc;
+
+		snprintf(dir, sizeof(dir), "%s/%s", fixtures, dirs[i]);
+		if (access(dir, F_OK) != 0) {
+			printf("%s: not here, not tried\n", dirs[i]);
+			sf_budget_free(b);
+			continue;
+		}
+		CHECK_EQ(open_dir(dir, NULL, err, sizeof(err)), 0);
+		{
+			off_t at = lseek(lfd, 0, SEEK_END);
+			char logged[4096] = "";
+			ssize_t got;
+
+			rc = open_dir(dir, b, err, sizeof(err));
+			if (!CHECK_EQ(rc, -SF_EBUDGET) ||
+			    !CHECK(strncmp(err, "time budget spent: ", 19) == 0))
+				fprintf(stderr, "%s: %s\n", dirs[i], err);
+			/* nothing left out one by one: the caller's line is all */
+			got = pread(lfd, logged, sizeof(logged) - 1, at);
+			logged[got > 0 ? got : 0] = '\0';
+			if (!CHECK(!strstr(logged, "warning") && !strstr(logged, "error")))
+				fprintf(stderr, "%s logged: %s\n", dirs[i], logged);
+		}
+		sf_budget_free(b);
+	}
+	close(lfd);
+	unlink(logpath);
 }
 
 int main(int argc, char **argv)
@@ -349,9 +409,11 @@ int main(int argc, char **argv)
 	test_pickle();
 	test_decode_once();
 	test_bomb();
-	if (argc > 1)
+	if (argc > 1) {
 		test_dcp(argv[1]);
-	else
-		printf("no fixture directory given: the DCP part is not run\n");
+		test_adapters(argv[1]);
+	} else {
+		printf("no fixture directory given: the adapters are not tried\n");
+	}
 	return sf_test_done("test_budget");
 }
