@@ -160,8 +160,7 @@ int sf_codec_decode_alloc(enum sf_codec c, const void *in, size_t inlen,
 			      errlen);
 	}
 	if (rc) {
-		free(buf);
-		*outlen = 0;
+		free(buf); /* *outlen: what came out before it failed */
 		return rc;
 	}
 	*out = buf ? buf : malloc(1);

@@ -45,7 +45,8 @@ int sf_codec_decode(enum sf_codec c, const void *in, size_t inlen, void *out,
 
 /* As sf_codec_decode into a buffer it allocates (at most cap bytes, grown
  * as the stream decodes): *out (the caller frees it) and *outlen. Adds
- * -ENOMEM. */
+ * -ENOMEM. On failure *out is NULL and *outlen the bytes decoded before
+ * it failed (the work it cost: a budget charges it). */
 int sf_codec_decode_alloc(enum sf_codec c, const void *in, size_t inlen,
 			  size_t cap, void **out, size_t *outlen, char *err,
 			  size_t errlen);

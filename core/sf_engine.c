@@ -34,7 +34,8 @@
  * the pool is over the bound is unmapped, not kept.
  *
  * A coded shard (sf_codec.h: stored compressed) is fetched by decoding its
- * whole stream once into a small cache of decoded streams (under
+ * whole stream once (shared by every shard of the checkpoint naming the
+ * same file, offset and length) into a small cache of decoded streams (under
  * e->dec_lock, least recently used dropped first, bounded by dec_cap plus
  * the one stream being served) and copying blocks out of it; its blocks
  * then live in the block cache like any other. A stream that fails to
@@ -506,6 +507,16 @@ out_free:
 	return ret;
 }
 
+/* Do coded shards a and b (of one checkpoint) name the same stream? Then
+ * one decode serves both (entries of a DCP checkpoint may share one). */
+static bool same_stream(const struct sf_shard *a, const struct sf_shard *b)
+{
+	return a == b ||
+	       (a->rank == b->rank && a->codec == b->codec &&
+		a->file_offset == b->file_offset && a->stored_len == b->stored_len &&
+		a->decoded_len == b->decoded_len && strcmp(a->file, b->file) == 0);
+}
+
 /* Copy block idx of coded shard s out of its decoded stream. No lock held. */
 static int fetch_coded(struct read_ctx *c, const struct sf_shard *s,
 		       uint64_t idx, struct sf_block *b)
@@ -518,7 +529,7 @@ static int fetch_coded(struct read_ctx *c, const struct sf_shard *s,
 		return -EIO;
 	pthread_mutex_lock(&e->dec_lock);
 	for (pp = &e->dec; *pp; pp = &(*pp)->next)
-		if ((*pp)->ck == c->ck && (*pp)->shard == s)
+		if ((*pp)->ck == c->ck && same_stream((*pp)->shard, s))
 			break;
 	if (*pp) {
 		d = *pp;

@@ -37,6 +37,7 @@ static const struct sf_err_row sf_err_table[SF_ERR_LAST - SF_ERR_BASE] = {
 	[SF_ETOOBIG - SF_ERR_BASE] = { "size or count exceeds a shardfs limit", E2BIG },
 	[SF_EFORMAT - SF_ERR_BASE] = { "malformed checkpoint data", EIO },
 	[SF_EREFUSED - SF_ERR_BASE] = { "refused: names something outside what shardfs reads", EIO },
+	[SF_EBUDGET - SF_ERR_BASE] = { "the checkpoint's open spent its budget", EIO },
 };
 
 const char *sf_strerror(int err)

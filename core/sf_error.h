@@ -33,6 +33,8 @@ enum sf_err {
 	SF_EREFUSED,   /* data names something shardfs never decodes or follows
 	                * (a pickle global outside the allowlist, a path outside
 	                * the checkpoint, an unknown transform) */
+	SF_EBUDGET,    /* a checkpoint's open spent its budget (bytes decoded
+	                * or time; sf_budget.h) */
 	SF_ERR_LAST
 };
 

@@ -101,7 +101,7 @@ static int ckpt_open_fd(int dirfd, const char *dir, const char *name,
 			 "no format shardfs reads recognizes it");
 		goto out_close;
 	}
-	ret = ck->fmt->open(&cd, &res, err, errlen);
+	ret = sf_format_open(ck->fmt, &cd, &res, err, errlen);
 	if (ret)
 		goto out_close;
 	/* checksums shardctl index keeps for a format that has none */

@@ -253,7 +253,7 @@ static int open_src(struct copy *c, const char *arg)
 			.ref = { .dir = c->src, .name = slash && slash[1] ? slash + 1 : c->src },
 		};
 
-		rc = c->fmt->open(&cd, &c->res, err, sizeof(err));
+		rc = sf_format_open(c->fmt, &cd, &c->res, err, sizeof(err));
 		if (rc)
 			return fail("%s: cannot open the %s checkpoint: %s", c->src,
 				    c->fmt->name, err[0] ? err : sf_strerror(rc));

@@ -131,7 +131,7 @@ static int open_dir(const char *cmd, const char *path, bool want_foreign_only,
 		struct sf_cdir cd = { .dirfd = o->dirfd, .dir = o->dir,
 				      .name = o->name, .ref = { .dir = o->dir, .name = o->name } };
 
-		rc = o->fmt->open(&cd, &o->res, err, sizeof(err));
+		rc = sf_format_open(o->fmt, &cd, &o->res, err, sizeof(err));
 	}
 	if (rc) {
 		fprintf(stderr, "shardctl %s: %s: cannot open the %s checkpoint: %s\n", cmd,

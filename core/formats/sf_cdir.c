@@ -15,7 +15,9 @@
  *  - a remote file keeps one read window (SF_CDIR_WINDOW bytes) so that a
  *    decoder's many small reads (a zip's end records, a pickle) cost one
  *    round trip each window, not one per read. Adapters open checkpoints
- *    from one thread, so the window takes no lock.
+ *    from one thread, so the window takes no lock;
+ *  - every file opened is charged to cd->budget (sf_budget.h): once the
+ *    open's budget is spent, no further file opens (-SF_EBUDGET).
  */
 #include "sf_format.h"
 #include "sf_index.h"
@@ -213,7 +215,11 @@ int sf_cfile_open(const struct sf_cdir *cd, const char *path,
 		int rc = open_peer(cd, path, &f);
 
 		if (!rc)
+			rc = sf_budget_charge_file(cd->budget, f.size);
+		if (!rc)
 			*out = f;
+		else
+			sf_cfile_close(&f);
 		return rc;
 	}
 	if (fd < 0)
@@ -226,6 +232,10 @@ int sf_cfile_open(const struct sf_cdir *cd, const char *path,
 	f.has_fd = true;
 	f.size = (uint64_t)sb.st_size;
 	f.in = sf_input_fd(fd, 0, f.size);
+	if (sf_budget_charge_file(cd->budget, f.size)) {
+		close(fd);
+		return -SF_EBUDGET;
+	}
 	*out = f;
 	return 0;
 }

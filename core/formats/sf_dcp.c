@@ -14,11 +14,13 @@
  *    the chunk's storage bytes from the view's first element, with the
  *    view's strides when it is not row-major contiguous;
  *  - a zstd chunk (transform_descriptors ["stream.zstd/1"]) is decoded
- *    once here, bounded by SF_MAX_DECODED, to read its archive; its shard
- *    is coded (sf_codec.h) and the engine decodes it again to serve it. A
- *    chunk stored with any other transform, or whose stream is corrupt,
- *    stays in the model as an unreadable shard: its reads fail with EIO,
- *    and one log line here names the transform or the damage;
+ *    once per open here (sf_budget_decode: every entry naming the same
+ *    stream shares that decode), bounded by SF_MAX_DECODED and the open's
+ *    budget, to read its archive; its shard is coded (sf_codec.h) and the
+ *    engine decodes it again to serve it. A chunk stored with any other
+ *    transform, or whose stream is corrupt, stays in the model as an
+ *    unreadable shard: its reads fail with EIO, and one log line here
+ *    names the transform or the damage;
  *  - per-rank metadata (`__R.metadata`, no `.metadata`) is merged: every
  *    rank's keys, each tensor's chunks from every rank, the lowest rank's
  *    entry where two ranks stored the same chunk or byte item; ranks that
@@ -26,6 +28,8 @@
  *  - overlaps: sf_overlap_rule; a key's storage entries other than the
  *    one read (above) are replicas after it, for shardctl verify (but
  *    those stored with a transform: never decoded for a copy not read);
+ *  - every storage entry an open consumes checks the open's budget first,
+ *    and -SF_EBUDGET ends the open (never one entry left out);
  *  - the directory is only ever read.
  */
 #include "sf_dcp.h"
@@ -40,6 +44,7 @@
 #include <unistd.h>
 
 #include "sf_array.h"
+#include "sf_budget.h"
 #include "sf_checksum.h"
 #include "sf_codec.h"
 #include "sf_error.h"
@@ -150,6 +155,8 @@ struct dcp {
 	size_t nsi, capsi;
 	struct sf_fileset files;     /* chunk files, each opened once */
 	struct sf_model *m;
+	struct sf_budget *b;         /* the open's (cd's, or own_b) */
+	struct sf_budget *own_b;     /* owned: when cd has none */
 	size_t skipped;              /* entries left out, each logged */
 	bool per_rank;               /* documents are __R.metadata, not .metadata */
 	const struct sf_dcp_ext *ext; /* another format's additions, or NULL */
@@ -350,32 +357,21 @@ static enum sf_codec chunk_codec(const struct sinfo *si, char *desc, size_t n)
 	return SF_CODEC_UNREADABLE;
 }
 
-/* Decode the zstd chunk in (si's stored bytes) into *out (the caller
- * frees it). 0, -SF_ETOOBIG, -EIO (corrupt), -ENOMEM; the reason in why. */
-static int decode_chunk(const struct sf_input *in, const struct sinfo *si,
-			void **out, size_t *outlen, char *why, size_t whylen)
+/* si's zstd stream, decoded once per open (rd: sf_torchsave_reader, or
+ * NULL). 0 and *st; -SF_EBUDGET or -ENOMEM with the reason in d->w. */
+static int decode_chunk(struct dcp *d, const char *key, const struct sinfo *si,
+			const struct sf_input *in,
+			const struct sf_stream_reader *rd,
+			const struct sf_stream **st)
 {
-	void *stored;
-	int rc;
+	int rc = sf_budget_decode(d->b, SF_CODEC_ZSTD, si->path, si->foff, in,
+				  SF_MAX_DECODED, rd, st);
 
-	*out = NULL;
-	if (si->len > SF_MAX_STORED) {
-		snprintf(why, whylen, "%llu stored bytes exceed the limit of %llu",
-			 (unsigned long long)si->len, SF_MAX_STORED);
-		return -SF_ETOOBIG;
-	}
-	stored = malloc(si->len ? si->len : 1);
-	if (!stored)
-		return -ENOMEM;
-	rc = sf_input_read(in, stored, si->len, 0);
 	if (rc)
-		snprintf(why, whylen, "%s", sf_strerror(rc));
-	else
-		rc = sf_codec_decode_alloc(SF_CODEC_ZSTD, stored, si->len,
-					   SF_MAX_DECODED, out, outlen, why,
-					   whylen);
-	free(stored);
-	return rc == -SF_ESHORT ? -EIO : rc;
+		return sf_fail(&d->w, rc, "%s: zstd chunk in %s at %llu: %s", key,
+			       si->path, (unsigned long long)si->foff,
+			       rc == -SF_EBUDGET ? sf_budget_why(d->b) : sf_strerror(rc));
+	return 0;
 }
 
 /* The dtype in TensorProperties (its state: a dict, or the tuple torch's
@@ -440,12 +436,13 @@ static int add_chunk(struct dcp *d, const char *key, struct sf_tensor *t,
 {
 	struct sf_shard s = { 0 };
 	struct sf_torchsave *ts = NULL;
+	const struct sf_torchsave *tsv;
 	const struct sf_ts_tensor *x;
+	const struct sf_stream *st = NULL;
 	struct sf_input in;
 	char why[384] = "", desc[256];
-	size_t isz = sf_dtype_size(t->dtype), declen = 0;
+	size_t isz = sf_dtype_size(t->dtype);
 	enum sf_codec codec;
-	void *dec = NULL;
 	uint64_t numel = 1, first;
 	int rc;
 
@@ -455,6 +452,9 @@ static int add_chunk(struct dcp *d, const char *key, struct sf_tensor *t,
 		numel *= c->len[i]; /* bounded: the validator checks the box */
 	if (numel == 0 && t->ndim > 0)
 		return 0; /* holds no element */
+	rc = sf_budget_check(d->b);
+	if (rc)
+		return sf_fail(&d->w, rc, "%s", sf_budget_why(d->b));
 	si = si ? si : find_sinfo(d, key, true, t->ndim, c->off);
 	if (!si)
 		return sf_fail(&d->w, -SF_EFORMAT,
@@ -469,27 +469,28 @@ static int add_chunk(struct dcp *d, const char *key, struct sf_tensor *t,
 		return add_unreadable(d, key, t, &s, si, why);
 	}
 	if (codec == SF_CODEC_ZSTD) {
-		rc = decode_chunk(&in, si, &dec, &declen, why, sizeof(why));
-		if (rc == -EIO) {
-			char w2[sizeof(why) + 32];
-
-			snprintf(w2, sizeof(w2), "does not decode (%s)", why);
-			return add_unreadable(d, key, t, &s, si, w2);
-		}
+		rc = decode_chunk(d, key, si, &in, &sf_torchsave_reader, &st);
 		if (rc)
-			return sf_fail(&d->w, rc, "tensor %s: zstd chunk in %s at %llu: %s",
-				    SF_QSTR(key), SF_QSTR(si->path), (unsigned long long)si->foff, why);
-		in = sf_input_mem(dec, declen);
+			return rc;
+		if (!st->decoded && st->rc == -EIO) {
+			snprintf(why, sizeof(why), "does not decode (%s)", st->why);
+			return add_unreadable(d, key, t, &s, si, why);
+		}
+		if (st->rc)
+			return sf_fail(&d->w, st->rc, "tensor %s: %schunk in %s at %llu: %s",
+				       SF_QSTR(key), st->decoded ? "" : "zstd ", SF_QSTR(si->path),
+				       (unsigned long long)si->foff, st->why);
+		tsv = st->note; /* the budget's, shared by every entry naming it */
+	} else {
+		rc = sf_torchsave_open(&in, &ts, why, sizeof(why));
+		if (rc)
+			return sf_fail(&d->w, rc, "tensor %s: chunk in %s at %llu: %s", SF_QSTR(key),
+				       SF_QSTR(si->path), (unsigned long long)si->foff, why);
+		tsv = ts;
 	}
-	rc = sf_torchsave_open(&in, &ts, why, sizeof(why));
-	if (rc) {
-		sf_fail(&d->w, rc, "tensor %s: chunk in %s at %llu: %s", SF_QSTR(key),
-			SF_QSTR(si->path), (unsigned long long)si->foff, why);
-		goto out_free_dec;
-	}
-	x = &ts->t[0];
+	x = &tsv->t[0];
 	rc = -SF_EFORMAT;
-	if (ts->n != 1 || x->key[0]) {
+	if (tsv->n != 1 || x->key[0]) {
 		sf_fail(&d->w, rc, "tensor %s: chunk in %s is not one tensor", SF_QSTR(key), SF_QSTR(si->path));
 		goto out_free_ts;
 	}
@@ -505,7 +506,7 @@ static int add_chunk(struct dcp *d, const char *key, struct sf_tensor *t,
 		s.codec = codec;
 		s.file_offset = si->foff;
 		s.stored_len = si->len;
-		s.decoded_len = declen;
+		s.decoded_len = st->declen;
 		s.decoded_off = first;
 	} else {
 		s.file_offset = si->foff + first;
@@ -521,8 +522,6 @@ static int add_chunk(struct dcp *d, const char *key, struct sf_tensor *t,
 		sf_fail(&d->w, rc, "tensor %s: %s", SF_QSTR(key), sf_model_why(d->m));
 out_free_ts:
 	sf_torchsave_free(ts);
-out_free_dec:
-	free(dec);
 	return rc;
 }
 
@@ -550,14 +549,15 @@ static int add_tensor(struct dcp *d, const char *key, enum sf_dtype dt,
 			continue; /* its replicas are added (another size: overlaps) */
 		for (r = si; !rc && si && ++r < d->si + d->nsi && !cmp_key(r, si);) /* replicas: */
 			if (!chunk_codec(r, dsc, sizeof(dsc)) && /* coded: not decoded */
-			    (rc = add_chunk(d, key, t, &chunks[i], r)) != -ENOMEM) {
+			    (rc = add_chunk(d, key, t, &chunks[i], r)) != -ENOMEM &&
+			    rc != -SF_EBUDGET) {
 				clear_err(d); /* a copy torch never reads: verify's */
 				rc = 0;
 			}
 	}
 	if (!rc)
 		rc = sf_overlap_rule(&d->w, t);
-	if (rc && rc != -ENOMEM) {
+	if (rc && rc != -ENOMEM && rc != -SF_EBUDGET) {
 		/* a chunk that cannot be served: the tensor alone is left out */
 		sf_model_drop_last(d->m, SF_ENTRY_TENSOR);
 		leave_out(d, key, d->w.err && d->w.err[0] ? d->w.err : sf_strerror(rc));
@@ -570,20 +570,21 @@ static int add_tensor(struct dcp *d, const char *key, enum sf_dtype dt,
 static int add_object(struct dcp *d, const char *key)
 {
 	const struct sinfo *si = find_sinfo(d, key, false, 0, NULL);
+	const struct sf_stream *st = NULL;
 	struct sf_shard s = { 0 };
 	struct sf_tensor *t;
 	struct sf_input in;
 	char why[384] = "", desc[256];
 	enum sf_codec codec;
-	size_t declen = 0;
-	void *dec = NULL;
 	uint64_t size, zero = 0;
-	int rc;
+	int rc = sf_budget_check(d->b);
 
+	if (rc)
+		return sf_fail(&d->w, rc, "%s", sf_budget_why(d->b));
 	if (!si)
 		return sf_fail(&d->w, -SF_EFORMAT, "object %s: no storage_data entry", SF_QSTR(key));
 	rc = chunk_input(d, key, si, &in);
-	if (rc && rc != -ENOMEM) {
+	if (rc && rc != -ENOMEM && rc != -SF_EBUDGET) {
 		leave_out(d, key, d->w.err && d->w.err[0] ? d->w.err : sf_strerror(rc));
 		clear_err(d);
 		return 0;
@@ -599,16 +600,15 @@ static int add_object(struct dcp *d, const char *key)
 		return 0;
 	}
 	if (codec == SF_CODEC_ZSTD) {
-		/* its size is the decoded size: decode it once to learn it */
-		rc = decode_chunk(&in, si, &dec, &declen, why, sizeof(why));
-		free(dec);
-		if (rc == -ENOMEM)
+		/* its size is the decoded size: decode it (once) to learn it */
+		rc = decode_chunk(d, key, si, &in, NULL, &st);
+		if (rc)
 			return rc;
-		if (rc) {
-			leave_out(d, key, why);
+		if (st->rc) {
+			leave_out(d, key, st->why);
 			return 0;
 		}
-		size = declen;
+		size = st->declen;
 	}
 	rc = sf_model_add_object(d->m, key, size, &t);
 	if (rc)
@@ -623,7 +623,7 @@ static int add_object(struct dcp *d, const char *key)
 	if (codec == SF_CODEC_ZSTD) {
 		s.codec = codec;
 		s.stored_len = si->len;
-		s.decoded_len = declen;
+		s.decoded_len = st->declen;
 	}
 	rc = sf_tensor_add_shard(d->m, t, &s);
 	if (rc)
@@ -982,6 +982,7 @@ static int load_doc(struct dcp *d, const struct sf_input *in, const char *what,
 
 	po.allow = d->allow;
 	po.nallow = d->nallow;
+	po.budget = d->cd ? d->cd->budget : NULL;
 	rc = sf_pickle_load(in, &po, &doc->pk, why, sizeof(why));
 	if (rc)
 		return sf_fail(&d->w, rc, "%s: %s", what, why);
@@ -1021,8 +1022,11 @@ static int finish_open(struct dcp *d, struct mdoc *docs, size_t n,
 	int rc;
 
 	sf_fileset_init(&d->files, d->cd, DCP_MAX_FILES);
+	d->b = d->cd->budget;
+	if (!d->b)
+		d->b = d->own_b = sf_budget_new(NULL);
 	d->m = sf_model_new(d->name, 1, SF_DEFAULT_BLOCK_SIZE);
-	rc = d->m ? build(d, docs, n) : -ENOMEM;
+	rc = d->m && d->b ? build(d, docs, n) : -ENOMEM;
 	if (!rc && d->ext && d->ext->adjust)
 		rc = d->ext->adjust(d->ext->arg, d->m, docs[0].root, &d->w);
 	if (!rc)
@@ -1034,6 +1038,7 @@ static int finish_open(struct dcp *d, struct mdoc *docs, size_t n,
 	else
 		out->model = d->m;
 	sf_fileset_clear(&d->files);
+	sf_budget_free(d->own_b);
 	free(d->si);
 	return rc;
 }
@@ -1179,9 +1184,11 @@ int sf_dcp_docs_load(const struct sf_dcp_doc *in, size_t n,
 }
 
 int sf_dcp_docs_open(const struct sf_dcp_docs *dd, int dirfd, const char *name,
-		     struct sf_format_result *out, char *err, size_t errlen)
+		     struct sf_budget *budget, struct sf_format_result *out,
+		     char *err, size_t errlen)
 {
-	struct sf_cdir cd = { .dirfd = dirfd, .name = name, .ref = { .name = name } };
+	struct sf_cdir cd = { .dirfd = dirfd, .name = name, .ref = { .name = name },
+			      .budget = budget };
 	struct dcp d = { .cd = &cd, .name = name, .per_rank = dd->n > 1 };
 
 	sf_where_init(&d.w, err, errlen);
@@ -1198,7 +1205,7 @@ int sf_dcp_open_docs(int dirfd, const char *name, const struct sf_dcp_doc *in,
 	rc = sf_dcp_docs_load(in, n, &dd, err, errlen);
 	if (rc)
 		return rc;
-	rc = sf_dcp_docs_open(dd, dirfd, name, out, err, errlen);
+	rc = sf_dcp_docs_open(dd, dirfd, name, NULL, out, err, errlen);
 	sf_dcp_docs_free(dd);
 	return rc;
 }

@@ -92,15 +92,18 @@ int sf_dcp_open_docs(int dirfd, const char *name, const struct sf_dcp_doc *docs,
  *                     a negative error with a one-line reason in err and
  *                     *out NULL;
  *   sf_dcp_docs_open  build the model of dirfd's checkpoint from them,
- *                     exactly as sf_dcp_open_docs would; the documents
- *                     are only read, so this can be called again;
+ *                     exactly as sf_dcp_open_docs would, under budget
+ *                     (sf_budget.h; NULL: a fresh one with the default
+ *                     limits); the documents are only read, so this can
+ *                     be called again;
  *   sf_dcp_docs_free  accepts NULL.
  */
 struct sf_dcp_docs;
 int sf_dcp_docs_load(const struct sf_dcp_doc *docs, size_t n,
 		     struct sf_dcp_docs **out, char *err, size_t errlen);
 int sf_dcp_docs_open(const struct sf_dcp_docs *dd, int dirfd, const char *name,
-		     struct sf_format_result *out, char *err, size_t errlen);
+		     struct sf_budget *budget, struct sf_format_result *out,
+		     char *err, size_t errlen);
 void sf_dcp_docs_free(struct sf_dcp_docs *dd);
 
 #endif

@@ -106,6 +106,10 @@ int sf_fileset_get(struct sf_fileset *fs, const char *path,
 		f.err = -SF_EREFUSED;
 	} else {
 		f.err = sf_cfile_open(fs->cd, path, &f.cf);
+		if (f.err == -SF_EBUDGET) {
+			free(f.path); /* the open ends: nothing is kept */
+			return -SF_EBUDGET;
+		}
 		if (!f.err)
 			f.size = f.cf.size;
 	}

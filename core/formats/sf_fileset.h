@@ -46,7 +46,8 @@ void sf_fileset_init(struct sf_fileset *fs, const struct sf_cdir *cd,
 /* Close and free everything (the set is empty afterwards). */
 void sf_fileset_clear(struct sf_fileset *fs);
 /* The entry of path, opened now if it is new, into *out. 0;
- * -SF_ETOOBIG past max files; -ENOMEM. */
+ * -SF_ETOOBIG past max files; -SF_EBUDGET when the open's budget is
+ * spent (sf_budget.h; nothing recorded); -ENOMEM. */
 int sf_fileset_get(struct sf_fileset *fs, const char *path,
 		   const struct sf_fileset_file **out);
 /* Why f could not be opened, in words ("leads out of the checkpoint"). */

@@ -12,16 +12,52 @@
 #include "sf_array.h"
 #include "sf_error.h"
 #include "sf_index.h"
+#include "sf_log.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+
+int sf_format_open(const struct sf_format *fmt, const struct sf_cdir *cd,
+		   struct sf_format_result *out, char *err, size_t errlen)
+{
+	struct sf_cdir c = *cd;
+	struct sf_budget *own = NULL;
+	struct sf_budget_stats st;
+	int rc;
+
+	if (!c.budget) {
+		own = sf_budget_new(NULL);
+		if (!own)
+			return -ENOMEM;
+		c.budget = own;
+	}
+	rc = fmt->open(&c, out, err, errlen);
+	sf_budget_stats(c.budget, &st);
+	if (st.decodes)
+		sf_info("checkpoint %s: coded streams: %llu decoded (%llu bytes) for %llu entries naming them, in %.2f s",
+			cd->name ? cd->name : "?", (unsigned long long)st.decodes,
+			(unsigned long long)st.decoded,
+			(unsigned long long)(st.decodes + st.shared),
+			(double)st.elapsed_ns / 1e9);
+	if (sf_budget_spent(c.budget)) {
+		/* whatever the adapter made of it: the budget's one line */
+		if (!rc)
+			sf_format_result_clear(out);
+		rc = -SF_EBUDGET;
+		if (errlen)
+			snprintf(err, errlen, "%s", sf_budget_why(c.budget));
+	}
+	sf_budget_free(own);
+	return rc;
+}
 
 void sf_format_result_clear(struct sf_format_result *r)
 {

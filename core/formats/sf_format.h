@@ -22,6 +22,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "sf_budget.h"
 #include "sf_engine.h"
 #include "sf_io.h"
 #include "sf_model.h"
@@ -66,6 +67,10 @@ struct sf_cdir {
 	struct sf_source *src;     /* reaches peers' files (MPI); NULL: local
 				    * only. Only its read and peer_files. */
 	struct sf_ckpt_ref ref;    /* { dir, name } for src */
+	struct sf_budget *budget;  /* what this open may spend (sf_budget.h;
+				    * borrowed): sf_format_open sets it;
+				    * sf_cfile_open charges every file to it;
+				    * NULL: unbounded */
 };
 
 /*
@@ -150,6 +155,16 @@ struct sf_format {
 	int (*open)(const struct sf_cdir *cd, struct sf_format_result *out,
 		    char *err, size_t errlen);
 };
+
+/*
+ * Run fmt's open of cd under a budget (sf_budget.h): cd->budget when it
+ * has one, else a fresh one with the default limits. 0, or the adapter's
+ * error; when the budget was spent, -SF_EBUDGET with the budget's one
+ * line (which budget, how much) as the reason in err. Every open of a
+ * checkpoint the mount or a tool shows goes through here.
+ */
+int sf_format_open(const struct sf_format *fmt, const struct sf_cdir *cd,
+		   struct sf_format_result *out, char *err, size_t errlen);
 
 /* The adapters, in probe order; NULL-terminated. */
 extern const struct sf_format *const sf_formats[];

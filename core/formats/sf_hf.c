@@ -355,7 +355,8 @@ static int log_bad_files(struct hf *h)
 }
 
 /* Open and read one weight file. 0 (f->bad when it cannot be used), or
- * -SF_EREFUSED (the checkpoint is refused; reason in h->w), -ENOMEM. */
+ * -SF_EREFUSED (the checkpoint is refused; reason in h->w), -SF_EBUDGET,
+ * -ENOMEM. */
 static int load_file(struct hf *h, struct hfile *f)
 {
 	char why[256] = "", tmp[300];
@@ -367,6 +368,8 @@ static int load_file(struct hf *h, struct hfile *f)
 		return 0;
 	}
 	rc = sf_cfile_open(h->cd, f->path, &cf);
+	if (rc == -SF_EBUDGET)
+		return rc; /* the open ends (sf_budget.h) */
 	if (rc) {
 		file_bad(f, rc == -EXDEV ? "leads out of the checkpoint" :
 			 rc == -ENOENT ? "missing" :

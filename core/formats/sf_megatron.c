@@ -485,7 +485,7 @@ static int mcore_open(const struct sf_cdir *cd, struct sf_format_result *out,
 
 	sf_where_init(&w, err, errlen);
 	rc = read_config(cd, &cfg, &foreign, err, errlen);
-	if (rc == -ENOMEM)
+	if (rc == -ENOMEM || rc == -SF_EBUDGET)
 		return rc;
 	if (rc && foreign && has_dcp(cd)) {
 		sf_warn("checkpoint %s: %s; not Megatron-Core's: shown as plain DCP",

@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "sf_array.h"
+#include "sf_budget.h"
 #include "sf_checksum.h"
 #include "sf_error.h"
 #include "sf_log.h"
@@ -540,7 +541,7 @@ out_free:
 
 /* The data file path (opened and decoded once) into *out, borrowed from
  * d; a file that cannot be used is recorded with its reason (f->err).
- * 0, -SF_ETOOBIG (with the reason), -ENOMEM. */
+ * 0, -SF_ETOOBIG (with the reason), -SF_EBUDGET, -ENOMEM. */
 static int get_file(struct pd *d, const char *path, const struct pfile **out)
 {
 	struct pfile f = { 0 };
@@ -567,6 +568,10 @@ static int get_file(struct pd *d, const char *path, const struct pfile **out)
 		goto out_add;
 	}
 	f.err = sf_cfile_open(d->cd, path, &f.cf);
+	if (f.err == -SF_EBUDGET) {
+		free(f.path); /* the open ends (sf_budget.h) */
+		return -SF_EBUDGET;
+	}
 	if (f.err == -EINVAL) {
 		snprintf(f.why, sizeof(f.why), "is not a regular file");
 		goto out_add;
@@ -1015,7 +1020,9 @@ static int build(struct pd *d, const struct sf_pk *md, const char *mdname)
 			leave_out(d, key, "not a name shardfs can show");
 			continue;
 		}
-		rc = add_tensor(d, key, sdm->u.dict.v[i]);
+		rc = sf_budget_check(d->cd->budget); /* one turn per key */
+		if (!rc)
+			rc = add_tensor(d, key, sdm->u.dict.v[i]);
 	}
 	return rc ? rc : add_root_files(d);
 }
@@ -1025,7 +1032,8 @@ static int paddle_open(const struct sf_cdir *cd, struct sf_format_result *out,
 {
 	const char *name = cd->name;
 	struct pd d = { .cd = cd, .name = name };
-	struct sf_pickle_opts po = { .allow = md_allow, .nallow = N_MD_ALLOW };
+	struct sf_pickle_opts po = { .allow = md_allow, .nallow = N_MD_ALLOW,
+				     .budget = cd->budget };
 	struct sf_dirlist ls = { 0 };
 	struct sf_pickle *pk = NULL;
 	char mdname[PD_MAX_ID_DIGITS + 16];

@@ -44,6 +44,7 @@
 #include <string.h>
 
 #include "sf_array.h"
+#include "sf_budget.h"
 #include "sf_error.h"
 
 #include "sf_pickle_dec.h"
@@ -572,10 +573,14 @@ int sf_pickle_load(const struct sf_input *in, const struct sf_pickle_opts *opts,
 		rc = sf_pkd_fail(&d, -ENOMEM, "out of memory");
 		goto out_free_doc;
 	}
-	while (!stop) {
+	for (uint64_t n = 1; !stop; n++) {
 		rc = step(&d, &stop);
 		if (rc < 0)
 			goto out_free_doc;
+		if (n % SF_PK_BUDGET_EVERY == 0 && sf_budget_check(o.budget)) {
+			rc = sf_pkd_fail(&d, -SF_EBUDGET, "%s", sf_budget_why(o.budget));
+			goto out_free_doc;
+		}
 	}
 	*out = d.doc;
 	d.doc = NULL;

@@ -109,6 +109,9 @@ struct sf_pk_global {
 	const char *name;
 };
 
+struct sf_budget;
+#define SF_PK_BUDGET_EVERY 65536u
+
 struct sf_pickle_opts {
 	const struct sf_pk_global *allow; /* accepted globals (borrowed) */
 	size_t nallow;
@@ -117,6 +120,8 @@ struct sf_pickle_opts {
 			      * bytes, arrays (default 256 MiB) */
 	uint32_t max_depth;  /* MARK and stack depth (default 4096) */
 	uint32_t max_memo;   /* memo entries (default 1 << 22) */
+	struct sf_budget *budget; /* the open's (sf_budget.h), checked every
+			      * SF_PK_BUDGET_EVERY opcodes; NULL: none */
 };
 
 struct sf_pickle;
@@ -127,7 +132,8 @@ struct sf_pickle;
  * allowed, default caps). 0 and *out (free with sf_pickle_free), or
  * -SF_EFORMAT (malformed, truncated, an opcode not supported),
  * -SF_EREFUSED (a global not on the list: err names it), -SF_ETOOBIG (a
- * cap), -ENOMEM, -EIO; a one-line reason in err either way.
+ * cap), -SF_EBUDGET (opts->budget spent), -ENOMEM, -EIO; a one-line
+ * reason in err either way.
  */
 int sf_pickle_load(const struct sf_input *in, const struct sf_pickle_opts *opts,
 		   struct sf_pickle **out, char *err, size_t errlen);

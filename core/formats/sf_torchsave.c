@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "sf_array.h"
+#include "sf_budget.h"
 #include "sf_error.h"
 #include "sf_model.h" /* sf_where, sf_fail */
 #include "sf_pickle.h"
@@ -364,3 +365,23 @@ void sf_torchsave_free(struct sf_torchsave *ts)
 	free(ts->t);
 	free(ts);
 }
+
+/* --- as a reader of decoded streams (sf_budget.h) --- */
+
+static int ts_read(const void *bytes, size_t len, void **note, char *why,
+		   size_t whylen)
+{
+	struct sf_input in = sf_input_mem(bytes, len);
+	struct sf_torchsave *ts = NULL;
+	int rc = sf_torchsave_open(&in, &ts, why, whylen);
+
+	*note = ts;
+	return rc == -EIO ? -SF_EFORMAT : rc;
+}
+
+static void ts_free(void *note)
+{
+	sf_torchsave_free(note);
+}
+
+const struct sf_stream_reader sf_torchsave_reader = { ts_read, ts_free };

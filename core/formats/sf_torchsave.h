@@ -65,6 +65,12 @@ int sf_torchsave_open(const struct sf_input *in, struct sf_torchsave **out,
 		      char *err, size_t errlen);
 void sf_torchsave_free(struct sf_torchsave *ts); /* accepts NULL */
 
+/* For sf_budget_decode (sf_budget.h): reads a decoded stream as a
+ * torch.save archive; its note is the struct sf_torchsave (owned by the
+ * budget); -EIO from the archive in memory is -SF_EFORMAT. */
+struct sf_stream_reader;
+extern const struct sf_stream_reader sf_torchsave_reader;
+
 /* The dtype of a storage class name such as "FloatStorage", or
  * SF_DT_INVALID. */
 enum sf_dtype sf_torch_storage_dtype(const char *name);

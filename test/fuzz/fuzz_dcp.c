@@ -23,6 +23,16 @@
  * documents are decoded once (sf_dcp_docs_load: a failure there is the
  * failure of every directory's open, with the same checks) and the model
  * built for each directory from them (sf_dcp_docs_open).
+ *
+ * Each directory's open runs under a small budget (sf_budget.h: 256 KiB
+ * decoded plus 16 times the coded bytes read; the seeds need at most
+ * 82 KB), so inputs naming many streams reach it, and again under a tiny
+ * one (2 KiB) that any zstd chunk spends: the open fails with
+ * -SF_EBUDGET exactly when the budget is spent, and never decodes past
+ * it; a finished model's coded shards name no more distinct streams than
+ * were decoded (every entry naming one stream shared its decode: seed
+ * seed-2.15-zstd-shared, from dcp_shared_seed.py), and shards naming the
+ * same stream agree on its decoded size.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -36,6 +46,7 @@
 #include <unistd.h>
 
 #include "fuzz_util.h"
+#include "sf_budget.h"
 #include "sf_dcp.h"
 #include "sf_engine.h"
 #include "sf_error.h"
@@ -50,6 +61,8 @@ const char fuzz_target[] = "fuzz_dcp";
 #define SEP "\nSFDCPR\n"
 #define MAX_DOCS 8
 #define READ_MAX (1u << 20)
+#define BUDGET_DECODED (256u << 10)
+#define BUDGET_TINY 2048u
 
 static const char *const dirs[] = { FUZZ_DCP_DIRS };
 #define NDIRS (sizeof(dirs) / sizeof(dirs[0]))
@@ -187,27 +200,85 @@ static void check_failure(int rc, const struct sf_format_result *out,
 		fuzz_die("result on failure", NULL);
 	if (rc != -ENOMEM && rc != -SF_EFORMAT && rc != -SF_EREFUSED &&
 	    rc != -SF_ETOOBIG && rc != -SF_ESHORT && rc != -SF_EMANIFEST &&
-	    rc != -SF_EGAP && rc != -SF_ERANGE)
+	    rc != -SF_EGAP && rc != -SF_ERANGE && rc != -SF_EBUDGET)
 		fuzz_die("unexpected error code", sf_strerror(rc));
 	if (rc != -ENOMEM)
 		fuzz_check_message(err, errlen);
 }
 
-static void try_dir(size_t k, const struct sf_dcp_docs *dd)
+static int cmp_stream(const void *a, const void *b)
+{
+	const struct sf_shard *x = *(const struct sf_shard *const *)a;
+	const struct sf_shard *y = *(const struct sf_shard *const *)b;
+	int c = strcmp(x->file, y->file);
+
+	if (c)
+		return c;
+	if (x->file_offset != y->file_offset)
+		return x->file_offset < y->file_offset ? -1 : 1;
+	return x->stored_len < y->stored_len ? -1 : x->stored_len > y->stored_len;
+}
+
+/* Coded shards of m naming the same stream agree on its decoded size,
+ * and name no more distinct streams than the open decoded. */
+static void check_streams(const struct sf_model *m, const struct sf_budget_stats *st)
+{
+	const struct sf_tensor *sets[2] = { m->tensors, m->objects };
+	size_t ns[2] = { m->ntensors, m->nobjects }, n = 0, distinct = 0;
+	const struct sf_shard **v = NULL;
+
+	for (int k = 0; k < 2; k++)
+		for (size_t i = 0; i < ns[k]; i++)
+			for (size_t j = 0; j < sets[k][i].nshards; j++)
+				if (sets[k][i].shards[j].codec == SF_CODEC_ZSTD) {
+					v = realloc(v, (n + 1) * sizeof(*v));
+					if (!v)
+						fuzz_die("out of memory", NULL);
+					v[n++] = &sets[k][i].shards[j];
+				}
+	if (n > 1)
+		qsort(v, n, sizeof(*v), cmp_stream);
+	for (size_t i = 0; i < n; i++) {
+		if (i == 0 || cmp_stream(&v[i - 1], &v[i]) != 0)
+			distinct++;
+		else if (v[i - 1]->decoded_len != v[i]->decoded_len)
+			fuzz_die("shards of one stream disagree on its decoded size", v[i]->file);
+	}
+	if (distinct > st->decodes)
+		fuzz_die("more coded streams than decodes", NULL);
+	free(v);
+}
+
+static void try_dir(size_t k, const struct sf_dcp_docs *dd, uint64_t base,
+		    uint32_t ratio)
 {
 	const struct cdir *c = &cdirs[k];
 	struct sf_format_result out = { 0 };
 	struct sf_ckpt_ref ref = { .dir = dirs[k], .name = "fuzz" };
+	struct sf_budget_limits lim = { base, ratio, 10ull * 1000000000ull,
+					1000000000ull };
+	struct sf_budget *b = sf_budget_new(&lim);
+	struct sf_budget_stats st;
 	char err[512];
 	json_t *j;
 	int rc;
 
+	if (!b)
+		fuzz_die("out of memory", NULL);
 	fuzz_poison(err, sizeof(err));
-	rc = sf_dcp_docs_open(dd, c->fd, "fuzz", &out, err, sizeof(err));
+	rc = sf_dcp_docs_open(dd, c->fd, "fuzz", b, &out, err, sizeof(err));
+	sf_budget_stats(b, &st);
+	if (st.decoded > base + ratio * (st.coded < st.file_bytes ?
+					 st.coded : st.file_bytes))
+		fuzz_die("decoded past the budget", NULL);
+	if (sf_budget_spent(b) != (rc == -SF_EBUDGET))
+		fuzz_die("a spent budget and -SF_EBUDGET disagree", sf_strerror(rc));
+	sf_budget_free(b);
 	if (rc) {
 		check_failure(rc, &out, err, sizeof(err));
 		return;
 	}
+	check_streams(out.model, &st);
 	if (!out.model || !out.meta)
 		fuzz_die("success without a model", NULL);
 	j = json_loadb(out.meta, out.metalen, 0, NULL);
@@ -243,8 +314,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		check_failure(rc, &none, err, sizeof(err));
 		return 0;
 	}
-	for (size_t i = 0; i < NDIRS; i++)
-		try_dir(i, dd);
+	for (size_t i = 0; i < NDIRS; i++) {
+		try_dir(i, dd, BUDGET_DECODED, 16);
+		try_dir(i, dd, BUDGET_TINY, 0); /* spent by any zstd seed */
+	}
 	sf_dcp_docs_free(dd);
 	return 0;
 }

@@ -4,8 +4,9 @@
  * without it, concatenated frames), damaged ones (truncated, junk after,
  * a reserved block type) and caps; then the engine serving a coded shard
  * (payload at an offset inside the decoded stream, many blocks, a cold
- * and a warm decoded cache, a stream that decodes to another size than
- * the model says) and an unreadable one.
+ * and a warm decoded cache, two shards sharing one stream's decode, a
+ * stream that decodes to another size than the model says) and an
+ * unreadable one.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -232,6 +233,17 @@ static void test_engine(void)
 
 		CHECK_EQ(sf_tensor_add_shard(m, t, &s), 0);
 	}
+	CHECK_EQ(sf_model_add_tensor(m, false, "twin", SF_DT_U8, 1, &hshape, &t), 0);
+	{
+		/* another entry naming w's stream (a DCP checkpoint may) */
+		uint64_t z = 0, l = 64;
+		struct sf_shard s = { .off = &z, .len = &l, .file = "f",
+				      .file_offset = 16, .nbytes = 64,
+				      .codec = SF_CODEC_ZSTD, .stored_len = clen,
+				      .decoded_len = lead + n + 50, .decoded_off = lead + 1 };
+
+		CHECK_EQ(sf_tensor_add_shard(m, t, &s), 0);
+	}
 	CHECK_EQ(sf_model_finish(m, err, sizeof(err)), 0);
 	CHECK_EQ(sf_engine_create(&o, &src, &e), 0);
 	ft = sf_model_find(m, "w");
@@ -241,6 +253,10 @@ static void test_engine(void)
 	CHECK_EQ(sf_engine_read(e, &ref, m, ft, NULL, bs - 10, out, bs + 20), 0);
 	CHECK(memcmp(out, dec + lead + bs - 10, bs + 20) == 0);
 	CHECK_EQ(ms.reads, 1); /* the decoded stream was kept */
+	/* and serves the other shard naming it: no second decode */
+	CHECK_EQ(sf_engine_read(e, &ref, m, sf_model_find(m, "twin"), NULL, 0, out, 64), 0);
+	CHECK(memcmp(out, dec + lead + 1, 64) == 0);
+	CHECK_EQ(ms.reads, 1);
 	sf_engine_forget(e, &ref);
 	CHECK_EQ(sf_engine_read(e, &ref, m, ft, NULL, n - 5, out, 5), 0);
 	CHECK(memcmp(out, dec + lead + n - 5, 5) == 0);
