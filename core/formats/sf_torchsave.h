@@ -6,9 +6,15 @@
  * (sf_pickle.h) whose tensors are calls of torch._utils._rebuild_tensor_v2
  * (storage, storage_offset, size, stride, ...) with the storage a
  * persistent id ('storage', torch.<Type>Storage, KEY, location, numel),
- * and one entry PREFIX/data/KEY per storage holding its raw bytes
+ * or, for the types torch 2.x has no typed storage for (float8, uint16,
+ * uint32, uint64), of _rebuild_tensor_v3(storage, storage_offset, size,
+ * stride, requires_grad, hooks, torch.<dtype>[, metadata]) with the storage
+ * ('storage', torch.storage.UntypedStorage, KEY, location, nbytes), and
+ * one entry PREFIX/data/KEY per storage holding its raw bytes
  * (little-endian, as the machines these checkpoints come from write). This
- * reader decodes data.pkl with only those names allowed and gives, for
+ * reader finds data.pkl as torch does (in the folder of the archive's
+ * first entry; a second data.pkl fails the archive) and decodes it with
+ * only those names allowed, and gives, for
  * each tensor, where its storage lies in the input and how the tensor
  * views it: enough to serve the tensor's bytes in place.
  *

@@ -42,6 +42,11 @@ const char fuzz_target[] = "fuzz_pickle";
 static const struct sf_pk_global allow[] = {
 	{"collections", "OrderedDict"},
 	{"torch._utils", "_rebuild_tensor_v2"},
+	/* torch 2.x's float8 and uint16/32/64 tensors (issue 30) */
+	{"torch._utils", "_rebuild_tensor_v3"},
+	{"torch.storage", "UntypedStorage"},
+	{"torch", "float8_e4m3fn"},
+	{"torch", "uint16"},
 	{"torch", "FloatStorage"},
 	{"torch", "BFloat16Storage"},
 	{"torch", "Size"},

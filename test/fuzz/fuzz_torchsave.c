@@ -4,7 +4,9 @@
  * restricted pickle reader on the paths real archives take.
  *
  * Input: the bytes of an archive (seeds: torch.save files torch 1.13
- * wrote, and the chunks of the DCP fixtures). For any input,
+ * wrote, and the chunks of the DCP fixtures; float8 and uint16/32/64
+ * tensors pickled as torch 2.x does, with _rebuild_tensor_v3; archives
+ * naming an entry twice or holding two data.pkl: torchsave_seeds.py). For any input,
  * sf_torchsave_open either fails with a domain error or -ENOMEM (with a
  * one-line message but for -ENOMEM) and no result, or gives tensors for
  * which everything the header promises holds: a known dtype, at most

@@ -395,6 +395,20 @@ def gen_torch(out):
     with zipfile.ZipFile(io.BytesIO(buf.getvalue())) as z:
         name = [n for n in z.namelist() if n.endswith("/data.pkl")][0]
         valid(out, "torch_scalar_data_pkl", z.read(name))
+    # issue 30: float8 and uint16 tensors as torch 2.x pickles them
+    # (_rebuild_tensor_v3 over an UntypedStorage; test/interop/torch_v3.py
+    # emits that opcode stream with torch 1.13: no torch 2.x here)
+    import torch_v3
+    st = torch_v3.untyped(bytes(range(24)))
+    v3 = collections.OrderedDict()
+    v3["f8"] = torch_v3.V3(st, "float8_e4m3fn", (2, 3))
+    v3["u16"] = torch_v3.V3(st, "uint16", (3, 2), stride=(1, 3), offset=1)
+    v3["f32"] = sd["w"]
+    buf = io.BytesIO()
+    torch.save(v3, buf)
+    with zipfile.ZipFile(io.BytesIO(buf.getvalue())) as z:
+        name = [n for n in z.namelist() if n.endswith("/data.pkl")][0]
+        valid(out, "torch_v3_data_pkl", z.read(name))
 
 
 def gen_dcp(out):
