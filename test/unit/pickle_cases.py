@@ -373,6 +373,20 @@ def gen_numpy(out):
               a.tobytes())
         valid(out, "numpy_i16_p%d" % proto, pickle.dumps(b, protocol=proto),
               b.tobytes())
+    # As Python 2 pickled an array (protocol 0, its bytes a str): the data
+    # an escaped STRING, S'\x00\x00\xc0?...' (issue 30: its value is not
+    # the file's bytes at its offset, so it must never be served from there)
+    class Py2Pickler(pickle._Pickler):
+        dispatch = dict(pickle._Pickler.dispatch)
+
+        def save_bytes(self, obj):
+            self.write(pickle.STRING + repr(obj)[1:].encode("ascii") + b"\n")
+            self.memoize(obj)
+        dispatch[bytes] = save_bytes
+    buf = io.BytesIO()
+    Py2Pickler(buf, protocol=0).dump(a)
+    assert pickle.loads(buf.getvalue(), encoding="latin1").tobytes() == a.tobytes()
+    valid(out, "numpy_f32_string_p0", buf.getvalue())
     # A Fortran-ordered array: numpy pickles its bytes in memory order.
     f = np.asfortranarray(np.arange(6, dtype=np.int32).reshape(2, 3))
     valid(out, "numpy_fortran_p4", pickle.dumps(f, protocol=4),
