@@ -222,6 +222,7 @@ static int read_tensor(struct ctx *c, const struct sf_pk *v,
 		return sf_fail(&c->w, -SF_EFORMAT,
 			    "tensor %s: unknown storage type", t->key);
 	t->dtype = sdt;
+	t->storage_dtype = sdt;
 	if (v3) {
 		dt = sf_pk_item(args, 6);
 		t->dtype = dt && dt->kind == SF_PK_GLOBAL &&
@@ -297,6 +298,45 @@ static int add_tensor(struct ctx *c, struct sf_torchsave *ts, size_t *cap,
 	}
 	ts->t[ts->n++] = t;
 	return 0;
+}
+
+static int by_data_off(const void *a, const void *b)
+{
+	const struct sf_ts_tensor *x = *(const struct sf_ts_tensor *const *)a;
+	const struct sf_ts_tensor *y = *(const struct sf_ts_tensor *const *)b;
+
+	return x->data_off < y->data_off ? -1 : x->data_off > y->data_off;
+}
+
+/* Every storage (one zip entry, one data_off) is named as one type. torch
+ * loads a storage at its first reference, as that reference's type, and
+ * every later view gets that storage (a v2 tensor its type): a storage
+ * named FloatStorage here and IntStorage there is read unlike its
+ * references say, so such an archive fails (torch's writer never makes
+ * one). A sort of the tensors by storage; 0 or -SF_EFORMAT, -ENOMEM. */
+static int check_storage_types(struct ctx *c, const struct sf_torchsave *ts)
+{
+	const struct sf_ts_tensor **v;
+	int rc = 0;
+
+	if (ts->n < 2)
+		return 0;
+	v = malloc(ts->n * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	for (size_t i = 0; i < ts->n; i++)
+		v[i] = &ts->t[i];
+	qsort(v, ts->n, sizeof(*v), by_data_off);
+	for (size_t i = 1; i < ts->n && !rc; i++)
+		if (v[i]->data_off == v[i - 1]->data_off &&
+		    v[i]->storage_dtype != v[i - 1]->storage_dtype)
+			rc = sf_fail(&c->w, -SF_EFORMAT,
+				  "tensors %s and %s name one storage as two types (%s, %s)",
+				  v[i - 1]->key, v[i]->key,
+				  sf_dtype_name(v[i - 1]->storage_dtype),
+				  sf_dtype_name(v[i]->storage_dtype));
+	free(v);
+	return rc;
 }
 
 /* s is "data.pkl" with ASCII letters in any case (as miniz compares). */
@@ -419,6 +459,8 @@ int sf_torchsave_open(const struct sf_input *in, struct sf_torchsave **out,
 	if (!rc && ts->n == 0)
 		rc = sf_fail(&c.w, -SF_EFORMAT,
 			  "the archive holds no tensor");
+	if (!rc)
+		rc = check_storage_types(&c, ts);
 	sf_pickle_free(pk);
 out_close_zip:
 	sf_zip_close(c.z);

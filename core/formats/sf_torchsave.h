@@ -24,7 +24,9 @@
  * are skipped and counted.
  *
  * Untrusted input: every storage and view is checked (dtype known, the
- * view's elements inside its storage, sizes overflow-checked); anything
+ * view's elements inside its storage, sizes overflow-checked; a storage
+ * named as two types fails: torch loads a storage once, as the type it
+ * meets first, and views it as that); anything
  * else is -SF_EFORMAT, a name outside the allowlist -SF_EREFUSED, with a
  * one-line reason.
  *
@@ -48,6 +50,9 @@ struct sf_ts_tensor {
 	uint64_t shape[SF_MAX_NDIM];
 	uint64_t stride[SF_MAX_NDIM]; /* in elements */
 	uint64_t storage_offset; /* in elements */
+	enum sf_dtype storage_dtype; /* the type its storage is pickled as
+				  * (U8 for an UntypedStorage); one per
+				  * storage, as torch loads it once */
 	uint64_t data_off;       /* the storage's first byte, in the input */
 	uint64_t storage_bytes;  /* the storage entry's size */
 	uint64_t span;           /* bytes of the storage the view reaches,

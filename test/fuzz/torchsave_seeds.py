@@ -10,7 +10,9 @@ Issue 30: tensors as torch 2.x pickles float8 and uint16/32/64
 (_rebuild_tensor_v3 over an UntypedStorage, made with
 test/interop/torch_v3.py: no torch 2.x here), and archives refused for a
 storage entry or data.pkl named twice or a second data.pkl in another
-folder (entries appended by zipfile).
+folder (entries appended by zipfile), and one whose data.pkl names one
+storage as FloatStorage and IntStorage (torch's writer refuses to; the
+second tensor's key patched to the first's, the zip rewritten by zipfile).
 """
 import collections
 import io
@@ -71,7 +73,24 @@ with warnings.catch_warnings():
         buf = io.BytesIO()
         torch.save(cases["dict"], buf)
         with zipfile.ZipFile(buf, "a") as z:
-            z.writestr(entry, z.read(entry if entry.startswith("archive/") else
-                                     "archive/data.pkl"))
+            z.writestr(zipfile.ZipInfo(entry, date_time=(2020, 1, 2, 3, 4, 6)),
+                       z.read(entry if entry.startswith("archive/") else
+                              "archive/data.pkl"))
         with open(os.path.join(out, name + ".pt"), "wb") as f:
             f.write(buf.getvalue())
+
+buf = io.BytesIO()
+torch.save(collections.OrderedDict(a=torch.arange(4, dtype=torch.float32),
+                                   b=torch.arange(4, dtype=torch.int32)), buf)
+src = zipfile.ZipFile(io.BytesIO(buf.getvalue()))
+pkl = src.read("archive/data.pkl")
+assert pkl.count(b"X\x01\x00\x00\x001") == 1
+out_buf = io.BytesIO()
+with zipfile.ZipFile(out_buf, "w") as z:
+    for i in src.infolist():
+        data = src.read(i.filename)
+        if i.filename == "archive/data.pkl":
+            data = pkl.replace(b"X\x01\x00\x00\x001", b"X\x01\x00\x00\x000")
+        z.writestr(zipfile.ZipInfo(i.filename, date_time=(2020, 1, 2, 3, 4, 6)), data)
+with open(os.path.join(out, "two-types.pt"), "wb") as f:
+    f.write(out_buf.getvalue())
