@@ -201,6 +201,8 @@ struct parr {
 	uint64_t shape[SF_MAX_NDIM];
 	bool fortran;                /* column-major bytes */
 	uint64_t off, len;           /* the data bytes in the file */
+	const char *bad;             /* pickle: why it cannot be served
+				      * (static; code is then ""), or NULL */
 };
 
 struct pfile {
@@ -388,61 +390,50 @@ static int cmp_parr(const void *a, const void *b)
 
 /* One pickled numpy array v (numpy's ndarray.__reduce__: _reconstruct,
  * then BUILD with (version, shape, dtype, is_fortran, data)) into *a.
- * false with the reason in why. */
-static bool np_array(const struct sf_pk *v, uint64_t fsize, struct parr *a,
-		     char *why, size_t whylen)
+ * NULL, or why it cannot be served (a static string). */
+static const char *np_array(const struct sf_pk *v, uint64_t fsize, struct parr *a)
 {
 	const struct sf_pk *st, *dt, *data, *fo;
 	const char *code, *endian;
+	uint64_t off, len;
 	size_t n;
 	int64_t b;
 
 	if (!sf_pk_is_obj(v, "numpy._core.multiarray", "_reconstruct") &&
-	    !sf_pk_is_obj(v, "numpy.core.multiarray", "_reconstruct")) {
-		snprintf(why, whylen, "not a numpy array");
-		return false;
-	}
+	    !sf_pk_is_obj(v, "numpy.core.multiarray", "_reconstruct"))
+		return "not a numpy array";
 	st = v->u.obj.state;
 	n = sf_pk_len(st);
-	if (!st || st->kind != SF_PK_TUPLE || (n != 5 && n != 4)) {
-		snprintf(why, whylen, "a numpy array without its state");
-		return false;
-	}
+	if (!st || st->kind != SF_PK_TUPLE || (n != 5 && n != 4))
+		return "a numpy array without its state";
 	dt = sf_pk_item(st, n - 3);
 	fo = sf_pk_item(st, n - 2);
 	data = sf_pk_item(st, n - 1);
-	if (!int_tuple(sf_pk_item(st, n - 4), a->shape, &a->ndim)) {
-		snprintf(why, whylen, "a numpy array with a bad shape");
-		return false;
-	}
+	if (!int_tuple(sf_pk_item(st, n - 4), a->shape, &a->ndim))
+		return "a numpy array with a bad shape";
 	code = sf_pk_is_obj(dt, "numpy", "dtype") ?
 	       sf_pk_str(sf_pk_item(dt->u.obj.args, 0)) : NULL;
 	endian = dt && dt->kind == SF_PK_OBJ ?
 		 sf_pk_str(sf_pk_item(dt->u.obj.state, 1)) : NULL;
 	if (!code || strlen(code) != 2 || !strchr("fiub", code[0]) ||
-	    !strchr("1248", code[1]) || !endian) {
-		snprintf(why, whylen, "a numpy array of a type shardfs does not serve");
-		return false;
-	}
+	    !strchr("1248", code[1]) || !endian)
+		return "a numpy array of a type shardfs does not serve";
 	if (strcmp(endian, code[1] == '1' ? "|" : "<") != 0 &&
-	    strcmp(endian, "<") != 0) {
-		snprintf(why, whylen, "a numpy array of byte order '%.4s' (only little-endian is served)",
-			 endian);
-		return false;
-	}
-	if (!sf_pk_int(fo, &b) || !data || data->kind != SF_PK_BYTES) {
-		snprintf(why, whylen, "a numpy array whose data is not one bytes run");
-		return false;
-	}
-	if (data->u.bytes.off > fsize || data->u.bytes.len > fsize - data->u.bytes.off) {
-		snprintf(why, whylen, "a numpy array's data lies past the file's end");
-		return false;
-	}
+	    strcmp(endian, "<") != 0)
+		return "a numpy array that is not little-endian";
+	if (!sf_pk_int(fo, &b) || !data || data->kind != SF_PK_BYTES)
+		return "a numpy array whose data is not one bytes run";
+	/* an escaped protocol-0 STRING's value is not its text in the file:
+	 * never served by offset (the engine serves file bytes only) */
+	if (!sf_pk_bytes_span(data, &off, &len))
+		return "a numpy array whose data is an escaped protocol-0 string (its value is not the file's bytes)";
+	if (off > fsize || len > fsize - off)
+		return "a numpy array's data lies past the file's end";
 	memcpy(a->code, code, 3);
 	a->fortran = b != 0;
-	a->off = data->u.bytes.off;
-	a->len = data->u.bytes.len;
-	return true;
+	a->off = off;
+	a->len = len;
+	return NULL;
 }
 
 /* Decode a .distcp (a pickled dict of arrays) into f->a. Values that are
@@ -471,7 +462,6 @@ static int load_distcp(struct pfile *f)
 		const char *key = sf_pk_str(root->u.dict.k[i]);
 		const struct sf_pk *v = root->u.dict.v[i];
 		struct parr a = { .order = i };
-		char why[160];
 
 		if (!key) {
 			snprintf(f->why, sizeof(f->why), "a key is not a string");
@@ -480,7 +470,8 @@ static int load_distcp(struct pfile *f)
 		}
 		if (strcmp(key, NAMEMAP) == 0 && v->kind == SF_PK_DICT)
 			continue;
-		if (!np_array(v, f->size, &a, why, sizeof(why)))
+		a.bad = np_array(v, f->size, &a);
+		if (a.bad)
 			a.code[0] = '\0'; /* the tensor that needs it says why */
 		rc = sf_array_grow(&f->a, f->n, &cap, sizeof(*f->a), 16,
 				   SF_MAX_TENSORS);
@@ -928,8 +919,8 @@ static int add_tensor(struct pd *d, const char *key, const struct sf_pk *list)
 				 SF_QSTR(x->file));
 			why = buf;
 		} else if (!c->a->code[0]) {
-			snprintf(buf, sizeof(buf), "its array in %s is not a plain numeric numpy array",
-				 SF_QSTR(x->file));
+			snprintf(buf, sizeof(buf), "its array in %s is %s", SF_QSTR(x->file),
+				 c->a->bad ? c->a->bad : "not a plain numeric numpy array");
 			why = buf;
 		}
 	}

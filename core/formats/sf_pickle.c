@@ -710,6 +710,15 @@ bool sf_pk_uints(const struct sf_pk *v, unsigned flags, uint64_t *out,
 	return true;
 }
 
+bool sf_pk_bytes_span(const struct sf_pk *v, uint64_t *off, uint64_t *len)
+{
+	if (!v || v->kind != SF_PK_BYTES || v->u.bytes.escaped)
+		return false;
+	*off = v->u.bytes.off;
+	*len = v->u.bytes.len;
+	return true;
+}
+
 const char *sf_pk_str(const struct sf_pk *v)
 {
 	if (!v || v->kind != SF_PK_STR || strlen(v->u.str.s) != v->u.str.len)

@@ -16,8 +16,10 @@
  * the input (off, len), so a format can serve a numpy array stored inline
  * in a pickle straight from the file (BINBYTES, protocol 3 and later);
  * short ones are also copied (data). A protocol-0 STRING with escapes is
- * the one exception: its value is only in data (at most SF_PK_BYTES_COPY
- * bytes), off is where its text begins. Protocol 0-2 pickles carry bytes
+ * the one exception (escaped is set): its value is only in data (at most
+ * SF_PK_BYTES_COPY bytes), off is where its text begins, and its bytes must
+ * never be served from the input (sf_pk_bytes_span refuses it). Protocol
+ * 0-2 pickles carry bytes
  * (numpy arrays among them) as latin-1 strs, so a STR may hold NULs.
  *
  * Untrusted input: every count, length and depth is capped (struct
@@ -74,6 +76,9 @@ struct sf_pk {
 						    * SF_PK_BYTES_COPY, else NULL;
 						    * the value itself (decoded)
 						    * for an escaped STRING */
+			bool escaped;           /* an escaped STRING: the value
+						 * is data only, [off, off+len)
+						 * is NOT it */
 		} bytes;
 		struct {                        /* TUPLE, LIST */
 			struct sf_pk **v;
@@ -176,6 +181,11 @@ bool sf_pk_int(const struct sf_pk *v, int64_t *out);
 #define SF_PK_UINTS_SIZE 2u
 bool sf_pk_uints(const struct sf_pk *v, unsigned flags, uint64_t *out,
 		 size_t max, unsigned *n);
+/* Where a BYTES value lies in the input: true and [*off, *off + *len)
+ * for one whose bytes are the input's; false for anything else, an
+ * escaped STRING among them (its value is only in data). What a format
+ * serves from the file must come from here. */
+bool sf_pk_bytes_span(const struct sf_pk *v, uint64_t *off, uint64_t *len);
 /* The string of a STR, else NULL (NULL too for a STR with a NUL inside,
  * so a C string from here is the whole value). */
 const char *sf_pk_str(const struct sf_pk *v);

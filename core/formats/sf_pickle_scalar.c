@@ -383,9 +383,10 @@ int sf_pkd_op_unicode(struct pk_dec *d)
 
 /* A BYTES node for [off, off+n) of the input; pos is already past it.
  * data: the n bytes when already copied (ownership passes), else NULL
- * and they are read here when n <= SF_PK_BYTES_COPY. */
+ * and they are read here when n <= SF_PK_BYTES_COPY. escaped: data is an
+ * escaped STRING's decoded value, not the input's bytes at off. */
 static int push_bytes(struct pk_dec *d, uint64_t off, uint64_t n,
-		      unsigned char *data)
+		      unsigned char *data, bool escaped)
 {
 	struct sf_pk *v;
 	int rc;
@@ -411,6 +412,7 @@ static int push_bytes(struct pk_dec *d, uint64_t off, uint64_t n,
 	v->u.bytes.off = off;
 	v->u.bytes.len = n;
 	v->u.bytes.data = data;
+	v->u.bytes.escaped = escaped;
 	return 0;
 }
 
@@ -423,7 +425,7 @@ int sf_pkd_op_binbytes(struct pk_dec *d, uint64_t n)
 
 	if (rc < 0)
 		return rc;
-	return push_bytes(d, off, n, NULL);
+	return push_bytes(d, off, n, NULL, false);
 }
 
 /* STRING: a quoted Python 2 str repr, decoded like codecs.escape_decode.
@@ -447,7 +449,7 @@ int sf_pkd_op_string(struct pk_dec *d)
 	s++;
 	len -= 2;
 	if (!memchr(s, '\\', len))
-		return push_bytes(d, start + 1, len, NULL);
+		return push_bytes(d, start + 1, len, NULL, false);
 	if (len > SF_PK_BYTES_COPY)
 		return sf_pkd_fail(d, -SF_ETOOBIG, "escaped STRING longer than %d bytes",
 			    SF_PK_BYTES_COPY);
@@ -505,7 +507,7 @@ int sf_pkd_op_string(struct pk_dec *d)
 		free(out);
 		return rc;
 	}
-	return push_bytes(d, start + 1, n, out);
+	return push_bytes(d, start + 1, n, out, true);
 }
 
 /* ------------------------------------------------------------------ */

@@ -73,9 +73,21 @@ enum sf_dtype sf_torch_dtype(const char *name)
 	return SF_DT_INVALID;
 }
 
-/* The globals a data.pkl of tensors may name. */
+/* torch dtypes torch 2.x may name in a _rebuild_tensor_v3 call that
+ * shardfs does not serve: allowed as names (inert data), so a tensor of
+ * one fails alone as a format error, never as a refused global. */
+static const char *const v3_unserved[] = {
+	"float8_e5m2fnuz", "float8_e4m3fnuz", "float8_e8m0fnu", "float4_e2m1fn_x2",
+	"complex32", "complex64", "complex128", "bits8", "bits16", "bits1x8",
+	"bits2x4", "bits4x2",
+};
+#define NUNSERVED (sizeof(v3_unserved) / sizeof(v3_unserved[0]))
+
+/* The globals a data.pkl of tensors may name: the rebuild functions,
+ * OrderedDict, the typed storage classes, torch 2.x's UntypedStorage and
+ * the torch.<dtype> a _rebuild_tensor_v3 call passes. */
 #define NSTORAGE (sizeof(type_map) / sizeof(type_map[0]))
-static struct sf_pk_global allow[NSTORAGE + 4];
+static struct sf_pk_global allow[2 * NSTORAGE + NUNSERVED + 6];
 static size_t nallow;
 static pthread_once_t allow_once = PTHREAD_ONCE_INIT;
 
@@ -84,11 +96,30 @@ static void allow_build(void)
 	size_t n = 0;
 
 	allow[n++] = (struct sf_pk_global){ "torch._utils", "_rebuild_tensor_v2" };
+	allow[n++] = (struct sf_pk_global){ "torch._utils", "_rebuild_tensor_v3" };
 	allow[n++] = (struct sf_pk_global){ "torch._utils", "_rebuild_parameter" };
 	allow[n++] = (struct sf_pk_global){ "collections", "OrderedDict" };
-	for (size_t i = 0; i < NSTORAGE; i++)
+	allow[n++] = (struct sf_pk_global){ "torch.storage", "UntypedStorage" };
+	allow[n++] = (struct sf_pk_global){ "torch", "UntypedStorage" };
+	for (size_t i = 0; i < NSTORAGE; i++) {
 		allow[n++] = (struct sf_pk_global){ "torch", type_map[i].storage };
+		allow[n++] = (struct sf_pk_global){ "torch", type_map[i].dtype };
+	}
+	for (size_t i = 0; i < NUNSERVED; i++)
+		allow[n++] = (struct sf_pk_global){ "torch", v3_unserved[i] };
 	nallow = n;
+}
+
+/* A storage class global: its element type (U8 for UntypedStorage, whose
+ * persistent id counts bytes), or SF_DT_INVALID. */
+static enum sf_dtype storage_dtype(const struct sf_pk *g)
+{
+	if (sf_pk_is_global(g, "torch.storage", "UntypedStorage") ||
+	    sf_pk_is_global(g, "torch", "UntypedStorage"))
+		return SF_DT_U8;
+	if (!g || g->kind != SF_PK_GLOBAL || strcmp(g->u.global.module, "torch") != 0)
+		return SF_DT_INVALID;
+	return sf_torch_storage_dtype(g->u.global.name);
 }
 
 /* A tuple of ndim non-negative ints into v[]. */
@@ -148,28 +179,34 @@ out_outside:
 		    t->key, (unsigned long long)numel);
 }
 
-/* A call of _rebuild_tensor_v2 (possibly inside _rebuild_parameter) into
- * *t (key already set). */
+/* A call of _rebuild_tensor_v2 or _v3 (possibly inside
+ * _rebuild_parameter) into *t (key already set). v2's tensor has its
+ * storage's type; v3 (torch 2.x, for float8 and uint16/32/64, whose
+ * storage is an UntypedStorage counted in bytes) names the dtype in its
+ * seventh argument and views the storage's bytes as that type. */
 static int read_tensor(struct ctx *c, const struct sf_pk *v,
 		       struct sf_ts_tensor *t)
 {
-	const struct sf_pk *args, *pid, *sto;
+	const struct sf_pk *args, *pid, *sto, *dt;
 	const struct sf_zip_entry *e;
+	enum sf_dtype sdt;
 	struct sf_input data;
 	char ename[512];
 	int64_t x, numel;
 	unsigned nd_stride;
-	size_t isz;
+	size_t isz, ssz;
+	bool v3;
 	int rc;
 
 	if (sf_pk_is_obj(v, "torch._utils", "_rebuild_parameter"))
 		v = sf_pk_item(v->u.obj.args, 0);
-	if (!sf_pk_is_obj(v, "torch._utils", "_rebuild_tensor_v2") ||
+	v3 = sf_pk_is_obj(v, "torch._utils", "_rebuild_tensor_v3");
+	if ((!v3 && !sf_pk_is_obj(v, "torch._utils", "_rebuild_tensor_v2")) ||
 	    v->u.obj.newobj)
 		return 1; /* not a tensor */
 	args = v->u.obj.args;
 	pid = sf_pk_item(args, 0);
-	if (sf_pk_len(args) < 4 || !pid || pid->kind != SF_PK_PERSID)
+	if (sf_pk_len(args) < (v3 ? 7u : 4u) || !pid || pid->kind != SF_PK_PERSID)
 		return sf_fail(&c->w, -SF_EFORMAT,
 			    "tensor %s: not a storage reference", t->key);
 	pid = pid->u.persid;
@@ -181,11 +218,25 @@ static int read_tensor(struct ctx *c, const struct sf_pk *v,
 	    !sf_pk_int(sf_pk_item(pid, 4), &numel) || numel < 0)
 		return sf_fail(&c->w, -SF_EFORMAT,
 			    "tensor %s: malformed storage reference", t->key);
-	t->dtype = sf_torch_storage_dtype(sto->u.global.name);
-	if (t->dtype == SF_DT_INVALID)
+	sdt = storage_dtype(sto);
+	if (sdt == SF_DT_INVALID)
 		return sf_fail(&c->w, -SF_EFORMAT,
 			    "tensor %s: unknown storage type", t->key);
+	t->dtype = sdt;
+	t->storage_dtype = sdt;
+	if (v3) {
+		dt = sf_pk_item(args, 6);
+		t->dtype = dt && dt->kind == SF_PK_GLOBAL &&
+			   strcmp(dt->u.global.module, "torch") == 0 ?
+			   sf_torch_dtype(dt->u.global.name) : SF_DT_INVALID;
+		if (t->dtype == SF_DT_INVALID)
+			return sf_fail(&c->w, -SF_EFORMAT,
+				    "tensor %s: a dtype shardfs does not serve (%s)",
+				    t->key, dt && dt->kind == SF_PK_GLOBAL ?
+				    dt->u.global.name : "not a torch dtype");
+	}
 	isz = sf_dtype_size(t->dtype);
+	ssz = sf_dtype_size(sdt);
 	if (!sf_pk_int(sf_pk_item(args, 1), &x) || x < 0)
 		return sf_fail(&c->w, -SF_EFORMAT,
 			    "tensor %s: bad storage offset", t->key);
@@ -209,13 +260,15 @@ static int read_tensor(struct ctx *c, const struct sf_pk *v,
 		return sf_fail(&c->w, rc,
 			    "tensor %s: its storage is not stored uncompressed",
 			    t->key);
-	if ((uint64_t)numel > UINT64_MAX / isz || data.size != (uint64_t)numel * isz)
+	if ((uint64_t)numel > UINT64_MAX / ssz || data.size != (uint64_t)numel * ssz)
 		return sf_fail(&c->w, -SF_EFORMAT,
 			    "tensor %s: storage entry of %llu bytes for %lld elements",
 			    t->key, (unsigned long long)data.size, (long long)numel);
 	t->data_off = e->data_off;
 	t->storage_bytes = data.size;
-	return check_view(c, t, (uint64_t)numel);
+	/* the view counts elements of the tensor's type in the storage's
+	 * bytes (a partial last element is none) */
+	return check_view(c, t, data.size / isz);
 }
 
 static int add_tensor(struct ctx *c, struct sf_torchsave *ts, size_t *cap,
@@ -248,22 +301,88 @@ static int add_tensor(struct ctx *c, struct sf_torchsave *ts, size_t *cap,
 	return 0;
 }
 
-/* Find PREFIX/data.pkl: the one entry named so with a single prefix
- * component. */
-static const struct sf_zip_entry *find_pickle(struct ctx *c)
+static int by_data_off(const void *a, const void *b)
 {
-	for (size_t i = 0; i < sf_zip_count(c->z); i++) {
-		const struct sf_zip_entry *e = sf_zip_get(c->z, i);
-		const char *slash = strchr(e->name, '/');
+	const struct sf_ts_tensor *x = *(const struct sf_ts_tensor *const *)a;
+	const struct sf_ts_tensor *y = *(const struct sf_ts_tensor *const *)b;
 
-		if (!slash || strcmp(slash, "/data.pkl") != 0 ||
-		    (size_t)(slash - e->name) + 2 > sizeof(c->prefix))
-			continue;
-		memcpy(c->prefix, e->name, (size_t)(slash - e->name) + 1);
-		c->prefix[slash - e->name + 1] = '\0';
-		return e;
+	return x->data_off < y->data_off ? -1 : x->data_off > y->data_off;
+}
+
+/* Every storage (one zip entry, one data_off) is named as one type. torch
+ * loads a storage at its first reference, as that reference's type, and
+ * every later view gets that storage (a v2 tensor its type): a storage
+ * named FloatStorage here and IntStorage there is read unlike its
+ * references say, so such an archive fails (torch's writer never makes
+ * one). A sort of the tensors by storage; 0 or -SF_EFORMAT, -ENOMEM. */
+static int check_storage_types(struct ctx *c, const struct sf_torchsave *ts)
+{
+	const struct sf_ts_tensor **v;
+	int rc = 0;
+
+	if (ts->n < 2)
+		return 0;
+	v = malloc(ts->n * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	for (size_t i = 0; i < ts->n; i++)
+		v[i] = &ts->t[i];
+	qsort(v, ts->n, sizeof(*v), by_data_off);
+	for (size_t i = 1; i < ts->n && !rc; i++)
+		if (v[i]->data_off == v[i - 1]->data_off &&
+		    v[i]->storage_dtype != v[i - 1]->storage_dtype)
+			rc = sf_fail(&c->w, -SF_EFORMAT,
+				  "tensors %s and %s name one storage as two types (%s, %s)",
+				  v[i - 1]->key, v[i]->key,
+				  sf_dtype_name(v[i - 1]->storage_dtype),
+				  sf_dtype_name(v[i]->storage_dtype));
+	free(v);
+	return rc;
+}
+
+/* s is "data.pkl" with ASCII letters in any case (as miniz compares). */
+static bool is_data_pkl(const char *s)
+{
+	static const char want[] = "data.pkl";
+
+	for (size_t i = 0; i < sizeof(want); i++) {
+		char ch = s[i] >= 'A' && s[i] <= 'Z' ? (char)(s[i] - 'A' + 'a') : s[i];
+
+		if (ch != want[i])
+			return false;
 	}
-	return NULL;
+	return true;
+}
+
+/* Find PREFIX/data.pkl as torch's reader does: PREFIX is the folder of
+ * the archive's first entry. Any other entry named FOLDER/data.pkl (case
+ * folded) is refused: readers that search for the pickle (Python's
+ * zipfile-based tools) could take another one than torch. 0 and *out, or
+ * -SF_EFORMAT with the reason. */
+static int find_pickle(struct ctx *c, const struct sf_zip_entry **out)
+{
+	const struct sf_zip_entry *first = sf_zip_get(c->z, 0), *e;
+	const char *slash = first ? strchr(first->name, '/') : NULL;
+	char name[sizeof(c->prefix) + 8];
+
+	if (!slash || (size_t)(slash - first->name) + 2 > sizeof(c->prefix))
+		return sf_fail(&c->w, -SF_EFORMAT,
+			    "not a torch.save archive: its first entry is in no folder");
+	memcpy(c->prefix, first->name, (size_t)(slash - first->name) + 1);
+	c->prefix[slash - first->name + 1] = '\0';
+	snprintf(name, sizeof(name), "%sdata.pkl", c->prefix);
+	*out = sf_zip_find(c->z, name);
+	if (!*out)
+		return sf_fail(&c->w, -SF_EFORMAT,
+			    "not a torch.save archive: no PREFIX/data.pkl entry");
+	for (size_t i = 0; i < sf_zip_count(c->z); i++) {
+		e = sf_zip_get(c->z, i);
+		slash = strchr(e->name, '/');
+		if (e != *out && slash && is_data_pkl(slash + 1))
+			return sf_fail(&c->w, -SF_EFORMAT,
+				    "the archive holds more than one data.pkl");
+	}
+	return 0;
 }
 
 /* A PREFIX/byteorder entry, when there is one, must say "little". */
@@ -289,7 +408,7 @@ int sf_torchsave_open(const struct sf_input *in, struct sf_torchsave **out,
 {
 	struct ctx c = { .in = in };
 	struct sf_pickle_opts po = { 0 };
-	const struct sf_zip_entry *pe;
+	const struct sf_zip_entry *pe = NULL;
 	struct sf_pickle *pk = NULL;
 	struct sf_torchsave *ts;
 	const struct sf_pk *root, *d;
@@ -306,12 +425,9 @@ int sf_torchsave_open(const struct sf_input *in, struct sf_torchsave **out,
 	rc = sf_zip_open(in, NULL, &c.z, err, errlen);
 	if (rc)
 		goto out_free_ts;
-	pe = find_pickle(&c);
-	if (!pe) {
-		rc = sf_fail(&c.w, -SF_EFORMAT,
-			  "not a torch.save archive: no PREFIX/data.pkl entry");
+	rc = find_pickle(&c, &pe);
+	if (rc)
 		goto out_close_zip;
-	}
 	rc = check_byteorder(&c);
 	if (rc)
 		goto out_close_zip;
@@ -344,6 +460,8 @@ int sf_torchsave_open(const struct sf_input *in, struct sf_torchsave **out,
 	if (!rc && ts->n == 0)
 		rc = sf_fail(&c.w, -SF_EFORMAT,
 			  "the archive holds no tensor");
+	if (!rc)
+		rc = check_storage_types(&c, ts);
 	sf_pickle_free(pk);
 out_close_zip:
 	sf_zip_close(c.z);

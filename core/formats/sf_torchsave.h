@@ -6,9 +6,15 @@
  * (sf_pickle.h) whose tensors are calls of torch._utils._rebuild_tensor_v2
  * (storage, storage_offset, size, stride, ...) with the storage a
  * persistent id ('storage', torch.<Type>Storage, KEY, location, numel),
- * and one entry PREFIX/data/KEY per storage holding its raw bytes
+ * or, for the types torch 2.x has no typed storage for (float8, uint16,
+ * uint32, uint64), of _rebuild_tensor_v3(storage, storage_offset, size,
+ * stride, requires_grad, hooks, torch.<dtype>[, metadata]) with the storage
+ * ('storage', torch.storage.UntypedStorage, KEY, location, nbytes), and
+ * one entry PREFIX/data/KEY per storage holding its raw bytes
  * (little-endian, as the machines these checkpoints come from write). This
- * reader decodes data.pkl with only those names allowed and gives, for
+ * reader finds data.pkl as torch does (in the folder of the archive's
+ * first entry; a second data.pkl fails the archive) and decodes it with
+ * only those names allowed, and gives, for
  * each tensor, where its storage lies in the input and how the tensor
  * views it: enough to serve the tensor's bytes in place.
  *
@@ -18,7 +24,9 @@
  * are skipped and counted.
  *
  * Untrusted input: every storage and view is checked (dtype known, the
- * view's elements inside its storage, sizes overflow-checked); anything
+ * view's elements inside its storage, sizes overflow-checked; a storage
+ * named as two types fails: torch loads a storage once, as the type it
+ * meets first, and views it as that); anything
  * else is -SF_EFORMAT, a name outside the allowlist -SF_EREFUSED, with a
  * one-line reason.
  *
@@ -42,6 +50,9 @@ struct sf_ts_tensor {
 	uint64_t shape[SF_MAX_NDIM];
 	uint64_t stride[SF_MAX_NDIM]; /* in elements */
 	uint64_t storage_offset; /* in elements */
+	enum sf_dtype storage_dtype; /* the type its storage is pickled as
+				  * (U8 for an UntypedStorage); one per
+				  * storage, as torch loads it once */
 	uint64_t data_off;       /* the storage's first byte, in the input */
 	uint64_t storage_bytes;  /* the storage entry's size */
 	uint64_t span;           /* bytes of the storage the view reaches,

@@ -16,7 +16,9 @@
  *   and data lie before the central directory's start.
  * - An entry is returned only when its local header has the signature and
  *   the same name, and [header_off, data_off + csize) overlaps no other
- *   entry's; counts are capped (sf_zip_opts) before any allocation sized
+ *   entry's; no two entries have one name (ASCII case folded, as torch's
+ *   reader looks names up), checked once at open on the sorted names;
+ *   counts are capped (sf_zip_opts) before any allocation sized
  *   by them; arrays grow through sf_array_grow.
  * - Offsets are relative to the input's start (a region of a .distcp is
  *   its own archive); no "prepended data" guessing as zip tools do.
@@ -486,17 +488,72 @@ static int check_overlap(const struct sf_zip *z, const struct sf_where *w)
 	return rc;
 }
 
-/* Entries by name, then by their place in the one array z->e (pointers
- * into the same array compare as their indices). */
+/* Names compared as torch's zip reader (miniz) finds them: bytes, with
+ * ASCII letters folded to lower case (never the locale's). */
+static int fold_cmp(const char *a, const char *b)
+{
+	for (;; a++, b++) {
+		unsigned char x = (unsigned char)*a, y = (unsigned char)*b;
+
+		if (x >= 'A' && x <= 'Z')
+			x = (unsigned char)(x - 'A' + 'a');
+		if (y >= 'A' && y <= 'Z')
+			y = (unsigned char)(y - 'A' + 'a');
+		if (x != y || !x)
+			return x < y ? -1 : x > y;
+	}
+}
+
+/* Entries by folded name, then by name, then by their place in the one
+ * array z->e (pointers into the same array compare as their indices). */
 static int by_name(const void *a, const void *b)
 {
 	const struct sf_zip_entry *x = *(const struct sf_zip_entry *const *)a;
 	const struct sf_zip_entry *y = *(const struct sf_zip_entry *const *)b;
-	int c = strcmp(x->name, y->name);
+	int c = fold_cmp(x->name, y->name);
 
+	if (!c)
+		c = strcmp(x->name, y->name);
 	if (c)
 		return c;
 	return x < y ? -1 : x > y;
+}
+
+/* Sort z->by_name and refuse two entries of one name. Readers disagree on
+ * which of them a name means (Python's zipfile: the last; miniz, torch's:
+ * whichever its binary search meets, ignoring ASCII case), so an archive
+ * that names one entry twice is refused whole: both spellings of a name
+ * that differ only in ASCII case count as the same. */
+static int index_names(struct sf_zip *z, const struct sf_where *w)
+{
+	struct qname qa, qb;
+
+	z->by_name = malloc(z->n * sizeof(*z->by_name));
+	if (!z->by_name)
+		return sf_fail(w, -ENOMEM, "zip: out of memory");
+	for (size_t i = 0; i < z->n; i++)
+		z->by_name[i] = &z->e[i];
+	qsort(z->by_name, z->n, sizeof(*z->by_name), by_name);
+	for (size_t i = 1; i < z->n; i++) {
+		const struct sf_zip_entry *x = z->by_name[i - 1], *y = z->by_name[i];
+
+		if (fold_cmp(x->name, y->name) != 0)
+			continue;
+		if (x > y) { /* name them in central directory order */
+			const struct sf_zip_entry *t = x;
+			x = y;
+			y = t;
+		}
+		if (strcmp(x->name, y->name) == 0)
+			return sf_fail(w, -SF_EFORMAT,
+				    "zip: entry %s is in the archive twice (entries %zu and %zu)",
+				    qname(&qa, x->name), (size_t)(x - z->e),
+				    (size_t)(y - z->e));
+		return sf_fail(w, -SF_EFORMAT,
+			    "zip: entries %s and %s differ only in case (torch's reader takes them for one)",
+			    qname(&qa, x->name), qname(&qb, y->name));
+	}
+	return 0;
 }
 
 int sf_zip_open(const struct sf_input *in, const struct sf_zip_opts *opts,
@@ -558,14 +615,9 @@ int sf_zip_open(const struct sf_input *in, const struct sf_zip_opts *opts,
 	if (rc < 0)
 		goto out_free_cd;
 	if (z->n) {
-		z->by_name = malloc(z->n * sizeof(*z->by_name));
-		if (!z->by_name) {
-			rc = sf_fail(w, -ENOMEM, "zip: out of memory");
+		rc = index_names(z, w);
+		if (rc < 0)
 			goto out_free_cd;
-		}
-		for (size_t i = 0; i < z->n; i++)
-			z->by_name[i] = &z->e[i];
-		qsort(z->by_name, z->n, sizeof(*z->by_name), by_name);
 	}
 	free(cd);
 	*out = z;
@@ -606,10 +658,11 @@ const struct sf_zip_entry *sf_zip_find(const struct sf_zip *z,
 	if (!z || !name)
 		return NULL;
 	hi = z->n;
-	/* the first index whose name is >= name; ties keep central order */
+	/* the first index whose folded name is >= name's: names are unique
+	 * folded (index_names), so it is the only candidate */
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
-		if (strcmp(z->by_name[mid]->name, name) < 0)
+		if (fold_cmp(z->by_name[mid]->name, name) < 0)
 			lo = mid + 1;
 		else
 			hi = mid;

@@ -12,6 +12,10 @@
  * and offsets come from the central directory (local headers may hold
  * zeros); each entry's local header is checked (signature, the same name)
  * and its data must lie inside the input, before the central directory.
+ * No two entries may have the same name, compared with ASCII letters
+ * folded to lower case (torch's reader, miniz, looks names up so; Python's
+ * zipfile takes the last of a repeated name): readers disagree on which
+ * entry a repeated name means, so such an archive fails whole.
  * The central directory must end exactly where the ZIP64 end record (or,
  * without one, the end record) begins, and a ZIP64 end record exactly at
  * its locator: archives back to back opened whole fail instead of being
@@ -63,8 +67,8 @@ void sf_zip_close(struct sf_zip *z); /* accepts NULL */
 /* The entries, in central directory order. Borrowed from z. */
 size_t sf_zip_count(const struct sf_zip *z);
 const struct sf_zip_entry *sf_zip_get(const struct sf_zip *z, size_t i);
-/* The entry named exactly name, or NULL (the first, if names repeat);
- * a binary search over the names sorted at open. */
+/* The entry named exactly name (bytes, case and all), or NULL; a binary
+ * search over the names sorted at open (unique, checked there). */
 const struct sf_zip_entry *sf_zip_find(const struct sf_zip *z,
 				       const char *name);
 

@@ -15,8 +15,9 @@
  *     however the memo shares and cycles them): the end lies inside the
  *     input; STRs are NUL-terminated valid UTF-8 of their length; BYTES
  *     lie inside the input, with a copy exactly when len <=
- *     SF_PK_BYTES_COPY, equal to the input's bytes (or, for a protocol-0
- *     STRING with escapes, no longer than its text); sequences and dicts
+ *     SF_PK_BYTES_COPY, equal to the input's bytes at the span
+ *     sf_pk_bytes_span gives (or, for a protocol-0 STRING with escapes,
+ *     flagged escaped, no span, its text quoted in the input); sequences and dicts
  *     have their arrays; GLOBALs are on the allowlist; OBJs have a
  *     callable, a TUPLE of args, kwargs a DICT or NULL, items a DICT,
  *     elems a LIST; the node count is within max_nodes; and every
@@ -42,6 +43,11 @@ const char fuzz_target[] = "fuzz_pickle";
 static const struct sf_pk_global allow[] = {
 	{"collections", "OrderedDict"},
 	{"torch._utils", "_rebuild_tensor_v2"},
+	/* torch 2.x's float8 and uint16/32/64 tensors (issue 30) */
+	{"torch._utils", "_rebuild_tensor_v3"},
+	{"torch.storage", "UntypedStorage"},
+	{"torch", "float8_e4m3fn"},
+	{"torch", "uint16"},
 	{"torch", "FloatStorage"},
 	{"torch", "BFloat16Storage"},
 	{"torch", "Size"},
@@ -202,16 +208,27 @@ static void check_node(const struct sf_pk *v, const uint8_t *data, size_t size,
 			fuzz_die("sf_pk_str of a STR with a NUL", NULL);
 		break;
 	case SF_PK_BYTES: {
-		uint64_t off = v->u.bytes.off, len = v->u.bytes.len;
+		uint64_t off = v->u.bytes.off, len = v->u.bytes.len, so, sl;
 		if (off > size || len > size - off)
 			fuzz_die("BYTES outside the input", NULL);
 		if ((len <= SF_PK_BYTES_COPY) != (v->u.bytes.data != NULL))
 			fuzz_die("BYTES copy rule broken", NULL);
-		/* An escaped protocol-0 STRING decodes to other bytes;
-		 * its text starts with a quote just before off. */
-		if (v->u.bytes.data && memcmp(v->u.bytes.data, data + off, len) &&
-		    !(off > 0 && (data[off - 1] == '\'' || data[off - 1] == '"')))
-			fuzz_die("BYTES copy differs from the input", NULL);
+		/* An escaped protocol-0 STRING decodes to other bytes: its
+		 * text starts with a quote just before off, and it has no
+		 * span to serve from (issue 30); every other BYTES value is
+		 * the input's bytes at its span. */
+		if (v->u.bytes.escaped) {
+			if (!v->u.bytes.data || off == 0 ||
+			    (data[off - 1] != '\'' && data[off - 1] != '"'))
+				fuzz_die("escaped BYTES that is no quoted STRING", NULL);
+			if (sf_pk_bytes_span(v, &so, &sl))
+				fuzz_die("a span for an escaped STRING", NULL);
+		} else {
+			if (!sf_pk_bytes_span(v, &so, &sl) || so != off || sl != len)
+				fuzz_die("BYTES span is not its (off, len)", NULL);
+			if (v->u.bytes.data && memcmp(v->u.bytes.data, data + off, len))
+				fuzz_die("BYTES copy differs from the input", NULL);
+		}
 		break;
 	}
 	case SF_PK_TUPLE:

@@ -4,14 +4,17 @@
  * restricted pickle reader on the paths real archives take.
  *
  * Input: the bytes of an archive (seeds: torch.save files torch 1.13
- * wrote, and the chunks of the DCP fixtures). For any input,
+ * wrote, and the chunks of the DCP fixtures; float8 and uint16/32/64
+ * tensors pickled as torch 2.x does, with _rebuild_tensor_v3; archives
+ * naming an entry twice or holding two data.pkl: torchsave_seeds.py). For any input,
  * sf_torchsave_open either fails with a domain error or -ENOMEM (with a
  * one-line message but for -ENOMEM) and no result, or gives tensors for
  * which everything the header promises holds: a known dtype, at most
  * SF_MAX_NDIM dimensions, the storage inside the input, the view's span
- * inside the storage from storage_offset, and contiguous exactly when the
- * strides are row-major. The storage bytes the view reaches are read back
- * through the input (under ASan an over-read shows). Any violation aborts.
+ * inside the storage from storage_offset, contiguous exactly when the
+ * strides are row-major, and tensors of one storage agree on its type.
+ * The storage bytes the view reaches are read back through the input
+ * (under ASan an over-read shows). Any violation aborts.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -89,8 +92,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	if (!ts || ts->n == 0)
 		fuzz_die("success without tensors", NULL);
-	for (size_t i = 0; i < ts->n; i++)
+	for (size_t i = 0; i < ts->n; i++) {
 		check_tensor(&ts->t[i], size, &in);
+		/* one storage, one type (torch loads it once: issue 30) */
+		for (size_t j = 0; j < i && j < 64; j++)
+			if (ts->t[j].data_off == ts->t[i].data_off &&
+			    ts->t[j].storage_dtype != ts->t[i].storage_dtype)
+				fuzz_die("one storage given two types", ts->t[i].key);
+	}
 	sf_torchsave_free(ts);
 	return 0;
 }

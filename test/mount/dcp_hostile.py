@@ -17,6 +17,9 @@ would read), or by changing the files:
   torn/         .metadata cut in half
   partial/      no .metadata (a save still running)
   junkchunk/    w's chunk archive overwritten with zeros
+  twopkl/       w's chunk archive with its entry archive/version renamed
+                others/data.pkl in place (same length): two data.pkl,
+                readers disagree on which is the pickle (issue 30)
 
 OUTSIDE (outside STORE) gets the real chunk files the escapes point at.
 Prints a JSON object: {"tensors": {name: [dtype, shape, hex bytes]},
@@ -86,6 +89,15 @@ def main():
     d = variant("junkchunk")
     with open(os.path.join(d, vfile), "r+b") as f:
         f.write(bytes(os.path.getsize(os.path.join(good, vfile))))
+
+    d = variant("twopkl")
+    si = md.storage_data[victim]
+    with open(os.path.join(d, vfile), "r+b") as f:
+        f.seek(si.offset)
+        chunk = f.read(si.length)
+        assert chunk.count(b"archive/version") == 2  # local + central header
+        f.seek(si.offset)
+        f.write(chunk.replace(b"archive/version", b"others/data.pkl"))
 
     out = {"tensors": {}, "objects": ["step"], "victim": "w"}
     names = {torch.float32: "F32", torch.int64: "I64"}

@@ -16,6 +16,10 @@ test/fixtures/paddle/paddle-3.3.1/shard2). Copies it into STORE as:
   dtype/         the metadata says float64 for the victim
   fortran/       the victim's array in 0_0.distcp saved in Fortran order
                  (the same values: still served, through strides)
+  escaped/       the victim's array data in 0_0.distcp pickled as Python
+                 2 pickled a str, an escaped protocol-0 STRING
+                 (S'\x00\x00...'): numpy reads the decoded bytes (checked
+                 here), the file holds their escaped text (issue 30)
   old/           the metadata as paddle 2.5 wrote it (module
                  paddle.distributed.checkpoint.metadata, no dtype, no
                  global shape): both taken from the chunks
@@ -30,6 +34,7 @@ no paddle is needed. Prints a JSON object: {"victim": key, "in_file0":
 [keys with a chunk in 0_0.distcp], "outside": the copy's path}.
 """
 
+import io
 import json
 import os
 import pickle
@@ -92,6 +97,27 @@ class NpUnpickler(pickle.Unpickler):
         if module.startswith("numpy._core"):
             module = "numpy.core" + module[len("numpy._core"):]
         return super().find_class(module, name)
+
+
+class EscapingPickler(pickle._Pickler):
+    """The pure-Python pickler, but the bytes equal to `target` are written
+    as Python 2's pickle wrote a str, a protocol-0 STRING: S'<repr>'\n
+    (escapes for every byte outside printable ASCII). Any protocol's
+    unpickler reads the opcode; with encoding='latin1' numpy gets the
+    decoded bytes back."""
+
+    dispatch = dict(pickle._Pickler.dispatch)
+
+    def __init__(self, f, target):
+        super().__init__(f, protocol=4)
+        self.target = target
+
+    def save_bytes(self, obj):
+        if obj != self.target:
+            return pickle._Pickler.save_bytes(self, obj)
+        self.write(pickle.STRING + repr(obj)[1:].encode("ascii") + b"\n")
+        self.memoize(obj)
+    dispatch[bytes] = save_bytes
 
 
 def load_md(path):
@@ -157,6 +183,23 @@ def main():
     variant("dtype", f64)
     d = variant("fortran")
     change_distcp(d, lambda sd: sd.__setitem__(VICTIM, np.asfortranarray(sd[VICTIM])))
+    d = variant("escaped")
+    with open(os.path.join(src, FILE0), "rb") as f:
+        sd = NpUnpickler(f).load()  # our own fixture: trusted here
+    raw = sd[VICTIM].tobytes()
+    assert any(c < 0x20 or c >= 0x7f for c in raw), "the victim needs escapes"
+    buf = io.BytesIO()
+    EscapingPickler(buf, raw).dump(sd)
+    data = buf.getvalue()
+    assert (pickle.STRING + repr(raw)[1:].encode("ascii") + b"\n") in data, \
+        "no escaped STRING"
+    back = NpUnpickler(io.BytesIO(data), encoding="latin1").load()
+    assert back[VICTIM].tobytes() == raw and back[VICTIM].shape == sd[VICTIM].shape, \
+        "numpy does not read the escaped STRING back as the array"
+    for k, v in sd.items():  # the other arrays are as they were
+        assert k == VICTIM or not hasattr(v, "tobytes") or back[k].tobytes() == v.tobytes()
+    with open(os.path.join(d, FILE0), "wb") as f:
+        f.write(data)
     d = variant("old")
     dump(to_old(load_md(os.path.join(src, "0.metadata"))), os.path.join(d, "0.metadata"))
     d = variant("torn")

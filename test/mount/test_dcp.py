@@ -256,6 +256,19 @@ def test(env, ck):
                 if n != victim:
                     ck.bytes_eq(sm.read_file(sm.tensor_path(root, n)),
                                 bytes.fromhex(hx), "h-%s: %s still served" % (bad, n))
+        # issue 30: a chunk archive holding two data.pkl leaves its tensor
+        # out, with one line saying so
+        ck.eq(len([l for l in log.splitlines() if "h-twopkl" in l and
+                   "%s left out" % victim in l and "more than one data.pkl" in l]), 1,
+              "h-twopkl: one log line says why %s is left out" % victim)
+        root = os.path.join(mnt, "h-twopkl")
+        if ck.ok(os.path.isdir(root), "h-twopkl is mounted without its bad chunk"):
+            ck.ok(not os.path.exists(sm.tensor_path(root, victim)),
+                  "h-twopkl: %s is left out" % victim)
+            for n, (dt, shape, hx) in hinfo["tensors"].items():
+                if n != victim:
+                    ck.bytes_eq(sm.read_file(sm.tensor_path(root, n)),
+                                bytes.fromhex(hx), "h-twopkl: %s still served" % n)
         # the native checkpoint is unaffected
         ck.eq(os.getxattr(os.path.join(mnt, "native"), "user.shardfs.format").decode(),
               "shardfs/1", "native: format xattr")

@@ -11,8 +11,11 @@ made here from copies of those files: weight_map paths with "..", an
 absolute path, a symlink out, a file that is missing, a tensor the index
 names that is not in its file and the reverse, a missing shard, a
 truncated shard, a header that lies about offsets, DCP chunks that
-disagree on dtype, overlap or leave a gap, a truncated .bin, and a .bin
-whose data.pkl would run a command.
+disagree on dtype, overlap or leave a gap, a truncated .bin, a .bin
+whose data.pkl would run a command, .bin archives that name an entry
+twice or hold a second data.pkl (issue 30), and a .bin that also holds
+float8 and uint16/32/64 tensors as torch 2.x pickles them
+(_rebuild_tensor_v3; bin_v3.py).
 
 Checked through one mount: every tensor's bytes against the xxh3 of the
 state dict handed to the framework (check_dcp_tree.py), model.safetensors,
@@ -239,7 +242,39 @@ def make_hostile(store, outside):
             for n, b in entries:
                 z.writestr(n, evil_pkl if n.endswith("/data.pkl") else b)
     variant("bin-evil", bin_base, "refused", [], evil)
+
+    # issue 30: a .bin naming one zip entry twice (torch's reader and
+    # Python's zipfile disagree on which one), or holding a second
+    # data.pkl in another folder, is left out whole
+    def append_entry(name_of, blob_of):
+        def edit(d):
+            import zipfile
+            p = os.path.join(d, b1)
+            with zipfile.ZipFile(p) as z:
+                names = z.namelist()
+                pkl = [n for n in names if n.endswith("/data.pkl")][0]
+                store_n = sorted(n for n in names if "/data/" in n)[0]
+                blob = z.read(store_n)
+            import warnings
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # zipfile: "Duplicate name"
+                with zipfile.ZipFile(p, "a") as z:
+                    z.writestr(name_of(pkl, store_n), blob_of(blob))
+        return edit
+    variant("bin-dup-storage", bin_base, "shown", in_b1,
+            append_entry(lambda pkl, st: st, lambda b: bytes(len(b))))
+    variant("bin-dup-pkl", bin_base, "shown", in_b1,
+            append_entry(lambda pkl, st: pkl, lambda b: evil_pkl_of(marker)))
+    variant("bin-two-pkl", bin_base, "shown", in_b1,
+            append_entry(lambda pkl, st: "other/data.pkl", lambda b: evil_pkl_of(marker)))
     return out, marker
+
+
+def evil_pkl_of(marker):
+    """A data.pkl that would run os.system("touch MARKER") if unpickled."""
+    cmd = ("touch " + marker).encode()
+    return (b"\x80\x02cposix\nsystem\nq\x00X" + struct.pack("<I", len(cmd)) +
+            cmd + b"\x85R.")
 
 
 def check_hostile(ck, tmp, mnt, log, hostile, marker):
@@ -281,7 +316,10 @@ def check_hostile(ck, tmp, mnt, log, hostile, marker):
                       ("truncated", "header"), ("lying", "overlap"),
                       ("dist-dtype", "disagree"), ("dist-overlap", "overlap"),
                       ("dist-gap", "not covered"), ("dist-nooffsets", "saved_offsets"),
-                      ("bin-truncated", "weight file")):
+                      ("bin-truncated", "weight file"),
+                      ("bin-dup-storage", "is in the archive twice"),
+                      ("bin-dup-pkl", "is in the archive twice"),
+                      ("bin-two-pkl", "more than one data.pkl")):
         ck.ok(any("h-" + name in l and why in l for l in lines),
               "h-%s: the log line says %r" % (name, why))
     ck.ok(any("h-bin-evil" in l and "posix" in l for l in lines),
@@ -297,6 +335,14 @@ def test(env, ck):
     collect(store, cases)
     ck.ok(len(cases) >= 8, "fixtures found in %s: %d" % (FIXTURES, len(cases)))
     hostile, marker = make_hostile(store, outside)
+    # issue 30: tensors as torch 2.x saves float8 and uint16/32/64
+    # (_rebuild_tensor_v3, an UntypedStorage) in a .bin beside torch's own
+    v3_exp = env.path("bin-v3.expected.json")
+    rc, out, err = td.run([PY, os.path.join(HERE, "bin_v3.py"),
+                           os.path.join(FIXTURES, "transformers-4.46", "llama-bin"),
+                           "pytorch_model-00001-of-00004.bin",
+                           os.path.join(store, "h-bin-v3"), v3_exp])
+    ck.eq(rc, 0, "bin_v3.py wrote h-bin-v3: %s" % err[-2000:])
     env.gen(os.path.join(store, "native"), layout="mixed", ranks=2, size="128K",
             ref=False)
 
@@ -343,6 +389,16 @@ def test(env, ck):
         if first:
             td.check_readonly(env, ck, mnt, first[0])
         check_hostile(ck, env.tmp, mnt, m.log_text(), hostile, marker)
+        root = os.path.join(mnt, "h-bin-v3")
+        if ck.ok(os.path.isdir(root), "h-bin-v3 is mounted"):
+            # every tensor, the v3 ones among them, byte-exact with dtype
+            # and shape xattrs; nothing else in tensors/
+            rc, out, err = td.run([PY, os.path.join(INTEROP, "check_dcp_tree.py"),
+                                   root, v3_exp])
+            ck.eq(rc, 0, "h-bin-v3: check_dcp_tree: %s%s" % (out[-3000:], err[-2000:]))
+            man = sm.manifest_of(root)
+            ck.ok(any(s.get("strides") for s in man["tensors"].get("v3.u16_t", {}).get("shards", [])),
+                  "h-bin-v3: the transposed U16 view is read through strides")
         ck.eq(os.getxattr(os.path.join(mnt, "native"), "user.shardfs.format").decode(),
               "shardfs/1", "native: format xattr")
         ck.eq(os.getxattr(os.path.join(mnt, "native"), "user.shardfs.verified").decode(),

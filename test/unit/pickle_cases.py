@@ -373,6 +373,20 @@ def gen_numpy(out):
               a.tobytes())
         valid(out, "numpy_i16_p%d" % proto, pickle.dumps(b, protocol=proto),
               b.tobytes())
+    # As Python 2 pickled an array (protocol 0, its bytes a str): the data
+    # an escaped STRING, S'\x00\x00\xc0?...' (issue 30: its value is not
+    # the file's bytes at its offset, so it must never be served from there)
+    class Py2Pickler(pickle._Pickler):
+        dispatch = dict(pickle._Pickler.dispatch)
+
+        def save_bytes(self, obj):
+            self.write(pickle.STRING + repr(obj)[1:].encode("ascii") + b"\n")
+            self.memoize(obj)
+        dispatch[bytes] = save_bytes
+    buf = io.BytesIO()
+    Py2Pickler(buf, protocol=0).dump(a)
+    assert pickle.loads(buf.getvalue(), encoding="latin1").tobytes() == a.tobytes()
+    valid(out, "numpy_f32_string_p0", buf.getvalue())
     # A Fortran-ordered array: numpy pickles its bytes in memory order.
     f = np.asfortranarray(np.arange(6, dtype=np.int32).reshape(2, 3))
     valid(out, "numpy_fortran_p4", pickle.dumps(f, protocol=4),
@@ -395,6 +409,20 @@ def gen_torch(out):
     with zipfile.ZipFile(io.BytesIO(buf.getvalue())) as z:
         name = [n for n in z.namelist() if n.endswith("/data.pkl")][0]
         valid(out, "torch_scalar_data_pkl", z.read(name))
+    # issue 30: float8 and uint16 tensors as torch 2.x pickles them
+    # (_rebuild_tensor_v3 over an UntypedStorage; test/interop/torch_v3.py
+    # emits that opcode stream with torch 1.13: no torch 2.x here)
+    import torch_v3
+    st = torch_v3.untyped(bytes(range(24)))
+    v3 = collections.OrderedDict()
+    v3["f8"] = torch_v3.V3(st, "float8_e4m3fn", (2, 3))
+    v3["u16"] = torch_v3.V3(st, "uint16", (3, 2), stride=(1, 3), offset=1)
+    v3["f32"] = sd["w"]
+    buf = io.BytesIO()
+    torch.save(v3, buf)
+    with zipfile.ZipFile(io.BytesIO(buf.getvalue())) as z:
+        name = [n for n in z.namelist() if n.endswith("/data.pkl")][0]
+        valid(out, "torch_v3_data_pkl", z.read(name))
 
 
 def gen_dcp(out):

@@ -28,6 +28,7 @@ import os
 import shutil
 import struct
 import sys
+import warnings
 import zipfile
 
 import torch
@@ -307,6 +308,31 @@ def invalid_cases(root):
                   'SF_EFORMAT', 'no end of central directory record')
     write_invalid(root, 'too_short', b'PK\x05\x06', 'SF_EFORMAT',
                   'too short for an end record')
+
+    # one name twice (issue 30): Python's zipfile reads the last entry of
+    # a repeated name, torch's miniz whichever its search meets, ignoring
+    # ASCII case; the reader refuses the archive
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')  # zipfile: "Duplicate name"
+        write_invalid(root, 'duplicate_name',
+                      make_zip([('a', b'1'), ('same', b'first'), ('same', b'second')]),
+                      'SF_EFORMAT', 'entry "same" is in the archive twice (entries 1 and 2)')
+        write_invalid(root, 'duplicate_case',
+                      make_zip([('dir/Data.bin', b'upper'), ('dir/data.bin', b'lower')]),
+                      'SF_EFORMAT', 'entries "dir/Data.bin" and "dir/data.bin" differ only in case')
+        # a real torch.save archive with a second storage entry and a
+        # second data.pkl appended (zipfile's append mode rewrites the
+        # central directory after them)
+        t = torch.arange(6, dtype=torch.float32)
+        for case, name, blob in (
+                ('torch_duplicate_storage', 'archive/data/0', raw(t + 1)),
+                ('torch_duplicate_data_pkl', 'archive/data.pkl',
+                 zipfile.ZipFile(io.BytesIO(torch_bytes(t + 1))).read('archive/data.pkl'))):
+            b = io.BytesIO(torch_bytes(t))
+            with zipfile.ZipFile(b, 'a') as z:
+                z.writestr(zipfile.ZipInfo(name, date_time=DT), blob)
+            write_invalid(root, case, b.getvalue(), 'SF_EFORMAT',
+                          'entry "%s" is in the archive twice' % name)
 
     # the torch concatenation opened whole: offsets are the second
     # archive's own, so its central directory points at the first
