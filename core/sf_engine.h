@@ -258,6 +258,9 @@ struct sf_engine_stats {
 				  * (then fetched and verified anew) */
 	uint64_t map_faults;     /* mapped blocks whose hash touched a page
 				  * that raised SIGBUS (then copied) */
+	uint64_t file_changed;   /* cached unverified blocks dropped because
+				  * their file's identity (source file_id)
+				  * changed (then fetched anew) */
 };
 void sf_engine_stats(struct sf_engine *e, struct sf_engine_stats *out);
 
