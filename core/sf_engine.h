@@ -117,7 +117,11 @@ struct sf_source_ops {
 	 * Any negative errno means "read() instead" (-ENOTSUP: never for this
 	 * file; -EAGAIN: not now, e.g. the file is open for writing somewhere,
 	 * or cannot be leased). Must be thread-safe. May be NULL (no
-	 * mapping: MPI and remote sources).
+	 * mapping: MPI and remote sources). The engine asks only for blocks
+	 * of checkpoints in the format shardfs writes (shardfs/1): a
+	 * framework's files are never mapped, so never leased (a lease
+	 * delays a framework rewriting them, and fails its O_NONBLOCK open
+	 * for writing with EAGAIN).
 	 */
 	int (*map)(void *ctx, const struct sf_ckpt_ref *ck, uint32_t rank,
 		   const char *file, uint64_t off, size_t len,
