@@ -526,18 +526,18 @@ static int fetch_coded(struct read_ctx *c, const struct sf_shard *s,
 	for (pp = &e->dec; *pp; pp = &(*pp)->next)
 		if ((*pp)->ck == c->ck && (*pp)->shard == s)
 			break;
-	if (*pp && b->fid_ok && (!(*pp)->fid_ok || (*pp)->fid != b->fid)) {
-		d = *pp;
-		*pp = d->next;
-		e->dec_bytes -= d->len;
-		free(d->data);
-		free(d);
-		d = NULL;
-	}
 	if (*pp) {
 		d = *pp;
 		*pp = d->next;
-	} else {
+		if (b->fid_ok && (!d->fid_ok || d->fid != b->fid)) {
+			/* decoded before its file changed: decoded anew */
+			e->dec_bytes -= d->len;
+			free(d->data);
+			free(d);
+			d = NULL;
+		}
+	}
+	if (!d) {
 		/* decoded under the lock: one stream at a time, never twice */
 		ret = dec_load(c, s, &d);
 		if (ret == 0) {

@@ -26,6 +26,12 @@ the tensor dropped) every read of `big` gives either EIO or exactly the
 bytes the file now holds (the second save's after a rewrite), never the
 old bytes, whole or mixed with new ones; `small` (in the same file)
 likewise; the daemon keeps serving.
+
+Last (`zstd`), torch 2.15's committed per-rank zstd checkpoint
+(test/fixtures/dcp/torch-2.15-ext/perrank2_zstd): every tensor read (its
+streams decoded and kept), then rank 0's .distcp cut in half: every
+tensor reads as before or fails with EIO, and at least one fails (a
+stream decoded before the change is not served again).
 """
 
 import errno
@@ -44,6 +50,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sfmount as sm  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+TOP = os.path.abspath(os.path.join(HERE, "..", ".."))
+FIX = os.environ.get("SHARDFS_FIXTURES") or os.path.join(TOP, "test", "fixtures")
+ZSTD = os.path.join(FIX, "dcp", "torch-2.15-ext", "perrank2_zstd")
 PY = "/usr/bin/python3"
 N = 4 << 20                      # elements of big: 16 MiB of float32
 BOUND_S = 0.1                    # the issue's bound on the writer's wait
@@ -224,6 +233,39 @@ def run(env, ck):
         ck.eq(read_after(ck, root, "big", None, v1, "stopped"), "EIO",
               "stopped: tensors/big (its file now empty) fails with EIO")
         ck.ok(m.alive(), "stopped: the daemon serves")
+    zstd(env, ck)
+
+
+def zstd(env, ck):
+    store = env.path("store-zstd")
+    zdir = os.path.join(store, "z")
+    shutil.copytree(ZSTD, zdir)
+    with sm.Mount(env, store, name="zstd") as m:
+        tdir = os.path.join(m.mnt, "z", "tensors")
+        names = []
+        for dirpath, _, fnames in os.walk(tdir):
+            names += [os.path.relpath(os.path.join(dirpath, f), tdir) for f in fnames]
+        if not ck.ok(names, "zstd: tensors listed"):
+            return
+        before = {n: sm.read_file(os.path.join(tdir, n)) for n in sorted(names)}
+        target = os.path.join(zdir, "__0_0.distcp")
+        t0 = time.monotonic()
+        os.truncate(target, os.path.getsize(target) // 2)
+        print("zstd: the truncation took %.4f s" % (time.monotonic() - t0))
+        eio = 0
+        for n in sorted(names):
+            p = os.path.join(tdir, n)
+            drop_cache(p)
+            try:
+                got = sm.read_file(p)
+            except OSError as e:
+                ck.eq(e.errno, errno.EIO, "zstd: tensors/%s fails only with EIO" % n)
+                eio += 1
+                continue
+            ck.bytes_eq(got, before[n], "zstd: tensors/%s as before (its stream whole)" % n)
+        ck.ok(eio > 0, "zstd: the tensors of the cut streams fail (%d of %d)"
+              % (eio, len(names)))
+        ck.ok(m.alive(), "zstd: the daemon serves")
 
 
 if __name__ == "__main__":
