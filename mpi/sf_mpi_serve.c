@@ -5,9 +5,12 @@
  * ranks they wait for, so that a dead rank fails them early and by name),
  * delivers notices, and notes peers that leave (probing those that do not).
  *
- * Reads of 256 KiB and more are answered from a mapping of the payload
- * file under a read lease (serve_mapped), smaller ones (and files that
- * cannot be leased) by a copy into a send buffer.
+ * Reads of 256 KiB and more of a shardfs/1 checkpoint's payload are
+ * answered from a mapping of the payload file under a read lease
+ * (serve_mapped), smaller ones, files that cannot be leased, and every
+ * file of a framework's checkpoint by a copy into a send buffer: a lease
+ * would delay the framework re-saving that file and fail its O_NONBLOCK
+ * open for writing with EAGAIN (issue 30, 7; sf_local_source.c).
  *
  * Invariants: it never blocks on a peer (replies are MPI_Isend kept on the
  * pending list until complete; a probe's request is a small eager send);
@@ -17,6 +20,7 @@
  */
 #include "sf_mpi_int.h"
 #include "sf_format.h"
+#include "sf_shardfs.h"
 #include <signal.h>
 #include <sys/mman.h>
 
@@ -125,6 +129,20 @@ out_unlease:
 	return false;
 }
 
+/* Whether the checkpoint directory at path is one shardfs wrote (it holds
+ * a regular manifest.json): only its payload files are ever leased. */
+static bool leasable_ckpt(const char *path)
+{
+	char p[4096 + sizeof(SF_SHARDFS_MANIFEST) + 1];
+	struct stat st;
+
+	if ((size_t)snprintf(p, sizeof(p), "%s/%s", path, SF_SHARDFS_MANIFEST) >=
+	    sizeof(p))
+		return false;
+	return fstatat(AT_FDCWD, p, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+	       S_ISREG(st.st_mode);
+}
+
 /* Answer a READ: pread the file straight into the reply buffer, then send
  * its head (the status: a read reply without payload) and, when the read
  * succeeded, the payload as a second message on the same tag, so that the
@@ -151,7 +169,8 @@ static void serve_read(struct sf_mpi *mp, int src,
 	/* Beneath the checkpoint, a regular file: a symlink planted in this
 	 * store never serves a byte from outside it, a FIFO never blocks. */
 	fd = sf_open_payload(path, file);
-	if (fd >= 0 && serve_mapped(mp, src, h, fd, file))
+	if (fd >= 0 && len >= SF_MPI_MAP_MIN && leasable_ckpt(path) &&
+	    serve_mapped(mp, src, h, fd, file))
 		return;
 	sb = len >= SF_MPI_BUF_MIN ? sf_mpi_sbuf_big(mp, sf_mpi_wire_reply_size(len)) :
 				     sf_mpi_sbuf_new(sf_mpi_wire_reply_size(len));
