@@ -53,8 +53,21 @@
  * only (a coded shard's blocks come from memory); at most SF_VMAPS_MAX shards
  * get one, the rest are hashed on every fetch as before.
  *
+ * Unverified blocks (no checksum, or verify off) of a source with
+ * file_id(): nothing else would notice their file changing (a framework
+ * re-saving a step over a mounted foreign checkpoint), so each keeps the
+ * file's identity read before it was fetched (b->fid; a coded shard's
+ * decoded stream likewise, d->fid), and a lookup that finds the identity
+ * changed drops it (or the stream) and fetches it anew: after a rewrite
+ * every read gives the file's new bytes or fails (a short file: EIO),
+ * never cached old bytes mixed with new ones. The identity is read before
+ * e->lock is taken (one fstat per lookup of such a shard's block); a read
+ * that races with the writer may still see either.
+ *
  * Mapped blocks (when the source has map(), unless no_map): a plain
- * (uncoded) block of map_min bytes or more is not copied into a pool
+ * (uncoded) block of map_min bytes or more of a checkpoint in the format
+ * shardfs writes (shardfs/1: immutable once committed, never rewritten by
+ * a framework; native()) is not copied into a pool
  * buffer but mapped by the source (the local source: a leased MAP_SHARED
  * view of the payload's page cache whose bytes stay as they were when it
  * was mapped, sf_local_source.c), hashed there under a SIGBUS guard
@@ -109,6 +122,11 @@ struct sf_block {
 	void *map_token;                /* non-NULL: data lies in a source
 					 * mapping, dropped (src unmap) when
 					 * the block is freed */
+	uint64_t fid;                   /* fid_ok: the identity of its file
+					 * read before it was fetched (an
+					 * unverified block: kept only while
+					 * the file keeps it) */
+	bool fid_ok;
 	size_t len;                     /* payload bytes */
 	size_t cap;                     /* buffer bytes, as accounted */
 	enum blk_state state;
@@ -125,6 +143,9 @@ struct dec_ent {
 	const struct sf_shard *shard;   /* key: shard (address) */
 	unsigned char *data;            /* len bytes; owned */
 	uint64_t len;                   /* the shard's decoded_len */
+	uint64_t fid;                   /* fid_ok: its file's identity read
+					 * before it was read (unverified) */
+	bool fid_ok;
 	struct dec_ent *next;           /* most recently used first */
 };
 
@@ -517,7 +538,9 @@ static bool same_stream(const struct sf_shard *a, const struct sf_shard *b)
 		a->decoded_len == b->decoded_len && strcmp(a->file, b->file) == 0);
 }
 
-/* Copy block idx of coded shard s out of its decoded stream. No lock held. */
+/* Copy block idx of coded shard s out of its decoded stream. A stream
+ * decoded before its (unverified) file's identity changed from b->fid is
+ * decoded anew. No lock held. */
 static int fetch_coded(struct read_ctx *c, const struct sf_shard *s,
 		       uint64_t idx, struct sf_block *b)
 {
@@ -534,11 +557,22 @@ static int fetch_coded(struct read_ctx *c, const struct sf_shard *s,
 	if (*pp) {
 		d = *pp;
 		*pp = d->next;
-	} else {
+		if (b->fid_ok && (!d->fid_ok || d->fid != b->fid)) {
+			/* decoded before its file changed: decoded anew */
+			e->dec_bytes -= d->len;
+			free(d->data);
+			free(d);
+			d = NULL;
+		}
+	}
+	if (!d) {
 		/* decoded under the lock: one stream at a time, never twice */
 		ret = dec_load(c, s, &d);
-		if (ret == 0)
+		if (ret == 0) {
 			e->dec_bytes += s->decoded_len;
+			d->fid = b->fid;
+			d->fid_ok = b->fid_ok;
+		}
 	}
 	if (d) {
 		d->next = e->dec;
@@ -566,6 +600,32 @@ static bool vmap_id(const struct read_ctx *c, const struct sf_shard *s,
 	return c->e->vmaps && s->xxh3 && s->codec == SF_CODEC_NONE &&
 	       idx < s->nblocks &&
 	       src->ops->file_id(src->ctx, c->ck, s->rank, s->file, id) == 0;
+}
+
+/*
+ * The identity of the file of shard s into *id when its blocks are served
+ * unverified (no checksum, or verify off) and the source names identities
+ * (the top of this file: such a block is kept only while its file keeps
+ * the identity read before it was fetched). No lock held.
+ */
+static bool unverified_id(const struct read_ctx *c, const struct sf_shard *s,
+			  uint64_t *id)
+{
+	const struct sf_source *src = c->e->src;
+
+	return (!c->e->verify || !s->xxh3) && src->ops->file_id &&
+	       src->ops->file_id(src->ctx, c->ck, s->rank, s->file, id) == 0;
+}
+
+/* Whether blocks of model m may be source mappings: the format shardfs
+ * writes only (immutable once committed). A foreign checkpoint's files
+ * are its framework's, which may rewrite them at any time (a re-save of
+ * the same step): a mapping would have to be leased, and a lease delays
+ * the framework's open for writing or truncation until it is broken and
+ * fails its O_NONBLOCK open with EAGAIN (issue 30, 7). */
+static bool native(const struct sf_model *m)
+{
+	return strcmp(m->format, "shardfs/1") == 0;
 }
 
 /*
@@ -713,7 +773,8 @@ static int pin(struct read_ctx *c, const struct sf_shard *s, uint64_t idx,
 	struct sf_engine *e = c->e;
 	uint64_t bs = c->m->block_size;
 	struct sf_block *b, *old;
-	bool hashed = false, trusted = false, faulted = false, mapped;
+	bool hashed = false, trusted = false, faulted = false, mapped, fid_ok;
+	uint64_t fid = 0;
 	size_t h;
 	int ret;
 
@@ -729,6 +790,7 @@ static int pin(struct read_ctx *c, const struct sf_shard *s, uint64_t idx,
 		return -E2BIG;
 	c->pins[c->next_pin] = NULL;
 	h = hash_key(e, c->ck, s, idx);
+	fid_ok = unverified_id(c, s, &fid);
 	pthread_mutex_lock(&e->lock);
 	if (old)
 		unpin_locked(e, old);
@@ -744,6 +806,16 @@ static int pin(struct read_ctx *c, const struct sf_shard *s, uint64_t idx,
 		if (b->refs == 0)
 			blk_free(e, b);
 		e->st.map_stale++;
+		b = NULL;
+	}
+	if (b && b->state == BLK_READY && b->fid_ok &&
+	    (!fid_ok || b->fid != fid)) {
+		/* unverified, and its file changed since it was fetched:
+		 * dropped and fetched anew (the top of this file) */
+		blk_unlink(e, b);
+		if (b->refs == 0)
+			blk_free(e, b);
+		e->st.file_changed++;
 		b = NULL;
 	}
 	if (b) {
@@ -777,6 +849,8 @@ static int pin(struct read_ctx *c, const struct sf_shard *s, uint64_t idx,
 	b->state = BLK_LOADING;
 	b->refs = 1;
 	b->linked = true;
+	b->fid = fid;
+	b->fid_ok = fid_ok;
 	/* Make room first, so the buffer of an evicted block is reused. */
 	evict_to(e, e->cap > b->cap ? e->cap - b->cap : 0);
 	b->hnext = e->buckets[h];
@@ -784,7 +858,8 @@ static int pin(struct read_ctx *c, const struct sf_shard *s, uint64_t idx,
 	e->cached += b->cap;
 	e->st.misses++;
 	/* A mapped block takes no pool buffer; its cap counts all the same. */
-	mapped = e->map && s->codec == SF_CODEC_NONE && b->len >= e->map_min;
+	mapped = e->map && native(c->m) && s->codec == SF_CODEC_NONE &&
+		 b->len >= e->map_min;
 	ret = mapped ? 0 : blk_alloc(e, b);
 	pthread_mutex_unlock(&e->lock);
 

@@ -126,7 +126,11 @@ struct sf_source_ops {
 	 * Any negative errno means "read() instead" (-ENOTSUP: never for this
 	 * file; -EAGAIN: not now, e.g. the file is open for writing somewhere,
 	 * or cannot be leased). Must be thread-safe. May be NULL (no
-	 * mapping: MPI and remote sources).
+	 * mapping: MPI and remote sources). The engine asks only for blocks
+	 * of checkpoints in the format shardfs writes (shardfs/1): a
+	 * framework's files are never mapped, so never leased (a lease
+	 * delays a framework rewriting them, and fails its O_NONBLOCK open
+	 * for writing with EAGAIN).
 	 */
 	int (*map)(void *ctx, const struct sf_ckpt_ref *ck, uint32_t rank,
 		   const char *file, uint64_t off, size_t len,
@@ -270,6 +274,9 @@ struct sf_engine_stats {
 				  * (then fetched and verified anew) */
 	uint64_t map_faults;     /* mapped blocks whose hash touched a page
 				  * that raised SIGBUS (then copied) */
+	uint64_t file_changed;   /* cached unverified blocks dropped because
+				  * their file's identity (source file_id)
+				  * changed (then fetched anew) */
 };
 void sf_engine_stats(struct sf_engine *e, struct sf_engine_stats *out);
 

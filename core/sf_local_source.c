@@ -46,12 +46,35 @@
  * cannot queue the other, handled too where nobody else handles it),
  * whose handler only posts a semaphore; a thread of its own (one per process, serving
  * every local source) then, under each source's lock, replaces every live
- * mapping with an anonymous copy of the same bytes at the same address
- * (pread while the lease still holds, then mremap over it) and drops every
- * lease. So the bytes at a mapped block's address are the file's bytes as
- * they were when map() returned, until unmap(): a writer waits only for
- * those copies (milliseconds), the engine's pointers stay valid, and no
- * write or truncation is ever seen through a mapping. Invariants (under
+ * mapping of each file whose lease is being broken (F_GETLEASE no longer
+ * F_RDLCK) with an anonymous copy of the same bytes at the same address
+ * (pread while the lease still holds, then mremap over it) and drops that
+ * file's lease; other files keep theirs. So the bytes at a mapped block's
+ * address are the file's bytes as they were when map() returned, until
+ * unmap(): a writer waits only for the copies of its file's mapped blocks
+ * (milliseconds: at most the engine's cache and its pins), the engine's
+ * pointers stay valid, and no write or truncation is ever seen through a
+ * mapping.
+ *
+ * Which files are leased (issue 30, 7): only those whose blocks the
+ * engine maps, the payload files of checkpoints in the format shardfs
+ * writes (shardfs/1: immutable once committed; sf_engine.c, native()). A
+ * framework's files (every foreign format, indexed or saved through the
+ * mount) are never mapped and never leased: read() copies them with pread.
+ * A lease cannot stay out of a framework's way: while one is held, an
+ * open for writing or a truncation waits until it is dropped (here: after
+ * the copies, which cannot come first, since pinned replies are being
+ * written from the mapping; with the daemon stopped, the kernel's
+ * lease-break-time, 45 s by default), and an O_NONBLOCK open for writing
+ * fails with EWOULDBLOCK however fast the holder answers (the kernel's
+ * __break_lease starts the break and returns at once): inherent to any
+ * lease, so no lease may be held on a file a framework may rewrite (a
+ * re-save of the same step). Measured before (torch 1.13's 16 MiB .distcp
+ * mapped, mount_lease): O_NONBLOCK open EAGAIN, truncate 0.05 s, open
+ * O_TRUNC 0.04 s, each 45 s with the daemon stopped; now the cost of the
+ * call itself. The engine keeps a framework's unverified blocks only while
+ * the file keeps its identity (sf_engine.c), so a rewrite gives its new
+ * bytes or EIO, never old ones mixed with new. Invariants (under
  * lock): an entry with nleased > 0 holds a lease that was not seen broken
  * (map() asks F_GETLEASE before it maps under a lease already held); an
  * entry forgotten while mappings of it live is kept, closed and freed by
@@ -566,14 +589,18 @@ static int lmap_to_anon(struct lmap *lm)
 }
 
 /* A lease of this process is being broken: copy every file-backed
- * mapping of ls and drop its leases. A mapping that cannot be copied
- * keeps its lease (the writer then waits until its block is dropped, or
- * for the kernel's lease-break-time) and is marked stale, so its block is
- * fetched and verified anew before it is served again. Locked. */
+ * mapping of ls whose file's lease is being broken (F_GETLEASE no longer
+ * answers F_RDLCK: being broken, or already revoked) and drop those
+ * leases; the other files' mappings and leases stay as they are, so the
+ * writer waits only for the copies of its own file's mapped blocks. A
+ * mapping that cannot be copied keeps its lease (the writer then waits
+ * until its block is dropped, or for the kernel's lease-break-time) and
+ * is marked stale, so its block is fetched and verified anew before it is
+ * served again. Locked. */
 static void leases_break(struct local_src *ls)
 {
 	for (struct lmap *lm = ls->maps; lm; lm = lm->next) {
-		if (lm->anon)
+		if (lm->anon || fcntl(lm->fe->fd, F_GETLEASE) == F_RDLCK)
 			continue;
 		if (lmap_to_anon(lm) < 0) {
 			/* the bytes cannot be kept: once the kernel revokes

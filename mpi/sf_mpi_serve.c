@@ -5,9 +5,12 @@
  * ranks they wait for, so that a dead rank fails them early and by name),
  * delivers notices, and notes peers that leave (probing those that do not).
  *
- * Reads of 256 KiB and more are answered from a mapping of the payload
- * file under a read lease (serve_mapped), smaller ones (and files that
- * cannot be leased) by a copy into a send buffer.
+ * Reads of 256 KiB and more of a shardfs/1 checkpoint's payload are
+ * answered from a mapping of the payload file under a read lease
+ * (serve_mapped), smaller ones, files that cannot be leased, and every
+ * file of a framework's checkpoint by a copy into a send buffer: a lease
+ * would delay the framework re-saving that file and fail its O_NONBLOCK
+ * open for writing with EAGAIN (issue 30, 7; sf_local_source.c).
  *
  * Invariants: it never blocks on a peer (replies are MPI_Isend kept on the
  * pending list until complete; a probe's request is a small eager send);
@@ -17,6 +20,7 @@
  */
 #include "sf_mpi_int.h"
 #include "sf_format.h"
+#include "sf_shardfs.h"
 #include <signal.h>
 #include <sys/mman.h>
 
@@ -125,6 +129,16 @@ out_unlease:
 	return false;
 }
 
+/* Whether the checkpoint directory dirfd is one shardfs wrote (it holds
+ * a regular manifest.json): only its payload files are ever leased. */
+static bool leasable_ckpt(int dirfd)
+{
+	struct stat st;
+
+	return fstatat(dirfd, SF_SHARDFS_MANIFEST, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+	       S_ISREG(st.st_mode);
+}
+
 /* Answer a READ: pread the file straight into the reply buffer, then send
  * its head (the status: a read reply without payload) and, when the read
  * succeeded, the payload as a second message on the same tag, so that the
@@ -135,14 +149,17 @@ static void serve_read(struct sf_mpi *mp, int src,
 {
 	size_t len = (size_t)h->len; /* <= SF_MPI_MAX_MSG: decoded */
 	struct sbuf *sb;
+	bool leasable = false;
 	int dfd, fd, ret;
 
 	/* Beneath the store opened at start and the checkpoint directory it
 	 * holds now (never a symlink: a checkpoint swapped for one serves
 	 * nothing), a regular file: a symlink planted in this store never
-	 * serves a byte from outside it, a FIFO never blocks. */
+	 * serves a byte from outside it, a FIFO never blocks. Only shardfs's
+	 * own checkpoints are served from leased mappings. */
 	if (mp->single) {
 		fd = sf_open_payload_at(mp->store_fd, file);
+		leasable = fd >= 0 && leasable_ckpt(mp->store_fd);
 	} else if (!name[0]) {
 		fd = -SF_ESHORT;
 	} else {
@@ -152,10 +169,12 @@ static void serve_read(struct sf_mpi *mp, int src,
 			     -SF_ESHORT : -EIO;
 		} else {
 			fd = sf_open_payload_at(dfd, file);
+			leasable = fd >= 0 && leasable_ckpt(dfd);
 			close(dfd);
 		}
 	}
-	if (fd >= 0 && serve_mapped(mp, src, h, fd, file))
+	if (fd >= 0 && len >= SF_MPI_MAP_MIN && leasable &&
+	    serve_mapped(mp, src, h, fd, file))
 		return;
 	sb = len >= SF_MPI_BUF_MIN ? sf_mpi_sbuf_big(mp, sf_mpi_wire_reply_size(len)) :
 				     sf_mpi_sbuf_new(sf_mpi_wire_reply_size(len));

@@ -18,7 +18,9 @@
  * which every shard's file is a plain name of a file that is in the
  * directory and every coded shard's payload lies in its decoded bytes;
  * and every entry of at most 1 MiB reads back through the engine whole,
- * or fails with EIO (a chunk stored so that it cannot be decoded). Any
+ * or fails with EIO (a chunk stored so that it cannot be decoded), and
+ * the engine never maps (so never leases) a block of a framework's file
+ * (issue 30, 7: its stats count no mapped block). Any
  * violation aborts. sf_dcp_open_docs is called as its two steps: the
  * documents are decoded once (sf_dcp_docs_load: a failure there is the
  * failure of every directory's open, with the same checks) and the model
@@ -112,7 +114,9 @@ static bool is_plain_file(const struct cdir *c, const char *name)
 
 static void setup(void)
 {
-	struct sf_engine_opts o = { .cache_bytes = 8u << 20, .verify = true };
+	/* map_min 1: any plain block would be mapped if the engine allowed it */
+	struct sf_engine_opts o = { .cache_bytes = 8u << 20, .verify = true,
+				    .map_min = 1 };
 
 	if (eng)
 		return;
@@ -259,6 +263,7 @@ static void try_dir(size_t k, const struct sf_dcp_docs *dd, uint64_t base,
 					1000000000ull };
 	struct sf_budget *b = sf_budget_new(&lim);
 	struct sf_budget_stats st;
+	struct sf_engine_stats es;
 	char err[512];
 	json_t *j;
 	int rc;
@@ -291,6 +296,9 @@ static void try_dir(size_t k, const struct sf_dcp_docs *dd, uint64_t base,
 		check_entry(c, &ref, out.model, &out.model->objects[i]);
 	for (size_t i = 0; i < out.model->nfiles; i++)
 		check_entry(c, &ref, out.model, &out.model->files[i]);
+	sf_engine_stats(eng, &es);
+	if (es.mapped != 0)
+		fuzz_die("a block of a framework's file was mapped (leased)", NULL);
 	sf_engine_forget(eng, &ref);
 	sf_format_result_clear(&out);
 }
