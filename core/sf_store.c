@@ -11,6 +11,7 @@
  */
 #include "sf_store.h"
 #include "sf_array.h"
+#include "sf_budget.h"
 #include "sf_error.h"
 #include "sf_index.h"
 #include "sf_io.h"
@@ -27,17 +28,28 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 /*
  * Open the checkpoint whose directory is dirfd (taken: kept by the
  * checkpoint, or closed on failure; -1 when this daemon holds none of it
  * and every file is a peer's), dir its absolute path (names it in logs and
- * to peers), name its name (NULL: the basename of dir).
+ * to peers), name its name (NULL: the basename of dir). deadline_ns (a
+ * CLOCK_MONOTONIC time; 0: none): an open still running then is stopped
+ * with -ETIMEDOUT (to be tried again later), not refused.
  */
 static int ckpt_open_fd(int dirfd, const char *dir, const char *name,
-			struct sf_source *src, struct sf_ckpt **out,
-			char *err, size_t errlen)
+			struct sf_source *src, uint64_t deadline_ns,
+			struct sf_ckpt **out, char *err, size_t errlen)
 {
 	struct sf_format_result res = { 0 };
+	struct sf_budget *budget = NULL;
 	struct sf_dirlist ls = { 0 };
 	struct sf_cdir cd = { .dirfd = dirfd };
 	enum sf_probe how;
@@ -101,7 +113,26 @@ static int ckpt_open_fd(int dirfd, const char *dir, const char *name,
 			 "no format shardfs reads recognizes it");
 		goto out_close;
 	}
+	if (deadline_ns) {
+		/* the open's time budget ends at the deadline */
+		struct sf_budget_limits lim;
+		uint64_t now = now_ns();
+
+		sf_budget_limits_default(&lim);
+		lim.time_base_ns = deadline_ns > now ? deadline_ns - now : 1;
+		lim.time_per_gib_ns = 0;
+		budget = sf_budget_new(&lim);
+		if (!budget) {
+			ret = -ENOMEM;
+			goto out_close;
+		}
+		cd.budget = budget;
+	}
 	ret = sf_format_open(ck->fmt, &cd, &res, err, errlen);
+	if (ret == -SF_EBUDGET && sf_budget_timed_out(budget)) {
+		ret = -ETIMEDOUT;
+		snprintf(err, errlen, "not opened by the start-up deadline");
+	}
 	if (ret)
 		goto out_close;
 	/* checksums shardctl index keeps for a format that has none */
@@ -132,6 +163,7 @@ out_close:
 	if (src && src->ops->forget)
 		src->ops->forget(src->ctx, &cd.ref);
 	sf_format_result_clear(&res);
+	sf_budget_free(budget);
 	sf_ckpt_close(ck); /* closes dirfd */
 	return ret;
 }
@@ -147,7 +179,7 @@ int sf_ckpt_open_src(const char *dir, const char *name, struct sf_source *src,
 	real = realpath(dir, NULL);
 	if (!real && errno == ENOENT && src && name && dir[0] == '/')
 		/* None of it here: every file is a peer's (MPI). */
-		return ckpt_open_fd(-1, dir, name, src, out, err, errlen);
+		return ckpt_open_fd(-1, dir, name, src, 0, out, err, errlen);
 	if (!real) {
 		ret = -errno;
 		snprintf(err, errlen, "%s: %s", dir, sf_strerror(ret));
@@ -161,14 +193,14 @@ int sf_ckpt_open_src(const char *dir, const char *name, struct sf_source *src,
 		free(real);
 		return ret;
 	}
-	ret = ckpt_open_fd(fd, real, name, src, out, err, errlen);
+	ret = ckpt_open_fd(fd, real, name, src, 0, out, err, errlen);
 	free(real);
 	return ret;
 }
 
-int sf_ckpt_open_at(int storefd, const char *store, const char *name,
-		    struct sf_source *src, struct sf_ckpt **out, char *err,
-		    size_t errlen)
+static int open_at(int storefd, const char *store, const char *name,
+		   struct sf_source *src, uint64_t deadline_ns,
+		   struct sf_ckpt **out, char *err, size_t errlen)
 {
 	char path[4096];
 	const char *base;
@@ -186,7 +218,8 @@ int sf_ckpt_open_at(int storefd, const char *store, const char *name,
 		}
 		base = strrchr(store, '/');
 		base = base && base[1] ? base + 1 : store;
-		return ckpt_open_fd(fd, store, base, src, out, err, errlen);
+		return ckpt_open_fd(fd, store, base, src, deadline_ns, out, err,
+				    errlen);
 	}
 	if ((size_t)snprintf(path, sizeof(path), "%s/%s", store, name) >=
 	    sizeof(path)) {
@@ -197,14 +230,22 @@ int sf_ckpt_open_at(int storefd, const char *store, const char *name,
 	if ((fd == -ENOENT || fd == -ELOOP) && src)
 		/* None of it here (a symlink is not this store's): every file
 		 * is a peer's (MPI). */
-		return ckpt_open_fd(-1, path, name, src, out, err, errlen);
+		return ckpt_open_fd(-1, path, name, src, deadline_ns, out, err,
+				    errlen);
 	if (fd < 0) {
 		snprintf(err, errlen, "%s", fd == -ELOOP ?
 			 "its directory is a symlink (not followed)" :
 			 sf_strerror(fd));
 		return fd;
 	}
-	return ckpt_open_fd(fd, path, name, src, out, err, errlen);
+	return ckpt_open_fd(fd, path, name, src, deadline_ns, out, err, errlen);
+}
+
+int sf_ckpt_open_at(int storefd, const char *store, const char *name,
+		    struct sf_source *src, struct sf_ckpt **out, char *err,
+		    size_t errlen)
+{
+	return open_at(storefd, store, name, src, 0, out, err, errlen);
 }
 
 int sf_ckpt_manifest_read(const struct sf_ckpt *ck, void *buf, uint64_t off,
@@ -367,7 +408,7 @@ static int cmp_names(const void *a, const void *b)
  * (every one is a peer's). */
 static void open_one(int storefd, const char *store, const char *name,
 		     const char *nm, struct sf_source *src, bool remote,
-		     sf_store_fn fn, void *arg)
+		     uint64_t deadline_ns, sf_store_fn fn, void *arg)
 {
 	struct sf_ckpt *ck = NULL;
 	const struct sf_format *fmt;
@@ -400,7 +441,14 @@ static void open_one(int storefd, const char *store, const char *name,
 				SF_QSTR(nm), fmt->name);
 		return;
 	}
-	ret = sf_ckpt_open_at(storefd, store, name, src, &ck, why, sizeof(why));
+	ret = open_at(storefd, store, name, src, deadline_ns, &ck, why,
+		      sizeof(why));
+	if (ret == -ETIMEDOUT) {
+		sf_info("checkpoint %s: still opening at the start-up deadline: shown once opened, after mounting",
+			SF_QSTR(nm));
+		fn(arg, nm, dir, NULL, ret, why);
+		return;
+	}
 	if (ret) {
 		sf_err("checkpoint %s left out: %s", SF_QSTR(nm), why[0] ? why : sf_strerror(ret));
 		fn(arg, nm, dir, NULL, ret, why);
@@ -516,6 +564,7 @@ struct scan_jobs {
 	int storefd;
 	const char *store;
 	struct sf_source *src;
+	uint64_t deadline_ns;   /* 0: none */
 	char *const *names;
 	size_t nlocal;          /* names[i] for i >= nlocal: peers' only */
 	sf_store_fn fn;
@@ -538,7 +587,7 @@ static void scan_job(void *arg, size_t i)
 	struct scan_jobs *j = arg;
 
 	open_one(j->storefd, j->store, j->names[i], j->names[i], j->src,
-		 i >= j->nlocal, scan_fn_locked, j);
+		 i >= j->nlocal, j->deadline_ns, scan_fn_locked, j);
 }
 
 struct open_jobs {
@@ -578,8 +627,11 @@ void sf_store_open_many(int storefd, const char *store, char *const *names,
 }
 
 int sf_store_scan_fd(int storefd, const char *store, struct sf_source *src,
-		     int single_hint, sf_store_fn fn, void *arg, int *single)
+		     int single_hint, unsigned wait_ms, sf_store_fn fn,
+		     void *arg, int *single)
 {
+	uint64_t deadline_ns = wait_ms == SF_STORE_WAIT_FOREVER ? 0 :
+			       now_ns() + (uint64_t)wait_ms * 1000000ull;
 	struct name_list peers = { 0 };
 	struct dirent *de;
 	char **names = NULL;
@@ -596,7 +648,7 @@ int sf_store_scan_fd(int storefd, const char *store, struct sf_source *src,
 
 		*single = 1;
 		open_one(storefd, store, NULL, base && base[1] ? base + 1 : store,
-			 src, false, fn, arg);
+			 src, false, 0, fn, arg);
 		return 0;
 	}
 	/* a descriptor of its own: a dup would share storefd's offset */
@@ -666,7 +718,8 @@ int sf_store_scan_fd(int storefd, const char *store, struct sf_source *src,
 	 * hostile checkpoint (each open has its budget) delays no other. */
 	{
 		struct scan_jobs j = { .storefd = storefd, .store = store,
-				       .src = src, .names = names,
+				       .src = src, .deadline_ns = deadline_ns,
+				       .names = names,
 				       .nlocal = nlocal, .fn = fn, .arg = arg };
 
 		pthread_mutex_init(&j.lock, NULL);
@@ -698,7 +751,8 @@ int sf_store_scan_src(const char *store, struct sf_source *src, int single_hint,
 		free(real);
 		return fd;
 	}
-	ret = sf_store_scan_fd(fd, real, src, single_hint, fn, arg, single);
+	ret = sf_store_scan_fd(fd, real, src, single_hint, SF_STORE_WAIT_FOREVER,
+			       fn, arg, single);
 	close(fd);
 	free(real);
 	return ret;

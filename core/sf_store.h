@@ -136,11 +136,19 @@ void sf_store_open_many(int storefd, const char *store, char *const *names,
  */
 int sf_store_scan_src(const char *store, struct sf_source *src, int single_hint,
 		      sf_store_fn fn, void *arg, int *single);
-/* The same through the store's descriptor storefd (store: its absolute
+/*
+ * The same through the store's descriptor storefd (store: its absolute
  * path, for names), as the daemon scans: every checkpoint is opened with
- * sf_ckpt_open_at, and a symlink in the store is skipped with a warning. */
+ * sf_ckpt_open_at, and a symlink in the store is skipped with a warning.
+ * wait_ms bounds the scan (SF_STORE_WAIT_FOREVER: no bound): an open
+ * still running that long after the scan began is stopped and given to fn
+ * with err -ETIMEDOUT (logged at info level: not refused, to be opened
+ * again later); a store that is one checkpoint is always waited for.
+ */
+#define SF_STORE_WAIT_FOREVER ((unsigned)-1)
 int sf_store_scan_fd(int storefd, const char *store, struct sf_source *src,
-		     int single_hint, sf_store_fn fn, void *arg, int *single);
+		     int single_hint, unsigned wait_ms, sf_store_fn fn,
+		     void *arg, int *single);
 
 /*
  * This store's vote on "every daemon's STORE is one checkpoint": 2 it is

@@ -116,6 +116,8 @@ struct sf_fs_cluster {
 	void (*shutdown)(void *ctx);
 };
 
+#define SF_FS_OPEN_WAIT_MS 10000u /* default of sf_fs_config.open_wait_ms */
+
 struct sf_fs_config {
 	const char *store;       /* STORE: a directory of checkpoints or one */
 	const char *mountpoint;  /* MOUNTPOINT (need not be absolute) */
@@ -142,6 +144,12 @@ struct sf_fs_config {
 	/* Mount even when MOUNTPOINT holds files (they are hidden while
 	 * mounted); without it such a mountpoint is refused. */
 	bool nonempty;
+	/* How long the start-up scan waits for checkpoints to open, in ms
+	 * (--open-wait, default SF_FS_OPEN_WAIT_MS): one whose open takes
+	 * longer is stopped and opened again after mounting by the live
+	 * store, and shown once that open succeeds (0: every checkpoint so).
+	 * A store that is one checkpoint waits for it. */
+	unsigned open_wait_ms;
 
 	struct sf_engine_opts engine; /* block cache size, checksum verification */
 

@@ -135,6 +135,9 @@ struct sf_fs {
 	pthread_cond_t wfiles_cv;       /* tree_lock: some nwfiles dropped */
 	pthread_mutex_t commit_lock;    /* one commit or delete at a time */
 	char *store_abs;                /* immutable; owned: realpath(store) */
+	struct sf_fs_refused *refused;  /* start-up only: what the scan
+					 * refused, for the live store (owned) */
+	size_t nrefused;
 	int store_fd;                   /* immutable; owned: the store's
 					 * directory, opened at start: every
 					 * checkpoint is opened beneath it */
@@ -254,7 +257,16 @@ void sf_fs_notify_stop(struct sf_fs_notify *nt); /* accepts NULL; joins */
  * single-checkpoint mode; under MPI only new checkpoints are added. */
 #define SF_FS_LIVE_MS 500
 struct sf_fs_live;
-int sf_fs_live_start(struct sf_fs *fs, struct sf_fs_live **out);
+/* A directory the start-up scan refused, with its mtime then: the live
+ * store does not open it again until it changes. */
+struct sf_fs_refused {
+	char *name;                     /* owned */
+	struct timespec mtime;
+};
+/* Start the live store; refused[0..nrefused) (borrowed for the call) seed
+ * what it leaves alone. */
+int sf_fs_live_start(struct sf_fs *fs, const struct sf_fs_refused *refused,
+		     size_t nrefused, struct sf_fs_live **out);
 void sf_fs_live_stop(struct sf_fs_live *l); /* accepts NULL; joins */
 
 /* The node behind a FUSE inode number (the kernel holds a lookup). */

@@ -127,10 +127,15 @@ static void cand_opened(void *arg, size_t i, struct sf_ckpt *ck, int err,
 	int rc;
 
 	if (!ck) {
-		/* the start-up scan said why at warning level already; a
-		 * directory still changing would repeat it every round */
-		sf_debug("store: %s not shown (yet): %s", SF_QSTR(name),
-			 why && why[0] ? why : sf_strerror(err));
+		/* Refused: once per state of its directory (seen). Not
+		 * complete yet, or no format's: a save still running would
+		 * repeat it every round. */
+		if (err == -ENOENT)
+			sf_debug("store: %s not shown (yet): %s", SF_QSTR(name),
+				 why && why[0] ? why : sf_strerror(err));
+		else
+			sf_err("checkpoint %s left out: %s", SF_QSTR(name),
+			       why && why[0] ? why : sf_strerror(err));
 		seen_put(c->l, name, &c->mtimes[i]);
 		return;
 	}
@@ -301,7 +306,8 @@ static void *live_main(void *arg)
 	return NULL;
 }
 
-int sf_fs_live_start(struct sf_fs *fs, struct sf_fs_live **out)
+int sf_fs_live_start(struct sf_fs *fs, const struct sf_fs_refused *refused,
+		     size_t nrefused, struct sf_fs_live **out)
 {
 	struct sf_fs_live *l;
 	pthread_condattr_t ca;
@@ -314,6 +320,10 @@ int sf_fs_live_start(struct sf_fs *fs, struct sf_fs_live **out)
 	if (!l)
 		return -ENOMEM;
 	l->fs = fs;
+	/* the start-up scan said why these were refused: not again until
+	 * they change (a hostile one would cost its budget twice) */
+	for (size_t i = 0; i < nrefused; i++)
+		seen_put(l, refused[i].name, &refused[i].mtime);
 	pthread_mutex_init(&l->lock, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);

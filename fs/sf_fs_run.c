@@ -37,6 +37,9 @@ struct scan_list {
 	size_t n, cap;
 	char **unc;             /* owned: uncommitted "name\0dir" pairs */
 	size_t nunc, capunc;
+	int storefd;            /* the store's (borrowed) */
+	struct sf_fs_refused *refused; /* owned: handed to fs->refused */
+	size_t nrefused, caprefused;
 	int err;                /* first allocation failure */
 };
 
@@ -62,17 +65,39 @@ static void scan_uncommitted(struct scan_list *l, const char *name,
 	l->unc[l->nunc++] = pair;
 }
 
+/* Remember a directory the scan refused, for the live store. */
+static void scan_refused(struct scan_list *l, const char *name)
+{
+	struct stat sb;
+	int rc;
+
+	if (fstatat(l->storefd, name, &sb, AT_SYMLINK_NOFOLLOW) != 0)
+		return;
+	rc = sf_array_grow(&l->refused, l->nrefused, &l->caprefused,
+			   sizeof(*l->refused), 8, 0);
+	if (rc)
+		return; /* opened again by the live store: harmless */
+	l->refused[l->nrefused].name = strdup(name);
+	if (!l->refused[l->nrefused].name)
+		return;
+	l->refused[l->nrefused++].mtime = sb.st_mtim;
+}
+
 static void scan_cb(void *arg, const char *name, const char *dir,
 		    struct sf_ckpt *ck, int err, const char *why)
 {
 	struct scan_list *l = arg;
 	int rc;
 
+	(void)why;
 	if (!ck) {
-		/* Uncommitted (err == 0: resumed if this rank wrote in it) or
-		 * rejected (already logged). */
+		/* Uncommitted (err == 0: resumed if this rank wrote in it),
+		 * still opening at the deadline (-ETIMEDOUT: the live store
+		 * opens it again) or refused (already logged). */
 		if (err == 0)
 			scan_uncommitted(l, name, dir);
+		else if (err != -ETIMEDOUT)
+			scan_refused(l, name);
 		return;
 	}
 	rc = sf_array_grow(&l->cks, l->n, &l->cap, sizeof(*l->cks), 16, 0);
@@ -101,20 +126,22 @@ static bool fuse_mounted_at(const char *path)
 
 static int load_store(struct sf_fs *fs, const char *store)
 {
-	struct scan_list l = { 0 };
+	struct scan_list l = { .storefd = fs->store_fd };
 	int single = 0;
 	size_t i;
 	int rc;
 
 	/* Under MPI the peers' files count too (checkpoints spread over
 	 * node-local stores); the source reads them during the scan. */
+	/* Checkpoints still opening after open_wait_ms are opened again by
+	 * the live store once mounted: none delays the mount past it. */
 	if (fs->cfg->cluster)
 		rc = sf_store_scan_fd(fs->store_fd, store, fs->cfg->cluster->source,
-				      fs->cfg->cluster->store_single, scan_cb,
-				      &l, &single);
+				      fs->cfg->cluster->store_single,
+				      fs->cfg->open_wait_ms, scan_cb, &l, &single);
 	else
-		rc = sf_store_scan_fd(fs->store_fd, store, NULL, -1, scan_cb, &l,
-				      &single);
+		rc = sf_store_scan_fd(fs->store_fd, store, NULL, -1,
+				      fs->cfg->open_wait_ms, scan_cb, &l, &single);
 	if (rc) {
 		sf_err("store %s: %s", store, sf_strerror(rc));
 		goto out_close;
@@ -139,7 +166,14 @@ static int load_store(struct sf_fs *fs, const char *store)
 	}
 	sf_info("store %s: %zu checkpoint%s shown", store, l.n,
 		l.n == 1 ? "" : "s");
+	fs->refused = l.refused;
+	fs->nrefused = l.nrefused;
+	l.refused = NULL;
+	l.nrefused = 0;
 out_close:
+	for (i = 0; i < l.nrefused; i++)
+		free(l.refused[i].name);
+	free(l.refused);
 	for (i = 0; i < l.n; i++)
 		sf_ckpt_close(l.cks[i]);
 	free(l.cks);
@@ -491,7 +525,12 @@ int sf_fs_run(const struct sf_fs_config *cfg)
 	if (cfg->cluster && cfg->cluster->attach)
 		cfg->cluster->attach(cfg->cluster->ctx, fs);
 	/* Checkpoints appearing in or vanishing from the store from now on. */
-	rc = sf_fs_live_start(fs, &live);
+	rc = sf_fs_live_start(fs, fs->refused, fs->nrefused, &live);
+	for (size_t i = 0; i < fs->nrefused; i++)
+		free(fs->refused[i].name);
+	free(fs->refused);
+	fs->refused = NULL;
+	fs->nrefused = 0;
 	if (rc)
 		sf_warn("fs: the store is not watched (new checkpoints need a remount): %s",
 			sf_strerror(rc));
@@ -533,6 +572,9 @@ out_destroy_session:
 out_free_args:
 	fuse_opt_free_args(&args);
 out_free_tree:
+	for (size_t i = 0; i < fs->nrefused; i++)
+		free(fs->refused[i].name);
+	free(fs->refused);
 	/* The tree first: closing a checkpoint drops its blocks from the engine. */
 	sf_fs_tree_destroy(fs);
 	sf_engine_destroy(fs->engine);

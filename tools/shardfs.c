@@ -100,7 +100,7 @@ static void usage(FILE *f)
 		"  -d                  FUSE debug output (implies -f)\n"
 		"  -s                  serve requests on a single thread\n"
 		"  -o OPT[,OPT...]     mount options: shardfs's own (cache_mb=N, no_verify,\n"
-		"                      log_level=L, log_file=PATH, nonempty,\n"
+		"                      log_level=L, log_file=PATH, nonempty, open_wait=S,\n"
 		"                      no_default_permissions), FUSE's (ro, allow_other, ...);\n"
 		"                      fstab-only ones (defaults, nofail, _netdev, x-*, ...)\n"
 		"                      are ignored\n"
@@ -112,6 +112,8 @@ static void usage(FILE *f)
 		"  --log-file PATH     append the log to PATH (SIGHUP reopens it); without\n"
 		"                      it the log goes to stderr with -f, else to syslog\n"
 		"  --nonempty          allow a MOUNTPOINT that holds files (they are hidden)\n"
+		"  --open-wait S       how long mounting waits for checkpoints to open\n"
+		"                      (default 10); slower ones appear once opened\n"
 		"  --no-default-permissions\n"
 		"                      do not have the kernel check the modes shown (with\n"
 		"                      -o allow_other every user may then read everything;\n"
@@ -191,6 +193,31 @@ static int set_cache_mb(struct args *a, const char *v)
 	return 0;
 }
 
+/* Seconds with at most three decimals, 0 to 3600, into ms. */
+static int set_open_wait(struct args *a, const char *v)
+{
+	char whole[16], frac[4] = "000";
+	const char *dot = strchr(v, '.');
+	uint64_t s, f;
+	size_t n = dot ? (size_t)(dot - v) : strlen(v);
+
+	if (n == 0 || n >= sizeof(whole) ||
+	    (dot && (!dot[1] || strlen(dot + 1) > 3)))
+		goto bad;
+	memcpy(whole, v, n);
+	whole[n] = '\0';
+	if (dot)
+		memcpy(frac, dot + 1, strlen(dot + 1));
+	if (sf_parse_u64(whole, 3600, &s) || sf_parse_u64(frac, 999, &f) ||
+	    s * 1000 + f > 3600000)
+		goto bad;
+	a->cfg.open_wait_ms = (unsigned)(s * 1000 + f);
+	return 0;
+bad:
+	return bad_usage("--open-wait (-o open_wait) wants seconds from 0 to 3600 (e.g. 10, 0.5), not '%s'",
+			 v);
+}
+
 static int set_level(struct args *a, const char *v)
 {
 	if (parse_level(v, &a->level))
@@ -226,6 +253,8 @@ static int own_opt(struct args *a, const char *item)
 		return set_cache_mb(a, item + 9) ? 2 : 1;
 	if (strncmp(item, "log_level=", 10) == 0)
 		return set_level(a, item + 10) ? 2 : 1;
+	if (strncmp(item, "open_wait=", 10) == 0)
+		return set_open_wait(a, item + 10) ? 2 : 1;
 	if (strncmp(item, "log_file=", 9) == 0) {
 		if (!item[9])
 			return bad_usage("-o log_file= wants a path%s", "");
@@ -418,7 +447,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 {
 	enum { OPT_NO_VERIFY = 256, OPT_CACHE_MB, OPT_LOG_LEVEL, OPT_LOG_FILE,
 	       OPT_NONEMPTY, OPT_MPI, OPT_COMMIT_TIMEOUT, OPT_PEER_TIMEOUT,
-	       OPT_NO_DEFAULT_PERMS, OPT_DIRECT_IO };
+	       OPT_NO_DEFAULT_PERMS, OPT_DIRECT_IO, OPT_OPEN_WAIT };
 	static const struct option longopts[] = {
 		{ "no-verify", no_argument, NULL, OPT_NO_VERIFY },
 		{ "cache-mb", required_argument, NULL, OPT_CACHE_MB },
@@ -430,6 +459,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 		{ "peer-timeout", required_argument, NULL, OPT_PEER_TIMEOUT },
 		{ "no-default-permissions", no_argument, NULL, OPT_NO_DEFAULT_PERMS },
 		{ "direct-io", no_argument, NULL, OPT_DIRECT_IO },
+		{ "open-wait", required_argument, NULL, OPT_OPEN_WAIT },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -485,6 +515,10 @@ static int parse_args(int argc, char **argv, struct args *a)
 			break;
 		case OPT_DIRECT_IO:
 			a->cfg.direct_io = true;
+			break;
+		case OPT_OPEN_WAIT:
+			if (set_open_wait(a, optarg))
+				return 2;
 			break;
 		case OPT_COMMIT_TIMEOUT:
 			if (parse_seconds(optarg, &a->commit_timeout_ms))
@@ -562,6 +596,7 @@ int main(int argc, char **argv)
 	memset(&a, 0, sizeof(a));
 	a.cfg.fuse_opts = a.fuse_opts;
 	a.cfg.engine.verify = true;
+	a.cfg.open_wait_ms = SF_FS_OPEN_WAIT_MS;
 	a.level = SF_LOG_WARN;
 	a.mb = 32;
 	a.commit_timeout_ms = DEFAULT_COMMIT_TIMEOUT_S * 1000;

@@ -40,6 +40,7 @@ struct sf_budget {
 	uint64_t start_ns;                /* CLOCK_MONOTONIC */
 	struct sf_budget_stats s;
 	bool spent;
+	bool timed_out;                   /* spent by the time budget */
 	char why[256];
 	struct rec **recs;                /* nrec, each owned */
 	size_t nrec, caprec;
@@ -178,12 +179,18 @@ int sf_budget_check(struct sf_budget *b)
 	if (el <= allow)
 		return 0;
 	b->spent = true;
+	b->timed_out = true;
 	human(fb, sizeof(fb), b->s.file_bytes);
 	snprintf(b->why, sizeof(b->why),
 		 "time budget spent: %.1f s (the budget: %.0f s plus %.1f s per GiB of the %s of files opened)",
 		 (double)el / 1e9, (double)b->lim.time_base_ns / 1e9,
 		 (double)b->lim.time_per_gib_ns / 1e9, fb);
 	return -SF_EBUDGET;
+}
+
+bool sf_budget_timed_out(const struct sf_budget *b)
+{
+	return b && b->timed_out;
 }
 
 int sf_budget_charge_file(struct sf_budget *b, uint64_t size)

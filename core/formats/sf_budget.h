@@ -103,6 +103,8 @@ int sf_budget_charge_decoded(struct sf_budget *b, uint64_t coded,
 uint64_t sf_budget_room(const struct sf_budget *b, uint64_t coded);
 
 bool sf_budget_spent(const struct sf_budget *b);
+/* Spent by the time budget (not by bytes decoded)? */
+bool sf_budget_timed_out(const struct sf_budget *b);
 /* Once spent: one line saying which budget and how much ("decode budget
  * spent: ..." or "time budget spent: ..."); else "". Valid until
  * sf_budget_free. */

@@ -23,12 +23,12 @@ _shardfs()
 		[[ $cur == *,* ]] && head=${cur%,*},
 		COMPREPLY=($(compgen -P "$head" -W "ro rw allow_other allow_root
 			default_permissions auto_unmount max_read= fsname= subtype=
-			cache_mb= no_verify log_level= log_file= nonempty
+			cache_mb= no_verify log_level= log_file= nonempty open_wait=
 			no_default_permissions" \
 			-- "${cur##*,}"))
 		compopt -o nospace 2>/dev/null
 		return ;;
-	--cache-mb | --commit-timeout | --peer-timeout)
+	--cache-mb | --commit-timeout | --peer-timeout | --open-wait)
 		return ;;
 	--log-file)
 		compopt -o filenames 2>/dev/null
@@ -37,7 +37,7 @@ _shardfs()
 	esac
 	if [[ $cur == -* ]]; then
 		COMPREPLY=($(compgen -W "-f -d -s -o --no-verify --cache-mb --direct-io --log-level
-			--log-file --nonempty --no-default-permissions --mpi --commit-timeout --peer-timeout
+			--log-file --nonempty --open-wait --no-default-permissions --mpi --commit-timeout --peer-timeout
 			-h --help -V --version" -- "$cur"))
 		return
 	fi
