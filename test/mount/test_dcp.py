@@ -259,7 +259,7 @@ def test(env, ck):
         # issue 30: a chunk archive holding two data.pkl leaves its tensor
         # out, with one line saying so
         ck.eq(len([l for l in log.splitlines() if "h-twopkl" in l and
-                   "%s left out" % victim in l and "more than one data.pkl" in l]), 1,
+                   '"%s" left out' % victim in l and "more than one data.pkl" in l]), 1,
               "h-twopkl: one log line says why %s is left out" % victim)
         root = os.path.join(mnt, "h-twopkl")
         if ck.ok(os.path.isdir(root), "h-twopkl is mounted without its bad chunk"):
