@@ -532,6 +532,35 @@ def main(test_fn, argv=None):
     return status
 
 
+
+# --- acting as another local user, running helper scripts ---
+
+NOBODY = 65534
+
+
+def as_nobody(ops):
+    """Run ops (userops.py: [op, args...] each) as uid/gid 65534 through
+    setpriv; their results, in order ({"ok": ...} or {"errno": NAME})."""
+    r = subprocess.run(
+        ["setpriv", "--reuid=%d" % NOBODY, "--regid=%d" % NOBODY,
+         "--clear-groups", "/usr/bin/python3",
+         os.path.join(os.path.dirname(os.path.abspath(__file__)), "userops.py")],
+        input=json.dumps(ops).encode(), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, timeout=300)
+    if r.returncode != 0:
+        raise RuntimeError("userops failed: %s" % r.stderr.decode(errors="replace"))
+    res = json.loads(r.stdout)
+    assert len(res) == len(ops)
+    return res
+
+
+def run_cmd(argv, timeout=300):
+    """Run argv; (returncode, stdout, stderr) as text."""
+    r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       timeout=timeout)
+    return r.returncode, r.stdout.decode(errors="replace"), \
+        r.stderr.decode(errors="replace")
+
 # --- paths inside a mounted checkpoint (SPEC section 3) ---
 
 def tensor_path(root, name, spec=None):

@@ -26,7 +26,6 @@ import errno
 import json
 import os
 import shutil
-import subprocess
 import sys
 
 import numpy as np
@@ -39,13 +38,6 @@ TOP = os.path.abspath(os.path.join(HERE, "..", ".."))
 FIXTURES = os.path.join(os.environ.get("SHARDFS_FIXTURES") or
                         os.path.join(TOP, "test", "fixtures"), "paddle")
 PY = "/usr/bin/python3"
-
-
-def run(argv, timeout=300):
-    r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                       timeout=timeout)
-    return r.returncode, r.stdout.decode(errors="replace"), \
-        r.stderr.decode(errors="replace")
 
 
 def paddle_variants(store):
@@ -109,7 +101,7 @@ def left_out_lines(log, ckpt, key):
 def test(env, ck):
     store = env.path("store")
     os.makedirs(store)
-    rc, out, err = run([PY, os.path.join(HERE, "dcp_overlap.py"), store])
+    rc, out, err = sm.run_cmd([PY, os.path.join(HERE, "dcp_overlap.py"), store])
     if not ck.eq(rc, 0, "dcp_overlap.py ran with torch 1.13: %s" % err[-2000:]):
         return
     want = json.loads(out)

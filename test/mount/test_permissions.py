@@ -21,7 +21,6 @@ Skips (exit 77, saying why) when not run as root or without setpriv.
 """
 
 import errno
-import json
 import os
 import stat
 import subprocess
@@ -31,22 +30,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sfmount as sm  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-NOBODY = 65534
+NOBODY = sm.NOBODY
 DENIED = ("EACCES", "EPERM")
-
-
-def as_nobody(ops):
-    """Run ops (see userops.py) as uid/gid 65534; their results."""
-    r = subprocess.run(
-        ["setpriv", "--reuid=%d" % NOBODY, "--regid=%d" % NOBODY,
-         "--clear-groups", "/usr/bin/python3", os.path.join(HERE, "userops.py")],
-        input=json.dumps(ops).encode(), stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, timeout=300)
-    if r.returncode != 0:
-        raise RuntimeError("userops failed: %s" % r.stderr.decode(errors="replace"))
-    res = json.loads(r.stdout)
-    assert len(res) == len(ops)
-    return res
 
 
 def write_dcp(path):
@@ -82,7 +67,7 @@ def check_reads(ck, mnt, ref, label):
             ["read", sm.tensor_path(os.path.join(mnt, "ck-0600"), names[0])],
             ["stat", sm.tensor_path(os.path.join(mnt, "ck-0600"), names[0])],
             ["stat", os.path.join(mnt, "ck-priv")]]
-    res = as_nobody(ops)
+    res = sm.as_nobody(ops)
     import hashlib
     for n, r in zip(names, res):
         ck.eq(r, {"ok": hashlib.sha256(ref.tensor_bytes(n)).hexdigest()},
@@ -125,7 +110,7 @@ def check_changes(env, ck, mnt, ref, label):
         ["mkdir", os.path.join(w, "tensors", "sub")],
         ["unlink", os.path.join(w, "config.json")],
     ]
-    res = as_nobody(ops)
+    res = sm.as_nobody(ops)
     for op, r in zip(ops, res):
         what = "%s: nobody: %s %s" % (label, op[0], " ".join(str(a) for a in op[1:]))
         if op[0] == "run":

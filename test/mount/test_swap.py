@@ -40,7 +40,6 @@ import json
 import os
 import shutil
 import stat
-import subprocess
 import sys
 import time
 
@@ -49,22 +48,8 @@ import sfmount as sm  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURE = os.path.join(HERE, "..", "fixtures", "hf", "transformers-4.46", "llama-st")
-NOBODY = 65534
+NOBODY = sm.NOBODY
 SHOWN_WITHIN_S = 3.0
-
-
-def as_nobody(ops):
-    """Run ops (userops.py) as uid/gid 65534; their results."""
-    r = subprocess.run(
-        ["setpriv", "--reuid=%d" % NOBODY, "--regid=%d" % NOBODY,
-         "--clear-groups", "/usr/bin/python3", os.path.join(HERE, "userops.py")],
-        input=json.dumps(ops).encode(), stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, timeout=300)
-    if r.returncode != 0:
-        raise RuntimeError("userops failed: %s" % r.stderr.decode(errors="replace"))
-    res = json.loads(r.stdout)
-    assert len(res) == len(ops)
-    return res
 
 
 def sha(b):
@@ -134,19 +119,19 @@ def run(env, ck):
     os.symlink(private, os.path.join(store, "evil"))
     os.lchown(os.path.join(store, "evil"), NOBODY, NOBODY)
 
-    r = as_nobody([["read", os.path.join(private, "notes.txt")]])
+    r = sm.as_nobody([["read", os.path.join(private, "notes.txt")]])
     ck.eq(r[0].get("errno"), "EACCES", "nobody cannot read the private notes itself")
 
     with sm.Mount(env, store, ["-o", "allow_other", "--log-level", "info"],
                   name="swap") as m:
         mnt = m.mnt
-        root = as_nobody([["listdir", mnt]])[0]
+        root = sm.as_nobody([["listdir", mnt]])[0]
         ck.eq(root.get("ok"), ["ck", "ck2"],
               "(4) the store's symlink is not listed: %s" % root)
         evil = [l for l in m.log_lines() if "evil" in l]
         ck.eq(len(evil), 1, "(4) one line for the skipped symlink: %s" % evil)
         ck.ok(evil and "symlink" in evil[0], "(4) the line says symlink: %s" % evil)
-        r = as_nobody([["read", os.path.join(mnt, "evil", "notes.txt")]])[0]
+        r = sm.as_nobody([["read", os.path.join(mnt, "evil", "notes.txt")]])[0]
         ck.eq(r.get("errno"), "ENOENT", "(4) evil/notes.txt not reachable: %s" % r)
 
         # before the swap root reads (so knows) a tensor of a shard file
@@ -159,11 +144,11 @@ def run(env, ck):
         # the bytes t0 must have: ck2 is a copy of the same checkpoint
         t0_ck2 = sm.tensor_path(os.path.join(mnt, "ck2"),
                                 sorted(k for k in wmap if wmap[k] == files[-1])[0])
-        before = as_nobody([["read", t0_ck2]])[0]
+        before = sm.as_nobody([["read", t0_ck2]])[0]
         ck.ok("ok" in before, "a tensor of ck2 before the swap: %s" % before)
 
         # (1) the swap, by nobody
-        as_nobody([["rename", os.path.join(store, "ck"), os.path.join(store, ".old")],
+        sm.as_nobody([["rename", os.path.join(store, "ck"), os.path.join(store, ".old")],
                    ["run", "ln", "-s", private, os.path.join(store, "ck")]])
         ck.ok(os.path.islink(os.path.join(store, "ck")), "(1) ck is a symlink now")
         # read at once (before the next scan) and until it leaves: never a
@@ -172,7 +157,7 @@ def run(env, ck):
         t_start = time.monotonic()
         gone = None
         while time.monotonic() - t_start < SHOWN_WITHIN_S + 2:
-            res = as_nobody([["read", os.path.join(mnt, "ck", "notes.txt")],
+            res = sm.as_nobody([["read", os.path.join(mnt, "ck", "notes.txt")],
                              ["read", t0], ["listdir", mnt]])
             if res[0].get("ok") not in (None, sha(notes["ck"])):
                 seen_secret.append(res[0])
@@ -196,26 +181,26 @@ def run(env, ck):
         lines = [l for l in m.log_lines() if "ck" in l and "symlink" in l and "evil" not in l]
         ck.eq(len(lines), 1, "(1) one warning for the swap: %s" % lines)
         time.sleep(1.5)
-        r = as_nobody([["listdir", mnt]])[0]
+        r = sm.as_nobody([["listdir", mnt]])[0]
         ck.ok("ck" not in r.get("ok", []), "(1) ck stays out while a symlink: %s" % r)
 
         # (2) the symlink replaced by a real directory: a new checkpoint
-        as_nobody([["unlink", os.path.join(store, "ck")],
+        sm.as_nobody([["unlink", os.path.join(store, "ck")],
                    ["rename", os.path.join(side, "ck-new"), os.path.join(store, "ck")]])
-        back = wait_for(lambda: as_nobody([["read", os.path.join(mnt, "ck", "notes.txt")]])
+        back = wait_for(lambda: sm.as_nobody([["read", os.path.join(mnt, "ck", "notes.txt")]])
                         [0].get("ok") == sha(notes["ck-new"]), SHOWN_WITHIN_S + 2)
         ck.ok(back is not None, "(2) ck shown again with the new directory's bytes (%s)" % back)
 
         # (3) another directory under the same name
-        r2 = as_nobody([["read", os.path.join(mnt, "ck2", "notes.txt")],
+        r2 = sm.as_nobody([["read", os.path.join(mnt, "ck2", "notes.txt")],
                         ["stat", os.path.join(mnt, "ck2")]])
         ck.eq(r2[0].get("ok"), sha(notes["ck2"]), "(3) ck2 before its swap")
-        as_nobody([["rename", os.path.join(store, "ck2"), os.path.join(store, ".old2")],
+        sm.as_nobody([["rename", os.path.join(store, "ck2"), os.path.join(store, ".old2")],
                    ["rename", os.path.join(side, "ck3"), os.path.join(store, "ck2")]])
         mixed = []
 
         def now_ck3():
-            res = as_nobody([["read", os.path.join(mnt, "ck2", "notes.txt")]])[0]
+            res = sm.as_nobody([["read", os.path.join(mnt, "ck2", "notes.txt")]])[0]
             if res.get("ok") not in (None, sha(notes["ck2"]), sha(notes["ck3"])):
                 mixed.append(res)
             return res.get("ok") == sha(notes["ck3"])
@@ -223,7 +208,7 @@ def run(env, ck):
         ck.ok(t3 is not None, "(3) ck2 shows ck3's bytes within %.0f s (%s)" % (
             SHOWN_WITHIN_S, t3))
         ck.eq(mixed, [], "(3) never bytes of neither directory")
-        st3 = as_nobody([["stat", os.path.join(mnt, "ck2")]])[0]
+        st3 = sm.as_nobody([["stat", os.path.join(mnt, "ck2")]])[0]
         ck.eq(stat.S_IMODE(st3["ok"][0]) if "ok" in st3 else None, 0o550,
               "(3) ck2 shows the new directory's modes (0750, read-only: 0550)")
         lines = [l for l in m.log_lines() if "ck2" in l and "another directory" in l]
@@ -238,7 +223,7 @@ def run(env, ck):
         with open(os.path.join(wck, "a.txt"), "wb") as f:
             f.write(b"a" * 100)
         attack = os.path.join(side, "attack")
-        as_nobody([["mkdir", attack],
+        sm.as_nobody([["mkdir", attack],
                    ["run", "ln", "-s", private, os.path.join(attack, "rank-00000")],
                    ["rename", os.path.join(store, "wck"), os.path.join(store, ".wold")],
                    ["run", "ln", "-s", attack, os.path.join(store, "wck")]])
