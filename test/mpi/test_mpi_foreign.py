@@ -22,6 +22,8 @@ MNT%r` must show every checkpoint on every daemon, every tensor byte-exact
   3. a chunk file on a peer replaced by a symlink to a copy outside the
      checkpoint: the tensors it holds are left out on every daemon (never
      served from outside), the rest read correctly;
+  4. rank 1's checkpoint directory swapped for a symlink while mounted
+     (issue 30): no daemon serves the swapped-in bytes;
 and every change through a mount fails with EROFS, and the stores are
 byte-for-byte unchanged at the end.
 """
@@ -29,10 +31,14 @@ byte-for-byte unchanged at the end.
 import errno
 import re
 import hashlib
+import json
 import os
 import shutil
 import subprocess
 import sys
+import time
+
+import xxhash
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sfmpi  # noqa: E402
@@ -195,10 +201,50 @@ def part_symlink(env, ck):
     ck.ok("__1_0.distcp" in log, "the log names the chunk file left out")
 
 
+def part_swap(env, ck):
+    """Issue 30 (1) under MPI: rank 1's checkpoint directory swapped, while
+    mounted, for a symlink to a directory whose chunk file holds other
+    bytes (every byte of the real one flipped): no daemon ever serves
+    them; a read that needs rank 1's chunk gives the real bytes or EIO."""
+    pattern = env.path("fswap%r")
+    split_dcp(os.path.join(FIX, "dcp/torch-2.15/rows4"), os.path.join(pattern, "rows4"), 0)
+    with open(os.path.join(FIX, "dcp/torch-2.15/rows4.expected.json")) as f:
+        exp = json.load(f)["tensors"]
+    outside = env.path("swap-outside")
+    os.makedirs(outside)
+    mine = os.path.join(sfmpi.expand(pattern, 1), "rows4")
+    for fn in os.listdir(mine):
+        with open(os.path.join(mine, fn), "rb") as f:
+            b = f.read()
+        with open(os.path.join(outside, fn), "wb") as f:
+            f.write(bytes(x ^ 0xFF for x in b))
+    with sfmpi.Cluster(env, pattern, name="fswap") as c:
+        os.rename(mine, os.path.join(sfmpi.expand(pattern, 1), ".old-rows4"))
+        os.symlink(outside, mine)
+        bad = []
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 3.0:
+            for r in range(sfmpi.NRANKS):
+                for name in ("rows", "cols"):
+                    p = os.path.join(c.mnt(r), "rows4", "tensors", name)
+                    try:
+                        with open(p, "rb") as f:
+                            got = f.read()
+                    except OSError as e:
+                        if e.errno not in (errno.EIO, errno.ENOENT):
+                            bad.append("rank %d %s: %s" % (r, name, e))
+                        continue
+                    if "%016x" % xxhash.xxh3_64_intdigest(got) != exp[name]["xxh3"]:
+                        bad.append("rank %d %s: bytes that are not the checkpoint's" % (r, name))
+            time.sleep(0.3)
+        ck.eq(bad, [], "after a swap on rank 1 no daemon serves the swapped-in bytes")
+
+
 def run(env, ck):
     part_store(env, ck)
     part_single(env, ck)
     part_symlink(env, ck)
+    part_swap(env, ck)
 
 
 if __name__ == "__main__":
