@@ -435,7 +435,7 @@ static void log_block_error(const struct read_ctx *c, const struct sf_shard *s,
 	sf_log_once(&read_fail_lim,
 		    sf_log_key(c->ck->name, c->t->name, s->file, err), SF_LOG_ERROR,
 		    "checkpoint %s: tensor %s: shard %zu (rank %u, file %s) block %llu: %s",
-		    c->ck->name, sf_quote_str(qt, c->t->name),
+		    SF_QSTR(c->ck->name), sf_quote_str(qt, c->t->name),
 		    (size_t)(s - c->t->shards), s->rank, sf_quote_str(qf, s->file),
 		    (unsigned long long)idx, sf_strerror(err));
 }
@@ -507,7 +507,7 @@ static int dec_load(struct read_ctx *c, const struct sf_shard *s,
 			    sf_log_key(c->ck->name, c->t->name, s->file, -EILSEQ),
 			    SF_LOG_ERROR,
 			    "checkpoint %s: tensor %s: shard %zu (rank %u, file %s, %s stream at %llu): %s",
-			    c->ck->name, sf_quote_str(qt, c->t->name),
+			    SF_QSTR(c->ck->name), sf_quote_str(qt, c->t->name),
 			    (size_t)(s - c->t->shards), s->rank,
 			    sf_quote_str(qf, s->file), sf_codec_name(s->codec),
 			    (unsigned long long)s->file_offset, why);
@@ -970,7 +970,7 @@ static int on_segment(void *arg, uint64_t toff, uint64_t voff, uint64_t len)
 				    sf_log_key(c->ck->name, t->name, NULL, -SF_EGAP),
 				    SF_LOG_ERROR,
 				    "checkpoint %s: tensor %s: no shard covers byte %llu",
-				    c->ck->name, SF_QSTR(t->name),
+				    SF_QSTR(c->ck->name), SF_QSTR(t->name),
 				    (unsigned long long)p);
 			return -SF_EGAP;
 		}

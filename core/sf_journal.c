@@ -173,11 +173,11 @@ static void replay_line(const char *line, size_t len, const char *who,
 	json_t *o = json_loadb(line, len, 0, &jerr);
 
 	if (!o) {
-		sf_warn("checkpoint %s: journal line skipped: %s", who, jerr.text);
+		sf_warn("checkpoint %s: journal line skipped: %s", SF_QSTR(who), jerr.text);
 		return;
 	}
 	if (parse_rec(o, &r) != 0 || fn(arg, &r) != 0)
-		sf_warn("checkpoint %s: journal line skipped: malformed record", who);
+		sf_warn("checkpoint %s: journal line skipped: malformed record", SF_QSTR(who));
 	json_decref(o);
 }
 
@@ -201,7 +201,7 @@ int sf_journal_replay(const char *path, const char *who,
 			 * Cut it off, or the next record appended would be glued
 			 * to it and lost at the next replay (found by
 			 * test/fuzz/fuzz_journal). */
-			sf_warn("checkpoint %s: ignoring a torn journal line", who);
+			sf_warn("checkpoint %s: ignoring a torn journal line", SF_QSTR(who));
 			if (truncate(path, (off_t)(p - buf)) != 0)
 				ret = -errno;
 			break;

@@ -333,7 +333,7 @@ static int replay_rec(void *arg, const struct sf_journal_rec *r)
 			char q[SF_QNAME_SIZE], qf[SF_QNAME_SIZE];
 
 			sf_warn("checkpoint %s: %s: discarding a shard from the journal (%s): %s",
-				w->name, sf_quote_str(q, e->name),
+				SF_QSTR(w->name), sf_quote_str(q, e->name),
 				sf_quote_str(qf, s.file), sf_strerror(ret));
 			sf_shard_clear(&s);
 		} else {
@@ -841,7 +841,7 @@ static int end_run(struct sf_wfile *f)
 
 			sf_shard_clear(&s);
 			sf_err("checkpoint %s: %s: box write incomplete: %llu of %llu bytes",
-			       w->name, sf_quote_str(q, f->name),
+			       SF_QSTR(w->name), sf_quote_str(q, f->name),
 			       (unsigned long long)f->run_len,
 			       (unsigned long long)f->limit);
 			return -SF_EGAP;
@@ -888,7 +888,7 @@ int sf_wfile_write(struct sf_wfile *f, const void *buf, size_t len,
 		char q[SF_QNAME_SIZE];
 
 		sf_err("checkpoint %s: %s: box shards must be written sequentially "
-		       "(write at %llu, expected %llu)", f->w->name,
+		       "(write at %llu, expected %llu)", SF_QSTR(f->w->name),
 		       sf_quote_str(q, f->name),
 		       (unsigned long long)off,
 		       (unsigned long long)(f->in_run ? f->run_len : 0));
@@ -952,7 +952,7 @@ int sf_wfile_close(struct sf_wfile *f)
 		char q[SF_QNAME_SIZE];
 
 		sf_err("checkpoint %s: %s: box file closed with no bytes written",
-		       f->w->name, sf_quote_str(q, f->name));
+		       SF_QSTR(f->w->name), sf_quote_str(q, f->name));
 	}
 	/* A file with no I/O error goes back to the idle set: the next
 	 * shard starts at its end (bytes of a dropped box stay unreferenced). */
@@ -986,7 +986,7 @@ static struct sf_model *build_part(struct sf_wckpt *w, int *err)
 			char q[SF_QNAME_SIZE];
 
 			sf_warn("checkpoint %s: %s was created but never declared; left out",
-				w->name, sf_quote_str(q, e->name));
+				SF_QSTR(w->name), sf_quote_str(q, e->name));
 			continue;
 		}
 		ret = sf_model_add_tensor(m, e->is_file, e->name, e->dtype,

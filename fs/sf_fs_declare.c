@@ -158,7 +158,7 @@ int sf_fs_w_declare_batch(struct sf_fs *fs, struct sf_node *dir,
 	    !(dir->kind == SF_NODE_DIR && dir->parent &&
 	      dir->parent->kind == SF_NODE_CKPT && !strcmp(dir->name, "tensors"))) {
 		sf_warn_limited("checkpoint %s: user.shardfs.declare goes on the checkpoint or its tensors/ directory",
-			ck);
+			SF_QSTR(ck));
 		return -EINVAL;
 	}
 	if (size > SF_FS_MAX_DECL_BATCH)
@@ -166,7 +166,7 @@ int sf_fs_w_declare_batch(struct sf_fs *fs, struct sf_node *dir,
 	doc = json_loadb(value, size, JSON_REJECT_DUPLICATES, &jerr);
 	if (!doc || !json_is_object(doc)) {
 		sf_warn_limited("checkpoint %s: user.shardfs.declare: not a JSON object: %s",
-			ck, doc ? "another JSON value" : "cannot parse it");
+			SF_QSTR(ck), doc ? "another JSON value" : "cannot parse it");
 		json_decref(doc);
 		return -EINVAL;
 	}
@@ -223,11 +223,11 @@ out_refuse:
 	sf_quote_name(qname, name, strlen(name));
 	if (why)
 		sf_warn_limited("checkpoint %s: user.shardfs.declare: %s: %s%s",
-			ck, qname, why,
+			SF_QSTR(ck), qname, why,
 			i < n && i ? " (the members before it are declared)" : "");
 	else if (rc != -ENOMEM)
 		sf_warn_limited("checkpoint %s: user.shardfs.declare: %s: %s",
-			ck, qname, sf_strerror(rc));
+			SF_QSTR(ck), qname, sf_strerror(rc));
 out_free:
 	sf_model_destroy(scratch);
 	free(decls);

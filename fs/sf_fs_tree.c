@@ -285,7 +285,7 @@ static void subtree_sort(struct sf_fs *fs, struct sf_node *n)
 
 		if (out > 0 && strcmp(n->children[out - 1]->name, c->name) == 0) {
 			sf_warn("checkpoint %s: %s names two entries; showing only the first",
-				c->ck ? c->ck->name : "?", SF_QSTR(c->name));
+				SF_QSTR(c->ck ? c->ck->name : "?"), SF_QSTR(c->name));
 			if (sf_node_is_dir(c))
 				n->nsubdirs--;
 			subtree_unlink(fs, c);
@@ -429,7 +429,7 @@ static int build_ckpt(struct sf_fs *fs, struct sf_node *cd)
 
 		if (nout)
 			sf_info("checkpoint %s: npy/ leaves out %zu tensor%s of %s %s (no numpy dtype); read them from tensors/ or model.safetensors",
-				ck->name, nout, nout == 1 ? "" : "s",
+				SF_QSTR(ck->name), nout, nout == 1 ? "" : "s",
 				strchr(dts, ',') ? "dtypes" : "dtype", dts);
 	}
 	for (i = 0; i < m->nfiles; i++) {
@@ -719,7 +719,7 @@ static int add_committed(struct sf_fs *fs, struct sf_ckpt *ck,
 	return 0;
 
 out_unlist:
-	sf_err("checkpoint %s: cannot show it: %s", c->name, sf_strerror(rc));
+	sf_err("checkpoint %s: cannot show it: %s", SF_QSTR(c->name), sf_strerror(rc));
 	ckpt_unref(fs, c); /* the listing; nodes released theirs */
 	pthread_mutex_unlock(&fs->tree_lock);
 	return rc;
@@ -762,7 +762,7 @@ static void log_bad_slice(const struct sf_node *base, const char *spec,
 		k += (size_t)snprintf(dims + k, sizeof(dims) - k, "%s%" PRIu64,
 				      d ? "," : "", shape[d]);
 	snprintf(dims + k, sizeof(dims) - k, "]");
-	sf_warn_limited("checkpoint %s: %s: %s (shape %s)", base->ck->name,
+	sf_warn_limited("checkpoint %s: %s: %s (shape %s)", SF_QSTR(base->ck->name),
 			SF_QSTR(path),
 			err == -SF_ERANGE ? "slice outside the tensor: each START:STOP needs START <= STOP <= the dimension"
 					  : "bad slice syntax: want START:STOP (either may be empty) for each dimension, comma-separated",
@@ -815,7 +815,7 @@ static int lookup_slice(struct sf_fs *fs, struct sf_node *dir,
 			rc = sf_wckpt_info(base->ck->w, tname, &info);
 		if (rc == -ENOENT || (!rc && !info.declared)) {
 			sf_warn_limited("checkpoint %s: %s: declare dtype and shape before writing a slice",
-				base->ck->name, name);
+				SF_QSTR(base->ck->name), name);
 			rc = -EINVAL;
 		}
 		if (!rc) {
@@ -1097,7 +1097,7 @@ int sf_fs_add_writing(struct sf_fs *fs, const char *name, const char *dir,
 		rc = wentry_add(fs, cd, tdir, l.names[i], l.is_file[i]);
 		if (rc == -EEXIST || rc == -ENOTDIR) {
 			sf_warn("checkpoint %s: %s clashes with another entry; not shown",
-				name, SF_QSTR(l.names[i]));
+				SF_QSTR(name), SF_QSTR(l.names[i]));
 			rc = 0;
 		}
 	}

@@ -127,17 +127,17 @@ int sf_fs_resume(struct sf_fs *fs, const char *name, const char *dir)
 			   &w, &resumed);
 	if (rc) {
 		sf_err("checkpoint %s: cannot resume the unfinished checkpoint: %s",
-		       name, sf_strerror(rc));
+		       SF_QSTR(name), sf_strerror(rc));
 		return rc;
 	}
 	rc = sf_fs_add_writing(fs, name, dir, w, NULL);
 	if (rc) {
 		sf_err("checkpoint %s: cannot show the unfinished checkpoint: %s",
-		       name, sf_strerror(rc));
+		       SF_QSTR(name), sf_strerror(rc));
 		return rc;
 	}
 	sf_warn("checkpoint %s: not committed; resumed for writing with %zu intact shard%s",
-		name, resumed, resumed == 1 ? "" : "s");
+		SF_QSTR(name), resumed, resumed == 1 ? "" : "s");
 	return 0;
 }
 
@@ -173,14 +173,14 @@ static int new_ckpt(struct sf_fs *fs, const char *name, struct sf_node **out)
 	rc = sf_wckpt_open(dir, name, fs->rank, fs->world, SF_DEFAULT_BLOCK_SIZE,
 			   &w, &resumed);
 	if (rc) {
-		sf_err("checkpoint %s: cannot start writing: %s", name,
+		sf_err("checkpoint %s: cannot start writing: %s", SF_QSTR(name),
 		       sf_strerror(rc));
 		goto out_free_dir;
 	}
 	rc = sf_fs_add_writing(fs, name, dir, w, out);
 	if (!rc)
 		sf_info("checkpoint %s: writing (rank %" PRIu32 ", %zu shards resumed)",
-			name, fs->rank, resumed);
+			SF_QSTR(name), fs->rank, resumed);
 out_free_dir:
 	free(dir);
 	return rc;
@@ -203,7 +203,7 @@ void sf_fs_w_mkdir(fuse_req_t req, struct sf_node *parent, const char *name)
 		/* rc says why */
 	} else if (parent->kind == SF_NODE_CKPT && strcmp(name, "tensors") != 0) {
 		sf_warn_limited("checkpoint %s: mkdir %s: only tensors/ and plain files live at a checkpoint's root",
-			parent->ck->name, SF_QSTR(name));
+			SF_QSTR(parent->ck->name), SF_QSTR(name));
 		rc = -EINVAL;
 	} else if (!component_ok(name)) {
 		rc = -EINVAL;
@@ -326,7 +326,7 @@ void sf_fs_w_create(fuse_req_t req, struct sf_node *parent, const char *name,
 		     -EINVAL;
 		if (rc == -EINVAL)
 			sf_warn_limited("checkpoint %s: %s: not a name a root file can take",
-				parent->ck->name, SF_QSTR(name));
+				SF_QSTR(parent->ck->name), SF_QSTR(name));
 		if (rc)
 			goto out_reply_err;
 	} else {
@@ -334,7 +334,7 @@ void sf_fs_w_create(fuse_req_t req, struct sf_node *parent, const char *name,
 		if (!component_ok(name)) {
 			if (strchr(name, '@'))
 				sf_warn_limited("checkpoint %s: %s: a slice of a tensor that is not declared",
-					parent->ck->name, SF_QSTR(name));
+					SF_QSTR(parent->ck->name), SF_QSTR(name));
 			rc = -EINVAL;
 			goto out_reply_err;
 		}
@@ -427,7 +427,7 @@ static int wfile_start(struct sf_fs *fs, struct sf_fs_handle *h)
 	if (rc) {
 		if (rc == -ENOENT || rc == -EINVAL) {
 			sf_warn_limited("checkpoint %s: %s: set user.shardfs.dtype and user.shardfs.shape before writing",
-				c->name, SF_QSTR(name));
+				SF_QSTR(c->name), SF_QSTR(name));
 			rc = -EINVAL;
 		}
 		pthread_mutex_lock(&fs->tree_lock);
@@ -477,7 +477,7 @@ int sf_fs_w_flush(struct sf_fs *fs, struct sf_fs_handle *h, bool final)
 		rc = sf_wfile_close(h->wf);
 		h->wf = NULL;
 		if (rc)
-			sf_err("checkpoint %s: %s: shard not recorded: %s", c->name,
+			sf_err("checkpoint %s: %s: shard not recorded: %s", SF_QSTR(c->name),
 			       SF_QSTR(h->n->name), sf_strerror(rc));
 		pthread_mutex_lock(&fs->tree_lock);
 		c->nwfiles--;
@@ -503,7 +503,7 @@ void sf_fs_w_setattr(fuse_req_t req, struct sf_node *n, struct stat *attr,
 			rc = restart_file(n);
 		} else if ((uint64_t)attr->st_size != sf_fs_w_size(fs, n)) {
 			sf_warn_limited("checkpoint %s: %s: a root file can only be truncated to 0",
-				n->ck->name, SF_QSTR(n->name));
+				SF_QSTR(n->ck->name), SF_QSTR(n->name));
 			rc = -EINVAL;
 		}
 	}
@@ -587,7 +587,7 @@ static int set_decl(struct sf_fs *fs, struct sf_node *n, const char *attr,
 	if (is_dtype) {
 		want.dtype = sf_dtype_from_name(v, size);
 		if (want.dtype == SF_DT_INVALID) {
-			sf_warn_limited("checkpoint %s: %s: unknown dtype %s", c->name,
+			sf_warn_limited("checkpoint %s: %s: unknown dtype %s", SF_QSTR(c->name),
 				SF_QSTR(name), SF_QSTR(v));
 			return -EINVAL;
 		}
@@ -595,7 +595,7 @@ static int set_decl(struct sf_fs *fs, struct sf_node *n, const char *attr,
 		want.has_shape = true;
 		if (parse_shape(v, &want.ndim, want.shape)) {
 			sf_warn_limited("checkpoint %s: %s: shape %s is not a list of sizes like [4096,4096]",
-				c->name, SF_QSTR(name), SF_QSTR(v));
+				SF_QSTR(c->name), SF_QSTR(name), SF_QSTR(v));
 			return -EINVAL;
 		}
 	}
@@ -637,11 +637,11 @@ static int set_decl(struct sf_fs *fs, struct sf_node *n, const char *attr,
 	rc = sf_wckpt_declare(c->w, name, want.dtype, want.ndim, want.shape);
 	if (rc == -SF_ECONFLICT) {
 		sf_warn_limited("checkpoint %s: %s: declared differently before; declarations must agree",
-			c->name, SF_QSTR(name));
+			SF_QSTR(c->name), SF_QSTR(name));
 		return -EINVAL;
 	}
 	if (rc) {
-		sf_warn_limited("checkpoint %s: %s: cannot declare: %s", c->name,
+		sf_warn_limited("checkpoint %s: %s: cannot declare: %s", SF_QSTR(c->name),
 			SF_QSTR(name), sf_strerror(rc));
 		return rc == -SF_ETOOBIG || rc == -EOVERFLOW ? -EINVAL : rc;
 	}
@@ -790,7 +790,7 @@ static int commit_publish(struct sf_fs *fs, struct sf_fs_ckpt *c, char *why,
 						       whylen) : prc;
 		if (rc && !prc && sf_wckpt_unpublish(c->w) != 0)
 			sf_err("checkpoint %s: cannot take back manifest.json after a failed commit",
-			       c->name);
+			       SF_QSTR(c->name));
 		if (!rc && prc)
 			rc = prc;
 	} else {
@@ -807,7 +807,7 @@ static int commit_publish(struct sf_fs *fs, struct sf_fs_ckpt *c, char *why,
 	}
 	if (!rc && sf_wckpt_finish(c->w) != 0)
 		sf_warn("checkpoint %s: committed, but its journal could not be removed",
-			c->name);
+			SF_QSTR(c->name));
 	/* Committed: nothing writes through c->w again (no sf_wfile is open,
 	 * commit waited for that). Its idle payload files and the removed
 	 * journal would otherwise stay open until the kernel forgets the last
@@ -840,7 +840,7 @@ static int do_commit(struct sf_fs *fs, struct sf_fs_ckpt *c)
 			rc = sf_fs_swap_committed(fs, c, ck);
 		else
 			sf_err("checkpoint %s: committed on disk but cannot be opened: %s",
-			       c->name, why);
+			       SF_QSTR(c->name), why);
 	}
 	pthread_mutex_lock(&fs->tree_lock);
 	c->busy = false;
@@ -853,10 +853,10 @@ static int do_commit(struct sf_fs *fs, struct sf_fs_ckpt *c)
 	pthread_mutex_unlock(&fs->tree_lock);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	if (rc)
-		sf_err("checkpoint %s: commit failed: %s", c->name,
+		sf_err("checkpoint %s: commit failed: %s", SF_QSTR(c->name),
 		       why[0] ? why : sf_strerror(rc));
 	else
-		sf_info("checkpoint %s: committed in %.3f s", c->name,
+		sf_info("checkpoint %s: committed in %.3f s", SF_QSTR(c->name),
 			(double)(t1.tv_sec - t0.tv_sec) +
 			(double)(t1.tv_nsec - t0.tv_nsec) / 1e9);
 out_unlock_commit:
@@ -927,7 +927,7 @@ static int do_delete(struct sf_fs *fs, struct sf_fs_ckpt *c,
 	if (c->ck && !c->ck->fmt->writable) {
 		/* c->ck is immutable: a foreign checkpoint stays foreign */
 		sf_warn_limited("checkpoint %s: not deleted: a %s checkpoint, which shardfs only reads",
-			c->name, c->ck->fmt->name);
+			SF_QSTR(c->name), c->ck->fmt->name);
 		return -EROFS;
 	}
 	/* The cluster may refuse a user's delete of a committed checkpoint
@@ -940,7 +940,7 @@ static int do_delete(struct sf_fs *fs, struct sf_fs_ckpt *c,
 		if (checked &&
 		    (rc = cl->removing(cl->ctx, c->name, why, sizeof(why))) != 0) {
 			sf_err("checkpoint %s: not deleted, here or anywhere: %s",
-			       c->name, why[0] ? why : sf_strerror(rc));
+			       SF_QSTR(c->name), why[0] ? why : sf_strerror(rc));
 			note_rm_refused(fs, c, why[0] ? why : sf_strerror(rc));
 			return -EIO;
 		}
@@ -959,7 +959,7 @@ static int do_delete(struct sf_fs *fs, struct sf_fs_ckpt *c,
 	pthread_mutex_unlock(&fs->tree_lock);
 	if (rc) {
 		if (rc == -EBUSY)
-			sf_warn_limited("checkpoint %s: cannot delete: %s", c->name,
+			sf_warn_limited("checkpoint %s: cannot delete: %s", SF_QSTR(c->name),
 				committed || origin == RM_USER ?
 				"files are open for writing or a commit runs" :
 				"a peer deleted it, but it is not committed here (left alone)");
@@ -974,7 +974,7 @@ static int do_delete(struct sf_fs *fs, struct sf_fs_ckpt *c,
 	sf_wckpt_remove_retired(gone);
 	if (committed && origin == RM_USER && cl && cl->removed)
 		cl->removed(cl->ctx, c->name);
-	sf_info("checkpoint %s: %s%s", c->name,
+	sf_info("checkpoint %s: %s%s", SF_QSTR(c->name),
 		committed ? "deleted" : "discarded",
 		origin == RM_PEER ? " (deleted by a peer)" : "");
 out_unbusy:
@@ -982,7 +982,7 @@ out_unbusy:
 	c->busy = false;
 	pthread_mutex_unlock(&fs->tree_lock);
 	if (rc)
-		sf_err("checkpoint %s: cannot delete: %s", c->name,
+		sf_err("checkpoint %s: cannot delete: %s", SF_QSTR(c->name),
 		       why[0] ? why : sf_strerror(rc));
 out_unlock_commit:
 	pthread_mutex_unlock(&fs->commit_lock);

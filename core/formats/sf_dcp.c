@@ -396,7 +396,7 @@ static void leave_out(struct dcp *d, const char *key, const char *why)
 	char q[SF_QNAME_SIZE];
 
 	d->skipped++;
-	sf_warn("checkpoint %s: %s left out: %s", d->name, sf_quote_str(q, key),
+	sf_warn("checkpoint %s: %s left out: %s", SF_QSTR(d->name), sf_quote_str(q, key),
 		why);
 }
 
@@ -416,7 +416,7 @@ static int add_unreadable(struct dcp *d, const char *key, struct sf_tensor *t,
 	char q[SF_QNAME_SIZE], qf[SF_QNAME_SIZE];
 
 	sf_warn("checkpoint %s: tensor %s: the chunk in %s at %llu %s: its reads fail with EIO",
-		d->name, sf_quote_str(q, key), sf_quote_str(qf, si->path),
+		SF_QSTR(d->name), sf_quote_str(q, key), sf_quote_str(qf, si->path),
 		(unsigned long long)si->foff, why);
 	s->codec = SF_CODEC_UNREADABLE;
 	s->file = (char *)si->path;

@@ -43,7 +43,7 @@ int sf_format_open(const struct sf_format *fmt, const struct sf_cdir *cd,
 	sf_budget_stats(c.budget, &st);
 	if (st.decodes)
 		sf_info("checkpoint %s: coded streams: %llu decoded (%llu bytes) for %llu entries naming them, in %.2f s",
-			cd->name ? cd->name : "?", (unsigned long long)st.decodes,
+			SF_QSTR(cd->name ? cd->name : "?"), (unsigned long long)st.decodes,
 			(unsigned long long)st.decoded,
 			(unsigned long long)(st.decodes + st.shared),
 			(double)st.elapsed_ns / 1e9);

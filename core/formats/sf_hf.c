@@ -296,7 +296,7 @@ static void leave_out(struct hf *h, const char *key, const char *fmt, ...)
 			*p = '?';
 	sf_quote_name(q, key, strlen(key));
 	h->left_out++;
-	sf_warn("checkpoint %s: tensor %s left out: %s", h->name, q, why);
+	sf_warn("checkpoint %s: tensor %s left out: %s", SF_QSTR(h->name), q, why);
 }
 
 /* A weight file that cannot be used: its tensors are left out
@@ -344,10 +344,10 @@ static int log_bad_files(struct hf *h)
 		if (h->ix) {
 			h->left_out += count[i];
 			sf_warn("checkpoint %s: weight file %s: %s; the tensors the index puts in it (%zu) are left out",
-				h->name, q, f->why, count[i]);
+				SF_QSTR(h->name), q, f->why, count[i]);
 		} else {
 			sf_warn("checkpoint %s: weight file %s: %s; the tensors it holds are left out",
-				h->name, q, f->why);
+				SF_QSTR(h->name), q, f->why);
 		}
 	}
 	free(count);
@@ -388,7 +388,7 @@ static int load_file(struct hf *h, struct hfile *f)
 		} else if (!rc && f->ts->skipped) {
 			sf_quote_name(tmp, f->path, strlen(f->path));
 			sf_warn("checkpoint %s: weight file %s: %zu entries that are not tensors are not shown",
-				h->name, tmp, f->ts->skipped);
+				SF_QSTR(h->name), tmp, f->ts->skipped);
 		}
 		goto out_close;
 	}
@@ -436,7 +436,7 @@ static int add_chunk(struct hf *h, size_t fi, const struct chunk *c)
 			sf_quote_name(q, c->name, strlen(c->name));
 			sf_quote_name(qf, f->path, strlen(f->path));
 			sf_info("checkpoint %s: tensor %s also in %s: the one the index names is shown",
-				h->name, q, qf);
+				SF_QSTR(h->name), q, qf);
 			return 0;
 		}
 	}

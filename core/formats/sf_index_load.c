@@ -114,13 +114,13 @@ static void report_file(const char *name, const char *file, enum fstate what,
 	file = sf_quote_str(q, file);
 	if (is_new)
 		sf_warn("checkpoint %s: " SF_INDEX_NAME ": file %s appeared since indexing: its shards are not in the index and are served unverified (run shardctl index again)",
-			name, file);
+			SF_QSTR(name), file);
 	else if (unmatched)
 		sf_warn("checkpoint %s: " SF_INDEX_NAME ": file %s %s since indexing: %zu of its shards no longer match the index and are served unverified (run shardctl index again)",
-			name, file, what == F_GONE ? "is gone" : "changed", unmatched);
+			SF_QSTR(name), file, what == F_GONE ? "is gone" : "changed", unmatched);
 	else
 		sf_warn("checkpoint %s: " SF_INDEX_NAME ": file %s %s since indexing: its reads are still checked against the index and fail with EIO where the bytes differ (run shardctl index again if the change was meant)",
-			name, file, what == F_GONE ? "is gone" : "changed");
+			SF_QSTR(name), file, what == F_GONE ? "is gone" : "changed");
 }
 
 int sf_index_apply(int stat_dirfd, const char *name, const char *adapter,
@@ -266,7 +266,7 @@ int sf_index_apply(int stat_dirfd, const char *name, const char *adapter,
 	}
 	if (lines > MAX_CHANGED_LINES)
 		sf_warn("checkpoint %s: " SF_INDEX_NAME ": and %zu more files changed since indexing",
-			name, lines - MAX_CHANGED_LINES);
+			SF_QSTR(name), lines - MAX_CHANGED_LINES);
 out_free:
 	free(sums); /* the copies are the model's */
 	free(match);
@@ -328,12 +328,12 @@ void sf_index_load(int dirfd, const char *name, const struct sf_format *fmt,
 		res->meta = meta;
 		res->metalen = metalen;
 	}
-	sf_info("checkpoint %s: " SF_INDEX_NAME ": %zu shards verified%s", name, st->shards,
+	sf_info("checkpoint %s: " SF_INDEX_NAME ": %zu shards verified%s", SF_QSTR(name), st->shards,
 		st->unverified ? ", some unverified (files changed since indexing)" : "");
 	goto out_free;
 out_log:
 	sf_warn("checkpoint %s: " SF_INDEX_NAME " ignored, reads are unverified: %s",
-		name, st->why);
+		SF_QSTR(name), st->why);
 out_free:
 	sf_index_free(ix);
 	free(text);

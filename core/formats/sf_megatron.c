@@ -334,7 +334,7 @@ static int adjust_one(struct mcore *mc, struct sf_model *m, struct sf_tensor *t,
 		char q[SF_QNAME_SIZE];
 
 		sf_warn("checkpoint %s: %s left out: stored as flattened ranges: %s",
-			mc->name, sf_quote_str(q, t->name), why);
+			SF_QSTR(mc->name), sf_quote_str(q, t->name), why);
 	}
 	rc = sf_array_grow(&mc->bad, mc->nbad, &mc->capbad, sizeof(*mc->bad), 16,
 			   SF_MAX_TENSORS);
@@ -489,7 +489,7 @@ static int mcore_open(const struct sf_cdir *cd, struct sf_format_result *out,
 		return rc;
 	if (rc && foreign && has_dcp(cd)) {
 		sf_warn("checkpoint %s: %s; not Megatron-Core's: shown as plain DCP",
-			cd->name, err);
+			SF_QSTR(cd->name), err);
 		if (err && errlen)
 			err[0] = '\0';
 		return sf_format_dcp.open(cd, out, err, errlen);

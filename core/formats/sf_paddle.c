@@ -256,7 +256,7 @@ static void leave_out(struct pd *d, const char *key, const char *why)
 	char q[SF_QNAME_SIZE];
 
 	d->skipped++;
-	sf_warn("checkpoint %s: %s left out: %s", d->name, sf_quote_str(q, key),
+	sf_warn("checkpoint %s: %s left out: %s", SF_QSTR(d->name), sf_quote_str(q, key),
 		why);
 }
 
@@ -948,7 +948,7 @@ static int add_tensor(struct pd *d, const char *key, const struct sf_pk *list)
 		char q[SF_QNAME_SIZE];
 
 		sf_info("checkpoint %s: %s: metadata without %s%s%s: taken from its chunks (%s)",
-			d->name, sf_quote_str(q, key), dtname ? "" : "dtype",
+			SF_QSTR(d->name), sf_quote_str(q, key), dtname ? "" : "dtype",
 			!dtname && !have_gshape ? " and " : "",
 			have_gshape ? "" : "global shape", sf_dtype_name(dt));
 	}
@@ -1043,7 +1043,7 @@ static int paddle_open(const struct sf_cdir *cd, struct sf_format_result *out,
 	snprintf(mdname, sizeof(mdname), "%llu.metadata", (unsigned long long)g.id);
 	if (g.older)
 		sf_info("checkpoint %s: paddle save %llu shown; %zu files of older saves are not",
-			name, (unsigned long long)g.id, g.older);
+			SF_QSTR(name), (unsigned long long)g.id, g.older);
 	rc = sf_cfile_open(cd, mdname, &mf);
 	if (rc == -EINVAL)
 		return sf_fail(&d.w, -SF_EFORMAT, "%s: not a regular file", mdname);

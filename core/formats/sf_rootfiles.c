@@ -43,12 +43,12 @@ int sf_cdir_add_root_files(const struct sf_cdir *cd, struct sf_model *m,
 		if (!sf_shardfs_file_name_ok(nm, strlen(nm)) ||
 		    strcmp(nm, "objects") == 0) {
 			sf_warn("checkpoint %s: root file %s left out: its name is one of the mount's own",
-				cd->name, q);
+				SF_QSTR(cd->name), q);
 			continue;
 		}
 		rc = sf_model_add_tensor(m, true, nm, SF_DT_U8, 1, &size, &t);
 		if (rc) {
-			sf_warn("checkpoint %s: root file %s left out: %s", cd->name,
+			sf_warn("checkpoint %s: root file %s left out: %s", SF_QSTR(cd->name),
 				q, sf_model_why(m));
 			rc = rc == -ENOMEM ? rc : 0;
 			continue;

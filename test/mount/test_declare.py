@@ -161,7 +161,7 @@ def refusals(env, ck, m, root):
     ck.ok(not os.path.exists(os.path.join(t, "fresh")), "no node of a refused batch")
     # one line per refusal, each call site rate-limited (SF_LOG_BURST)
     log = m.log_text()
-    ck.ok(log.count("checkpoint batch: user.shardfs.declare") >= 10,
+    ck.ok(log.count('checkpoint "batch": user.shardfs.declare') >= 10,
           "a log line per refusal (%d)" % log.count("user.shardfs.declare"))
     ck.ok('"x": unknown dtype' in log and "not a JSON object" in log,
           "log lines name the tensor and say why")

@@ -93,7 +93,7 @@ def test(env, ck):
         # again (the bomb would cost its budget twice, and log twice)
         time.sleep(2.5)
         log = m.log_text().splitlines()
-        dec = [l for l in log if "checkpoint bomb-shared: coded streams:" in l]
+        dec = [l for l in log if 'checkpoint "bomb-shared": coded streams:' in l]
         ck.ok(len(dec) == 1 and "1 decoded" in dec[0] and
               "for %d entries" % K in dec[0],
               "bomb-shared: one decode for the %d entries: %s" % (K, dec))

@@ -355,7 +355,7 @@ def test(env, ck):
         ck.bytes_eq(sm.read_file(os.path.join(root_of(base), ROOTFILE)), ROOTBYTES,
                     "%s: the indexed root file" % base)
         def log_has(n, *words):
-            return [l for l in m.log_lines() if "checkpoint %s:" % n in l and
+            return [l for l in m.log_lines() if 'checkpoint "%s":' % n in l and
                     all(w in l for w in words)]
 
         for n in names:

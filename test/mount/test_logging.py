@@ -122,7 +122,7 @@ def check_log_file(env, ck, store, ref):
             ck.ok(ok, "%s: errno %s (want %s)" % (label, sm.errname(got), sm.errname(err)))
             new = new_lines(log, before)
             ck.eq(len(new), 1, "%s: one log line: %r" % (label, new))
-            ck.ok(new and ("ck: %s" % quote("tensors/%s@%s" % (tensor, spec))) in new[0]
+            ck.ok(new and ('"ck": %s' % quote("tensors/%s@%s" % (tensor, spec))) in new[0]
                   and words in new[0],
                   "%s: the line names the path and the reason: %r" % (label, new))
 
@@ -233,7 +233,7 @@ def check_hostile_names(env, ck):
             ck.eq(sorted(os.listdir(os.path.join(m.mnt, "dcp-forge", "tensors"))), ["ok"],
                   "dcp-forge: the forged keys are left out, ok is shown")
             for k in forged:
-                want = "checkpoint dcp-forge: %s left out: " % quote(k)
+                want = 'checkpoint "dcp-forge": %s left out: ' % quote(k)
                 got = [l for l in text.split("\n") if want in l]
                 ck.eq(len(got), 1, "one line leaves %r out, quoted and escaped as %r: %r"
                       % (k, want, text[-1500:]))
@@ -247,7 +247,7 @@ def check_hostile_names(env, ck):
         ok, got = expect_errno(lambda: open_read(os.path.join(m.mnt, "ck", rel)), 22)
         ck.ok(ok, "forged slice: EINVAL (got %s)" % sm.errname(got))
         new = new_lines(log, before)
-        want = "checkpoint ck: %s: bad slice syntax" % quote(rel)
+        want = 'checkpoint "ck": %s: bad slice syntax' % quote(rel)
         ck.ok(len(new) == 1 and want in new[0] and "\\u2028" in new[0],
               "forged slice: one line, %r in it: %r" % (want, new))
 

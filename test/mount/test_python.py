@@ -121,7 +121,7 @@ def check_ckpt(env, ck, root, ref, label):
 
 def npy_line(log, name):
     for line in log.splitlines():
-        if "checkpoint %s: npy/ leaves out" % name in line:
+        if 'checkpoint "%s": npy/ leaves out' % name in line:
             return line
     return None
 
@@ -157,7 +157,7 @@ def check_read(env, ck):
             else:
                 ck.eq(line, None, "%s: no npy/ line when every dtype has a numpy type" % name)
         for name in refs:
-            ck.eq(m.log_text().count("checkpoint %s: npy/ leaves out" % name),
+            ck.eq(m.log_text().count('checkpoint "%s": npy/ leaves out' % name),
                   1 if name != "f32" else 0, "%s: the npy/ line comes once" % name)
         try:
             shardfs.open(os.path.join(m.mnt, "bf16", "npy"))

@@ -566,7 +566,7 @@ static void test_break_one(bool leases)
 {
 	for (int round = 0; round < 4 && leases; round++) {
 		struct sf_source *src;
-		struct sf_ckpt_ref ref;
+		struct sf_ckpt_ref ref = { 0 };
 		const void *addr[2];
 		void *tok[2] = { NULL, NULL };
 		char dir[128], path[2][512];
