@@ -220,7 +220,7 @@ def part_killed(env, ck, c, ref, clean, broken):
             r, dt, bound))
     log = c.log_text()
     for r in (0, 1):
-        ck.ok(any("[rank %d]" % r in x and "s1: not deleted" in x and
+        ck.ok(any("[rank %d]" % r in x and '"s1": not deleted' in x and
                   "rank 3 is down" in x for x in log.splitlines()),
               "rank %d logs that s1 was not deleted because rank 3 is down" % r)
     for r in LIVE:
