@@ -134,6 +134,11 @@ struct sf_fs {
 	pthread_mutex_t tree_lock;
 	pthread_cond_t wfiles_cv;       /* tree_lock: some nwfiles dropped */
 	pthread_mutex_t commit_lock;    /* one commit or delete at a time */
+	pthread_mutex_t handles_lock;   /* guards handles */
+	struct sf_fs_handle *handles;   /* handles_lock: every open handle, so
+					 * that one whose RELEASE never came
+					 * (unmounted meanwhile) is freed at
+					 * teardown */
 	char *store_abs;                /* immutable; owned: realpath(store) */
 	struct sf_fs_refused *refused;  /* start-up only: what the scan
 					 * refused, for the live store (owned) */
@@ -184,6 +189,7 @@ struct sf_wpend {
 
 /* An open file (fi->fh). */
 struct sf_fs_handle {
+	struct sf_fs_handle *hprev, *hnext; /* fs->handles_lock: fs->handles */
 	struct sf_node *n;            /* immutable; holds a ref */
 	bool writable;                /* immutable: opened for writing */
 	pthread_mutex_t lock;         /* guards wf and err (writable only) */
@@ -383,6 +389,9 @@ void sf_fs_w_create(fuse_req_t req, struct sf_node *parent, const char *name,
  * pending shard first. free accepts NULL. */
 int sf_fs_handle_new(struct sf_fs *fs, struct sf_node *n, bool writable,
 		     struct sf_fs_handle **out);
+/* Free the handles whose RELEASE never came (the session is over: no
+ * request runs); before the tree is destroyed. */
+void sf_fs_handles_drop(struct sf_fs *fs);
 void sf_fs_handle_free(struct sf_fs *fs, struct sf_fs_handle *h);
 /* Check an open of writing node n with fi->flags (O_TRUNC of a root file
  * restarts it) and set fi's cache flags. 0 or error. */

@@ -416,6 +416,7 @@ int sf_fs_run(const struct sf_fs_config *cfg)
 	fs->cfg = cfg;
 	pthread_mutex_init(&fs->tree_lock, NULL);
 	pthread_mutex_init(&fs->commit_lock, NULL);
+	pthread_mutex_init(&fs->handles_lock, NULL);
 	pthread_cond_init(&fs->wfiles_cv, NULL);
 	fs->rank = cfg->cluster ? cfg->cluster->rank : 0;
 	fs->world = cfg->cluster ? cfg->cluster->world_size : 1;
@@ -575,6 +576,7 @@ out_free_tree:
 	for (size_t i = 0; i < fs->nrefused; i++)
 		free(fs->refused[i].name);
 	free(fs->refused);
+	sf_fs_handles_drop(fs);
 	/* The tree first: closing a checkpoint drops its blocks from the engine. */
 	sf_fs_tree_destroy(fs);
 	sf_engine_destroy(fs->engine);
@@ -587,6 +589,7 @@ out_free_store:
 out_free_fs:
 	pthread_cond_destroy(&fs->wfiles_cv);
 	pthread_mutex_destroy(&fs->commit_lock);
+	pthread_mutex_destroy(&fs->handles_lock);
 	pthread_mutex_destroy(&fs->tree_lock);
 	free(fs);
 	return rc;

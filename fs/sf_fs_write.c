@@ -276,14 +276,47 @@ int sf_fs_handle_new(struct sf_fs *fs, struct sf_node *n, bool writable,
 	h->writable = writable;
 	pthread_mutex_init(&h->lock, NULL);
 	sf_fs_ref(fs, n);
+	pthread_mutex_lock(&fs->handles_lock);
+	h->hnext = fs->handles;
+	if (fs->handles)
+		fs->handles->hprev = h;
+	fs->handles = h;
+	pthread_mutex_unlock(&fs->handles_lock);
 	*out = h;
 	return 0;
+}
+
+/* Take h off fs->handles. */
+static void handle_unlist(struct sf_fs *fs, struct sf_fs_handle *h)
+{
+	pthread_mutex_lock(&fs->handles_lock);
+	if (h->hprev)
+		h->hprev->hnext = h->hnext;
+	else
+		fs->handles = h->hnext;
+	if (h->hnext)
+		h->hnext->hprev = h->hprev;
+	pthread_mutex_unlock(&fs->handles_lock);
+}
+
+void sf_fs_handles_drop(struct sf_fs *fs)
+{
+	struct sf_fs_handle *h, *next;
+
+	/* no request runs any more: the nodes go with the tree */
+	for (h = fs->handles; h; h = next) {
+		next = h->hnext;
+		pthread_mutex_destroy(&h->lock);
+		free(h);
+	}
+	fs->handles = NULL;
 }
 
 void sf_fs_handle_free(struct sf_fs *fs, struct sf_fs_handle *h)
 {
 	if (!h)
 		return;
+	handle_unlist(fs, h);
 	if (h->writable)
 		(void)sf_fs_w_flush(fs, h, true);
 	pthread_mutex_destroy(&h->lock);
