@@ -168,8 +168,8 @@ out_close:
 	return ret;
 }
 
-int sf_ckpt_open_src(const char *dir, const char *name, struct sf_source *src,
-		     struct sf_ckpt **out, char *err, size_t errlen)
+int sf_ckpt_open(const char *dir, const char *name, struct sf_ckpt **out,
+		 char *err, size_t errlen)
 {
 	char *real;
 	int fd = -1, ret;
@@ -177,9 +177,6 @@ int sf_ckpt_open_src(const char *dir, const char *name, struct sf_source *src,
 	if (errlen)
 		err[0] = '\0';
 	real = realpath(dir, NULL);
-	if (!real && errno == ENOENT && src && name && dir[0] == '/')
-		/* None of it here: every file is a peer's (MPI). */
-		return ckpt_open_fd(-1, dir, name, src, 0, out, err, errlen);
 	if (!real) {
 		ret = -errno;
 		snprintf(err, errlen, "%s: %s", dir, sf_strerror(ret));
@@ -193,7 +190,7 @@ int sf_ckpt_open_src(const char *dir, const char *name, struct sf_source *src,
 		free(real);
 		return ret;
 	}
-	ret = ckpt_open_fd(fd, real, name, src, 0, out, err, errlen);
+	ret = ckpt_open_fd(fd, real, name, NULL, 0, out, err, errlen);
 	free(real);
 	return ret;
 }
@@ -275,12 +272,6 @@ int sf_ckpt_manifest_read(const struct sf_ckpt *ck, void *buf, uint64_t off,
 		rc = sf_pread_full(fd, buf, len, off) ? -EIO : 0;
 	close(fd);
 	return rc;
-}
-
-int sf_ckpt_open(const char *dir, const char *name, struct sf_ckpt **out,
-		 char *err, size_t errlen)
-{
-	return sf_ckpt_open_src(dir, name, NULL, out, err, errlen);
 }
 
 void sf_ckpt_unpin(struct sf_ckpt *ck)
@@ -737,8 +728,7 @@ out_free_names:
 	return ret;
 }
 
-int sf_store_scan_src(const char *store, struct sf_source *src, int single_hint,
-		      sf_store_fn fn, void *arg, int *single)
+int sf_store_scan(const char *store, sf_store_fn fn, void *arg, int *single)
 {
 	char *real = realpath(store, NULL);
 	int fd, ret;
@@ -751,14 +741,9 @@ int sf_store_scan_src(const char *store, struct sf_source *src, int single_hint,
 		free(real);
 		return fd;
 	}
-	ret = sf_store_scan_fd(fd, real, src, single_hint, SF_STORE_WAIT_FOREVER,
-			       fn, arg, single);
+	ret = sf_store_scan_fd(fd, real, NULL, -1, SF_STORE_WAIT_FOREVER, fn,
+			       arg, single);
 	close(fd);
 	free(real);
 	return ret;
-}
-
-int sf_store_scan(const char *store, sf_store_fn fn, void *arg, int *single)
-{
-	return sf_store_scan_src(store, NULL, -1, fn, arg, single);
 }

@@ -52,11 +52,6 @@ struct sf_ckpt {
  * and a one-line reason. */
 int sf_ckpt_open(const char *dir, const char *name, struct sf_ckpt **out,
 		 char *err, size_t errlen);
-/* The same, with the files of the checkpoint that peer daemons hold
- * (src: the MPI payload source; NULL is sf_ckpt_open). With src and a name,
- * dir (absolute) may be missing here: every file is then a peer's. */
-int sf_ckpt_open_src(const char *dir, const char *name, struct sf_source *src,
-		     struct sf_ckpt **out, char *err, size_t errlen);
 /*
  * Open checkpoint name of a mounted store, as the daemon does: its
  * directory is opened beneath storefd (the store's descriptor; store its
@@ -127,19 +122,15 @@ void sf_store_open_many(int storefd, const char *store, char *const *names,
 			void *arg);
 
 /*
- * The same for a daemon under MPI: src (the payload source reaching the
- * peers' stores) adds the files peers hold to each checkpoint (a DCP
- * checkpoint whose .metadata is on another node opens here too) and the
- * read-only checkpoints of which this store holds nothing at all.
- * single_hint: 1 the store is one checkpoint (decided with the peers,
- * sf_store_single_vote), 0 it is a store of checkpoints, -1 decide here.
- */
-int sf_store_scan_src(const char *store, struct sf_source *src, int single_hint,
-		      sf_store_fn fn, void *arg, int *single);
-/*
- * The same through the store's descriptor storefd (store: its absolute
+ * sf_store_scan through the store's descriptor storefd (store: its absolute
  * path, for names), as the daemon scans: every checkpoint is opened with
  * sf_ckpt_open_at, and a symlink in the store is skipped with a warning.
+ * Under MPI, src (the payload source reaching the peers' stores) adds the
+ * files peers hold to each checkpoint (a DCP checkpoint whose .metadata is
+ * on another node opens here too) and the read-only checkpoints of which
+ * this store holds nothing at all; NULL: this store only. single_hint: 1
+ * the store is one checkpoint (decided with the peers,
+ * sf_store_single_vote), 0 it is a store of checkpoints, -1 decide here.
  * wait_ms bounds the scan (SF_STORE_WAIT_FOREVER: no bound): an open
  * still running that long after the scan began is stopped and given to fn
  * with err -ETIMEDOUT (logged at info level: not refused, to be opened
