@@ -434,7 +434,7 @@ static int node_read(struct sf_fs *fs, struct sf_node *n, uint64_t off,
  * one writev to /dev/fuse (UIO_MAXIOV), and libfuse puts its header in
  * front. A read of a tensor split along dim 1 is one piece per shard per
  * row (hundreds per MiB); handing the kernel those pieces costs less than
- * gathering them into a buffer first (bench.sh, README: Performance). */
+ * gathering them into a buffer first (bench.sh, docs/PERFORMANCE.md). */
 #define SF_FS_READ_IOV 1000
 /* Tensors of model.safetensors one zero-copy reply may span (each holds
  * its own blocks); a read over more small tensors is copied. */
