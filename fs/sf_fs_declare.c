@@ -1,6 +1,6 @@
 /*
  * sf_fs_declare.c - batched declarations: many tensors of a checkpoint
- * being written declared by one setxattr (README "Writing a checkpoint"):
+ * being written declared by one setxattr (docs/GUIDE.md "Writing a checkpoint"):
  *
  *   setxattr MOUNT/CKPT/tensors (or MOUNT/CKPT) user.shardfs.declare
  *            {"NAME": {"dtype": "BF16", "shape": [4096, 4096]}, ...}

@@ -154,7 +154,7 @@ void sf_fs_log_refused(fuse_req_t req, const char *what,
 /* --- attributes --- */
 
 /*
- * Owner and modes come from the store (SPEC 3, README "Several users"):
+ * Owner and modes come from the store (SPEC 3, docs/GUIDE.md "Several users"):
  * a checkpoint's nodes show its directory's owner and group; directories
  * its directory's mode, files the read bits its directory and all its
  * files share. Write bits are only ever shown to the owner, and only where

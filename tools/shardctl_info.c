@@ -10,7 +10,7 @@
  *
  * PATH is a checkpoint on disk (any format shardfs mounts, opened as the
  * daemon opens it), a checkpoint in a mount, a store, or a mount's root
- * (shardctl_ckpt.c). The JSON schema is documented in README.md
+ * (shardctl_ckpt.c). The JSON schema is documented in docs/GUIDE.md
  * ("shardctl info --json"); "schema_version" changes only when a key is
  * removed, renamed or changes type: new keys may appear within a version.
  * Key order is fixed. Exit status: 0, 1 (a store with an invalid
@@ -45,7 +45,7 @@ static const char usage_info[] =
 	"  PATH TENSOR  that tensor's (or root file's, or object's) shards: rank,\n"
 	"               box or flat range, file, file offset, bytes, checksums\n"
 	"  --ranks      payload bytes and shard count per rank\n"
-	"  --json       print one JSON document (schema: README, shardctl info --json)\n";
+	"  --json       print one JSON document (schema: docs/GUIDE.md, shardctl)\n";
 
 /* ------------------------------------------------------------------ */
 /* JSON building                                                       */
