@@ -11,6 +11,7 @@ now() { date +%s.%N; }
 # (only when the script set REPS; 1..99), -h (the script's header comment).
 # Positional arguments go to the array ARGS.
 bench_parse_args() {
+	BENCH_ARGV=${BENCH_ARGV-"$*"}
 	KEEP=0
 	ARGS=()
 	while [[ $# -gt 0 ]]; do
@@ -26,12 +27,40 @@ bench_parse_args() {
 		*) ARGS+=("$1"); shift ;;
 		esac
 	done
+	bench_header
+}
+
+# bench_header: what a table needs to be read later, printed once before
+# it (docs/PERFORMANCE.md quotes these lines above each table): the
+# script and its arguments, the date, the commit (and whether the tree
+# had changes), the machine (CPU model, cores, memory, kernel) and the
+# load when the run began. A table from a loaded machine says so.
+bench_header() {
+	[[ -z ${BENCH_HEADER_DONE:-} ]] || return 0
+	BENCH_HEADER_DONE=1
+	local top commit cpu mem load l3
+	top=$(cd "$(dirname "$0")" && git rev-parse --show-toplevel 2>/dev/null || true)
+	commit=unknown
+	if [[ -n $top ]]; then
+		commit=$(git -C "$top" rev-parse --short HEAD 2>/dev/null || echo unknown)
+		[[ -z $(git -C "$top" status --porcelain --untracked-files=no 2>/dev/null) ]] ||
+			commit="$commit (with uncommitted changes)"
+	fi
+	cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
+	mem=$(awk '/^MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo)
+	read -r load _ < /proc/loadavg
+	l3=$(getconf LEVEL3_CACHE_SIZE 2>/dev/null || echo 0)
+	[[ $l3 =~ ^[1-9][0-9]*$ ]] && l3=", L3 $((l3 / 1048576)) MiB" || l3=""
+	echo "# $ME${BENCH_ARGV:+ $BENCH_ARGV}"
+	echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), commit $commit"
+	echo "# ${cpu:-unknown CPU}, $(nproc) cores$l3, $mem, Linux $(uname -r), load $load at start"
 }
 
 # bench_parse_args_ceiling "$@": as bench_parse_args, and --ceiling PATH
 # (sets CEILING; "" when not given) for the scripts that time the FUSE
 # ceiling daemon.
 bench_parse_args_ceiling() {
+	BENCH_ARGV="$*"
 	local rest=()
 	CEILING=""
 	while [[ $# -gt 0 ]]; do
