@@ -14,7 +14,7 @@
 #include "sf_jw.h"
 #include "sf_log.h"
 #include "sf_parse.h"
-#include "sf_shardfs.h"
+#include "sf_manifest.h"
 
 #include <errno.h>
 #include <fcntl.h>

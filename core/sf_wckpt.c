@@ -16,7 +16,7 @@
 #include "sf_array.h"
 #include "sf_checksum.h"
 #include "sf_error.h"
-#include "sf_shardfs.h"
+#include "sf_manifest.h"
 #include "sf_io.h"
 #include "sf_journal.h"
 #include "sf_log.h"

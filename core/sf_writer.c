@@ -10,7 +10,7 @@
 #include "sf_confine.h"
 #include "sf_checksum.h"
 #include "sf_error.h"
-#include "sf_shardfs.h"
+#include "sf_manifest.h"
 
 #include <errno.h>
 #include <fcntl.h>

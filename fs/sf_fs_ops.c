@@ -35,7 +35,7 @@
 #include <unistd.h>
 
 #include "sf_error.h"
-#include "sf_shardfs.h"
+#include "sf_manifest.h"
 #include "sf_log.h"
 #include "sf_views.h"
 #include "sf_fs_internal.h"

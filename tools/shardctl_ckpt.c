@@ -28,7 +28,7 @@
 
 #include "sf_error.h"
 #include "sf_io.h"
-#include "sf_shardfs.h"
+#include "sf_manifest.h"
 #include "sf_views.h"
 #include "shardctl.h"
 

@@ -51,7 +51,7 @@
 #include "sf_fileset.h"
 #include "sf_log.h"
 #include "sf_pickle.h"
-#include "sf_shardfs.h"
+#include "sf_manifest.h"
 #include "sf_torchsave.h"
 
 #define DCP_MAX_FILES 65536u          /* distinct chunk files */

@@ -36,7 +36,7 @@
 #include "sf_error.h"
 #include "sf_hf_meta.h"
 #include "sf_log.h"
-#include "sf_shardfs.h"
+#include "sf_manifest.h"
 #include "sf_st_header.h"
 #include "sf_torchsave.h"
 

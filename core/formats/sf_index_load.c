@@ -26,7 +26,7 @@
 #include "sf_error.h"
 #include "sf_io.h"
 #include "sf_log.h"
-#include "sf_shardfs.h"
+#include "sf_manifest.h"
 
 #define MAX_CHANGED_LINES 8 /* changed files named one per line, then a count */
 

@@ -38,7 +38,7 @@
 #include "sf_error.h"
 #include "sf_log.h"
 #include "sf_pickle.h"
-#include "sf_shardfs.h"
+#include "sf_manifest.h"
 #include "sf_st_header.h"
 
 #define PD_MAX_FILES 65536u           /* distinct storage files */

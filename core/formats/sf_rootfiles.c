@@ -14,7 +14,7 @@
 #include "sf_format.h"
 #include "sf_error.h"
 #include "sf_log.h"
-#include "sf_shardfs.h"
+#include "sf_manifest.h"
 
 #include <errno.h>
 #include <string.h>

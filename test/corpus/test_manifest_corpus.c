@@ -30,7 +30,7 @@
 #include "manifest_cmp.h"
 #include "sf_checksum.h"
 #include "sf_error.h"
-#include "sf_shardfs.h"
+#include "sf_manifest.h"
 #include "sf_model.h"
 
 #define MIN_VALID 10

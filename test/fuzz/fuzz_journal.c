@@ -43,7 +43,7 @@
 #include "fuzz_journal_kit.h"
 #include "fuzz_util.h"
 #include "sf_error.h"
-#include "sf_shardfs.h"
+#include "sf_manifest.h"
 #include "sf_log.h"
 #include "sf_model.h"
 #include "sf_wckpt.h"

@@ -23,7 +23,7 @@
 #include "fuzz_util.h"
 #include "manifest_cmp.h"
 #include "sf_error.h"
-#include "sf_shardfs.h"
+#include "sf_manifest.h"
 #include "sf_log.h"
 #include "sf_model.h"
 

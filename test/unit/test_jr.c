@@ -25,7 +25,7 @@
 #include "sf_checksum.h"
 #include "sf_error.h"
 #include "sf_jr.h"
-#include "sf_shardfs.h"
+#include "sf_manifest.h"
 #include "sf_test.h"
 
 #define PROG "test_jr"

@@ -25,7 +25,7 @@
 #include "sf_dtype.h"
 #include "sf_engine.h"
 #include "sf_error.h"
-#include "sf_shardfs.h"
+#include "sf_manifest.h"
 #include "sf_log.h"
 #include "sf_model.h"
 #include "sf_store.h"

@@ -17,7 +17,7 @@
  * shards per entry (SF_MAX_SHARDS), dimensions (SF_MAX_NDIM); checksum
  * lists are bounded by the text. Duplicate keys are refused anywhere.
  */
-#include "sf_shardfs.h"
+#include "sf_manifest.h"
 
 #include <errno.h>
 #include <inttypes.h>
