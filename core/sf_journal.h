@@ -51,7 +51,7 @@ struct sf_journal_rec {
 	unsigned ndim;               /* DECLARE */
 	uint64_t shape[SF_MAX_NDIM]; /* DECLARE */
 	const json_t *shard;         /* SHARD: its object, for
-				      * sf_shardfs_get_shard with the
+				      * sf_manifest_get_shard with the
 				      * entry's ndim */
 };
 

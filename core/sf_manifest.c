@@ -4,7 +4,7 @@
  * back, the shards xattr (see sf_manifest.h, docs/FORMAT.md). The parser
  * is sf_manifest_parse.c.
  *
- * Invariants: a model that leaves sf_shardfs_parse() has passed every rule
+ * Invariants: a model that leaves sf_manifest_parse() has passed every rule
  * of the model's validator (sf_model.h) and the format's own (its
  * "format" string, every shard with checksums, root files not named like
  * rank directories); the dump writes exactly what the parser reads, and
@@ -24,7 +24,7 @@
 /* ------------------------------------------------------------------ */
 /* journal records                                                     */
 
-int sf_shardfs_get_shard(const json_t *o, unsigned ndim, struct sf_shard *s)
+int sf_manifest_get_shard(const json_t *o, unsigned ndim, struct sf_shard *s)
 {
 	const json_t *flat = json_object_get(o, "flat"), *x = json_object_get(o, "xxh3");
 	const json_t *file = json_object_get(o, "file");
@@ -85,8 +85,8 @@ int sf_shardfs_get_shard(const json_t *o, unsigned ndim, struct sf_shard *s)
 /* ------------------------------------------------------------------ */
 /* dump                                                                */
 
-void sf_shardfs_put_shard(struct sf_jw *w, unsigned ndim,
-			  const struct sf_shard *s, bool with_sums)
+void sf_manifest_put_shard(struct sf_jw *w, unsigned ndim,
+			   const struct sf_shard *s, bool with_sums)
 {
 	sf_jw_mem(w, "{", 1);
 	sf_jw_key(w, "rank");
@@ -164,7 +164,7 @@ static void put_shards(struct sf_jw *w, const struct sf_tensor *t, bool with_sum
 			sf_jw_mem(w, "\n", 1);
 			sf_jw_lit(w, indent);
 		}
-		sf_shardfs_put_shard(w, t->ndim, &t->shards[i], with_sums);
+		sf_manifest_put_shard(w, t->ndim, &t->shards[i], with_sums);
 	}
 	sf_jw_mem(w, "]", 1);
 }
@@ -191,7 +191,7 @@ static void put_entries(struct sf_jw *w, const struct sf_tensor *arr, size_t n)
 	sf_jw_lit(w, n ? "\n }" : "}");
 }
 
-int sf_shardfs_dump(const struct sf_model *m, char **out, size_t *len)
+int sf_manifest_dump(const struct sf_model *m, char **out, size_t *len)
 {
 	struct sf_jw w = { .pretty = true, .max = SF_MAX_MANIFEST_BYTES };
 
@@ -225,7 +225,7 @@ int sf_shardfs_dump(const struct sf_model *m, char **out, size_t *len)
 	return sf_jw_finish(&w, out, len);
 }
 
-int sf_tensor_shards_json(const struct sf_tensor *t, char **out, size_t *len)
+int sf_manifest_shards_json(const struct sf_tensor *t, char **out, size_t *len)
 {
 	struct sf_jw w = { .pretty = false, .max = SF_MAX_MANIFEST_BYTES };
 

@@ -232,7 +232,7 @@ int sf_shardfs_publish(const char *ckpt_dir, const struct sf_model *m)
 	size_t len;
 	int ret;
 
-	ret = sf_shardfs_dump(m, &text, &len);
+	ret = sf_manifest_dump(m, &text, &len);
 	if (ret)
 		return ret;
 	ret = sf_write_atomic(ckpt_dir, SF_SHARDFS_MANIFEST, text, len);

@@ -623,7 +623,7 @@ static int xattr_value(struct sf_fs *fs, struct sf_node *n, const char *name,
 			return 0;
 		}
 		if (strcmp(name, XA_SHARDS) == 0) {
-			int rc = sf_tensor_shards_json(n->t, val, len);
+			int rc = sf_manifest_shards_json(n->t, val, len);
 
 			if (rc)
 				return rc;

@@ -1032,7 +1032,7 @@ static int finish_open(struct dcp *d, struct mdoc *docs, size_t n,
 	if (!rc)
 		rc = sf_model_finish(d->m, err, errlen);
 	if (!rc)
-		rc = sf_shardfs_dump(d->m, &out->meta, &out->metalen);
+		rc = sf_manifest_dump(d->m, &out->meta, &out->metalen);
 	if (rc)
 		sf_model_destroy(d->m);
 	else

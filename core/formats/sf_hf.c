@@ -733,7 +733,7 @@ out_put:
 	return rc;
 }
 
-/* The synthesized manifest (sf_shardfs_dump), with "hf": extra before its
+/* The synthesized manifest (sf_manifest_dump), with "hf": extra before its
  * closing brace. */
 static int manifest(const struct hf *h, struct sf_format_result *out)
 {
@@ -742,7 +742,7 @@ static int manifest(const struct hf *h, struct sf_format_result *out)
 	char *extra = NULL, *buf;
 	int rc;
 
-	rc = sf_shardfs_dump(h->m, &out->meta, &out->metalen);
+	rc = sf_manifest_dump(h->m, &out->meta, &out->metalen);
 	if (!rc)
 		rc = extra_json(h, &extra);
 	if (rc || !extra)

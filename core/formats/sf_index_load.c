@@ -323,7 +323,7 @@ void sf_index_load(int dirfd, const char *name, const struct sf_format *fmt,
 	}
 	st->applied = true;
 	/* manifest.json shows the checksums now, as a shardfs/1 one does */
-	if (sf_shardfs_dump(res->model, &meta, &metalen) == 0) {
+	if (sf_manifest_dump(res->model, &meta, &metalen) == 0) {
 		free(res->meta);
 		res->meta = meta;
 		res->metalen = metalen;

@@ -1072,7 +1072,7 @@ static int paddle_open(const struct sf_cdir *cd, struct sf_format_result *out,
 	if (!rc)
 		rc = sf_model_finish(d.m, err, errlen);
 	if (!rc)
-		rc = sf_shardfs_dump(d.m, &out->meta, &out->metalen);
+		rc = sf_manifest_dump(d.m, &out->meta, &out->metalen);
 	if (rc) {
 		sf_model_destroy(d.m);
 		goto out_free_pickle;

@@ -53,7 +53,7 @@ static int shardfs_open(const struct sf_cdir *cd, struct sf_format_result *out,
 		struct stat sb;
 
 		/* read through a window; shown from the file later on */
-		rc = sf_shardfs_parse_input(&f.in, false, &out->model, err, errlen);
+		rc = sf_manifest_parse_input(&f.in, false, &out->model, err, errlen);
 		if (!rc && fstat(f.fd, &sb) == 0) {
 			out->meta_file = true;
 			out->meta_path = SF_SHARDFS_MANIFEST;
@@ -75,7 +75,7 @@ static int shardfs_open(const struct sf_cdir *cd, struct sf_format_result *out,
 			 rc == -EINVAL ? "not a regular file" : sf_strerror(rc));
 		return rc;
 	}
-	return sf_shardfs_parse(out->meta, out->metalen, &out->model, err, errlen);
+	return sf_manifest_parse(out->meta, out->metalen, &out->model, err, errlen);
 }
 
 const struct sf_format sf_format_shardfs = {

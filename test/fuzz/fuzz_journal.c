@@ -18,7 +18,7 @@
  *     sf_wckpt_foreach;
  *   - sf_wckpt_export_part succeeds (every shard kept passes the manifest's
  *     own shard rules, so the checkpoint can still be committed), and
- *     sf_shardfs_parse_part either accepts the part with exactly these
+ *     sf_manifest_parse_part either accepts the part with exactly these
  *     entries and shard counts or fails with a documented code and a
  *     one-line message;
  *   - what is journaled after the resume survives the next one: a probe
@@ -199,7 +199,7 @@ static char *check_state(struct sf_wckpt *w, size_t resumed, size_t *plen)
 	if (!part || strlen(part) != *plen)
 		fuzz_die("export returned a bad text", NULL);
 	fuzz_poison(err, sizeof(err));
-	rc = sf_shardfs_parse_part(part, *plen, &m, err, sizeof(err));
+	rc = sf_manifest_parse_part(part, *plen, &m, err, sizeof(err));
 	if (rc < 0) {
 		if (m)
 			fuzz_die("failed parse returned a manifest", err);

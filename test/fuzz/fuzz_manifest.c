@@ -1,7 +1,7 @@
 /*
  * fuzz_manifest.c - libFuzzer target for the manifest parser.
  *
- * For any input: sf_shardfs_parse either fails with a documented code
+ * For any input: sf_manifest_parse either fails with a documented code
  * (-SF_EMANIFEST, -SF_EGAP, -SF_ETOOBIG, -ENOMEM), no manifest and a
  * non-empty one-line message, or succeeds with a manifest that
  *   - dumps, and re-parses to a field-by-field identical manifest whose
@@ -9,7 +9,7 @@
  *   - finds each of its tensors and files by name;
  *   - gives a shards JSON for every tensor and file;
  *   - passes its own coverage check again.
- * sf_shardfs_parse_shown (a mount's manifest.json, any format) gets the
+ * sf_manifest_parse_shown (a mount's manifest.json, any format) gets the
  * same input: it fails with the same codes, or its model dumps and
  * re-parses (shown) to a byte-identical dump.
  * Any violation aborts (a crash for libFuzzer and for the replay driver).
@@ -40,7 +40,7 @@ static void check_tensor(const struct sf_model *m, const struct sf_tensor *t,
 					    : sf_model_find(m, t->name);
 	if (f != t)
 		fuzz_die("find did not return the entry", t->name);
-	if (sf_tensor_shards_json(t, &js, &len) != 0 || !js || strlen(js) != len)
+	if (sf_manifest_shards_json(t, &js, &len) != 0 || !js || strlen(js) != len)
 		fuzz_die("shards json failed", t->name);
 	free(js);
 	if (sf_tensor_check_coverage(t, err, sizeof(err)) != 0)
@@ -52,7 +52,7 @@ static void check_shown(const uint8_t *data, size_t size)
 	char err[512], *d1 = NULL, *d2 = NULL;
 	struct sf_model *m = NULL, *m2 = NULL;
 	size_t l1 = 0, l2 = 0;
-	int rc = sf_shardfs_parse_shown((const char *)data, size, &m, err, sizeof(err));
+	int rc = sf_manifest_parse_shown((const char *)data, size, &m, err, sizeof(err));
 
 	if (rc < 0) {
 		if (m)
@@ -62,10 +62,10 @@ static void check_shown(const uint8_t *data, size_t size)
 		fuzz_check_message(err, sizeof(err));
 		return;
 	}
-	if (sf_shardfs_dump(m, &d1, &l1) != 0 ||
-	    sf_shardfs_parse_shown(d1, l1, &m2, err, sizeof(err)) != 0)
+	if (sf_manifest_dump(m, &d1, &l1) != 0 ||
+	    sf_manifest_parse_shown(d1, l1, &m2, err, sizeof(err)) != 0)
 		fuzz_die("shown dump does not re-parse", err);
-	if (sf_shardfs_dump(m2, &d2, &l2) != 0 || l1 != l2 || memcmp(d1, d2, l1) != 0)
+	if (sf_manifest_dump(m2, &d2, &l2) != 0 || l1 != l2 || memcmp(d1, d2, l1) != 0)
 		fuzz_die("shown: second dump differs", m->name);
 	free(d2);
 	free(d1);
@@ -82,7 +82,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	check_shown(data, size);
 	fuzz_poison(err, sizeof(err));
-	int rc = sf_shardfs_parse((const char *)data, size, &m, err, sizeof(err));
+	int rc = sf_manifest_parse((const char *)data, size, &m, err, sizeof(err));
 	if (rc < 0) {
 		if (m)
 			fuzz_die("failed parse returned a manifest", err);
@@ -93,13 +93,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	if (rc != 0 || !m)
 		fuzz_die("parse returned neither an error nor a manifest", NULL);
-	if (sf_shardfs_dump(m, &d1, &l1) != 0 || strlen(d1) != l1)
+	if (sf_manifest_dump(m, &d1, &l1) != 0 || strlen(d1) != l1)
 		fuzz_die("dump failed", m->name);
-	if (sf_shardfs_parse(d1, l1, &m2, err2, sizeof(err2)) != 0)
+	if (sf_manifest_parse(d1, l1, &m2, err2, sizeof(err2)) != 0)
 		fuzz_die("dump does not re-parse", err2);
 	if (!manifest_equal(m, m2, why, sizeof(why)))
 		fuzz_die("parse(dump(m)) != m", why);
-	if (sf_shardfs_dump(m2, &d2, &l2) != 0 || l1 != l2 || memcmp(d1, d2, l1) != 0)
+	if (sf_manifest_dump(m2, &d2, &l2) != 0 || l1 != l2 || memcmp(d1, d2, l1) != 0)
 		fuzz_die("second dump differs", m->name);
 	for (size_t i = 0; i < m->ntensors; i++)
 		check_tensor(m, &m->tensors[i], false);
