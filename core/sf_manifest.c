@@ -8,7 +8,8 @@
  * of the model's validator (sf_model.h) and the format's own (its
  * "format" string, every shard with checksums, root files not named like
  * rank directories); the dump writes exactly what the parser reads, and
- * escapes whatever it is given, so its output is valid JSON.
+ * escapes whatever it is given, so its output is valid JSON; a format's
+ * extra keys never take a name the manifest uses itself.
  */
 #include "sf_manifest.h"
 
@@ -191,11 +192,58 @@ static void put_entries(struct sf_jw *w, const struct sf_tensor *arr, size_t n)
 	sf_jw_lit(w, n ? "\n }" : "}");
 }
 
+/* The keys the manifest itself uses: no extra key may be one. */
+static bool key_reserved(const char *key)
+{
+	static const char *const own[] = {
+		"format", "name", "world_size", "block_size", "tensors", "files",
+		"objects",
+	};
+
+	for (size_t i = 0; i < sizeof(own) / sizeof(own[0]); i++)
+		if (strcmp(key, own[i]) == 0)
+			return true;
+	return false;
+}
+
+/* Each key of extra after the manifest's own, its value compact. */
+static void put_extra(struct sf_jw *w, const json_t *extra)
+{
+	const char *key;
+	json_t *v;
+
+	json_object_foreach((json_t *)extra, key, v) {
+		char *text;
+
+		if (w->err)
+			return;
+		if (key_reserved(key)) {
+			w->err = -EINVAL;
+			return;
+		}
+		text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_PRESERVE_ORDER);
+		if (!text) {
+			w->err = -ENOMEM;
+			return;
+		}
+		sf_jw_lit(w, ",\n ");
+		sf_jw_key(w, key);
+		sf_jw_lit(w, text);
+		free(text);
+	}
+}
+
 int sf_manifest_dump(const struct sf_model *m, char **out, size_t *len)
+{
+	return sf_manifest_dump_extra(m, NULL, out, len);
+}
+
+int sf_manifest_dump_extra(const struct sf_model *m, const json_t *extra,
+			   char **out, size_t *len)
 {
 	struct sf_jw w = { .pretty = true, .max = SF_MAX_MANIFEST_BYTES };
 
-	if (!m || !out)
+	if (!m || !out || (extra && !json_is_object(extra)))
 		return -EINVAL;
 	*out = NULL;
 	sf_jw_lit(&w, "{\n ");
@@ -221,6 +269,8 @@ int sf_manifest_dump(const struct sf_model *m, char **out, size_t *len)
 		sf_jw_key(&w, "objects");
 		put_entries(&w, m->objects, m->nobjects);
 	}
+	if (extra)
+		put_extra(&w, extra);
 	sf_jw_lit(&w, "\n}\n");
 	return sf_jw_finish(&w, out, len);
 }

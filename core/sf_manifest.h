@@ -65,6 +65,15 @@ int sf_manifest_parse_shown(const char *json, size_t len, struct sf_model **out,
  * m->format, so a foreign checkpoint's manifest.json says what wrote it;
  * shards without checksums get no "xxh3". */
 int sf_manifest_dump(const struct sf_model *m, char **out, size_t *len);
+/* The same with the keys of extra (a JSON object, borrowed; NULL: none)
+ * after the model's, in extra's order, each value compact (jansson's
+ * JSON_COMPACT): what a format says besides the model, such as HF's "hf"
+ * block. The parsers skip such keys. -EINVAL when extra is no object or
+ * has a key the manifest uses itself ("format", "name", "world_size",
+ * "block_size", "tensors", "files", "objects"); -SF_ETOOBIG past
+ * SF_MAX_MANIFEST_BYTES; -ENOMEM. */
+int sf_manifest_dump_extra(const struct sf_model *m, const json_t *extra,
+			   char **out, size_t *len);
 
 /* JSON list of an entry's shards for user.shardfs.shards (compact, no
  * checksums). malloc'd, the caller frees. */
