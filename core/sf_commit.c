@@ -14,7 +14,7 @@
 #include "sf_checksum.h"
 #include "sf_error.h"
 #include "sf_log.h"
-#include "sf_shardfs.h"
+#include "sf_manifest.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -223,7 +223,7 @@ int sf_commit_merge(const char *name, const char *const *parts,
 		return -ENOMEM;
 	for (int i = 0; i < nparts; i++) {
 		char why[512];
-		ret = sf_shardfs_parse_part(parts[i], lens[i], &pm[i], why, sizeof(why));
+		ret = sf_manifest_parse_part(parts[i], lens[i], &pm[i], why, sizeof(why));
 		if (ret) {
 			snprintf(err, errlen, "part of rank %d: %s", i, why);
 			goto out_free;
@@ -271,7 +271,7 @@ int sf_commit_merge(const char *name, const char *const *parts,
 	}
 	if (ret)
 		goto out_free;
-	ret = sf_shardfs_dump(m, out, outlen);
+	ret = sf_manifest_dump(m, out, outlen);
 out_free:
 	/* What src opened for ck (payload descriptors, cached by path) must
 	 * not outlive ck, which is often the caller's stack variable: a later

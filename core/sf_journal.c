@@ -14,7 +14,7 @@
 #include "sf_jw.h"
 #include "sf_log.h"
 #include "sf_parse.h"
-#include "sf_shardfs.h"
+#include "sf_manifest.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -121,7 +121,7 @@ int sf_journal_shard(struct sf_journal *j, const char *name, unsigned ndim,
 	rec_begin(&w, "shard", name);
 	sf_jw_comma(&w);
 	sf_jw_key(&w, "shard");
-	sf_shardfs_put_shard(&w, ndim, s, true);
+	sf_manifest_put_shard(&w, ndim, s, true);
 	return rec_end(j, &w);
 }
 

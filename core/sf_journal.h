@@ -7,7 +7,7 @@
  * Records: {"op":"declare","name":N,"dtype":D,"shape":[..]},
  * {"op":"file","name":N}, {"op":"truncate","name":N} and
  * {"op":"shard","name":N,"shard":{...}} with the shard in the one shard
- * codec of sf_shardfs.h. Replay hands over well-formed records in order;
+ * codec of sf_manifest.h. Replay hands over well-formed records in order;
  * malformed lines are skipped (logged), and a torn last line (a write that
  * never finished) is cut off the file so the next record starts on a line
  * of its own.
@@ -51,7 +51,7 @@ struct sf_journal_rec {
 	unsigned ndim;               /* DECLARE */
 	uint64_t shape[SF_MAX_NDIM]; /* DECLARE */
 	const json_t *shard;         /* SHARD: its object, for
-				      * sf_shardfs_get_shard with the
+				      * sf_manifest_get_shard with the
 				      * entry's ndim */
 };
 

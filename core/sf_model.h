@@ -29,7 +29,7 @@
  * A shard outside a model is a builder's: the one passed to
  * sf_tensor_add_shard borrows everything it points to (copied into the
  * model); the write side's own records (sf_payload_end,
- * sf_shardfs_get_shard, sf_shard_set_box) own their file, checksums and
+ * sf_manifest_get_shard, sf_shard_set_box) own their file, checksums and
  * box, and are freed with sf_shard_clear.
  *
  * Validation trusts nothing: every size, count and string is bounded (the

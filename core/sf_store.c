@@ -138,6 +138,12 @@ static int ckpt_open_fd(int dirfd, const char *dir, const char *name,
 	/* checksums shardctl index keeps for a format that has none */
 	if (!ck->fmt->writable && cd.dirfd >= 0)
 		sf_index_load(cd.dirfd, ck->name, ck->fmt, &res, NULL);
+	/* then the one dump: manifest.json with them and the format's extra */
+	ret = sf_format_result_dump(&res);
+	if (ret) {
+		snprintf(err, errlen, "manifest.json: %s", sf_strerror(ret));
+		goto out_close;
+	}
 	ck->m = res.model;
 	ck->manifest_json = res.meta;
 	ck->manifest_len = res.metalen;

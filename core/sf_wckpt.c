@@ -16,7 +16,7 @@
 #include "sf_array.h"
 #include "sf_checksum.h"
 #include "sf_error.h"
-#include "sf_shardfs.h"
+#include "sf_manifest.h"
 #include "sf_io.h"
 #include "sf_journal.h"
 #include "sf_log.h"
@@ -320,7 +320,7 @@ static int replay_rec(void *arg, const struct sf_journal_rec *r)
 		return 0;
 	case SF_JOP_SHARD:
 		e = find(w, r->name);
-		if (!e || sf_shardfs_get_shard(r->shard, e->ndim, &s))
+		if (!e || sf_manifest_get_shard(r->shard, e->ndim, &s))
 			return -EINVAL;
 		slash = strrchr(s.file, '/');
 		bump_seq(slash ? slash + 1 : s.file, &w->next_seq);
@@ -628,7 +628,7 @@ static int manifest_takes(const char *name, bool is_file, enum sf_dtype dt,
 	ret = is_file ? sf_model_entry_check(true, name, SF_DT_U8, 1, empty)
 		      : sf_model_entry_check(false, name, dt, ndim, shape);
 	/* and the native format's own rule */
-	if (!ret && is_file && !sf_shardfs_file_name_ok(name, strlen(name)))
+	if (!ret && is_file && !sf_manifest_file_name_ok(name, strlen(name)))
 		ret = -EINVAL;
 	return ret;
 }
@@ -1012,7 +1012,7 @@ int sf_wckpt_export_part(struct sf_wckpt *w, char **out, size_t *len)
 	pthread_mutex_unlock(&w->lock);
 	if (!m)
 		return ret;
-	ret = sf_shardfs_dump(m, out, len);
+	ret = sf_manifest_dump(m, out, len);
 	sf_model_destroy(m);
 	return ret;
 }

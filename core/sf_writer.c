@@ -10,7 +10,7 @@
 #include "sf_confine.h"
 #include "sf_checksum.h"
 #include "sf_error.h"
-#include "sf_shardfs.h"
+#include "sf_manifest.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -232,7 +232,7 @@ int sf_shardfs_publish(const char *ckpt_dir, const struct sf_model *m)
 	size_t len;
 	int ret;
 
-	ret = sf_shardfs_dump(m, &text, &len);
+	ret = sf_manifest_dump(m, &text, &len);
 	if (ret)
 		return ret;
 	ret = sf_write_atomic(ckpt_dir, SF_SHARDFS_MANIFEST, text, len);

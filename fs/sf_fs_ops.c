@@ -35,7 +35,7 @@
 #include <unistd.h>
 
 #include "sf_error.h"
-#include "sf_shardfs.h"
+#include "sf_manifest.h"
 #include "sf_log.h"
 #include "sf_views.h"
 #include "sf_fs_internal.h"
@@ -623,7 +623,7 @@ static int xattr_value(struct sf_fs *fs, struct sf_node *n, const char *name,
 			return 0;
 		}
 		if (strcmp(name, XA_SHARDS) == 0) {
-			int rc = sf_tensor_shards_json(n->t, val, len);
+			int rc = sf_manifest_shards_json(n->t, val, len);
 
 			if (rc)
 				return rc;

@@ -20,7 +20,7 @@
  */
 #include "sf_mpi_int.h"
 #include "sf_format.h"
-#include "sf_shardfs.h"
+#include "sf_manifest.h"
 #include <signal.h>
 #include <sys/mman.h>
 

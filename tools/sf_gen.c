@@ -43,7 +43,7 @@
 #include "sf_error.h"
 #include "sf_log.h"
 #include "sf_model.h"
-#include "sf_shardfs.h"
+#include "sf_manifest.h"
 #include "sf_writer.h"
 
 #define GEN_CHUNK (1u << 20)                     /* bytes generated at a time */

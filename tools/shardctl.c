@@ -38,7 +38,7 @@
 #include "sf_dtype.h"
 #include "sf_engine.h"
 #include "sf_error.h"
-#include "sf_shardfs.h"
+#include "sf_manifest.h"
 #include "sf_gen.h"
 #include "sf_io.h"
 #include "sf_log.h"

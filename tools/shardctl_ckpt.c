@@ -3,7 +3,7 @@
  * wherever it is:
  *
  *   in a shardfs mount   its manifest.json as the mount shows it (any
- *                        format's: sf_shardfs_parse_shown), its bytes
+ *                        format's: sf_manifest_parse_shown), its bytes
  *                        read from the mount's own files (tensors/NAME,
  *                        objects/NAME, root files), which the daemon
  *                        assembles and verifies with core's engine;
@@ -28,7 +28,7 @@
 
 #include "sf_error.h"
 #include "sf_io.h"
-#include "sf_shardfs.h"
+#include "sf_manifest.h"
 #include "sf_views.h"
 #include "shardctl.h"
 
@@ -73,8 +73,8 @@ static int read_manifest(const char *cmd, const char *dir, bool shown,
 			rc == -EINVAL ? "not a regular file" : sf_strerror(rc));
 		return rc;
 	}
-	rc = shown ? sf_shardfs_parse_shown(json, len, m, err, sizeof(err)) :
-		     sf_shardfs_parse(json, len, m, err, sizeof(err));
+	rc = shown ? sf_manifest_parse_shown(json, len, m, err, sizeof(err)) :
+		     sf_manifest_parse(json, len, m, err, sizeof(err));
 	free(json);
 	if (rc < 0)
 		fprintf(stderr, "shardctl %s: %s: invalid manifest: %s\n",

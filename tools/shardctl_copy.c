@@ -59,7 +59,7 @@
 #include "sf_io.h"
 #include "sf_mounts.h"
 #include "sf_parse.h"
-#include "sf_shardfs.h"
+#include "sf_manifest.h"
 #include "sf_wckpt.h"
 #include "shardctl.h"
 

@@ -27,7 +27,7 @@
 
 #include "sf_codec.h"
 #include "sf_error.h"
-#include "sf_shardfs.h"
+#include "sf_manifest.h"
 #include "sf_store.h"
 #include "shardctl.h"
 

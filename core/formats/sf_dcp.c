@@ -51,7 +51,6 @@
 #include "sf_fileset.h"
 #include "sf_log.h"
 #include "sf_pickle.h"
-#include "sf_shardfs.h"
 #include "sf_torchsave.h"
 
 #define DCP_MAX_FILES 65536u          /* distinct chunk files */
@@ -1031,8 +1030,6 @@ static int finish_open(struct dcp *d, struct mdoc *docs, size_t n,
 		rc = d->ext->adjust(d->ext->arg, d->m, docs[0].root, &d->w);
 	if (!rc)
 		rc = sf_model_finish(d->m, err, errlen);
-	if (!rc)
-		rc = sf_shardfs_dump(d->m, &out->meta, &out->metalen);
 	if (rc)
 		sf_model_destroy(d->m);
 	else

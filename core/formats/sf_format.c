@@ -1,7 +1,7 @@
 /*
  * sf_format.c - what the format adapters share: the directory listing
  * probes look at, opening a file strictly beneath a checkpoint directory,
- * and the result of an open (see sf_format.h). The table of adapters is
+ * and the result of an open and its one dump (see sf_format.h). The table of adapters is
  * sf_formats.c, which sits above every adapter.
  *
  * Invariants: a listing holds at most SF_DIRLIST_MAX names, sorted, each a
@@ -13,6 +13,7 @@
 #include "sf_error.h"
 #include "sf_index.h"
 #include "sf_log.h"
+#include "sf_manifest.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -62,8 +63,21 @@ int sf_format_open(const struct sf_format *fmt, const struct sf_cdir *cd,
 void sf_format_result_clear(struct sf_format_result *r)
 {
 	sf_model_destroy(r->model);
+	json_decref(r->extra);
 	free(r->meta);
 	memset(r, 0, sizeof(*r));
+}
+
+int sf_format_result_dump(struct sf_format_result *r)
+{
+	int rc;
+
+	if (r->meta || r->meta_file || !r->model)
+		return 0;
+	rc = sf_manifest_dump_extra(r->model, r->extra, &r->meta, &r->metalen);
+	if (rc == -SF_ETOOBIG && r->extra) /* shown without the extra */
+		rc = sf_manifest_dump(r->model, &r->meta, &r->metalen);
+	return rc;
 }
 
 /* --- directory listings --- */

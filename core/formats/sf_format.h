@@ -19,6 +19,7 @@
 #ifndef SF_FORMAT_H
 #define SF_FORMAT_H
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -125,13 +126,20 @@ int sf_cdir_add_root_files(const struct sf_cdir *cd, struct sf_model *m,
 			   struct sf_where *w);
 
 /* What an open checkpoint gives the mount. Owned by the caller, who frees
- * it with sf_format_result_clear. */
+ * it with sf_format_result_clear. An adapter fills model (and extra);
+ * only shardfs/1 fills the meta fields, with its stored manifest. The
+ * seam runs open -> index (sf_index_load) -> one dump
+ * (sf_format_result_dump), which synthesizes meta for every other format
+ * from the finished model, its checksums and extra. */
 struct sf_format_result {
 	struct sf_model *model;  /* finished (sf_model_finish) */
-	char *meta;              /* manifest.json as the mount shows it: one
-				  * synthesized in the shardfs/1 shape, or the
-				  * stored one read from a peer; NUL-terminated;
-				  * NULL with meta_file */
+	json_t *extra;           /* NULL, or an object (owned, one reference):
+				  * format-specific keys manifest.json shows
+				  * after the model's (HF's "hf") */
+	char *meta;              /* manifest.json as the mount shows it: the
+				  * dump, or the stored one read from a peer;
+				  * NUL-terminated; NULL with meta_file and
+				  * before the dump */
 	size_t metalen;          /* bytes of it */
 	bool meta_file;          /* it is the checkpoint's own manifest.json,
 				  * read from the file when shown (a million
@@ -144,14 +152,27 @@ struct sf_format_result {
 };
 void sf_format_result_clear(struct sf_format_result *r);
 
+/*
+ * The one dump of an open, run by the seam once the index (if any) has
+ * attached its checksums: r->meta becomes manifest.json as the mount shows
+ * it, synthesized from r->model in the shardfs/1 shape
+ * (sf_manifest_dump_extra) with r->extra's keys; an extra that would take
+ * it past SF_MAX_MANIFEST_BYTES is left out. Nothing to do when r already
+ * has its manifest (shardfs/1's stored one: meta_file, or read from a
+ * peer). 0, or -SF_ETOOBIG / -ENOMEM with r unchanged.
+ */
+int sf_format_result_dump(struct sf_format_result *r);
+
 struct sf_format {
 	const char *name;       /* short and stable: "shardfs/1", "torch-dcp" */
 	bool writable;          /* shardfs writes, commits and deletes these;
 				 * every other format is read-only */
 	enum sf_probe (*probe)(const struct sf_dirlist *ls);
 	/* Build the model of the complete checkpoint cd (its files read only
-	 * through sf_cdir_list and sf_cfile_open). 0, or a negative error
-	 * with a one-line reason in err. */
+	 * through sf_cdir_list and sf_cfile_open) into out->model, finished,
+	 * and out->extra if the format has more to show; never the dump
+	 * (the seam's). 0, or a negative error with a one-line reason in
+	 * err and nothing in out. */
 	int (*open)(const struct sf_cdir *cd, struct sf_format_result *out,
 		    char *err, size_t errlen);
 };

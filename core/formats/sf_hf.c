@@ -36,7 +36,6 @@
 #include "sf_error.h"
 #include "sf_hf_meta.h"
 #include "sf_log.h"
-#include "sf_shardfs.h"
 #include "sf_st_header.h"
 #include "sf_torchsave.h"
 
@@ -694,9 +693,10 @@ static bool own_file(void *arg, const char *name)
 
 /* --- manifest.json --- */
 
-/* {"index_metadata": ..., "safetensors_metadata": {file: ...}} as compact
- * JSON into *out, or NULL when there is nothing to say. */
-static int extra_json(const struct hf *h, char **out)
+/* {"hf": {"index_metadata": ..., "safetensors_metadata": {file: ...}}}
+ * into *out (the keys manifest.json shows besides the model), or NULL
+ * when there is nothing to say. */
+static int extra_json(const struct hf *h, json_t **out)
 {
 	json_t *o = json_object(), *per = json_object(), *v;
 	int rc = -ENOMEM;
@@ -723,46 +723,17 @@ static int extra_json(const struct hf *h, char **out)
 		goto out_put;
 	rc = 0;
 	if (json_object_size(o)) {
-		*out = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
-		if (!*out)
+		*out = json_object();
+		if (!*out || json_object_set(*out, "hf", o)) {
+			json_decref(*out);
+			*out = NULL;
 			rc = -ENOMEM;
+		}
 	}
 out_put:
 	json_decref(per);
 	json_decref(o);
 	return rc;
-}
-
-/* The synthesized manifest (sf_shardfs_dump), with "hf": extra before its
- * closing brace. */
-static int manifest(const struct hf *h, struct sf_format_result *out)
-{
-	static const char tail[] = "\n}\n";
-	size_t tl = sizeof(tail) - 1, n;
-	char *extra = NULL, *buf;
-	int rc;
-
-	rc = sf_shardfs_dump(h->m, &out->meta, &out->metalen);
-	if (!rc)
-		rc = extra_json(h, &extra);
-	if (rc || !extra)
-		return rc;
-	n = strlen(extra);
-	if (out->metalen < tl || strcmp(out->meta + out->metalen - tl, tail) != 0 ||
-	    out->metalen + n + 16 > SF_MAX_MANIFEST_BYTES) {
-		free(extra);
-		return 0; /* shown without the extra */
-	}
-	buf = realloc(out->meta, out->metalen + n + 16);
-	if (!buf) {
-		free(extra);
-		return -ENOMEM;
-	}
-	out->metalen -= tl;
-	out->metalen += (size_t)sprintf(buf + out->metalen, ",\n \"hf\": %s\n}\n", extra);
-	out->meta = buf;
-	free(extra);
-	return 0;
 }
 
 /* --- open --- */
@@ -853,15 +824,11 @@ static int hf_open(const struct sf_cdir *cd, struct sf_format_result *out,
 	if (!rc)
 		rc = sf_model_finish(h.m, err, errlen);
 	if (!rc)
-		rc = manifest(&h, out);
-	if (rc) {
+		rc = extra_json(&h, &out->extra);
+	if (rc)
 		sf_model_destroy(h.m);
-		free(out->meta);
-		out->meta = NULL;
-		out->metalen = 0;
-	} else {
+	else
 		out->model = h.m;
-	}
 	for (size_t i = 0; i < h.nfiles; i++) {
 		free(h.files[i].path);
 		sf_st_header_destroy(h.files[i].st);

@@ -138,8 +138,8 @@ struct sf_index_status {
  * The seam's hook (sf_ckpt_open): if the checkpoint that fmt opened into
  * res (dir open as dirfd, named name) has an index, match it to
  * res->model and attach its checksums (res->model->block_size becomes the
- * index's), and synthesize res->meta again so manifest.json shows them.
- * Logs one line per changed file (at most a few, then a count) and one
+ * index's); the seam's one dump after it (sf_format_result_dump) shows
+ * them in manifest.json. Logs one line per changed file (at most a few, then a count) and one
  * line when the index is ignored. Never fails the open: on any problem the
  * model is left as the adapter built it. st (may be NULL) gets what it
  * found.

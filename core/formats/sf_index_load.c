@@ -26,7 +26,6 @@
 #include "sf_error.h"
 #include "sf_io.h"
 #include "sf_log.h"
-#include "sf_shardfs.h"
 
 #define MAX_CHANGED_LINES 8 /* changed files named one per line, then a count */
 
@@ -282,8 +281,8 @@ void sf_index_load(int dirfd, const char *name, const struct sf_format *fmt,
 {
 	struct sf_index_status local;
 	struct sf_index *ix = NULL;
-	char *text = NULL, *meta = NULL;
-	size_t len = 0, metalen = 0;
+	char *text = NULL;
+	size_t len = 0;
 	int fd, rc;
 
 	if (!st)
@@ -322,12 +321,6 @@ void sf_index_load(int dirfd, const char *name, const struct sf_format *fmt,
 		goto out_log;
 	}
 	st->applied = true;
-	/* manifest.json shows the checksums now, as a shardfs/1 one does */
-	if (sf_shardfs_dump(res->model, &meta, &metalen) == 0) {
-		free(res->meta);
-		res->meta = meta;
-		res->metalen = metalen;
-	}
 	sf_info("checkpoint %s: " SF_INDEX_NAME ": %zu shards verified%s", SF_QSTR(name), st->shards,
 		st->unverified ? ", some unverified (files changed since indexing)" : "");
 	goto out_free;

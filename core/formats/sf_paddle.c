@@ -38,7 +38,6 @@
 #include "sf_error.h"
 #include "sf_log.h"
 #include "sf_pickle.h"
-#include "sf_shardfs.h"
 #include "sf_st_header.h"
 
 #define PD_MAX_FILES 65536u           /* distinct storage files */
@@ -1071,8 +1070,6 @@ static int paddle_open(const struct sf_cdir *cd, struct sf_format_result *out,
 	rc = build(&d, sf_pickle_root(pk), mdname);
 	if (!rc)
 		rc = sf_model_finish(d.m, err, errlen);
-	if (!rc)
-		rc = sf_shardfs_dump(d.m, &out->meta, &out->metalen);
 	if (rc) {
 		sf_model_destroy(d.m);
 		goto out_free_pickle;

@@ -14,7 +14,7 @@
 #include "sf_format.h"
 #include "sf_error.h"
 #include "sf_log.h"
-#include "sf_shardfs.h"
+#include "sf_manifest.h"
 
 #include <errno.h>
 #include <string.h>
@@ -40,7 +40,7 @@ int sf_cdir_add_root_files(const struct sf_cdir *cd, struct sf_model *m,
 		if (sf_cdir_stat(cd, nm, &size) != 0)
 			continue; /* symlinks and specials are never shown */
 		sf_quote_name(q, nm, strlen(nm));
-		if (!sf_shardfs_file_name_ok(nm, strlen(nm)) ||
+		if (!sf_manifest_file_name_ok(nm, strlen(nm)) ||
 		    strcmp(nm, "objects") == 0) {
 			sf_warn("checkpoint %s: root file %s left out: its name is one of the mount's own",
 				SF_QSTR(cd->name), q);

@@ -30,7 +30,7 @@
 #include "manifest_cmp.h"
 #include "sf_checksum.h"
 #include "sf_error.h"
-#include "sf_shardfs.h"
+#include "sf_manifest.h"
 #include "sf_model.h"
 
 #define MIN_VALID 10
@@ -154,7 +154,7 @@ static bool shards_json_ok(const struct sf_tensor *t)
 {
 	char *js = NULL;
 	size_t len = 0;
-	if (sf_tensor_shards_json(t, &js, &len) != 0 || !js || strlen(js) != len)
+	if (sf_manifest_shards_json(t, &js, &len) != 0 || !js || strlen(js) != len)
 		return false;
 	json_error_t jerr;
 	json_t *v = json_loads(js, 0, &jerr);
@@ -183,23 +183,23 @@ static void run_valid(const char *dir, const char *name)
 	check(rc == 0, "%s: cannot read (%s)", path, sf_strerror(rc));
 	if (rc)
 		return;
-	rc = sf_shardfs_parse(buf, len, &m, err, sizeof(err));
+	rc = sf_manifest_parse(buf, len, &m, err, sizeof(err));
 	check(rc == 0 && m, "valid/%s: parse failed: %s: %s", name, sf_strerror(rc), err);
 	if (rc)
 		goto out_free;
-	rc = sf_shardfs_dump(m, &d1, &l1);
+	rc = sf_manifest_dump(m, &d1, &l1);
 	check(rc == 0 && d1 && strlen(d1) == l1, "valid/%s: dump failed: %s", name, sf_strerror(rc));
 	if (rc)
 		goto out_free;
-	rc = sf_shardfs_parse(d1, l1, &m2, err, sizeof(err));
+	rc = sf_manifest_parse(d1, l1, &m2, err, sizeof(err));
 	check(rc == 0, "valid/%s: re-parse of dump failed: %s", name, err);
 	if (rc)
 		goto out_free;
 	check(manifest_equal(m, m2, why, sizeof(why)), "valid/%s: parse(dump(m)) != m: %s", name, why);
-	rc = sf_shardfs_dump(m2, &d2, &l2);
+	rc = sf_manifest_dump(m2, &d2, &l2);
 	check(rc == 0 && l1 == l2 && memcmp(d1, d2, l1) == 0, "valid/%s: second dump differs", name);
 	/* The dump is also accepted without a trailing NUL in the length. */
-	rc = sf_shardfs_parse(d1, l1, &m3, err, sizeof(err));
+	rc = sf_manifest_parse(d1, l1, &m3, err, sizeof(err));
 	check(rc == 0 && manifest_equal(m, m3, why, sizeof(why)), "valid/%s: third parse", name);
 	for (size_t i = 0; i < m->ntensors; i++) {
 		const struct sf_tensor *t = &m->tensors[i];
@@ -268,7 +268,7 @@ static void run_invalid(const char *dir, const char *name)
 	check(*sub != '\0', "%s: empty substring", path);
 
 	memset(err, 'X', sizeof(err));
-	rc = sf_shardfs_parse(buf, len, &m, err, sizeof(err));
+	rc = sf_manifest_parse(buf, len, &m, err, sizeof(err));
 	check(rc < 0 && m == NULL, "invalid/%s: parsed successfully", name);
 	check(strcmp(code_name(rc), code) == 0, "invalid/%s: got %s (%s), expected %s",
 	      name, code_name(rc), err, code);
@@ -366,7 +366,7 @@ static void test_builder(void)
 	check(sf_model_add_tensor(m, true, "cfg", SF_DT_F32, 1, shape, &t) == -EINVAL, "add: file F32");
 	check(sf_model_add_tensor(m, true, "cfg", SF_DT_U8, 2, shape, &t) == -EINVAL, "add: file 2-d");
 	check(sf_model_add_tensor(m, true, "npy", SF_DT_U8, 1, shape, &t) == -EINVAL, "add: file npy");
-	check(!sf_shardfs_file_name_ok("rank-1", 6) && sf_shardfs_file_name_ok("rank1", 5),
+	check(!sf_manifest_file_name_ok("rank-1", 6) && sf_manifest_file_name_ok("rank1", 5),
 	      "shardfs/1: no root file named like a rank directory");
 	check(m->ntensors == 0 && m->nfiles == 0, "rejected adds left entries");
 
@@ -430,8 +430,8 @@ static void test_builder(void)
 	char *js = NULL;
 	size_t jl;
 	struct sf_model *m2 = NULL;
-	check(sf_shardfs_dump(m, &js, &jl) == 0, "dump built manifest");
-	check(js && sf_shardfs_parse(js, jl, &m2, err, sizeof(err)) == 0, "parse built dump: %s", err);
+	check(sf_manifest_dump(m, &js, &jl) == 0, "dump built manifest");
+	check(js && sf_manifest_parse(js, jl, &m2, err, sizeof(err)) == 0, "parse built dump: %s", err);
 	check(m2 && manifest_equal(m, m2, why, sizeof(why)), "built round trip: %s", why);
 	check(js && strstr(js, "\"flat\"") && strstr(js, "\"offsets\"") && strstr(js, "\"xxh3\""),
 	      "dump has the SPEC keys");
@@ -471,9 +471,9 @@ static void test_builder(void)
 /* ------------------------------------------------------------------ */
 /* coverage against a naive byte bitmap                                */
 
-/* A foreign model as the mount shows it (sf_shardfs_dump): another format's
+/* A foreign model as the mount shows it (sf_manifest_dump): another format's
  * name, a shard without checksums, a strided box, a zstd-coded shard, an
- * object. sf_shardfs_parse_shown reads all of it back; the strict parser
+ * object. sf_manifest_parse_shown reads all of it back; the strict parser
  * refuses it. */
 static void test_shown(void)
 {
@@ -509,12 +509,12 @@ static void test_shown(void)
 	s = mk_flat(0, 0, 7, 4096);
 	check(sf_tensor_add_shard(m, t, &s) == 0, "shown: object shard: %s", sf_model_why(m));
 	check(sf_model_finish(m, err, sizeof(err)) == 0, "shown: finish: %s", err);
-	check(sf_shardfs_dump(m, &js, &jl) == 0, "shown: dump");
-	check(js && sf_shardfs_parse(js, jl, &back, err, sizeof(err)) == -SF_EMANIFEST &&
+	check(sf_manifest_dump(m, &js, &jl) == 0, "shown: dump");
+	check(js && sf_manifest_parse(js, jl, &back, err, sizeof(err)) == -SF_EMANIFEST &&
 	      strstr(err, "\"format\""), "shown: the strict parser refuses it (%s)", err);
 	sf_model_destroy(back);
 	back = NULL;
-	check(js && sf_shardfs_parse_shown(js, jl, &back, err, sizeof(err)) == 0,
+	check(js && sf_manifest_parse_shown(js, jl, &back, err, sizeof(err)) == 0,
 	      "shown: parse_shown: %s", err);
 	if (back) {
 		const struct sf_tensor *r = sf_model_find(back, "ramp");
@@ -536,7 +536,7 @@ static void test_shown(void)
 	static const char bad[] = "{\"format\":\"x\\u0001\",\"name\":\"a\",\"world_size\":1,"
 				  "\"block_size\":4096,\"tensors\":{}}";
 	back = NULL;
-	check(sf_shardfs_parse_shown(bad, sizeof(bad) - 1, &back, err, sizeof(err)) ==
+	check(sf_manifest_parse_shown(bad, sizeof(bad) - 1, &back, err, sizeof(err)) ==
 	      -SF_EMANIFEST, "shown: control byte in format refused (%s)", err);
 	sf_model_destroy(back);
 	sf_model_destroy(m);

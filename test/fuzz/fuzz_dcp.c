@@ -284,8 +284,11 @@ static void try_dir(size_t k, const struct sf_dcp_docs *dd, uint64_t base,
 		return;
 	}
 	check_streams(out.model, &st);
-	if (!out.model || !out.meta)
-		fuzz_die("success without a model", NULL);
+	if (!out.model || out.meta)
+		fuzz_die("success without a model, or with a dump (the seam's)", NULL);
+	rc = sf_format_result_dump(&out); /* over SF_MAX_MANIFEST_BYTES: refused */
+	if (rc ? rc != -SF_ETOOBIG : !out.meta)
+		fuzz_die("the model does not dump", sf_strerror(rc));
 	j = json_loadb(out.meta, out.metalen, 0, NULL);
 	if (!j)
 		fuzz_die("manifest is not JSON", NULL);

@@ -18,7 +18,7 @@
  *     sf_wckpt_foreach;
  *   - sf_wckpt_export_part succeeds (every shard kept passes the manifest's
  *     own shard rules, so the checkpoint can still be committed), and
- *     sf_shardfs_parse_part either accepts the part with exactly these
+ *     sf_manifest_parse_part either accepts the part with exactly these
  *     entries and shard counts or fails with a documented code and a
  *     one-line message;
  *   - what is journaled after the resume survives the next one: a probe
@@ -43,7 +43,7 @@
 #include "fuzz_journal_kit.h"
 #include "fuzz_util.h"
 #include "sf_error.h"
-#include "sf_shardfs.h"
+#include "sf_manifest.h"
 #include "sf_log.h"
 #include "sf_model.h"
 #include "sf_wckpt.h"
@@ -199,7 +199,7 @@ static char *check_state(struct sf_wckpt *w, size_t resumed, size_t *plen)
 	if (!part || strlen(part) != *plen)
 		fuzz_die("export returned a bad text", NULL);
 	fuzz_poison(err, sizeof(err));
-	rc = sf_shardfs_parse_part(part, *plen, &m, err, sizeof(err));
+	rc = sf_manifest_parse_part(part, *plen, &m, err, sizeof(err));
 	if (rc < 0) {
 		if (m)
 			fuzz_die("failed parse returned a manifest", err);

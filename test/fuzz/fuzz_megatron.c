@@ -266,8 +266,11 @@ static void one_open(const uint8_t *data, size_t size)
 			fuzz_check_message(err, sizeof(err));
 		return;
 	}
-	if (!res.model || !res.meta)
-		fuzz_die("open gave no model", NULL);
+	if (!res.model || res.meta)
+		fuzz_die("open gave no model, or a dump (the seam's)", NULL);
+	rc = sf_format_result_dump(&res); /* over SF_MAX_MANIFEST_BYTES: refused */
+	if (rc ? rc != -SF_ETOOBIG : !res.meta)
+		fuzz_die("the model does not dump", sf_strerror(rc));
 	if (strncmp(res.model->format, SF_MCORE_FORMAT " ", sizeof(SF_MCORE_FORMAT)) != 0)
 		fuzz_die("format not named", res.model->format);
 	check_shards(res.model->tensors, res.model->ntensors, size);

@@ -164,8 +164,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			fuzz_check_message(err, sizeof(err));
 		goto out_close_parts;
 	}
-	if (!res.model || !res.meta || strcmp(res.model->format, SF_PADDLE_FORMAT) != 0)
-		fuzz_die("success without a paddle model", NULL);
+	if (!res.model || res.meta || strcmp(res.model->format, SF_PADDLE_FORMAT) != 0)
+		fuzz_die("success without a paddle model, or with a dump (the seam's)", NULL);
+	rc = sf_format_result_dump(&res); /* over SF_MAX_MANIFEST_BYTES: refused */
+	if (rc ? rc != -SF_ETOOBIG : !res.meta)
+		fuzz_die("the model does not dump", sf_strerror(rc));
 	for (size_t i = 0; i < res.model->ntensors; i++) {
 		const struct sf_tensor *t = &res.model->tensors[i];
 		char why[256];

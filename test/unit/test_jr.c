@@ -25,7 +25,7 @@
 #include "sf_checksum.h"
 #include "sf_error.h"
 #include "sf_jr.h"
-#include "sf_shardfs.h"
+#include "sf_manifest.h"
 #include "sf_test.h"
 
 #define PROG "test_jr"
@@ -148,7 +148,7 @@ static void test_mutations(void)
 		return;
 	/* the base is valid, and parses as a manifest */
 	CHECK(jr_accepts(base_manifest, blen));
-	if (!CHECK_EQ(sf_shardfs_parse(base_manifest, blen, &m, err, sizeof(err)), 0))
+	if (!CHECK_EQ(sf_manifest_parse(base_manifest, blen, &m, err, sizeof(err)), 0))
 		fprintf(stderr, "  base: %s\n", err);
 	sf_model_destroy(m);
 	for (int i = 0; i < 20000; i++) {
@@ -176,7 +176,7 @@ static void test_mutations(void)
 		/* the manifest parser refuses whatever is not JSON */
 		if (!jansson_accepts(buf, n)) {
 			m = NULL;
-			CHECK(sf_shardfs_parse(buf, n, &m, err, sizeof(err)) < 0);
+			CHECK(sf_manifest_parse(buf, n, &m, err, sizeof(err)) < 0);
 			sf_model_destroy(m);
 		}
 	}
@@ -274,25 +274,25 @@ static void test_window(void)
 	unlink(path);
 	if (!CHECK((size_t)write(fd, text, len) == len))
 		goto out_close;
-	if (!CHECK_EQ(sf_shardfs_parse(text, len, &a, err, sizeof(err)), 0))
+	if (!CHECK_EQ(sf_manifest_parse(text, len, &a, err, sizeof(err)), 0))
 		fprintf(stderr, "  memory: %s\n", err);
 	in = sf_input_fd(fd, 0, len);
-	if (!CHECK_EQ(sf_shardfs_parse_input(&in, false, &b, err, sizeof(err)), 0))
+	if (!CHECK_EQ(sf_manifest_parse_input(&in, false, &b, err, sizeof(err)), 0))
 		fprintf(stderr, "  file: %s\n", err);
 	in = sf_input_cb(cb_read, &cb, 0, len);
-	if (!CHECK_EQ(sf_shardfs_parse_input(&in, false, &c, err, sizeof(err)), 0))
+	if (!CHECK_EQ(sf_manifest_parse_input(&in, false, &c, err, sizeof(err)), 0))
 		fprintf(stderr, "  callback: %s\n", err);
 	if (a && b && c && CHECK_EQ(a->ntensors, 6000) &&
-	    CHECK_EQ(sf_shardfs_dump(a, &da, &la), 0) &&
-	    CHECK_EQ(sf_shardfs_dump(b, &db, &lb), 0) &&
-	    CHECK_EQ(sf_shardfs_dump(c, &dc, &lc), 0)) {
+	    CHECK_EQ(sf_manifest_dump(a, &da, &la), 0) &&
+	    CHECK_EQ(sf_manifest_dump(b, &db, &lb), 0) &&
+	    CHECK_EQ(sf_manifest_dump(c, &dc, &lc), 0)) {
 		CHECK(la == lb && memcmp(da, db, la) == 0);
 		CHECK(la == lc && memcmp(da, dc, la) == 0);
 	}
 	/* the file shrinks under the reader: an error, never a crash */
 	if (CHECK_EQ(ftruncate(fd, (off_t)(len / 2)), 0)) {
 		in = sf_input_fd(fd, 0, len);
-		CHECK(sf_shardfs_parse_input(&in, false, &d, err, sizeof(err)) < 0 && !d);
+		CHECK(sf_manifest_parse_input(&in, false, &d, err, sizeof(err)) < 0 && !d);
 	}
 out_close:
 	close(fd);

@@ -25,7 +25,7 @@
 #include "sf_dtype.h"
 #include "sf_engine.h"
 #include "sf_error.h"
-#include "sf_shardfs.h"
+#include "sf_manifest.h"
 #include "sf_log.h"
 #include "sf_model.h"
 #include "sf_store.h"
@@ -536,8 +536,8 @@ int main(void)
 		char *json = NULL;
 		size_t len = 0;
 		struct sf_model *back = NULL;
-		if (CHECK_EQ(sf_shardfs_dump(ck->m, &json, &len), 0) &&
-		    CHECK_EQ(sf_shardfs_parse(json, len, &back, err, sizeof(err)), 0)) {
+		if (CHECK_EQ(sf_manifest_dump(ck->m, &json, &len), 0) &&
+		    CHECK_EQ(sf_manifest_parse(json, len, &back, err, sizeof(err)), 0)) {
 			CHECK_EQ(back->ntensors, ck->m->ntensors);
 			CHECK_EQ(back->nfiles, ck->m->nfiles);
 			CHECK(back->block_size == ck->m->block_size);

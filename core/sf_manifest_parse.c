@@ -1,5 +1,5 @@
 /*
- * sf_shardfs_parse.c - the manifest parser of "shardfs/1": JSON text
+ * sf_manifest_parse.c - the manifest parser of "shardfs/1": JSON text
  * (a buffer, or a file read through a window) straight into a validated
  * model, with no JSON tree in between (sf_jr.h).
  *
@@ -17,7 +17,7 @@
  * shards per entry (SF_MAX_SHARDS), dimensions (SF_MAX_NDIM); checksum
  * lists are bounded by the text. Duplicate keys are refused anywhere.
  */
-#include "sf_shardfs.h"
+#include "sf_manifest.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -31,7 +31,7 @@
 #include "sf_error.h"
 #include "sf_jr.h"
 
-bool sf_shardfs_file_name_ok(const char *name, size_t len)
+bool sf_manifest_file_name_ok(const char *name, size_t len)
 {
 	size_t pl = sizeof(SF_SHARDFS_RANK_PREFIX) - 1;
 
@@ -79,7 +79,7 @@ struct raw_shard {
 	struct raw_arr offsets, lengths, flat, strides;
 	struct raw_str file;
 	struct raw_sums sums;
-	/* a shown manifest's coded shard only (sf_shardfs_put_shard) */
+	/* a shown manifest's coded shard only (sf_manifest_put_shard) */
 	struct raw_str codec;
 	struct raw_int stored_nbytes, decoded_offset, decoded_nbytes;
 };
@@ -606,7 +606,7 @@ static int entry_start(struct parse *p, enum sf_entry_kind kind,
 	rc = want_arr(w, &p->shape, "shape", ndim, "");
 	if (rc < 0)
 		return rc;
-	if (kind == SF_ENTRY_FILE && !p->shown && !sf_shardfs_file_name_ok(name, len))
+	if (kind == SF_ENTRY_FILE && !p->shown && !sf_manifest_file_name_ok(name, len))
 		return sf_fail(w, -SF_EMANIFEST,
 			       "name starts with \"" SF_SHARDFS_RANK_PREFIX "\" (payload directories)");
 	return sf_model_append_checked(p->m, w, kind, name, len, dtype, ndim,
@@ -1028,15 +1028,15 @@ out_free:
 	return rc;
 }
 
-int sf_shardfs_parse_input(const struct sf_input *in, bool partial,
-			   struct sf_model **out, char *err, size_t errlen)
+int sf_manifest_parse_input(const struct sf_input *in, bool partial,
+			    struct sf_model **out, char *err, size_t errlen)
 {
 	return parse_input(in, partial ? PARSE_PART : PARSE_MANIFEST, out, err,
 			   errlen);
 }
 
-int sf_shardfs_parse(const char *json, size_t len, struct sf_model **out,
-		     char *err, size_t errlen)
+int sf_manifest_parse(const char *json, size_t len, struct sf_model **out,
+		      char *err, size_t errlen)
 {
 	struct sf_input in = sf_input_mem(json ? json : "", len);
 
@@ -1045,8 +1045,8 @@ int sf_shardfs_parse(const char *json, size_t len, struct sf_model **out,
 	return parse_input(&in, PARSE_MANIFEST, out, err, errlen);
 }
 
-int sf_shardfs_parse_part(const char *json, size_t len,
-			  struct sf_model **out, char *err, size_t errlen)
+int sf_manifest_parse_part(const char *json, size_t len,
+			   struct sf_model **out, char *err, size_t errlen)
 {
 	struct sf_input in = sf_input_mem(json ? json : "", len);
 
@@ -1055,8 +1055,8 @@ int sf_shardfs_parse_part(const char *json, size_t len,
 	return parse_input(&in, PARSE_PART, out, err, errlen);
 }
 
-int sf_shardfs_parse_shown(const char *json, size_t len, struct sf_model **out,
-			   char *err, size_t errlen)
+int sf_manifest_parse_shown(const char *json, size_t len, struct sf_model **out,
+			    char *err, size_t errlen)
 {
 	struct sf_input in = sf_input_mem(json ? json : "", len);
 
