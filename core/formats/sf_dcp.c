@@ -48,7 +48,7 @@
 #include "sf_checksum.h"
 #include "sf_codec.h"
 #include "sf_error.h"
-#include "sf_fileset.h"
+#include "sf_kit.h"
 #include "sf_log.h"
 #include "sf_pickle.h"
 #include "sf_shardfs.h"
@@ -148,16 +148,11 @@ struct chunk {
 };
 
 struct dcp {
-	const struct sf_cdir *cd;    /* the checkpoint's files (borrowed) */
-	const char *name;
-	struct sf_where w;           /* the caller's err: one printable line */
+	struct sf_kit k;             /* the open: directory, err, budget, and
+				      * the chunk files, each opened once */
 	struct sinfo *si;            /* sorted: of a key, the one read first */
 	size_t nsi, capsi;
-	struct sf_fileset files;     /* chunk files, each opened once */
-	struct sf_model *m;
-	struct sf_budget *b;         /* the open's (cd's, or own_b) */
-	struct sf_budget *own_b;     /* owned: when cd has none */
-	size_t skipped;              /* entries left out, each logged */
+	struct sf_model *m;          /* made by sf_kit_start; sf_kit_end's */
 	bool per_rank;               /* documents are __R.metadata, not .metadata */
 	const struct sf_dcp_ext *ext; /* another format's additions, or NULL */
 	const struct sf_pk_global *allow; /* the globals metadata may name */
@@ -227,7 +222,7 @@ static int read_storage(struct dcp *d, const struct sf_pk *sd, uint32_t rank)
 	const char *doc = doc_name(d, rank, nb, sizeof(nb));
 
 	if (!sd || sd->kind != SF_PK_DICT)
-		return sf_fail(&d->w, -SF_EFORMAT, "%s: storage_data is not a dict", doc);
+		return sf_fail(&d->k.w, -SF_EFORMAT, "%s: storage_data is not a dict", doc);
 	for (size_t i = 0; i < sd->u.dict.n; i++) {
 		const struct sf_pk *k = sd->u.dict.k[i], *v = sd->u.dict.v[i];
 		const struct sf_pk *off = sf_pk_attr(k, "offset");
@@ -237,7 +232,7 @@ static int read_storage(struct dcp *d, const struct sf_pk *sd, uint32_t rank)
 		int rc;
 
 		if (!is_dcp(k, "MetadataIndex") || !is_dcp(v, "_StorageInfo"))
-			return sf_fail(&d->w, -SF_EFORMAT,
+			return sf_fail(&d->k.w, -SF_EFORMAT,
 				    "%s: storage_data entry %zu is not MetadataIndex -> _StorageInfo",
 				    doc, i);
 		s.fqn = sf_pk_str(sf_pk_attr(k, "fqn"));
@@ -245,14 +240,14 @@ static int read_storage(struct dcp *d, const struct sf_pk *sd, uint32_t rank)
 		if (!s.fqn || !s.path ||
 		    !sf_pk_int(sf_pk_attr(v, "offset"), &fo) || fo < 0 ||
 		    !sf_pk_int(sf_pk_attr(v, "length"), &len) || len < 0)
-			return sf_fail(&d->w, -SF_EFORMAT,
+			return sf_fail(&d->k.w, -SF_EFORMAT,
 				    "%s: storage_data entry %zu lacks fqn, relative_path, offset or length",
 				    doc, i);
 		s.foff = (uint64_t)fo;
 		s.len = (uint64_t)len;
 		if (off && off->kind != SF_PK_NONE) {
 			if (!size_of(off, s.off, &s.ndim))
-				return sf_fail(&d->w, -SF_EFORMAT,
+				return sf_fail(&d->k.w, -SF_EFORMAT,
 					    "%s: storage_data entry %zu: bad offset",
 					    doc, i);
 			s.has_off = true;
@@ -261,7 +256,7 @@ static int read_storage(struct dcp *d, const struct sf_pk *sd, uint32_t rank)
 		rc = sf_array_grow(&d->si, d->nsi, &d->capsi, sizeof(*d->si), 64,
 				   SF_MAX_TENSORS * 4u);
 		if (rc)
-			return sf_fail(&d->w, rc, "metadata: too many chunks");
+			return sf_fail(&d->k.w, rc, "metadata: too many chunks");
 		d->si[d->nsi++] = s;
 	}
 	return 0;
@@ -301,17 +296,17 @@ static int chunk_input(struct dcp *d, const char *key, const struct sinfo *si,
 		       struct sf_input *in)
 {
 	const struct sf_fileset_file *f = NULL;
-	int rc = sf_fileset_get(&d->files, si->path, &f);
+	int rc = sf_fileset_get(&d->k.files, si->path, &f);
 
 	if (rc == -SF_ETOOBIG)
-		return sf_fail(&d->w, rc, "more than %u chunk files", DCP_MAX_FILES);
+		return sf_fail(&d->k.w, rc, "more than %u chunk files", DCP_MAX_FILES);
 	if (rc)
 		return rc;
 	if (f->err)
-		return sf_fail(&d->w, f->err == -SF_EREFUSED ? -SF_EREFUSED : -SF_ESHORT,
+		return sf_fail(&d->k.w, f->err == -SF_EREFUSED ? -SF_EREFUSED : -SF_ESHORT,
 			    "%s: its file %s %s", SF_QSTR(key), SF_QSTR(si->path), sf_fileset_why(f));
 	if (si->foff > f->size || si->len > f->size - si->foff)
-		return sf_fail(&d->w, -SF_ESHORT,
+		return sf_fail(&d->k.w, -SF_ESHORT,
 			    "%s: bytes %llu+%llu lie past the end of %s (%llu bytes)",
 			    SF_QSTR(key), (unsigned long long)si->foff,
 			    (unsigned long long)si->len, SF_QSTR(si->path),
@@ -364,13 +359,13 @@ static int decode_chunk(struct dcp *d, const char *key, const struct sinfo *si,
 			const struct sf_stream_reader *rd,
 			const struct sf_stream **st)
 {
-	int rc = sf_budget_decode(d->b, SF_CODEC_ZSTD, si->path, si->foff, in,
+	int rc = sf_budget_decode(d->k.b, SF_CODEC_ZSTD, si->path, si->foff, in,
 				  SF_MAX_DECODED, rd, st);
 
 	if (rc)
-		return sf_fail(&d->w, rc, "%s: zstd chunk in %s at %llu: %s", key,
+		return sf_fail(&d->k.w, rc, "%s: zstd chunk in %s at %llu: %s", key,
 			       si->path, (unsigned long long)si->foff,
-			       rc == -SF_EBUDGET ? sf_budget_why(d->b) : sf_strerror(rc));
+			       rc == -SF_EBUDGET ? sf_budget_why(d->k.b) : sf_strerror(rc));
 	return 0;
 }
 
@@ -391,22 +386,6 @@ static enum sf_dtype props_dtype(const struct sf_pk *props)
 	return sf_torch_dtype(dt->u.global.name);
 }
 
-static void leave_out(struct dcp *d, const char *key, const char *why)
-{
-	char q[SF_QNAME_SIZE];
-
-	d->skipped++;
-	sf_warn("checkpoint %s: %s left out: %s", SF_QSTR(d->name), sf_quote_str(q, key),
-		why);
-}
-
-/* Forget the reason a failed step wrote (it has been logged). */
-static void clear_err(struct dcp *d)
-{
-	if (d->w.err && d->w.errlen)
-		d->w.err[0] = '\0';
-}
-
 /* A shard of t over box s->box whose bytes shardfs cannot decode: listed,
  * every read of it fails with EIO. The reason is logged here. */
 static int add_unreadable(struct dcp *d, const char *key, struct sf_tensor *t,
@@ -416,7 +395,7 @@ static int add_unreadable(struct dcp *d, const char *key, struct sf_tensor *t,
 	char q[SF_QNAME_SIZE], qf[SF_QNAME_SIZE];
 
 	sf_warn("checkpoint %s: tensor %s: the chunk in %s at %llu %s: its reads fail with EIO",
-		SF_QSTR(d->name), sf_quote_str(q, key), sf_quote_str(qf, si->path),
+		SF_QSTR(d->k.name), sf_quote_str(q, key), sf_quote_str(qf, si->path),
 		(unsigned long long)si->foff, why);
 	s->codec = SF_CODEC_UNREADABLE;
 	s->file = (char *)si->path;
@@ -425,7 +404,7 @@ static int add_unreadable(struct dcp *d, const char *key, struct sf_tensor *t,
 	for (unsigned i = 0; i < t->ndim; i++)
 		s->nbytes *= s->len[i]; /* bounded: the validator checks the box */
 	if (sf_tensor_add_shard(d->m, t, s))
-		return sf_fail(&d->w, -SF_EFORMAT, "tensor %s: %s", SF_QSTR(key), sf_model_why(d->m));
+		return sf_fail(&d->k.w, -SF_EFORMAT, "tensor %s: %s", SF_QSTR(key), sf_model_why(d->m));
 	return 0;
 }
 
@@ -452,12 +431,12 @@ static int add_chunk(struct dcp *d, const char *key, struct sf_tensor *t,
 		numel *= c->len[i]; /* bounded: the validator checks the box */
 	if (numel == 0 && t->ndim > 0)
 		return 0; /* holds no element */
-	rc = sf_budget_check(d->b);
+	rc = sf_budget_check(d->k.b);
 	if (rc)
-		return sf_fail(&d->w, rc, "%s", sf_budget_why(d->b));
+		return sf_fail(&d->k.w, rc, "%s", sf_budget_why(d->k.b));
 	si = si ? si : find_sinfo(d, key, true, t->ndim, c->off);
 	if (!si)
-		return sf_fail(&d->w, -SF_EFORMAT,
+		return sf_fail(&d->k.w, -SF_EFORMAT,
 			    "tensor %s: a chunk has no storage_data entry", SF_QSTR(key));
 	rc = chunk_input(d, key, si, &in);
 	if (rc)
@@ -477,26 +456,26 @@ static int add_chunk(struct dcp *d, const char *key, struct sf_tensor *t,
 			return add_unreadable(d, key, t, &s, si, why);
 		}
 		if (st->rc)
-			return sf_fail(&d->w, st->rc, "tensor %s: %schunk in %s at %llu: %s",
+			return sf_fail(&d->k.w, st->rc, "tensor %s: %schunk in %s at %llu: %s",
 				       SF_QSTR(key), st->decoded ? "" : "zstd ", SF_QSTR(si->path),
 				       (unsigned long long)si->foff, st->why);
 		tsv = st->note; /* the budget's, shared by every entry naming it */
 	} else {
 		rc = sf_torchsave_open(&in, &ts, why, sizeof(why));
 		if (rc)
-			return sf_fail(&d->w, rc, "tensor %s: chunk in %s at %llu: %s", SF_QSTR(key),
+			return sf_fail(&d->k.w, rc, "tensor %s: chunk in %s at %llu: %s", SF_QSTR(key),
 				       SF_QSTR(si->path), (unsigned long long)si->foff, why);
 		tsv = ts;
 	}
 	x = &tsv->t[0];
 	rc = -SF_EFORMAT;
 	if (tsv->n != 1 || x->key[0]) {
-		sf_fail(&d->w, rc, "tensor %s: chunk in %s is not one tensor", SF_QSTR(key), SF_QSTR(si->path));
+		sf_fail(&d->k.w, rc, "tensor %s: chunk in %s is not one tensor", SF_QSTR(key), SF_QSTR(si->path));
 		goto out_free_ts;
 	}
 	if (x->dtype != t->dtype || x->ndim != t->ndim ||
 	    memcmp(x->shape, c->len, t->ndim * sizeof(uint64_t)) != 0) {
-		sf_fail(&d->w, rc, "tensor %s: chunk in %s holds a %s tensor of another shape than the metadata says",
+		sf_fail(&d->k.w, rc, "tensor %s: chunk in %s holds a %s tensor of another shape than the metadata says",
 		     SF_QSTR(key), SF_QSTR(si->path), sf_dtype_name(x->dtype));
 		goto out_free_ts;
 	}
@@ -519,7 +498,7 @@ static int add_chunk(struct dcp *d, const char *key, struct sf_tensor *t,
 	}
 	rc = sf_tensor_add_shard(d->m, t, &s);
 	if (rc)
-		sf_fail(&d->w, rc, "tensor %s: %s", SF_QSTR(key), sf_model_why(d->m));
+		sf_fail(&d->k.w, rc, "tensor %s: %s", SF_QSTR(key), sf_model_why(d->m));
 out_free_ts:
 	sf_torchsave_free(ts);
 	return rc;
@@ -534,12 +513,12 @@ static int add_tensor(struct dcp *d, const char *key, enum sf_dtype dt,
 	int rc;
 
 	if (dt == SF_DT_INVALID) {
-		leave_out(d, key, "a dtype shardfs does not know");
+		sf_kit_leave_out(&d->k, key, "a dtype shardfs does not know");
 		return 0;
 	}
 	rc = sf_model_add_tensor(d->m, false, key, dt, ndim, shape, &t);
 	if (rc)
-		return sf_fail(&d->w, rc, "tensor %s: %s", SF_QSTR(key), sf_model_why(d->m));
+		return sf_fail(&d->k.w, rc, "tensor %s: %s", SF_QSTR(key), sf_model_why(d->m));
 	for (size_t i = 0; i < n && !rc; i++) {
 		const struct sinfo *si = find_sinfo(d, key, true, ndim, chunks[i].off), *r;
 		char dsc[8];
@@ -551,17 +530,16 @@ static int add_tensor(struct dcp *d, const char *key, enum sf_dtype dt,
 			if (!chunk_codec(r, dsc, sizeof(dsc)) && /* coded: not decoded */
 			    (rc = add_chunk(d, key, t, &chunks[i], r)) != -ENOMEM &&
 			    rc != -SF_EBUDGET) {
-				clear_err(d); /* a copy torch never reads: verify's */
+				sf_kit_clear_err(&d->k); /* a copy torch never reads: verify's */
 				rc = 0;
 			}
 	}
 	if (!rc)
-		rc = sf_overlap_rule(&d->w, t);
+		rc = sf_overlap_rule(&d->k.w, t);
 	if (rc && rc != -ENOMEM && rc != -SF_EBUDGET) {
 		/* a chunk that cannot be served: the tensor alone is left out */
 		sf_model_drop_last(d->m, SF_ENTRY_TENSOR);
-		leave_out(d, key, d->w.err && d->w.err[0] ? d->w.err : sf_strerror(rc));
-		clear_err(d);
+		sf_kit_leave_out_err(&d->k, key, rc);
 		rc = 0;
 	}
 	return rc;
@@ -577,16 +555,15 @@ static int add_object(struct dcp *d, const char *key)
 	char why[384] = "", desc[256];
 	enum sf_codec codec;
 	uint64_t size, zero = 0;
-	int rc = sf_budget_check(d->b);
+	int rc = sf_budget_check(d->k.b);
 
 	if (rc)
-		return sf_fail(&d->w, rc, "%s", sf_budget_why(d->b));
+		return sf_fail(&d->k.w, rc, "%s", sf_budget_why(d->k.b));
 	if (!si)
-		return sf_fail(&d->w, -SF_EFORMAT, "object %s: no storage_data entry", SF_QSTR(key));
+		return sf_fail(&d->k.w, -SF_EFORMAT, "object %s: no storage_data entry", SF_QSTR(key));
 	rc = chunk_input(d, key, si, &in);
 	if (rc && rc != -ENOMEM && rc != -SF_EBUDGET) {
-		leave_out(d, key, d->w.err && d->w.err[0] ? d->w.err : sf_strerror(rc));
-		clear_err(d);
+		sf_kit_leave_out_err(&d->k, key, rc);
 		return 0;
 	}
 	if (rc)
@@ -596,7 +573,7 @@ static int add_object(struct dcp *d, const char *key)
 	if (codec == SF_CODEC_UNREADABLE) {
 		snprintf(why, sizeof(why), "stored with transform %s, which shardfs cannot undo",
 			 desc);
-		leave_out(d, key, why);
+		sf_kit_leave_out(&d->k, key, "%s", why);
 		return 0;
 	}
 	if (codec == SF_CODEC_ZSTD) {
@@ -605,14 +582,14 @@ static int add_object(struct dcp *d, const char *key)
 		if (rc)
 			return rc;
 		if (st->rc) {
-			leave_out(d, key, st->why);
+			sf_kit_leave_out(&d->k, key, "%s", st->why);
 			return 0;
 		}
 		size = st->declen;
 	}
 	rc = sf_model_add_object(d->m, key, size, &t);
 	if (rc)
-		return sf_fail(&d->w, rc, "object %s: %s", SF_QSTR(key), sf_model_why(d->m));
+		return sf_fail(&d->k.w, rc, "object %s: %s", SF_QSTR(key), sf_model_why(d->m));
 	if (size == 0)
 		return 0;
 	s.off = &zero;
@@ -627,7 +604,7 @@ static int add_object(struct dcp *d, const char *key)
 	}
 	rc = sf_tensor_add_shard(d->m, t, &s);
 	if (rc)
-		return sf_fail(&d->w, rc, "object %s: %s", SF_QSTR(key), sf_model_why(d->m));
+		return sf_fail(&d->k.w, rc, "object %s: %s", SF_QSTR(key), sf_model_why(d->m));
 	return 0;
 }
 
@@ -677,11 +654,12 @@ static bool is_distcp(const char *name)
 	       strcmp(name + n - ns, SF_DCP_SUFFIX) == 0;
 }
 
-/* Is name one of DCP's own files? */
-static bool dcp_own(const char *name)
+/* Is name one of DCP's own files (sf_kit_add_root_files' own)? */
+static bool dcp_own(void *arg, const char *name)
 {
 	uint32_t r;
 
+	(void)arg;
 	return strcmp(name, SF_DCP_METADATA) == 0 || ends_with(name, SF_DCP_SUFFIX) ||
 	       rank_md_name(name, "", &r) || rank_md_name(name, ".tmp", &r);
 }
@@ -730,34 +708,20 @@ static bool ranks_complete(const struct dcp_scan *sc)
 	return sc->nranks > 0 && sc->nranks == (size_t)sc->top + 1;
 }
 
-/* The checkpoint's other files (sf_cdir_add_root_files): not DCP's own. */
-static bool own_file(void *arg, const char *name)
-{
-	(void)arg;
-	return dcp_own(name);
-}
-
-static int add_root_files(struct dcp *d)
-{
-	return sf_cdir_add_root_files(d->cd, d->m, own_file, NULL, &d->w);
-}
-
 /* The format string: the layout's torch generation, and the version the
  * metadata records when it does. */
 static void set_format(struct dcp *d, const struct sf_pk *md)
 {
 	const char *ver = sf_pk_str(sf_pk_attr(md, "version"));
-	char f[SF_MAX_FORMAT];
 
 	if (d->ext && d->ext->format)
-		snprintf(f, sizeof(f), "%s", d->ext->format);
+		sf_kit_set_format(d->m, "%s", d->ext->format);
 	else if (sf_pk_is_obj(md, MOD113, "Metadata"))
-		snprintf(f, sizeof(f), "%s torch-1.13", SF_DCP_FORMAT);
+		sf_kit_set_format(d->m, "%s torch-1.13", SF_DCP_FORMAT);
 	else if (ver && strlen(ver) < 16 && strspn(ver, "0123456789.") == strlen(ver))
-		snprintf(f, sizeof(f), "%s %s", SF_DCP_FORMAT, ver);
+		sf_kit_set_format(d->m, "%s %s", SF_DCP_FORMAT, ver);
 	else
-		snprintf(f, sizeof(f), "%s", SF_DCP_FORMAT);
-	sf_model_set_format(d->m, f);
+		sf_kit_set_format(d->m, "%s", SF_DCP_FORMAT);
 }
 
 /* --- merging the documents' keys --- */
@@ -809,7 +773,7 @@ static int gather_chunks(struct dcp *d, const char *key, const struct item *its,
 		const struct sf_pk *list = sf_pk_attr(its[i].v, "chunks");
 
 		if (!list || list->kind != SF_PK_LIST) {
-			rc = sf_fail(&d->w, -SF_EFORMAT, "tensor %s: no chunks", SF_QSTR(key));
+			rc = sf_fail(&d->k.w, -SF_EFORMAT, "tensor %s: no chunks", SF_QSTR(key));
 			break;
 		}
 		for (size_t j = 0; j < list->u.seq.n && !rc; j++) {
@@ -821,12 +785,12 @@ static int gather_chunks(struct dcp *d, const char *key, const struct item *its,
 			    !size_of(sf_pk_attr(ch, "offsets"), x.off, &nd_off) ||
 			    !size_of(sf_pk_attr(ch, "sizes"), x.len, &nd_len) ||
 			    nd_off != ndim || nd_len != ndim) {
-				rc = sf_fail(&d->w, -SF_EFORMAT, "tensor %s: malformed chunk", SF_QSTR(key));
+				rc = sf_fail(&d->k.w, -SF_EFORMAT, "tensor %s: malformed chunk", SF_QSTR(key));
 				break;
 			}
 			rc = sf_array_grow(&c, nc, &cap, sizeof(*c), 4, DCP_MAX_CHUNKS);
 			if (rc == -SF_ETOOBIG)
-				sf_fail(&d->w, rc, "tensor %s: more than %u chunks", SF_QSTR(key),
+				sf_fail(&d->k.w, rc, "tensor %s: more than %u chunks", SF_QSTR(key),
 					DCP_MAX_CHUNKS);
 			if (!rc)
 				c[nc++] = x;
@@ -860,24 +824,24 @@ static int add_key(struct dcp *d, const struct item *its, size_t n)
 	int rc;
 
 	if (!tensor && !is_dcp(its[0].v, "BytesStorageMetadata"))
-		return sf_fail(&d->w, -SF_EFORMAT, "%s: neither tensor nor bytes metadata", SF_QSTR(key));
+		return sf_fail(&d->k.w, -SF_EFORMAT, "%s: neither tensor nor bytes metadata", SF_QSTR(key));
 	if (tensor && !tensor_props(&its[0], &dt, shape, &ndim))
-		return sf_fail(&d->w, -SF_EFORMAT, "tensor %s: no size or chunks", SF_QSTR(key));
+		return sf_fail(&d->k.w, -SF_EFORMAT, "tensor %s: no size or chunks", SF_QSTR(key));
 	for (size_t i = 1; i < n; i++) {
 		uint64_t sh[SF_MAX_NDIM] = { 0 };
 		enum sf_dtype dt2;
 		unsigned nd2;
 
 		if (is_dcp(its[i].v, "TensorStorageMetadata") != tensor)
-			return sf_fail(&d->w, -SF_EFORMAT,
+			return sf_fail(&d->k.w, -SF_EFORMAT,
 				    "%s: the metadata of ranks %u and %u disagree: a tensor in one, bytes in the other",
 				    key, its[0].rank, its[i].rank);
 		if (!tensor)
 			continue;
 		if (!tensor_props(&its[i], &dt2, sh, &nd2))
-			return sf_fail(&d->w, -SF_EFORMAT, "tensor %s: no size or chunks", SF_QSTR(key));
+			return sf_fail(&d->k.w, -SF_EFORMAT, "tensor %s: no size or chunks", SF_QSTR(key));
 		if (dt2 != dt || nd2 != ndim || memcmp(sh, shape, sizeof(sh)) != 0)
-			return sf_fail(&d->w, -SF_EFORMAT,
+			return sf_fail(&d->k.w, -SF_EFORMAT,
 				    "tensor %s: the metadata of ranks %u and %u disagree on its dtype or size (%s, %u dimensions vs %s, %u dimensions)",
 				    SF_QSTR(key), its[0].rank, its[i].rank, sf_dtype_name(dt),
 				    ndim, sf_dtype_name(dt2), nd2);
@@ -885,13 +849,12 @@ static int add_key(struct dcp *d, const struct item *its, size_t n)
 	if (!tensor)
 		return add_object(d, key);
 	if (dt == SF_DT_INVALID) {
-		leave_out(d, key, "a dtype shardfs does not know");
+		sf_kit_leave_out(&d->k, key, "a dtype shardfs does not know");
 		return 0;
 	}
 	rc = gather_chunks(d, key, its, n, ndim, &chunks, &nc);
 	if (rc == -SF_EFORMAT) {
-		leave_out(d, key, d->w.err && d->w.err[0] ? d->w.err : sf_strerror(rc));
-		clear_err(d);
+		sf_kit_leave_out_err(&d->k, key, rc);
 		return 0;
 	}
 	if (rc)
@@ -917,7 +880,7 @@ static int build(struct dcp *d, const struct mdoc *docs, size_t n)
 			      sf_pk_is_obj(md, d->ext->meta_module, d->ext->meta_class);
 
 		if ((!is_dcp(md, "Metadata") && !ext_md) || !sdm || sdm->kind != SF_PK_DICT) {
-			rc = sf_fail(&d->w, -SF_EFORMAT,
+			rc = sf_fail(&d->k.w, -SF_EFORMAT,
 				     "%s: not a DCP Metadata with a state_dict_metadata dict",
 				     doc_name(d, (uint32_t)r, nb, sizeof(nb)));
 			break;
@@ -928,12 +891,12 @@ static int build(struct dcp *d, const struct mdoc *docs, size_t n)
 					   (uint32_t)r, (uint32_t)i };
 
 			if (!it.key) {
-				rc = sf_fail(&d->w, -SF_EFORMAT, "metadata: a key is not a string");
+				rc = sf_fail(&d->k.w, -SF_EFORMAT, "metadata: a key is not a string");
 				break;
 			}
 			rc = sf_array_grow(&its, nit, &cap, sizeof(*its), 64, DCP_MAX_ITEMS);
 			if (rc)
-				sf_fail(&d->w, rc, "metadata: too many keys");
+				sf_fail(&d->k.w, rc, "metadata: too many keys");
 			else
 				its[nit++] = it;
 		}
@@ -957,13 +920,13 @@ static int build(struct dcp *d, const struct mdoc *docs, size_t n)
 			if (nk == 0 || kept[nk - 1].rank != its[j].rank)
 				kept[nk++] = its[j];
 		if (!sf_name_valid(its[i].key)) {
-			leave_out(d, its[i].key, "not a name shardfs can show");
+			sf_kit_leave_out(&d->k, its[i].key, "not a name shardfs can show");
 			continue;
 		}
 		rc = add_key(d, kept, nk);
 	}
 	if (!rc)
-		rc = add_root_files(d);
+		rc = sf_kit_add_root_files(&d->k, d->m, dcp_own, NULL);
 out_free:
 	free(kept);
 	free(its);
@@ -982,10 +945,10 @@ static int load_doc(struct dcp *d, const struct sf_input *in, const char *what,
 
 	po.allow = d->allow;
 	po.nallow = d->nallow;
-	po.budget = d->cd ? d->cd->budget : NULL;
+	po.budget = d->k.cd ? d->k.cd->budget : NULL;
 	rc = sf_pickle_load(in, &po, &doc->pk, why, sizeof(why));
 	if (rc)
-		return sf_fail(&d->w, rc, "%s: %s", what, why);
+		return sf_fail(&d->k.w, rc, "%s: %s", what, why);
 	doc->root = sf_pickle_root(doc->pk);
 	return 0;
 }
@@ -998,14 +961,14 @@ static int load_file(struct dcp *d, const char *fname, struct mdoc *doc,
 	struct sf_cfile f;
 	int rc;
 
-	rc = sf_cfile_open(d->cd, fname, &f);
+	rc = sf_cfile_open(d->k.cd, fname, &f);
 	if (rc == -EINVAL)
-		return sf_fail(&d->w, -SF_EFORMAT, "%s: not a regular file", fname);
+		return sf_fail(&d->k.w, -SF_EFORMAT, "%s: not a regular file", fname);
 	if (rc)
-		return sf_fail(&d->w, rc, "%s: %s", fname, sf_strerror(rc));
+		return sf_fail(&d->k.w, rc, "%s: %s", fname, sf_strerror(rc));
 	*total += f.size;
 	if (f.size > SF_MAX_MANIFEST_BYTES || *total > SF_MAX_MANIFEST_BYTES) {
-		rc = sf_fail(&d->w, -SF_ETOOBIG, "%s: metadata larger than %u bytes",
+		rc = sf_fail(&d->k.w, -SF_ETOOBIG, "%s: metadata larger than %u bytes",
 			     fname, SF_MAX_MANIFEST_BYTES);
 		goto out_close;
 	}
@@ -1017,28 +980,20 @@ out_close:
 
 /* Build from the loaded documents into out, and free what d holds. */
 static int finish_open(struct dcp *d, struct mdoc *docs, size_t n,
-		       struct sf_format_result *out, char *err, size_t errlen)
+		       struct sf_format_result *out)
 {
 	int rc;
 
-	sf_fileset_init(&d->files, d->cd, DCP_MAX_FILES);
-	d->b = d->cd->budget;
-	if (!d->b)
-		d->b = d->own_b = sf_budget_new(NULL);
-	d->m = sf_model_new(d->name, 1, SF_DEFAULT_BLOCK_SIZE);
-	rc = d->m && d->b ? build(d, docs, n) : -ENOMEM;
-	if (!rc && d->ext && d->ext->adjust)
-		rc = d->ext->adjust(d->ext->arg, d->m, docs[0].root, &d->w);
+	rc = sf_kit_start(&d->k, DCP_MAX_FILES, &d->m);
 	if (!rc)
-		rc = sf_model_finish(d->m, err, errlen);
+		rc = build(d, docs, n);
+	if (!rc && d->ext && d->ext->adjust)
+		rc = d->ext->adjust(d->ext->arg, d->m, docs[0].root, &d->k.w);
+	if (!rc)
+		rc = sf_kit_finish(&d->k, d->m);
 	if (!rc)
 		rc = sf_shardfs_dump(d->m, &out->meta, &out->metalen);
-	if (rc)
-		sf_model_destroy(d->m);
-	else
-		out->model = d->m;
-	sf_fileset_clear(&d->files);
-	sf_budget_free(d->own_b);
+	rc = sf_kit_end(&d->k, rc, d->m, out);
 	free(d->si);
 	return rc;
 }
@@ -1063,7 +1018,7 @@ static int setup_allow(struct dcp *d, struct sf_pk_global **merged)
 	if (!ext || !ext->nallow)
 		return 0;
 	if (ext->nallow > SF_DCP_EXT_MAX_ALLOW)
-		return sf_fail(&d->w, -EINVAL, "too many extra globals");
+		return sf_fail(&d->k.w, -EINVAL, "too many extra globals");
 	*merged = malloc((nallow + ext->nallow) * sizeof(**merged));
 	if (!*merged)
 		return -ENOMEM;
@@ -1077,7 +1032,7 @@ static int setup_allow(struct dcp *d, struct sf_pk_global **merged)
 int sf_dcp_open_ex(const struct sf_cdir *cd, const struct sf_dcp_ext *ext,
 		   struct sf_format_result *out, char *err, size_t errlen)
 {
-	struct dcp d = { .cd = cd, .name = cd->name, .ext = ext };
+	struct dcp d = { .ext = ext };
 	struct sf_pk_global *merged = NULL;
 	struct sf_dirlist ls = { 0 };
 	struct dcp_scan sc;
@@ -1086,17 +1041,17 @@ int sf_dcp_open_ex(const struct sf_cdir *cd, const struct sf_dcp_ext *ext,
 	size_t n = 1;
 	int rc;
 
-	sf_where_init(&d.w, err, errlen);
+	sf_kit_init(&d.k, cd, err, errlen);
 	rc = sf_cdir_list(cd, &ls);
 	if (rc)
-		return sf_fail(&d.w, rc, "cannot list the directory: %s", sf_strerror(rc));
+		return sf_fail(&d.k.w, rc, "cannot list the directory: %s", sf_strerror(rc));
 	scan_names(&ls, &sc);
 	sf_dirlist_free(&ls);
 	if (!sc.global) {
 		/* torch reads a global .metadata when there is one; else each
 		 * rank its own, and together they are the checkpoint */
 		if (!ranks_complete(&sc))
-			return sf_fail(&d.w, -SF_EFORMAT,
+			return sf_fail(&d.k.w, -SF_EFORMAT,
 				       "no .metadata, and not every rank's __R.metadata");
 		n = sc.nranks;
 		d.per_rank = true;
@@ -1119,7 +1074,7 @@ int sf_dcp_open_ex(const struct sf_cdir *cd, const struct sf_dcp_ext *ext,
 		rc = load_file(&d, fname, &docs[r], &total);
 	}
 	if (!rc)
-		rc = finish_open(&d, docs, n, out, err, errlen);
+		rc = finish_open(&d, docs, n, out);
 	free_docs(docs, n);
 	free(merged);
 	return rc;
@@ -1153,9 +1108,9 @@ int sf_dcp_docs_load(const struct sf_dcp_doc *in, size_t n,
 	int rc = 0;
 
 	*out = NULL;
-	sf_where_init(&d.w, err, errlen);
+	sf_kit_init(&d.k, NULL, err, errlen);
 	if (n == 0 || n > SF_MAX_WORLD)
-		return sf_fail(&d.w, -EINVAL, "%zu metadata documents", n);
+		return sf_fail(&d.k.w, -EINVAL, "%zu metadata documents", n);
 	rc = setup_allow(&d, &merged);
 	if (rc)
 		return rc;
@@ -1189,10 +1144,10 @@ int sf_dcp_docs_open(const struct sf_dcp_docs *dd, int dirfd, const char *name,
 {
 	struct sf_cdir cd = { .dirfd = dirfd, .name = name, .ref = { .name = name },
 			      .budget = budget };
-	struct dcp d = { .cd = &cd, .name = name, .per_rank = dd->n > 1 };
+	struct dcp d = { .per_rank = dd->n > 1 };
 
-	sf_where_init(&d.w, err, errlen);
-	return finish_open(&d, dd->docs, dd->n, out, err, errlen);
+	sf_kit_init(&d.k, &cd, err, errlen);
+	return finish_open(&d, dd->docs, dd->n, out);
 }
 
 int sf_dcp_open_docs(int dirfd, const char *name, const struct sf_dcp_doc *in,
