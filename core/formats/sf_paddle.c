@@ -834,14 +834,10 @@ static int add_tensor(struct pd *d, const char *key, const struct sf_pk *list)
 		sf_kit_leave_out(&d->k, key, "too many chunks");
 		return 0;
 	}
-	if (n > d->capch) {
-		struct pchunk *nc = realloc(d->ch, n * sizeof(*nc));
-
-		if (!nc)
+	while (d->capch < n) /* each call doubles: room for n chunks */
+		if (sf_array_grow(&d->ch, d->capch, &d->capch, sizeof(*d->ch), 16,
+				  SF_MAX_SHARDS))
 			return -ENOMEM;
-		d->ch = nc;
-		d->capch = n;
-	}
 	for (size_t i = 0; i < n && !why; i++) {
 		struct pchunk *c = &d->ch[i];
 		struct pidx *x;
