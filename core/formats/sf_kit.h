@@ -109,7 +109,7 @@ int sf_kit_finish(struct sf_kit *k, struct sf_model *m);
  * End the open: with rc 0, m becomes out->model; else m is destroyed
  * (and out->model is left alone). The registry and the kit's own budget
  * are freed either way (the kit can be initialized again). Returns rc.
- * Accepts m NULL.
+ * Accepts m NULL, and out NULL when rc is not 0.
  */
 int sf_kit_end(struct sf_kit *k, int rc, struct sf_model *m,
 	       struct sf_format_result *out);
