@@ -1,64 +1,42 @@
 /*
- * sf_dcp.c - the PyTorch DCP adapter (sf_dcp.h).
+ * sf_dcp.c - the PyTorch DCP adapter (sf_dcp.h): the metadata documents,
+ * decoded under an allowlist; DCP's file names (the probe, the format's own
+ * files); merging the documents' keys; the open and its entry points. Each
+ * merged key becomes a tensor or an object in sf_dcp_entry.c.
  *
  * Invariants:
  *  - nothing a file names is imported, called or followed out of the
  *    checkpoint: every metadata document is decoded with an allowlist of
  *    DCP's classes, torch.Size, the layout and memory-format helpers and
- *    the dtypes; a chunk's relative_path is checked (sf_relpath_valid) and
- *    opened beneath the checkpoint directory (sf_cfile_open, or a peer's
- *    copy under MPI); a chunk
- *    must lie inside its file;
- *  - every chunk's archive is opened and checked against the metadata
- *    (dtype, shape) before a shard points into it; a shard's payload is
- *    the chunk's storage bytes from the view's first element, with the
- *    view's strides when it is not row-major contiguous;
- *  - a zstd chunk (transform_descriptors ["stream.zstd/1"]) is decoded
- *    once per open here (sf_budget_decode: every entry naming the same
- *    stream shares that decode), bounded by SF_MAX_DECODED and the open's
- *    budget, to read its archive; its shard is coded (sf_codec.h) and the
- *    engine decodes it again to serve it. A chunk stored with any other
- *    transform, or whose stream is corrupt, stays in the model as an
- *    unreadable shard: its reads fail with EIO, and one log line here
- *    names the transform or the damage;
+ *    the dtypes (and the globals an extension adds), at most
+ *    SF_MAX_MANIFEST_BYTES over all documents; chunk files are opened
+ *    only through the kit's registry (sf_dcp_entry.c);
  *  - per-rank metadata (`__R.metadata`, no `.metadata`) is merged: every
  *    rank's keys, each tensor's chunks from every rank, the lowest rank's
- *    entry where two ranks stored the same chunk or byte item; ranks that
- *    disagree on a key's kind, dtype or size refuse the checkpoint;
- *  - overlaps: sf_overlap_rule; a key's storage entries other than the
- *    one read (above) are replicas after it, for shardctl verify (but
- *    those stored with a transform: never decoded for a copy not read);
- *  - every storage entry an open consumes checks the open's budget first,
- *    and -SF_EBUDGET ends the open (never one entry left out);
+ *    entry where two ranks stored the same chunk or byte item; the open
+ *    reads them only when every rank from 0 to the highest named has its
+ *    document;
+ *  - a key shardfs cannot show (its name) is left out alone with one line
+ *    (sf_kit_leave_out); a malformed document leaves the checkpoint out
+ *    with one reason;
  *  - the directory is only ever read.
  */
 #include "sf_dcp.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "sf_array.h"
-#include "sf_budget.h"
-#include "sf_checksum.h"
-#include "sf_codec.h"
+#include "sf_dcp_entry.h"
 #include "sf_error.h"
-#include "sf_fileset.h"
+#include "sf_kit.h"
 #include "sf_log.h"
 #include "sf_pickle.h"
-#include "sf_torchsave.h"
 
-#define DCP_MAX_FILES 65536u          /* distinct chunk files */
 #define DCP_MAX_ITEMS (16u * SF_MAX_TENSORS) /* keys over all documents */
-#define DCP_MAX_CHUNKS (4u * SF_MAX_SHARDS)  /* one tensor's, over all ranks */
-#define DCP_ZSTD "stream.zstd/"       /* torch's ZStandard descriptor, /1.x */
-#define MOD113 "torch.distributed._shard.checkpoint.metadata"
-#define MOD2 "torch.distributed.checkpoint.metadata"
 
 /* --- the allowlist of .metadata --- */
 
@@ -110,57 +88,10 @@ static void allow_build(void)
 	nallow = n;
 }
 
-/* --- state of one open --- */
-
-/* One storage_data entry: where (fqn, offset) is stored. Strings and tr
- * are borrowed from the documents. */
-struct sinfo {
-	const char *fqn;
-	unsigned ndim;               /* of offset; 0 with !has_off */
-	bool has_off;                /* a tensor chunk's offsets (else bytes) */
-	uint64_t off[SF_MAX_NDIM];
-	const char *path;            /* relative_path */
-	uint64_t foff, len;          /* the item in path */
-	const struct sf_pk *tr;      /* transform_descriptors, or NULL */
-	uint32_t rank;               /* the document (rank) that says so */
-	uint32_t seq;                /* its place there: of repeated keys in
-				      * one document the last counts */
-};
-
 /* One metadata document: the global .metadata, or rank R's __R.metadata. */
 struct mdoc {
 	struct sf_pickle *pk;        /* owned */
 	const struct sf_pk *root;    /* borrowed from pk */
-};
-
-/* One state_dict_metadata entry of one document. */
-struct item {
-	const char *key;
-	const struct sf_pk *v;
-	uint32_t rank, seq;
-};
-
-/* One tensor chunk as some rank's metadata lists it. */
-struct chunk {
-	uint64_t off[SF_MAX_NDIM], len[SF_MAX_NDIM]; /* zero past ndim */
-	uint32_t rank;
-};
-
-struct dcp {
-	const struct sf_cdir *cd;    /* the checkpoint's files (borrowed) */
-	const char *name;
-	struct sf_where w;           /* the caller's err: one printable line */
-	struct sinfo *si;            /* sorted: of a key, the one read first */
-	size_t nsi, capsi;
-	struct sf_fileset files;     /* chunk files, each opened once */
-	struct sf_model *m;
-	struct sf_budget *b;         /* the open's (cd's, or own_b) */
-	struct sf_budget *own_b;     /* owned: when cd has none */
-	size_t skipped;              /* entries left out, each logged */
-	bool per_rank;               /* documents are __R.metadata, not .metadata */
-	const struct sf_dcp_ext *ext; /* another format's additions, or NULL */
-	const struct sf_pk_global *allow; /* the globals metadata may name */
-	size_t nallow;
 };
 
 /* The name of document rank's file, for messages. */
@@ -171,463 +102,6 @@ static const char *doc_name(const struct dcp *d, uint32_t rank, char *buf,
 		return SF_DCP_METADATA;
 	snprintf(buf, n, "__%u%s", rank, SF_DCP_METADATA);
 	return buf;
-}
-
-/* A torch.Size(...) (or a plain tuple) of non-negative ints. */
-static bool size_of(const struct sf_pk *v, uint64_t *out, unsigned *ndim)
-{
-	return sf_pk_uints(v, SF_PK_UINTS_SIZE, out, SF_MAX_NDIM, ndim);
-}
-
-/* Is v an instance of DCP's class cls (either module)? */
-static bool is_dcp(const struct sf_pk *v, const char *cls)
-{
-	return sf_pk_is_obj(v, MOD2, cls) || sf_pk_is_obj(v, MOD113, cls) ||
-	       (strcmp(cls, "_StorageInfo") == 0 &&
-		(sf_pk_is_obj(v, "torch.distributed.checkpoint.filesystem", cls) ||
-		 sf_pk_is_obj(v, "torch.distributed._shard.checkpoint.filesystem", cls)));
-}
-
-/* Order of storage keys: (fqn, has_off, ndim, off). */
-static int cmp_key(const struct sinfo *x, const struct sinfo *y)
-{
-	int c = strcmp(x->fqn, y->fqn);
-
-	if (c)
-		return c;
-	if (x->has_off != y->has_off)
-		return x->has_off ? 1 : -1;
-	if (x->ndim != y->ndim)
-		return x->ndim < y->ndim ? -1 : 1;
-	for (unsigned i = 0; i < x->ndim; i++)
-		if (x->off[i] != y->off[i])
-			return x->off[i] < y->off[i] ? -1 : 1;
-	return 0;
-}
-
-/* Keys, then the lowest rank, then (in one document) the last entry. */
-static int cmp_sinfo(const void *a, const void *b)
-{
-	const struct sinfo *x = a, *y = b;
-	int c = cmp_key(x, y);
-
-	if (c)
-		return c;
-	if (x->rank != y->rank)
-		return x->rank < y->rank ? -1 : 1;
-	return x->seq == y->seq ? 0 : x->seq > y->seq ? -1 : 1;
-}
-
-/* storage_data of document rank: {MetadataIndex: _StorageInfo} appended
- * to d->si. */
-static int read_storage(struct dcp *d, const struct sf_pk *sd, uint32_t rank)
-{
-	char nb[32];
-	const char *doc = doc_name(d, rank, nb, sizeof(nb));
-
-	if (!sd || sd->kind != SF_PK_DICT)
-		return sf_fail(&d->w, -SF_EFORMAT, "%s: storage_data is not a dict", doc);
-	for (size_t i = 0; i < sd->u.dict.n; i++) {
-		const struct sf_pk *k = sd->u.dict.k[i], *v = sd->u.dict.v[i];
-		const struct sf_pk *off = sf_pk_attr(k, "offset");
-		const struct sf_pk *tr = sf_pk_attr(v, "transform_descriptors");
-		struct sinfo s = { .rank = rank, .seq = (uint32_t)i };
-		int64_t fo, len;
-		int rc;
-
-		if (!is_dcp(k, "MetadataIndex") || !is_dcp(v, "_StorageInfo"))
-			return sf_fail(&d->w, -SF_EFORMAT,
-				    "%s: storage_data entry %zu is not MetadataIndex -> _StorageInfo",
-				    doc, i);
-		s.fqn = sf_pk_str(sf_pk_attr(k, "fqn"));
-		s.path = sf_pk_str(sf_pk_attr(v, "relative_path"));
-		if (!s.fqn || !s.path ||
-		    !sf_pk_int(sf_pk_attr(v, "offset"), &fo) || fo < 0 ||
-		    !sf_pk_int(sf_pk_attr(v, "length"), &len) || len < 0)
-			return sf_fail(&d->w, -SF_EFORMAT,
-				    "%s: storage_data entry %zu lacks fqn, relative_path, offset or length",
-				    doc, i);
-		s.foff = (uint64_t)fo;
-		s.len = (uint64_t)len;
-		if (off && off->kind != SF_PK_NONE) {
-			if (!size_of(off, s.off, &s.ndim))
-				return sf_fail(&d->w, -SF_EFORMAT,
-					    "%s: storage_data entry %zu: bad offset",
-					    doc, i);
-			s.has_off = true;
-		}
-		s.tr = tr && tr->kind != SF_PK_NONE ? tr : NULL;
-		rc = sf_array_grow(&d->si, d->nsi, &d->capsi, sizeof(*d->si), 64,
-				   SF_MAX_TENSORS * 4u);
-		if (rc)
-			return sf_fail(&d->w, rc, "metadata: too many chunks");
-		d->si[d->nsi++] = s;
-	}
-	return 0;
-}
-
-/* Sort d->si so that the first entry of a key is the one read: the
- * lowest rank's (torch's loader on rank 0 reads its own), of one
- * document's repeats the last; the others are its replicas. */
-static void sort_storage(struct dcp *d)
-{
-	if (d->nsi > 1)
-		qsort(d->si, d->nsi, sizeof(*d->si), cmp_sinfo);
-}
-
-static const struct sinfo *find_sinfo(const struct dcp *d, const char *fqn,
-				      bool has_off, unsigned ndim,
-				      const uint64_t *off)
-{
-	struct sinfo key = { .fqn = fqn, .has_off = has_off, .ndim = ndim };
-	size_t lo = 0, hi = d->nsi;
-
-	if (has_off)
-		memcpy(key.off, off, ndim * sizeof(*off));
-	while (lo < hi) { /* the first entry of key: the one read */
-		size_t mid = lo + (hi - lo) / 2;
-
-		if (cmp_key(&d->si[mid], &key) < 0)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo < d->nsi && cmp_key(&d->si[lo], &key) == 0 ? &d->si[lo] : NULL;
-}
-
-/* The file and region of si, checked. 0 or an error with the reason. */
-static int chunk_input(struct dcp *d, const char *key, const struct sinfo *si,
-		       struct sf_input *in)
-{
-	const struct sf_fileset_file *f = NULL;
-	int rc = sf_fileset_get(&d->files, si->path, &f);
-
-	if (rc == -SF_ETOOBIG)
-		return sf_fail(&d->w, rc, "more than %u chunk files", DCP_MAX_FILES);
-	if (rc)
-		return rc;
-	if (f->err)
-		return sf_fail(&d->w, f->err == -SF_EREFUSED ? -SF_EREFUSED : -SF_ESHORT,
-			    "%s: its file %s %s", SF_QSTR(key), SF_QSTR(si->path), sf_fileset_why(f));
-	if (si->foff > f->size || si->len > f->size - si->foff)
-		return sf_fail(&d->w, -SF_ESHORT,
-			    "%s: bytes %llu+%llu lie past the end of %s (%llu bytes)",
-			    SF_QSTR(key), (unsigned long long)si->foff,
-			    (unsigned long long)si->len, SF_QSTR(si->path),
-			    (unsigned long long)f->size);
-	return sf_input_sub(&f->cf.in, si->foff, si->len, in);
-}
-
-/* --- transforms (torch 2.x extensions) --- */
-
-/* How si's bytes are stored: NONE (no transform_descriptors, or an empty
- * list), ZSTD (exactly ["stream.zstd/1..."], as torch's ZStandard writes
- * and reads it), else UNREADABLE; desc gets the descriptors, quoted. */
-static enum sf_codec chunk_codec(const struct sinfo *si, char *desc, size_t n)
-{
-	const struct sf_pk *tr = si->tr;
-	size_t k = 0, cnt = sf_pk_len(tr);
-	const char *s;
-
-	desc[0] = '\0';
-	if (!tr)
-		return SF_CODEC_NONE;
-	if (tr->kind != SF_PK_LIST && tr->kind != SF_PK_TUPLE) {
-		snprintf(desc, n, "(not a list)");
-		return SF_CODEC_UNREADABLE;
-	}
-	if (cnt == 0)
-		return SF_CODEC_NONE;
-	for (size_t i = 0; i < cnt && k + 8 < n; i++) {
-		char q[SF_QNAME_SIZE];
-
-		s = sf_pk_str(sf_pk_item(tr, i));
-		if (s)
-			sf_quote_name(q, s, strlen(s));
-		else
-			snprintf(q, sizeof(q), "(not a string)");
-		k += (size_t)snprintf(desc + k, n - k, "%s%s", i ? ", " : "", q);
-	}
-	s = sf_pk_str(sf_pk_item(tr, 0));
-	if (cnt == 1 && s && strncmp(s, DCP_ZSTD, sizeof(DCP_ZSTD) - 1) == 0 &&
-	    s[sizeof(DCP_ZSTD) - 1] == '1' &&
-	    (s[sizeof(DCP_ZSTD)] == '\0' || s[sizeof(DCP_ZSTD)] == '.'))
-		return SF_CODEC_ZSTD;
-	return SF_CODEC_UNREADABLE;
-}
-
-/* si's zstd stream, decoded once per open (rd: sf_torchsave_reader, or
- * NULL). 0 and *st; -SF_EBUDGET or -ENOMEM with the reason in d->w. */
-static int decode_chunk(struct dcp *d, const char *key, const struct sinfo *si,
-			const struct sf_input *in,
-			const struct sf_stream_reader *rd,
-			const struct sf_stream **st)
-{
-	int rc = sf_budget_decode(d->b, SF_CODEC_ZSTD, si->path, si->foff, in,
-				  SF_MAX_DECODED, rd, st);
-
-	if (rc)
-		return sf_fail(&d->w, rc, "%s: zstd chunk in %s at %llu: %s", key,
-			       si->path, (unsigned long long)si->foff,
-			       rc == -SF_EBUDGET ? sf_budget_why(d->b) : sf_strerror(rc));
-	return 0;
-}
-
-/* The dtype in TensorProperties (its state: a dict, or the tuple torch's
- * __getstate__ gives with the dtype first). */
-static enum sf_dtype props_dtype(const struct sf_pk *props)
-{
-	const struct sf_pk *st = props && props->kind == SF_PK_OBJ ?
-				 props->u.obj.state : NULL;
-	const struct sf_pk *dt = NULL;
-
-	if (st && st->kind == SF_PK_DICT)
-		dt = sf_pk_get(st, "dtype");
-	else if (st && st->kind == SF_PK_TUPLE)
-		dt = sf_pk_item(st, 0);
-	if (!dt || dt->kind != SF_PK_GLOBAL || strcmp(dt->u.global.module, "torch"))
-		return SF_DT_INVALID;
-	return sf_torch_dtype(dt->u.global.name);
-}
-
-static void leave_out(struct dcp *d, const char *key, const char *why)
-{
-	char q[SF_QNAME_SIZE];
-
-	d->skipped++;
-	sf_warn("checkpoint %s: %s left out: %s", SF_QSTR(d->name), sf_quote_str(q, key),
-		why);
-}
-
-/* Forget the reason a failed step wrote (it has been logged). */
-static void clear_err(struct dcp *d)
-{
-	if (d->w.err && d->w.errlen)
-		d->w.err[0] = '\0';
-}
-
-/* A shard of t over box s->box whose bytes shardfs cannot decode: listed,
- * every read of it fails with EIO. The reason is logged here. */
-static int add_unreadable(struct dcp *d, const char *key, struct sf_tensor *t,
-			  struct sf_shard *s, const struct sinfo *si,
-			  const char *why)
-{
-	char q[SF_QNAME_SIZE], qf[SF_QNAME_SIZE];
-
-	sf_warn("checkpoint %s: tensor %s: the chunk in %s at %llu %s: its reads fail with EIO",
-		SF_QSTR(d->name), sf_quote_str(q, key), sf_quote_str(qf, si->path),
-		(unsigned long long)si->foff, why);
-	s->codec = SF_CODEC_UNREADABLE;
-	s->file = (char *)si->path;
-	s->file_offset = si->foff;
-	s->nbytes = sf_dtype_size(t->dtype);
-	for (unsigned i = 0; i < t->ndim; i++)
-		s->nbytes *= s->len[i]; /* bounded: the validator checks the box */
-	if (sf_tensor_add_shard(d->m, t, s))
-		return sf_fail(&d->w, -SF_EFORMAT, "tensor %s: %s", SF_QSTR(key), sf_model_why(d->m));
-	return 0;
-}
-
-/* Chunk c of tensor t (key) into a shard, stored at si (NULL: its
- * storage entry). */
-static int add_chunk(struct dcp *d, const char *key, struct sf_tensor *t,
-		     const struct chunk *c, const struct sinfo *si)
-{
-	struct sf_shard s = { 0 };
-	struct sf_torchsave *ts = NULL;
-	const struct sf_torchsave *tsv;
-	const struct sf_ts_tensor *x;
-	const struct sf_stream *st = NULL;
-	struct sf_input in;
-	char why[384] = "", desc[256];
-	size_t isz = sf_dtype_size(t->dtype);
-	enum sf_codec codec;
-	uint64_t numel = 1, first;
-	int rc;
-
-	s.off = c->off;
-	s.len = c->len;
-	for (unsigned i = 0; i < t->ndim; i++)
-		numel *= c->len[i]; /* bounded: the validator checks the box */
-	if (numel == 0 && t->ndim > 0)
-		return 0; /* holds no element */
-	rc = sf_budget_check(d->b);
-	if (rc)
-		return sf_fail(&d->w, rc, "%s", sf_budget_why(d->b));
-	si = si ? si : find_sinfo(d, key, true, t->ndim, c->off);
-	if (!si)
-		return sf_fail(&d->w, -SF_EFORMAT,
-			    "tensor %s: a chunk has no storage_data entry", SF_QSTR(key));
-	rc = chunk_input(d, key, si, &in);
-	if (rc)
-		return rc;
-	codec = chunk_codec(si, desc, sizeof(desc));
-	if (codec == SF_CODEC_UNREADABLE) {
-		snprintf(why, sizeof(why), "is stored with transform %s, which shardfs cannot undo",
-			 desc);
-		return add_unreadable(d, key, t, &s, si, why);
-	}
-	if (codec == SF_CODEC_ZSTD) {
-		rc = decode_chunk(d, key, si, &in, &sf_torchsave_reader, &st);
-		if (rc)
-			return rc;
-		if (!st->decoded && st->rc == -EIO) {
-			snprintf(why, sizeof(why), "does not decode (%s)", st->why);
-			return add_unreadable(d, key, t, &s, si, why);
-		}
-		if (st->rc)
-			return sf_fail(&d->w, st->rc, "tensor %s: %schunk in %s at %llu: %s",
-				       SF_QSTR(key), st->decoded ? "" : "zstd ", SF_QSTR(si->path),
-				       (unsigned long long)si->foff, st->why);
-		tsv = st->note; /* the budget's, shared by every entry naming it */
-	} else {
-		rc = sf_torchsave_open(&in, &ts, why, sizeof(why));
-		if (rc)
-			return sf_fail(&d->w, rc, "tensor %s: chunk in %s at %llu: %s", SF_QSTR(key),
-				       SF_QSTR(si->path), (unsigned long long)si->foff, why);
-		tsv = ts;
-	}
-	x = &tsv->t[0];
-	rc = -SF_EFORMAT;
-	if (tsv->n != 1 || x->key[0]) {
-		sf_fail(&d->w, rc, "tensor %s: chunk in %s is not one tensor", SF_QSTR(key), SF_QSTR(si->path));
-		goto out_free_ts;
-	}
-	if (x->dtype != t->dtype || x->ndim != t->ndim ||
-	    memcmp(x->shape, c->len, t->ndim * sizeof(uint64_t)) != 0) {
-		sf_fail(&d->w, rc, "tensor %s: chunk in %s holds a %s tensor of another shape than the metadata says",
-		     SF_QSTR(key), SF_QSTR(si->path), sf_dtype_name(x->dtype));
-		goto out_free_ts;
-	}
-	first = x->data_off + x->storage_offset * isz;
-	s.file = (char *)si->path;
-	if (codec == SF_CODEC_ZSTD) {
-		s.codec = codec;
-		s.file_offset = si->foff;
-		s.stored_len = si->len;
-		s.decoded_len = st->declen;
-		s.decoded_off = first;
-	} else {
-		s.file_offset = si->foff + first;
-	}
-	if (x->contiguous) {
-		s.nbytes = numel * isz;
-	} else {
-		s.strides = (uint64_t *)x->stride;
-		s.nbytes = x->span;
-	}
-	rc = sf_tensor_add_shard(d->m, t, &s);
-	if (rc)
-		sf_fail(&d->w, rc, "tensor %s: %s", SF_QSTR(key), sf_model_why(d->m));
-out_free_ts:
-	sf_torchsave_free(ts);
-	return rc;
-}
-
-/* Tensor key from chunks[0..n) (every rank's, one per offset). */
-static int add_tensor(struct dcp *d, const char *key, enum sf_dtype dt,
-		      unsigned ndim, const uint64_t *shape,
-		      const struct chunk *chunks, size_t n)
-{
-	struct sf_tensor *t;
-	int rc;
-
-	if (dt == SF_DT_INVALID) {
-		leave_out(d, key, "a dtype shardfs does not know");
-		return 0;
-	}
-	rc = sf_model_add_tensor(d->m, false, key, dt, ndim, shape, &t);
-	if (rc)
-		return sf_fail(&d->w, rc, "tensor %s: %s", SF_QSTR(key), sf_model_why(d->m));
-	for (size_t i = 0; i < n && !rc; i++) {
-		const struct sinfo *si = find_sinfo(d, key, true, ndim, chunks[i].off), *r;
-		char dsc[8];
-
-		rc = add_chunk(d, key, t, &chunks[i], si);
-		if (i && si == find_sinfo(d, key, true, ndim, chunks[i - 1].off))
-			continue; /* its replicas are added (another size: overlaps) */
-		for (r = si; !rc && si && ++r < d->si + d->nsi && !cmp_key(r, si);) /* replicas: */
-			if (!chunk_codec(r, dsc, sizeof(dsc)) && /* coded: not decoded */
-			    (rc = add_chunk(d, key, t, &chunks[i], r)) != -ENOMEM &&
-			    rc != -SF_EBUDGET) {
-				clear_err(d); /* a copy torch never reads: verify's */
-				rc = 0;
-			}
-	}
-	if (!rc)
-		rc = sf_overlap_rule(&d->w, t);
-	if (rc && rc != -ENOMEM && rc != -SF_EBUDGET) {
-		/* a chunk that cannot be served: the tensor alone is left out */
-		sf_model_drop_last(d->m, SF_ENTRY_TENSOR);
-		leave_out(d, key, d->w.err && d->w.err[0] ? d->w.err : sf_strerror(rc));
-		clear_err(d);
-		rc = 0;
-	}
-	return rc;
-}
-
-static int add_object(struct dcp *d, const char *key)
-{
-	const struct sinfo *si = find_sinfo(d, key, false, 0, NULL);
-	const struct sf_stream *st = NULL;
-	struct sf_shard s = { 0 };
-	struct sf_tensor *t;
-	struct sf_input in;
-	char why[384] = "", desc[256];
-	enum sf_codec codec;
-	uint64_t size, zero = 0;
-	int rc = sf_budget_check(d->b);
-
-	if (rc)
-		return sf_fail(&d->w, rc, "%s", sf_budget_why(d->b));
-	if (!si)
-		return sf_fail(&d->w, -SF_EFORMAT, "object %s: no storage_data entry", SF_QSTR(key));
-	rc = chunk_input(d, key, si, &in);
-	if (rc && rc != -ENOMEM && rc != -SF_EBUDGET) {
-		leave_out(d, key, d->w.err && d->w.err[0] ? d->w.err : sf_strerror(rc));
-		clear_err(d);
-		return 0;
-	}
-	if (rc)
-		return rc;
-	size = si->len;
-	codec = chunk_codec(si, desc, sizeof(desc));
-	if (codec == SF_CODEC_UNREADABLE) {
-		snprintf(why, sizeof(why), "stored with transform %s, which shardfs cannot undo",
-			 desc);
-		leave_out(d, key, why);
-		return 0;
-	}
-	if (codec == SF_CODEC_ZSTD) {
-		/* its size is the decoded size: decode it (once) to learn it */
-		rc = decode_chunk(d, key, si, &in, NULL, &st);
-		if (rc)
-			return rc;
-		if (st->rc) {
-			leave_out(d, key, st->why);
-			return 0;
-		}
-		size = st->declen;
-	}
-	rc = sf_model_add_object(d->m, key, size, &t);
-	if (rc)
-		return sf_fail(&d->w, rc, "object %s: %s", SF_QSTR(key), sf_model_why(d->m));
-	if (size == 0)
-		return 0;
-	s.off = &zero;
-	s.len = &size;
-	s.file = (char *)si->path;
-	s.file_offset = si->foff;
-	s.nbytes = size;
-	if (codec == SF_CODEC_ZSTD) {
-		s.codec = codec;
-		s.stored_len = si->len;
-		s.decoded_len = st->declen;
-	}
-	rc = sf_tensor_add_shard(d->m, t, &s);
-	if (rc)
-		return sf_fail(&d->w, rc, "object %s: %s", SF_QSTR(key), sf_model_why(d->m));
-	return 0;
 }
 
 /* --- names --- */
@@ -676,11 +150,12 @@ static bool is_distcp(const char *name)
 	       strcmp(name + n - ns, SF_DCP_SUFFIX) == 0;
 }
 
-/* Is name one of DCP's own files? */
-static bool dcp_own(const char *name)
+/* Is name one of DCP's own files (sf_kit_add_root_files' own)? */
+static bool dcp_own(void *arg, const char *name)
 {
 	uint32_t r;
 
+	(void)arg;
 	return strcmp(name, SF_DCP_METADATA) == 0 || ends_with(name, SF_DCP_SUFFIX) ||
 	       rank_md_name(name, "", &r) || rank_md_name(name, ".tmp", &r);
 }
@@ -729,37 +204,22 @@ static bool ranks_complete(const struct dcp_scan *sc)
 	return sc->nranks > 0 && sc->nranks == (size_t)sc->top + 1;
 }
 
-/* The checkpoint's other files (sf_cdir_add_root_files): not DCP's own. */
-static bool own_file(void *arg, const char *name)
-{
-	(void)arg;
-	return dcp_own(name);
-}
-
-static int add_root_files(struct dcp *d)
-{
-	return sf_cdir_add_root_files(d->cd, d->m, own_file, NULL, &d->w);
-}
-
 /* The format string: the layout's torch generation, and the version the
  * metadata records when it does. */
-static void set_format(struct dcp *d, const struct sf_pk *md)
+static void set_format(struct dcp *d, const struct sf_dcp_ext *ext,
+		       const struct sf_pk *md)
 {
 	const char *ver = sf_pk_str(sf_pk_attr(md, "version"));
-	char f[SF_MAX_FORMAT];
 
-	if (d->ext && d->ext->format)
-		snprintf(f, sizeof(f), "%s", d->ext->format);
+	if (ext && ext->format)
+		sf_kit_set_format(d->m, "%s", ext->format);
 	else if (sf_pk_is_obj(md, MOD113, "Metadata"))
-		snprintf(f, sizeof(f), "%s torch-1.13", SF_DCP_FORMAT);
+		sf_kit_set_format(d->m, "%s torch-1.13", SF_DCP_FORMAT);
 	else if (ver && strlen(ver) < 16 && strspn(ver, "0123456789.") == strlen(ver))
-		snprintf(f, sizeof(f), "%s %s", SF_DCP_FORMAT, ver);
+		sf_kit_set_format(d->m, "%s %s", SF_DCP_FORMAT, ver);
 	else
-		snprintf(f, sizeof(f), "%s", SF_DCP_FORMAT);
-	sf_model_set_format(d->m, f);
+		sf_kit_set_format(d->m, "%s", SF_DCP_FORMAT);
 }
-
-/* --- merging the documents' keys --- */
 
 /* Keys, then ranks, then (in one document) the last entry first. */
 static int cmp_item(const void *a, const void *b)
@@ -774,134 +234,11 @@ static int cmp_item(const void *a, const void *b)
 	return x->seq == y->seq ? 0 : x->seq > y->seq ? -1 : 1;
 }
 
-/* Chunks by offsets (zero past their dimensions), then rank. */
-static int cmp_chunk(const void *a, const void *b)
-{
-	const struct chunk *x = a, *y = b;
-	int c = memcmp(x->off, y->off, sizeof(x->off)) ? 1 : 0;
-
-	for (unsigned i = 0; c && i < SF_MAX_NDIM; i++)
-		if (x->off[i] != y->off[i])
-			return x->off[i] < y->off[i] ? -1 : 1;
-	return x->rank == y->rank ? 0 : x->rank < y->rank ? -1 : 1;
-}
-
-/* A tensor's dtype and size as document it->rank says. */
-static bool tensor_props(const struct item *it, enum sf_dtype *dt,
-			 uint64_t *shape, unsigned *ndim)
-{
-	*dt = props_dtype(sf_pk_attr(it->v, "properties"));
-	return size_of(sf_pk_attr(it->v, "size"), shape, ndim);
-}
-
-/* The chunks every rank lists for tensor key (items its[0..n), one per
- * rank), sorted by offsets, one per box (the lowest rank's). *out is
- * malloc'd. A malformed chunk: -SF_EFORMAT with the reason. */
-static int gather_chunks(struct dcp *d, const char *key, const struct item *its,
-			 size_t n, unsigned ndim, struct chunk **out, size_t *nout)
-{
-	struct chunk *c = NULL;
-	size_t nc = 0, cap = 0, k = 0;
-	int rc = 0;
-
-	for (size_t i = 0; i < n && !rc; i++) {
-		const struct sf_pk *list = sf_pk_attr(its[i].v, "chunks");
-
-		if (!list || list->kind != SF_PK_LIST) {
-			rc = sf_fail(&d->w, -SF_EFORMAT, "tensor %s: no chunks", SF_QSTR(key));
-			break;
-		}
-		for (size_t j = 0; j < list->u.seq.n && !rc; j++) {
-			const struct sf_pk *ch = list->u.seq.v[j];
-			struct chunk x = { .rank = its[i].rank };
-			unsigned nd_off, nd_len;
-
-			if (!is_dcp(ch, "ChunkStorageMetadata") ||
-			    !size_of(sf_pk_attr(ch, "offsets"), x.off, &nd_off) ||
-			    !size_of(sf_pk_attr(ch, "sizes"), x.len, &nd_len) ||
-			    nd_off != ndim || nd_len != ndim) {
-				rc = sf_fail(&d->w, -SF_EFORMAT, "tensor %s: malformed chunk", SF_QSTR(key));
-				break;
-			}
-			rc = sf_array_grow(&c, nc, &cap, sizeof(*c), 4, DCP_MAX_CHUNKS);
-			if (rc == -SF_ETOOBIG)
-				sf_fail(&d->w, rc, "tensor %s: more than %u chunks", SF_QSTR(key),
-					DCP_MAX_CHUNKS);
-			if (!rc)
-				c[nc++] = x;
-		}
-	}
-	if (rc) {
-		free(c);
-		return rc;
-	}
-	if (nc > 1)
-		qsort(c, nc, sizeof(*c), cmp_chunk);
-	for (size_t i = 0; i < nc; i++)
-		if (k == 0 || memcmp(c[k - 1].off, c[i].off, sizeof(c[i].off)) != 0 ||
-		    memcmp(c[k - 1].len, c[i].len, sizeof(c[i].len)) != 0)
-			c[k++] = c[i];
-	*out = c;
-	*nout = k;
-	return 0;
-}
-
-/* One key of the merged documents: its[0..n), one per rank, lowest first. */
-static int add_key(struct dcp *d, const struct item *its, size_t n)
-{
-	const char *key = its[0].key;
-	bool tensor = is_dcp(its[0].v, "TensorStorageMetadata");
-	uint64_t shape[SF_MAX_NDIM] = { 0 };
-	struct chunk *chunks = NULL;
-	enum sf_dtype dt = SF_DT_INVALID;
-	unsigned ndim = 0;
-	size_t nc = 0;
-	int rc;
-
-	if (!tensor && !is_dcp(its[0].v, "BytesStorageMetadata"))
-		return sf_fail(&d->w, -SF_EFORMAT, "%s: neither tensor nor bytes metadata", SF_QSTR(key));
-	if (tensor && !tensor_props(&its[0], &dt, shape, &ndim))
-		return sf_fail(&d->w, -SF_EFORMAT, "tensor %s: no size or chunks", SF_QSTR(key));
-	for (size_t i = 1; i < n; i++) {
-		uint64_t sh[SF_MAX_NDIM] = { 0 };
-		enum sf_dtype dt2;
-		unsigned nd2;
-
-		if (is_dcp(its[i].v, "TensorStorageMetadata") != tensor)
-			return sf_fail(&d->w, -SF_EFORMAT,
-				    "%s: the metadata of ranks %u and %u disagree: a tensor in one, bytes in the other",
-				    key, its[0].rank, its[i].rank);
-		if (!tensor)
-			continue;
-		if (!tensor_props(&its[i], &dt2, sh, &nd2))
-			return sf_fail(&d->w, -SF_EFORMAT, "tensor %s: no size or chunks", SF_QSTR(key));
-		if (dt2 != dt || nd2 != ndim || memcmp(sh, shape, sizeof(sh)) != 0)
-			return sf_fail(&d->w, -SF_EFORMAT,
-				    "tensor %s: the metadata of ranks %u and %u disagree on its dtype or size (%s, %u dimensions vs %s, %u dimensions)",
-				    SF_QSTR(key), its[0].rank, its[i].rank, sf_dtype_name(dt),
-				    ndim, sf_dtype_name(dt2), nd2);
-	}
-	if (!tensor)
-		return add_object(d, key);
-	if (dt == SF_DT_INVALID) {
-		leave_out(d, key, "a dtype shardfs does not know");
-		return 0;
-	}
-	rc = gather_chunks(d, key, its, n, ndim, &chunks, &nc);
-	if (rc == -SF_EFORMAT) {
-		leave_out(d, key, d->w.err && d->w.err[0] ? d->w.err : sf_strerror(rc));
-		clear_err(d);
-		return 0;
-	}
-	if (rc)
-		return rc;
-	rc = add_tensor(d, key, dt, ndim, shape, chunks, nc);
-	free(chunks);
-	return rc;
-}
+/* --- merging the documents' keys --- */
 
 /* The model of docs[0..n): one global document, or rank i's in docs[i]. */
-static int build(struct dcp *d, const struct mdoc *docs, size_t n)
+static int build(struct dcp *d, const struct sf_dcp_ext *ext,
+		 const struct mdoc *docs, size_t n)
 {
 	struct item *its = NULL, *kept = NULL;
 	size_t nit = 0, cap = 0;
@@ -912,35 +249,36 @@ static int build(struct dcp *d, const struct mdoc *docs, size_t n)
 		const struct sf_pk *sdm = sf_pk_attr(md, "state_dict_metadata");
 		char nb[32];
 
-		bool ext_md = d->ext && d->ext->meta_class &&
-			      sf_pk_is_obj(md, d->ext->meta_module, d->ext->meta_class);
+		bool ext_md = ext && ext->meta_class &&
+			      sf_pk_is_obj(md, ext->meta_module, ext->meta_class);
 
-		if ((!is_dcp(md, "Metadata") && !ext_md) || !sdm || sdm->kind != SF_PK_DICT) {
-			rc = sf_fail(&d->w, -SF_EFORMAT,
+		if ((!sf_dcp_is(md, "Metadata") && !ext_md) || !sdm || sdm->kind != SF_PK_DICT) {
+			rc = sf_fail(&d->k.w, -SF_EFORMAT,
 				     "%s: not a DCP Metadata with a state_dict_metadata dict",
 				     doc_name(d, (uint32_t)r, nb, sizeof(nb)));
 			break;
 		}
-		rc = read_storage(d, sf_pk_attr(md, "storage_data"), (uint32_t)r);
+		rc = sf_dcp_read_storage(d, sf_pk_attr(md, "storage_data"), (uint32_t)r,
+					 doc_name(d, (uint32_t)r, nb, sizeof(nb)));
 		for (size_t i = 0; i < sdm->u.dict.n && !rc; i++) {
 			struct item it = { sf_pk_str(sdm->u.dict.k[i]), sdm->u.dict.v[i],
 					   (uint32_t)r, (uint32_t)i };
 
 			if (!it.key) {
-				rc = sf_fail(&d->w, -SF_EFORMAT, "metadata: a key is not a string");
+				rc = sf_fail(&d->k.w, -SF_EFORMAT, "metadata: a key is not a string");
 				break;
 			}
 			rc = sf_array_grow(&its, nit, &cap, sizeof(*its), 64, DCP_MAX_ITEMS);
 			if (rc)
-				sf_fail(&d->w, rc, "metadata: too many keys");
+				sf_fail(&d->k.w, rc, "metadata: too many keys");
 			else
 				its[nit++] = it;
 		}
 	}
 	if (rc)
 		goto out_free;
-	sort_storage(d);
-	set_format(d, docs[0].root);
+	sf_dcp_sort_storage(d);
+	set_format(d, ext, docs[0].root);
 	if (nit > 1)
 		qsort(its, nit, sizeof(*its), cmp_item);
 	kept = malloc((n ? n : 1) * sizeof(*kept));
@@ -956,13 +294,13 @@ static int build(struct dcp *d, const struct mdoc *docs, size_t n)
 			if (nk == 0 || kept[nk - 1].rank != its[j].rank)
 				kept[nk++] = its[j];
 		if (!sf_name_valid(its[i].key)) {
-			leave_out(d, its[i].key, "not a name shardfs can show");
+			sf_kit_leave_out(&d->k, its[i].key, "not a name shardfs can show");
 			continue;
 		}
-		rc = add_key(d, kept, nk);
+		rc = sf_dcp_add_key(d, kept, nk);
 	}
 	if (!rc)
-		rc = add_root_files(d);
+		rc = sf_kit_add_root_files(&d->k, d->m, dcp_own, NULL);
 out_free:
 	free(kept);
 	free(its);
@@ -981,10 +319,10 @@ static int load_doc(struct dcp *d, const struct sf_input *in, const char *what,
 
 	po.allow = d->allow;
 	po.nallow = d->nallow;
-	po.budget = d->cd ? d->cd->budget : NULL;
+	po.budget = d->k.cd ? d->k.cd->budget : NULL;
 	rc = sf_pickle_load(in, &po, &doc->pk, why, sizeof(why));
 	if (rc)
-		return sf_fail(&d->w, rc, "%s: %s", what, why);
+		return sf_fail(&d->k.w, rc, "%s: %s", what, why);
 	doc->root = sf_pickle_root(doc->pk);
 	return 0;
 }
@@ -997,14 +335,14 @@ static int load_file(struct dcp *d, const char *fname, struct mdoc *doc,
 	struct sf_cfile f;
 	int rc;
 
-	rc = sf_cfile_open(d->cd, fname, &f);
+	rc = sf_cfile_open(d->k.cd, fname, &f);
 	if (rc == -EINVAL)
-		return sf_fail(&d->w, -SF_EFORMAT, "%s: not a regular file", fname);
+		return sf_fail(&d->k.w, -SF_EFORMAT, "%s: not a regular file", fname);
 	if (rc)
-		return sf_fail(&d->w, rc, "%s: %s", fname, sf_strerror(rc));
+		return sf_fail(&d->k.w, rc, "%s: %s", fname, sf_strerror(rc));
 	*total += f.size;
 	if (f.size > SF_MAX_MANIFEST_BYTES || *total > SF_MAX_MANIFEST_BYTES) {
-		rc = sf_fail(&d->w, -SF_ETOOBIG, "%s: metadata larger than %u bytes",
+		rc = sf_fail(&d->k.w, -SF_ETOOBIG, "%s: metadata larger than %u bytes",
 			     fname, SF_MAX_MANIFEST_BYTES);
 		goto out_close;
 	}
@@ -1015,27 +353,19 @@ out_close:
 }
 
 /* Build from the loaded documents into out, and free what d holds. */
-static int finish_open(struct dcp *d, struct mdoc *docs, size_t n,
-		       struct sf_format_result *out, char *err, size_t errlen)
+static int finish_open(struct dcp *d, const struct sf_dcp_ext *ext,
+		       struct mdoc *docs, size_t n, struct sf_format_result *out)
 {
 	int rc;
 
-	sf_fileset_init(&d->files, d->cd, DCP_MAX_FILES);
-	d->b = d->cd->budget;
-	if (!d->b)
-		d->b = d->own_b = sf_budget_new(NULL);
-	d->m = sf_model_new(d->name, 1, SF_DEFAULT_BLOCK_SIZE);
-	rc = d->m && d->b ? build(d, docs, n) : -ENOMEM;
-	if (!rc && d->ext && d->ext->adjust)
-		rc = d->ext->adjust(d->ext->arg, d->m, docs[0].root, &d->w);
+	rc = sf_kit_start(&d->k, DCP_MAX_FILES, &d->m);
 	if (!rc)
-		rc = sf_model_finish(d->m, err, errlen);
-	if (rc)
-		sf_model_destroy(d->m);
-	else
-		out->model = d->m;
-	sf_fileset_clear(&d->files);
-	sf_budget_free(d->own_b);
+		rc = build(d, ext, docs, n);
+	if (!rc && ext && ext->adjust)
+		rc = ext->adjust(ext->arg, d->m, docs[0].root, &d->k.w);
+	if (!rc)
+		rc = sf_kit_finish(&d->k, d->m);
+	rc = sf_kit_end(&d->k, rc, d->m, out);
 	free(d->si);
 	return rc;
 }
@@ -1049,10 +379,9 @@ static void free_docs(struct mdoc *docs, size_t n)
 
 /* The globals metadata may name: DCP's, and ext's on top (merged into
  * *merged, which the caller frees). 0, or an error with the reason. */
-static int setup_allow(struct dcp *d, struct sf_pk_global **merged)
+static int setup_allow(struct dcp *d, const struct sf_dcp_ext *ext,
+		       struct sf_pk_global **merged)
 {
-	const struct sf_dcp_ext *ext = d->ext;
-
 	pthread_once(&allow_once, allow_build);
 	*merged = NULL;
 	d->allow = allow;
@@ -1060,7 +389,7 @@ static int setup_allow(struct dcp *d, struct sf_pk_global **merged)
 	if (!ext || !ext->nallow)
 		return 0;
 	if (ext->nallow > SF_DCP_EXT_MAX_ALLOW)
-		return sf_fail(&d->w, -EINVAL, "too many extra globals");
+		return sf_fail(&d->k.w, -EINVAL, "too many extra globals");
 	*merged = malloc((nallow + ext->nallow) * sizeof(**merged));
 	if (!*merged)
 		return -ENOMEM;
@@ -1074,7 +403,7 @@ static int setup_allow(struct dcp *d, struct sf_pk_global **merged)
 int sf_dcp_open_ex(const struct sf_cdir *cd, const struct sf_dcp_ext *ext,
 		   struct sf_format_result *out, char *err, size_t errlen)
 {
-	struct dcp d = { .cd = cd, .name = cd->name, .ext = ext };
+	struct dcp d = { 0 };
 	struct sf_pk_global *merged = NULL;
 	struct sf_dirlist ls = { 0 };
 	struct dcp_scan sc;
@@ -1083,22 +412,22 @@ int sf_dcp_open_ex(const struct sf_cdir *cd, const struct sf_dcp_ext *ext,
 	size_t n = 1;
 	int rc;
 
-	sf_where_init(&d.w, err, errlen);
+	sf_kit_init(&d.k, cd, err, errlen);
 	rc = sf_cdir_list(cd, &ls);
 	if (rc)
-		return sf_fail(&d.w, rc, "cannot list the directory: %s", sf_strerror(rc));
+		return sf_fail(&d.k.w, rc, "cannot list the directory: %s", sf_strerror(rc));
 	scan_names(&ls, &sc);
 	sf_dirlist_free(&ls);
 	if (!sc.global) {
 		/* torch reads a global .metadata when there is one; else each
 		 * rank its own, and together they are the checkpoint */
 		if (!ranks_complete(&sc))
-			return sf_fail(&d.w, -SF_EFORMAT,
+			return sf_fail(&d.k.w, -SF_EFORMAT,
 				       "no .metadata, and not every rank's __R.metadata");
 		n = sc.nranks;
 		d.per_rank = true;
 	}
-	rc = setup_allow(&d, &merged);
+	rc = setup_allow(&d, ext, &merged);
 	if (rc)
 		return rc;
 	docs = calloc(n, sizeof(*docs));
@@ -1116,7 +445,7 @@ int sf_dcp_open_ex(const struct sf_cdir *cd, const struct sf_dcp_ext *ext,
 		rc = load_file(&d, fname, &docs[r], &total);
 	}
 	if (!rc)
-		rc = finish_open(&d, docs, n, out, err, errlen);
+		rc = finish_open(&d, ext, docs, n, out);
 	free_docs(docs, n);
 	free(merged);
 	return rc;
@@ -1150,10 +479,10 @@ int sf_dcp_docs_load(const struct sf_dcp_doc *in, size_t n,
 	int rc = 0;
 
 	*out = NULL;
-	sf_where_init(&d.w, err, errlen);
+	sf_kit_init(&d.k, NULL, err, errlen);
 	if (n == 0 || n > SF_MAX_WORLD)
-		return sf_fail(&d.w, -EINVAL, "%zu metadata documents", n);
-	rc = setup_allow(&d, &merged);
+		return sf_fail(&d.k.w, -EINVAL, "%zu metadata documents", n);
+	rc = setup_allow(&d, NULL, &merged);
 	if (rc)
 		return rc;
 	dd = calloc(1, sizeof(*dd));
@@ -1186,10 +515,10 @@ int sf_dcp_docs_open(const struct sf_dcp_docs *dd, int dirfd, const char *name,
 {
 	struct sf_cdir cd = { .dirfd = dirfd, .name = name, .ref = { .name = name },
 			      .budget = budget };
-	struct dcp d = { .cd = &cd, .name = name, .per_rank = dd->n > 1 };
+	struct dcp d = { .per_rank = dd->n > 1 };
 
-	sf_where_init(&d.w, err, errlen);
-	return finish_open(&d, dd->docs, dd->n, out, err, errlen);
+	sf_kit_init(&d.k, &cd, err, errlen);
+	return finish_open(&d, NULL, dd->docs, dd->n, out);
 }
 
 int sf_dcp_open_docs(int dirfd, const char *name, const struct sf_dcp_doc *in,

@@ -24,7 +24,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +34,7 @@
 #include "sf_checksum.h"
 #include "sf_error.h"
 #include "sf_hf_meta.h"
+#include "sf_kit.h"
 #include "sf_log.h"
 #include "sf_st_header.h"
 #include "sf_torchsave.h"
@@ -265,38 +265,16 @@ struct chunk {
 };
 
 struct hf {
-	const struct sf_cdir *cd;    /* the checkpoint's files (borrowed) */
-	const char *name;            /* the checkpoint's */
-	struct sf_where w;           /* the caller's err */
+	struct sf_kit k;             /* the open: directory, err, budget */
 	struct plan plan;
 	struct sf_hf_index *ix;      /* HF_INDEX */
 	struct hfile *files;         /* sorted by path (index and listing order) */
 	size_t nfiles;
 	struct chunk *ch;
 	size_t nch, capch;
-	struct sf_model *m;
+	struct sf_model *m;          /* made by sf_kit_start; sf_kit_end's */
 	char dcp_version[16];        /* from the first file that has one */
-	size_t left_out;             /* tensors left out, each logged */
 };
-
-static void leave_out(struct hf *h, const char *key, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void leave_out(struct hf *h, const char *key, const char *fmt, ...)
-{
-	char q[SF_QNAME_SIZE], why[SF_QNAME_SIZE + 512];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(why, sizeof(why), fmt, ap);
-	va_end(ap);
-	for (char *p = why; *p; p++)
-		if ((unsigned char)*p < 0x20 || *p == 0x7f)
-			*p = '?';
-	sf_quote_name(q, key, strlen(key));
-	h->left_out++;
-	sf_warn("checkpoint %s: tensor %s left out: %s", SF_QSTR(h->name), q, why);
-}
 
 /* A weight file that cannot be used: its tensors are left out
  * (log_bad_files says so, one line per file). */
@@ -341,12 +319,12 @@ static int log_bad_files(struct hf *h)
 			continue;
 		sf_quote_name(q, f->path, strlen(f->path));
 		if (h->ix) {
-			h->left_out += count[i];
+			h->k.left_out += count[i];
 			sf_warn("checkpoint %s: weight file %s: %s; the tensors the index puts in it (%zu) are left out",
-				SF_QSTR(h->name), q, f->why, count[i]);
+				SF_QSTR(h->k.name), q, f->why, count[i]);
 		} else {
 			sf_warn("checkpoint %s: weight file %s: %s; the tensors it holds are left out",
-				SF_QSTR(h->name), q, f->why);
+				SF_QSTR(h->k.name), q, f->why);
 		}
 	}
 	free(count);
@@ -366,7 +344,7 @@ static int load_file(struct hf *h, struct hfile *f)
 		file_bad(f, "not a plain file name inside the checkpoint");
 		return 0;
 	}
-	rc = sf_cfile_open(h->cd, f->path, &cf);
+	rc = sf_cfile_open(h->k.cd, f->path, &cf);
 	if (rc == -SF_EBUDGET)
 		return rc; /* the open ends (sf_budget.h) */
 	if (rc) {
@@ -380,14 +358,14 @@ static int load_file(struct hf *h, struct hfile *f)
 		rc = sf_torchsave_open(&cf.in, &f->ts, why, sizeof(why));
 		if (rc == -SF_EREFUSED) {
 			sf_quote_name(tmp, f->path, strlen(f->path));
-			rc = sf_fail(&h->w, rc, "weight file %s: %s", tmp, why);
+			rc = sf_fail(&h->k.w, rc, "weight file %s: %s", tmp, why);
 		} else if (rc && rc != -ENOMEM) {
 			file_bad(f, why[0] ? why : sf_strerror(rc));
 			rc = 0;
 		} else if (!rc && f->ts->skipped) {
 			sf_quote_name(tmp, f->path, strlen(f->path));
 			sf_warn("checkpoint %s: weight file %s: %zu entries that are not tensors are not shown",
-				SF_QSTR(h->name), tmp, f->ts->skipped);
+				SF_QSTR(h->k.name), tmp, f->ts->skipped);
 		}
 		goto out_close;
 	}
@@ -428,14 +406,14 @@ static int add_chunk(struct hf *h, size_t fi, const struct chunk *c)
 
 		if (!want) {
 			sf_quote_name(qf, f->path, strlen(f->path));
-			leave_out(h, c->name, "it is in %s but not in the index", qf);
+			sf_kit_leave_out(&h->k, c->name, "it is in %s but not in the index", qf);
 			return 0;
 		}
 		if (strcmp(want, f->path) != 0) {
 			sf_quote_name(q, c->name, strlen(c->name));
 			sf_quote_name(qf, f->path, strlen(f->path));
 			sf_info("checkpoint %s: tensor %s also in %s: the one the index names is shown",
-				SF_QSTR(h->name), q, qf);
+				SF_QSTR(h->k.name), q, qf);
 			return 0;
 		}
 	}
@@ -452,7 +430,7 @@ static int add_chunk(struct hf *h, size_t fi, const struct chunk *c)
 	}
 	rc = sf_array_grow(&h->ch, h->nch, &h->capch, sizeof(*h->ch), 64, HF_MAX_CHUNKS);
 	if (rc)
-		return sf_fail(&h->w, rc, "more than %u tensors in the weight files",
+		return sf_fail(&h->k.w, rc, "more than %u tensors in the weight files",
 			       HF_MAX_CHUNKS);
 	h->ch[h->nch++] = x;
 	return 0;
@@ -540,25 +518,25 @@ static int add_tensor(struct hf *h, size_t a, size_t b)
 	int rc;
 
 	if (!sf_name_valid(c0->name)) {
-		leave_out(h, c0->name, "not a name shardfs can show");
+		sf_kit_leave_out(&h->k, c0->name, "not a name shardfs can show");
 		return 0;
 	}
 	for (size_t i = a; i < b; i++) {
 		const struct chunk *c = &h->ch[i];
 
 		if (c->why) {
-			leave_out(h, c->name, "%s (%s)", c->why,
+			sf_kit_leave_out(&h->k, c->name, "%s (%s)", c->why,
 				  SF_QSTR(h->files[c->file].path));
 			return 0;
 		}
 		if (c->dtype != c0->dtype || c->ndim != c0->ndim) {
-			leave_out(h, c->name, "its chunks in %s and %s disagree on dtype or dimensions",
-				  h->files[c0->file].path, h->files[c->file].path);
+			sf_kit_leave_out(&h->k, c->name, "its chunks in %s and %s disagree on dtype or dimensions",
+				  SF_QSTR(h->files[c0->file].path), SF_QSTR(h->files[c->file].path));
 			return 0;
 		}
 		for (unsigned d = 0; d < c->ndim; d++) {
 			if (c->off[d] > UINT64_MAX - c->len[d]) {
-				leave_out(h, c->name, "a chunk's offsets overflow");
+				sf_kit_leave_out(&h->k, c->name, "a chunk's offsets overflow");
 				return 0;
 			}
 			if (c->off[d] + c->len[d] > shape[d])
@@ -569,7 +547,7 @@ static int add_tensor(struct hf *h, size_t a, size_t b)
 	if (rc == -ENOMEM)
 		return rc;
 	if (rc) {
-		leave_out(h, c0->name, "%s", sf_model_why(h->m));
+		sf_kit_leave_out(&h->k, c0->name, "%s", sf_model_why(h->m));
 		return 0;
 	}
 	numel = t->nbytes / sf_dtype_size(t->dtype);
@@ -606,7 +584,7 @@ static int add_tensor(struct hf *h, size_t a, size_t b)
 		return rc;
 	if (rc) {
 		sf_model_drop_last(h->m, SF_ENTRY_TENSOR);
-		leave_out(h, c0->name, "%s", why[0] ? why : sf_strerror(rc));
+		sf_kit_leave_out(&h->k, c0->name, "%s", why[0] ? why : sf_strerror(rc));
 	}
 	return 0;
 }
@@ -635,7 +613,7 @@ static int build_tensors(struct hf *h)
 		const struct hfile *hf = find_file(h, f);
 
 		if (hf && !hf->bad && !find_chunk(h, h->ix->names[i]))
-			leave_out(h, h->ix->names[i], "the index puts it in %s, which does not hold it", f);
+			sf_kit_leave_out(&h->k, h->ix->names[i], "the index puts it in %s, which does not hold it", SF_QSTR(f));
 	}
 	return 0;
 }
@@ -745,29 +723,26 @@ static int read_index(struct hf *h)
 	size_t len = 0;
 	int rc;
 
-	rc = sf_cfile_open(h->cd, h->plan.file, &cf);
+	rc = sf_cfile_open(h->k.cd, h->plan.file, &cf);
 	if (rc)
-		return sf_fail(&h->w, rc, "%s: %s", h->plan.file, sf_strerror(rc));
+		return sf_fail(&h->k.w, rc, "%s: %s", h->plan.file, sf_strerror(rc));
 	rc = sf_cfile_read_all(&cf, SF_MAX_MANIFEST_BYTES, &text, &len);
 	sf_cfile_close(&cf);
 	if (rc)
-		return sf_fail(&h->w, rc, "%s: %s", h->plan.file, sf_strerror(rc));
+		return sf_fail(&h->k.w, rc, "%s: %s", h->plan.file, sf_strerror(rc));
 	rc = sf_hf_index_parse(text, len, &h->ix, why, sizeof(why));
 	free(text);
 	if (rc)
-		return sf_fail(&h->w, rc, "%s: %s", h->plan.file, why);
+		return sf_fail(&h->k.w, rc, "%s: %s", h->plan.file, why);
 	return 0;
 }
 
 static void set_format(struct hf *h)
 {
-	char f[SF_MAX_FORMAT];
-
 	if (h->dcp_version[0])
-		snprintf(f, sizeof(f), "%s dcp-%s", SF_HF_FORMAT_ST, h->dcp_version);
+		sf_kit_set_format(h->m, "%s dcp-%s", SF_HF_FORMAT_ST, h->dcp_version);
 	else
-		snprintf(f, sizeof(f), "%s", h->plan.bin ? SF_HF_FORMAT_BIN : SF_HF_FORMAT_ST);
-	sf_model_set_format(h->m, f);
+		sf_kit_set_format(h->m, "%s", h->plan.bin ? SF_HF_FORMAT_BIN : SF_HF_FORMAT_ST);
 }
 
 static int build(struct hf *h, const struct sf_dirlist *ls)
@@ -790,45 +765,39 @@ static int build(struct hf *h, const struct sf_dirlist *ls)
 	if (rc)
 		return rc;
 	if (h->nfiles && !usable)
-		return sf_fail(&h->w, -SF_EFORMAT, "no weight file could be read (%zu tried; the log says why)",
+		return sf_fail(&h->k.w, -SF_EFORMAT, "no weight file could be read (%zu tried; the log says why)",
 			       h->nfiles);
 	set_format(h);
 	rc = build_tensors(h);
 	if (!rc)
-		rc = sf_cdir_add_root_files(h->cd, h->m, own_file, h, &h->w);
+		rc = sf_kit_add_root_files(&h->k, h->m, own_file, h);
 	return rc;
 }
 
 static int hf_open(const struct sf_cdir *cd, struct sf_format_result *out,
 		   char *err, size_t errlen)
 {
-	struct hf h = { .cd = cd, .name = cd->name };
+	struct hf h = { 0 };
 	struct sf_dirlist ls = { 0 };
 	int rc;
 
-	sf_where_init(&h.w, err, errlen);
+	sf_kit_init(&h.k, cd, err, errlen);
 	rc = sf_cdir_list(cd, &ls);
 	if (rc)
-		return sf_fail(&h.w, rc, "cannot list the directory: %s", sf_strerror(rc));
+		return sf_fail(&h.k.w, rc, "cannot list the directory: %s", sf_strerror(rc));
 	plan_of(&ls, &h.plan);
 	if (h.plan.how != SF_PROBE_YES) {
-		rc = sf_fail(&h.w, -SF_EFORMAT, "no complete Hugging Face weights here");
+		rc = sf_fail(&h.k.w, -SF_EFORMAT, "no complete Hugging Face weights here");
 		goto out_free_ls;
 	}
-	h.m = sf_model_new(cd->name, 1, SF_DEFAULT_BLOCK_SIZE);
-	if (!h.m) {
-		rc = -ENOMEM;
-		goto out_free_ls;
-	}
-	rc = build(&h, &ls);
+	rc = sf_kit_start(&h.k, 0, &h.m);
 	if (!rc)
-		rc = sf_model_finish(h.m, err, errlen);
+		rc = build(&h, &ls);
+	if (!rc)
+		rc = sf_kit_finish(&h.k, h.m);
 	if (!rc)
 		rc = extra_json(&h, &out->extra);
-	if (rc)
-		sf_model_destroy(h.m);
-	else
-		out->model = h.m;
+	rc = sf_kit_end(&h.k, rc, h.m, out);
 	for (size_t i = 0; i < h.nfiles; i++) {
 		free(h.files[i].path);
 		sf_st_header_destroy(h.files[i].st);

@@ -31,6 +31,7 @@
 #include "sf_dcp.h"
 #include "sf_error.h"
 #include "sf_io.h"
+#include "sf_kit.h"
 #include "sf_log.h"
 #include "sf_model.h"
 #include "sf_pickle.h"
@@ -330,12 +331,7 @@ static int adjust_one(struct mcore *mc, struct sf_model *m, struct sf_tensor *t,
 	}
 	if (rc == 0 || rc == -ENOMEM)
 		return rc;
-	{
-		char q[SF_QNAME_SIZE];
-
-		sf_warn("checkpoint %s: %s left out: stored as flattened ranges: %s",
-			SF_QSTR(mc->name), sf_quote_str(q, t->name), why);
-	}
+	sf_kit_log_left_out(mc->name, t->name, "stored as flattened ranges: %s", why);
 	rc = sf_array_grow(&mc->bad, mc->nbad, &mc->capbad, sizeof(*mc->bad), 16,
 			   SF_MAX_TENSORS);
 	if (rc)

@@ -36,6 +36,7 @@
 #include "sf_budget.h"
 #include "sf_checksum.h"
 #include "sf_error.h"
+#include "sf_kit.h"
 #include "sf_log.h"
 #include "sf_pickle.h"
 #include "sf_st_header.h"
@@ -204,14 +205,10 @@ struct parr {
 				      * (static; code is then ""), or NULL */
 };
 
+/* What a data file holds (its registry entry's note, sf_fileset.h). */
 struct pfile {
-	char *path;                  /* owned; a plain name */
-	struct sf_cfile cf;          /* owned; zeroed when not open */
-	int err;                     /* why it is unusable, 0 when usable */
-	char why[200];               /* with err: the reason */
-	uint64_t size;
 	struct parr *a;              /* sorted by (key, order); owned */
-	size_t n;
+	size_t n, cap;
 };
 
 /* One storage_metadata entry. Strings borrowed from the metadata pickle. */
@@ -231,33 +228,21 @@ struct pchunk {
 	uint64_t off[SF_MAX_NDIM], len[SF_MAX_NDIM];
 	bool flat;
 	uint64_t fs, fe;
-	const struct pfile *f;
+	const struct sf_fileset_file *f; /* its data file (the registry's) */
 	const struct parr *a;
 	struct pidx *x;              /* its storage entry */
 };
 
 struct pd {
-	const struct sf_cdir *cd;    /* the checkpoint's files (borrowed) */
-	const char *name;
-	struct sf_where w;           /* the caller's err: one printable line */
+	struct sf_kit k;             /* the open: directory, err, budget, and
+				      * the data files, each opened and
+				      * decoded once (notes: struct pfile) */
 	struct pidx *ix;
 	size_t nix, capix;
-	struct pfile *files;
-	size_t nfiles, capfiles;
 	struct pchunk *ch;           /* scratch for one tensor */
 	size_t capch;
-	struct sf_model *m;
-	size_t skipped;
+	struct sf_model *m;          /* made by sf_kit_start; sf_kit_end's */
 };
-
-static void leave_out(struct pd *d, const char *key, const char *why)
-{
-	char q[SF_QNAME_SIZE];
-
-	d->skipped++;
-	sf_warn("checkpoint %s: %s left out: %s", SF_QSTR(d->name), sf_quote_str(q, key),
-		why);
-}
 
 /* A tuple or list of non-negative ints (at most SF_MAX_NDIM). */
 static bool int_tuple(const struct sf_pk *t, uint64_t *out, unsigned *ndim)
@@ -322,7 +307,7 @@ static int cmp_pidx(const void *a, const void *b)
 static int read_storage(struct pd *d, const struct sf_pk *sm)
 {
 	if (!sm || sm->kind != SF_PK_DICT)
-		return sf_fail(&d->w, -SF_EFORMAT, "metadata: storage_metadata is not a dict");
+		return sf_fail(&d->k.w, -SF_EFORMAT, "metadata: storage_metadata is not a dict");
 	for (size_t i = 0; i < sm->u.dict.n; i++) {
 		const struct sf_pk *k = sm->u.dict.k[i];
 		const struct sf_pk *rep = sf_pk_attr(k, "replica_id");
@@ -334,16 +319,16 @@ static int read_storage(struct pd *d, const struct sf_pk *sm)
 		if (!is_pd(k, "LocalTensorIndex") || !x.key || !x.file ||
 		    !int_tuple(sf_pk_attr(k, "global_offset"), x.off, &x.ndim) ||
 		    !flat_of(k, &x.flat, &x.fs, &x.fe))
-			return sf_fail(&d->w, -SF_EFORMAT,
+			return sf_fail(&d->k.w, -SF_EFORMAT,
 				    "metadata: storage_metadata entry %zu is not LocalTensorIndex -> file name", i);
 		if (rep && rep->kind != SF_PK_NONE &&
 		    (!sf_pk_int(rep, &x.replica) || x.replica < 0))
-			return sf_fail(&d->w, -SF_EFORMAT,
+			return sf_fail(&d->k.w, -SF_EFORMAT,
 				    "metadata: storage_metadata entry %zu: bad replica_id", i);
 		rc = sf_array_grow(&d->ix, d->nix, &d->capix, sizeof(*d->ix), 64,
 				   SF_MAX_TENSORS * 4u);
 		if (rc)
-			return sf_fail(&d->w, rc, "metadata: too many stored chunks");
+			return sf_fail(&d->k.w, rc, "metadata: too many stored chunks");
 		d->ix[d->nix++] = x;
 	}
 	if (d->nix > 1)
@@ -435,25 +420,25 @@ static const char *np_array(const struct sf_pk *v, uint64_t fsize, struct parr *
 	return NULL;
 }
 
-/* Decode a .distcp (a pickled dict of arrays) into f->a. Values that are
- * not arrays (paddle's name table) are skipped; an array that cannot be
- * read is recorded as such (INVALID code) so that only its tensor is left
- * out. 0, or an error with the reason in f->why. */
-static int load_distcp(struct pfile *f)
+/* Decode a .distcp (a pickled dict of arrays, fsize bytes) from in into
+ * f->a. Values that are not arrays (paddle's name table) are skipped; an
+ * array that cannot be read is recorded as such (INVALID code) so that
+ * only its tensor is left out. 0, or an error with the reason in why. */
+static int load_distcp(struct pfile *f, const struct sf_input *in0,
+		       uint64_t fsize, char *why, size_t whylen)
 {
 	struct sf_pickle_opts po = { .allow = np_allow, .nallow = N_NP_ALLOW };
-	struct sf_input in = f->cf.in;
+	struct sf_input in = *in0;
 	struct sf_pickle *pk = NULL;
 	const struct sf_pk *root;
-	size_t cap = 0;
 	int rc;
 
-	rc = sf_pickle_load(&in, &po, &pk, f->why, sizeof(f->why));
+	rc = sf_pickle_load(&in, &po, &pk, why, whylen);
 	if (rc)
 		return rc;
 	root = sf_pickle_root(pk);
 	if (!root || root->kind != SF_PK_DICT) {
-		snprintf(f->why, sizeof(f->why), "not a pickled dict");
+		snprintf(why, whylen, "not a pickled dict");
 		rc = -SF_EFORMAT;
 		goto out_free;
 	}
@@ -463,23 +448,23 @@ static int load_distcp(struct pfile *f)
 		struct parr a = { .order = i };
 
 		if (!key) {
-			snprintf(f->why, sizeof(f->why), "a key is not a string");
+			snprintf(why, whylen, "a key is not a string");
 			rc = -SF_EFORMAT;
 			goto out_free;
 		}
 		if (strcmp(key, NAMEMAP) == 0 && v->kind == SF_PK_DICT)
 			continue;
-		a.bad = np_array(v, f->size, &a);
+		a.bad = np_array(v, fsize, &a);
 		if (a.bad)
 			a.code[0] = '\0'; /* the tensor that needs it says why */
-		rc = sf_array_grow(&f->a, f->n, &cap, sizeof(*f->a), 16,
+		rc = sf_array_grow(&f->a, f->n, &f->cap, sizeof(*f->a), 16,
 				   SF_MAX_TENSORS);
 		if (!rc) {
 			a.key = strdup(key);
 			rc = a.key ? 0 : -ENOMEM;
 		}
 		if (rc) {
-			snprintf(f->why, sizeof(f->why), "too many arrays");
+			snprintf(why, whylen, "too many arrays");
 			goto out_free;
 		}
 		f->a[f->n++] = a;
@@ -491,11 +476,13 @@ out_free:
 	return rc;
 }
 
-/* Read the header of a paddle .safetensors data file into f->a. */
-static int load_st(struct pfile *f)
+/* Read the header of a paddle .safetensors data file from in into f->a.
+ * 0, or an error with the reason in why. */
+static int load_st(struct pfile *f, const struct sf_input *in, char *why,
+		   size_t whylen)
 {
 	struct sf_st_header *h = NULL;
-	int rc = sf_st_header_read_input(&f->cf.in, &h, f->why, sizeof(f->why));
+	int rc = sf_st_header_read_input(in, &h, why, whylen);
 
 	if (rc)
 		return rc;
@@ -529,84 +516,71 @@ out_free:
 	return rc;
 }
 
-/* The data file path (opened and decoded once) into *out, borrowed from
- * d; a file that cannot be used is recorded with its reason (f->err).
- * 0, -SF_ETOOBIG (with the reason), -SF_EBUDGET, -ENOMEM. */
-static int get_file(struct pd *d, const char *path, const struct pfile **out)
+/* Free a data file's arrays (the registry's drop). */
+static void pfile_free(void *note)
 {
-	struct pfile f = { 0 };
-	size_t n = strlen(path);
+	struct pfile *f = note;
 
-	for (size_t i = 0; i < d->nfiles; i++) {
-		if (strcmp(d->files[i].path, path) == 0) {
-			*out = &d->files[i];
-			return 0;
-		}
-	}
-	if (d->nfiles >= PD_MAX_FILES)
-		return sf_fail(&d->w, -SF_ETOOBIG, "more than %u storage files",
-			       PD_MAX_FILES);
-	if (sf_array_grow(&d->files, d->nfiles, &d->capfiles, sizeof(*d->files),
-			  16, PD_MAX_FILES))
-		return -ENOMEM;
-	f.path = strdup(path);
-	if (!f.path)
-		return -ENOMEM;
-	if (!sf_relpath_valid(path) || strchr(path, '/')) {
-		f.err = -SF_EREFUSED;
-		snprintf(f.why, sizeof(f.why), "is not a plain name inside the checkpoint");
-		goto out_add;
-	}
-	f.err = sf_cfile_open(d->cd, path, &f.cf);
-	if (f.err == -SF_EBUDGET) {
-		free(f.path); /* the open ends (sf_budget.h) */
-		return -SF_EBUDGET;
-	}
-	if (f.err == -EINVAL) {
-		snprintf(f.why, sizeof(f.why), "is not a regular file");
-		goto out_add;
-	}
-	if (f.err) {
-		snprintf(f.why, sizeof(f.why), "%s", f.err == -EXDEV ?
-			 "leads out of the checkpoint" : sf_strerror(f.err));
-		goto out_add;
-	}
-	if (f.cf.size > PD_MAX_DATA_FILE) {
-		f.err = -SF_ETOOBIG;
-		snprintf(f.why, sizeof(f.why), "is larger than %llu bytes",
-			 (unsigned long long)PD_MAX_DATA_FILE);
-	} else {
-		f.size = f.cf.size;
-		if (n > 12 && strcmp(path + n - 12, ".safetensors") == 0)
-			f.err = load_st(&f);
-		else
-			f.err = load_distcp(&f);
-		if (f.err && f.err != -ENOMEM) {
-			char r[sizeof(f.why)];
-
-			memcpy(r, f.why, sizeof(r));
-			snprintf(f.why, sizeof(f.why), "does not decode: %.*s",
-				 (int)sizeof(r) - 20, r);
-		}
-		if (f.err == -ENOMEM) {
-			for (size_t i = 0; i < f.n; i++)
-				free(f.a[i].key);
-			free(f.a);
-			free(f.path);
-			sf_cfile_close(&f.cf);
-			return -ENOMEM;
-		}
-	}
-out_add:
-	d->files[d->nfiles++] = f;
-	*out = &d->files[d->nfiles - 1];
-	return 0;
+	for (size_t i = 0; i < f->n; i++)
+		free(f->a[i].key);
+	free(f->a);
+	free(f);
 }
 
-/* The array key in f (of repeated keys the last, as Python keeps it). */
-static const struct parr *find_arr(const struct pfile *f, const char *key)
+/* Decode data file e (the registry's decoder): its arrays into a struct
+ * pfile, e->note. 0; -ENOMEM; or an error with the reason in why. */
+static int pfile_decode(void *arg, struct sf_fileset_file *e, char *why,
+			size_t whylen)
 {
-	size_t lo = 0, hi = f->n;
+	size_t n = strlen(e->path);
+	struct pfile *f;
+	char r[200] = "";
+	int rc;
+
+	(void)arg;
+	if (e->size > PD_MAX_DATA_FILE) {
+		snprintf(why, whylen, "is larger than %llu bytes",
+			 (unsigned long long)PD_MAX_DATA_FILE);
+		return -SF_ETOOBIG;
+	}
+	f = calloc(1, sizeof(*f));
+	if (!f)
+		return -ENOMEM;
+	e->note = f;
+	if (n > 12 && strcmp(e->path + n - 12, ".safetensors") == 0)
+		rc = load_st(f, &e->cf.in, r, sizeof(r));
+	else
+		rc = load_distcp(f, &e->cf.in, e->size, r, sizeof(r));
+	if (rc && rc != -ENOMEM)
+		snprintf(why, whylen, "does not decode: %.*s", (int)sizeof(r) - 20, r);
+	return rc;
+}
+
+static const struct sf_fileset_decoder pfile_decoder = {
+	.decode = pfile_decode,
+	.drop = pfile_free,
+};
+
+/* The data file path (opened and decoded once) into *out, the registry's;
+ * a file that cannot be used is recorded with its reason (err, why).
+ * 0, -SF_ETOOBIG (with the reason), -SF_EBUDGET, -ENOMEM. */
+static int get_file(struct pd *d, const char *path,
+		    const struct sf_fileset_file **out)
+{
+	int rc = sf_fileset_get(&d->k.files, path, out);
+
+	if (rc == -SF_ETOOBIG)
+		return sf_fail(&d->k.w, rc, "more than %u storage files", PD_MAX_FILES);
+	return rc;
+}
+
+/* The array key in data file e (of repeated keys the last, as Python
+ * keeps it). */
+static const struct parr *find_arr(const struct sf_fileset_file *e,
+				   const char *key)
+{
+	const struct pfile *f = e->note;
+	size_t lo = 0, hi = f ? f->n : 0;
 
 	while (lo < hi) { /* the first entry whose key is above key */
 		size_t mid = lo + (hi - lo) / 2;
@@ -779,7 +753,7 @@ static int add_chunk_shards(struct pd *d, struct sf_tensor *t,
 			s.strides = strides;
 		}
 		rc = sf_tensor_add_shard(d->m, t, &s);
-		return rc ? sf_fail(&d->w, rc, "%s", sf_model_why(d->m)) : 0;
+		return rc ? sf_fail(&d->k.w, rc, "%s", sf_model_why(d->m)) : 0;
 	}
 	if (t->ndim == 0) { /* a 0-d tensor's one element */
 		pc[0].ndim = 0;
@@ -802,7 +776,7 @@ static int add_chunk_shards(struct pd *d, struct sf_tensor *t,
 		at += k;
 		rc = sf_tensor_add_shard(d->m, t, &s);
 		if (rc)
-			return sf_fail(&d->w, rc, "%s", sf_model_why(d->m));
+			return sf_fail(&d->k.w, rc, "%s", sf_model_why(d->m));
 	}
 	return 0;
 }
@@ -852,21 +826,17 @@ static int add_tensor(struct pd *d, const char *key, const struct sf_pk *list)
 	int rc;
 
 	if (!list || list->kind != SF_PK_LIST || (n = sf_pk_len(list)) == 0) {
-		leave_out(d, key, "its metadata is not a list of chunks");
+		sf_kit_leave_out(&d->k, key, "its metadata is not a list of chunks");
 		return 0;
 	}
 	if (n > SF_MAX_SHARDS) {
-		leave_out(d, key, "too many chunks");
+		sf_kit_leave_out(&d->k, key, "too many chunks");
 		return 0;
 	}
-	if (n > d->capch) {
-		struct pchunk *nc = realloc(d->ch, n * sizeof(*nc));
-
-		if (!nc)
+	while (d->capch < n) /* each call doubles: room for n chunks */
+		if (sf_array_grow(&d->ch, d->capch, &d->capch, sizeof(*d->ch), 16,
+				  SF_MAX_SHARDS))
 			return -ENOMEM;
-		d->ch = nc;
-		d->capch = n;
-	}
 	for (size_t i = 0; i < n && !why; i++) {
 		struct pchunk *c = &d->ch[i];
 		struct pidx *x;
@@ -911,7 +881,7 @@ static int add_tensor(struct pd *d, const char *key, const struct sf_pk *list)
 			return rc;
 		if (c->f->err) {
 			snprintf(buf, sizeof(buf), "its file %s %s", SF_QSTR(x->file),
-				 c->f->why);
+				 sf_fileset_why(c->f));
 			why = buf;
 		} else if (!(c->a = find_arr(c->f, key))) {
 			snprintf(buf, sizeof(buf), "%s holds no array of that name",
@@ -940,20 +910,20 @@ static int add_tensor(struct pd *d, const char *key, const struct sf_pk *list)
 	for (size_t i = 0; i < n && !why; i++)
 		why = chunk_problem(&d->ch[i], ndim, dt, buf, sizeof(buf));
 	if (why) {
-		leave_out(d, key, why);
+		sf_kit_leave_out(&d->k, key, "%s", why);
 		return 0;
 	}
 	if (derived) {
 		char q[SF_QNAME_SIZE];
 
 		sf_info("checkpoint %s: %s: metadata without %s%s%s: taken from its chunks (%s)",
-			SF_QSTR(d->name), sf_quote_str(q, key), dtname ? "" : "dtype",
+			SF_QSTR(d->k.name), sf_quote_str(q, key), dtname ? "" : "dtype",
 			!dtname && !have_gshape ? " and " : "",
 			have_gshape ? "" : "global shape", sf_dtype_name(dt));
 	}
 	rc = sf_model_add_tensor(d->m, false, key, dt, ndim, gshape, &t);
 	if (rc) {
-		leave_out(d, key, sf_model_why(d->m));
+		sf_kit_leave_out(&d->k, key, "%s", sf_model_why(d->m));
 		return rc == -ENOMEM ? rc : 0;
 	}
 	for (size_t i = 0; i < n && !rc; i++)
@@ -961,20 +931,18 @@ static int add_tensor(struct pd *d, const char *key, const struct sf_pk *list)
 	for (size_t i = 0; i < n && !rc; i++)
 		rc = add_replicas(d, t, key, &d->ch[i]);
 	if (!rc)
-		rc = sf_overlap_rule(&d->w, t);
+		rc = sf_overlap_rule(&d->k.w, t);
 	if (!rc)
-		rc = sf_cover_check(&d->w, t);
+		rc = sf_cover_check(&d->k.w, t);
 	if (rc && rc != -ENOMEM) {
 		sf_model_drop_last(d->m, SF_ENTRY_TENSOR);
-		leave_out(d, key, d->w.err && d->w.err[0] ? d->w.err : sf_strerror(rc));
-		if (d->w.err && d->w.errlen)
-			d->w.err[0] = '\0';
+		sf_kit_leave_out_err(&d->k, key, rc);
 		rc = 0;
 	}
 	return rc;
 }
 
-/* The checkpoint's other files (sf_cdir_add_root_files): not paddle's own,
+/* The checkpoint's other files (sf_kit_add_root_files): not paddle's own,
  * of any generation. */
 static bool own_file(void *arg, const char *name)
 {
@@ -984,44 +952,39 @@ static bool own_file(void *arg, const char *name)
 	return classify(name, &id) != PN_OTHER;
 }
 
-static int add_root_files(struct pd *d)
-{
-	return sf_cdir_add_root_files(d->cd, d->m, own_file, NULL, &d->w);
-}
-
 static int build(struct pd *d, const struct sf_pk *md, const char *mdname)
 {
 	const struct sf_pk *sdm = sf_pk_attr(md, "state_dict_metadata");
 	int rc;
 
 	if (!is_pd(md, "Metadata") || !sdm || sdm->kind != SF_PK_DICT)
-		return sf_fail(&d->w, -SF_EFORMAT,
+		return sf_fail(&d->k.w, -SF_EFORMAT,
 			    "%s: not a paddle Metadata with a state_dict_metadata dict", mdname);
 	rc = read_storage(d, sf_pk_attr(md, "storage_metadata"));
 	if (rc)
 		return rc;
-	sf_model_set_format(d->m, SF_PADDLE_FORMAT);
+	sf_kit_set_format(d->m, "%s", SF_PADDLE_FORMAT);
 	for (size_t i = 0; i < sdm->u.dict.n && !rc; i++) {
 		const char *key = sf_pk_str(sdm->u.dict.k[i]);
 
 		if (!key)
-			return sf_fail(&d->w, -SF_EFORMAT, "%s: a key is not a string", mdname);
+			return sf_fail(&d->k.w, -SF_EFORMAT, "%s: a key is not a string", mdname);
 		if (!sf_name_valid(key)) {
-			leave_out(d, key, "not a name shardfs can show");
+			sf_kit_leave_out(&d->k, key, "not a name shardfs can show");
 			continue;
 		}
-		rc = sf_budget_check(d->cd->budget); /* one turn per key */
+		rc = sf_budget_check(d->k.b); /* one turn per key */
 		if (!rc)
 			rc = add_tensor(d, key, sdm->u.dict.v[i]);
 	}
-	return rc ? rc : add_root_files(d);
+	return rc ? rc : sf_kit_add_root_files(&d->k, d->m, own_file, NULL);
 }
 
 static int paddle_open(const struct sf_cdir *cd, struct sf_format_result *out,
 		       char *err, size_t errlen)
 {
 	const char *name = cd->name;
-	struct pd d = { .cd = cd, .name = name };
+	struct pd d = { 0 };
 	struct sf_pickle_opts po = { .allow = md_allow, .nallow = N_MD_ALLOW,
 				     .budget = cd->budget };
 	struct sf_dirlist ls = { 0 };
@@ -1031,25 +994,25 @@ static int paddle_open(const struct sf_cdir *cd, struct sf_format_result *out,
 	struct sf_cfile mf;
 	int rc;
 
-	sf_where_init(&d.w, err, errlen);
+	sf_kit_init(&d.k, cd, err, errlen);
 	rc = sf_cdir_list(cd, &ls);
 	if (rc)
-		return sf_fail(&d.w, rc, "cannot list the directory: %s", sf_strerror(rc));
+		return sf_fail(&d.k.w, rc, "cannot list the directory: %s", sf_strerror(rc));
 	g = newest(&ls);
 	sf_dirlist_free(&ls);
 	if (!g.any || !g.has_md || g.locked)
-		return sf_fail(&d.w, -SF_EFORMAT, "no complete paddle checkpoint (its metadata is missing or still being written)");
+		return sf_fail(&d.k.w, -SF_EFORMAT, "no complete paddle checkpoint (its metadata is missing or still being written)");
 	snprintf(mdname, sizeof(mdname), "%llu.metadata", (unsigned long long)g.id);
 	if (g.older)
 		sf_info("checkpoint %s: paddle save %llu shown; %zu files of older saves are not",
 			SF_QSTR(name), (unsigned long long)g.id, g.older);
 	rc = sf_cfile_open(cd, mdname, &mf);
 	if (rc == -EINVAL)
-		return sf_fail(&d.w, -SF_EFORMAT, "%s: not a regular file", mdname);
+		return sf_fail(&d.k.w, -SF_EFORMAT, "%s: not a regular file", mdname);
 	if (rc)
-		return sf_fail(&d.w, rc, "%s: %s", mdname, sf_strerror(rc));
+		return sf_fail(&d.k.w, rc, "%s: %s", mdname, sf_strerror(rc));
 	if (mf.size > SF_MAX_MANIFEST_BYTES) {
-		rc = sf_fail(&d.w, -SF_ETOOBIG, "%s: larger than %u bytes", mdname,
+		rc = sf_fail(&d.k.w, -SF_ETOOBIG, "%s: larger than %u bytes", mdname,
 			  SF_MAX_MANIFEST_BYTES);
 		goto out_close;
 	}
@@ -1058,33 +1021,19 @@ static int paddle_open(const struct sf_cdir *cd, struct sf_format_result *out,
 
 		rc = sf_pickle_load(&mf.in, &po, &pk, why, sizeof(why));
 		if (rc) {
-			sf_fail(&d.w, rc, "%s: %s", mdname, why);
+			sf_fail(&d.k.w, rc, "%s: %s", mdname, why);
 			goto out_close;
 		}
 	}
-	d.m = sf_model_new(name, 1, SF_DEFAULT_BLOCK_SIZE);
-	if (!d.m) {
-		rc = -ENOMEM;
-		goto out_free_pickle;
+	rc = sf_kit_start(&d.k, PD_MAX_FILES, &d.m);
+	if (!rc) {
+		sf_fileset_set_decoder(&d.k.files, &pfile_decoder);
+		rc = build(&d, sf_pickle_root(pk), mdname);
 	}
-	rc = build(&d, sf_pickle_root(pk), mdname);
 	if (!rc)
-		rc = sf_model_finish(d.m, err, errlen);
-	if (rc) {
-		sf_model_destroy(d.m);
-		goto out_free_pickle;
-	}
-	out->model = d.m;
-out_free_pickle:
+		rc = sf_kit_finish(&d.k, d.m);
+	rc = sf_kit_end(&d.k, rc, d.m, out);
 	sf_pickle_free(pk);
-	for (size_t i = 0; i < d.nfiles; i++) {
-		sf_cfile_close(&d.files[i].cf);
-		for (size_t j = 0; j < d.files[i].n; j++)
-			free(d.files[i].a[j].key);
-		free(d.files[i].a);
-		free(d.files[i].path);
-	}
-	free(d.files);
 	free(d.ix);
 	free(d.ch);
 out_close:

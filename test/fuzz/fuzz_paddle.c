@@ -5,7 +5,7 @@
  * take.
  *
  * Input: parts, each a 4-byte little-endian length then that many bytes
- * (at most 5; a length past the end takes what is left). Part 0 becomes
+ * (at most 32; a length past the end takes what is left). Part 0 becomes
  * 0.metadata, part i >= 1 becomes (i-1)_0.distcp, in a directory (under
  * /dev/shm, else $TMPDIR, else /tmp, made once per process) that the
  * adapter then opens; before each input the directory holds exactly the
@@ -15,7 +15,10 @@
  * hostile-escaped-string: shard2 with an array's data an escaped
  * protocol-0 STRING (test/mount/paddle_hostile.py's escaped/), which the
  * adapter must leave out rather than serve its text (issue 30; the pickle
- * reader gives such a value no span, fuzz_pickle checks).
+ * reader gives such a value no span, fuzz_pickle checks); hostile-wide:
+ * shard2 with one tensor stored one element per .distcp (27 parts,
+ * paddle_hostile.py's wide/), past the 16 files the adapter's registry
+ * (sf_fileset, through the kit) first holds.
  *
  * For any input, open either fails with a domain error or -ENOMEM (with a
  * one-line message but for -ENOMEM) and no model, or gives a finished
@@ -44,7 +47,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 const char fuzz_target[] = "fuzz_paddle";
 
-#define MAX_PARTS 5
+#define MAX_PARTS 32
 
 static char dir[512];
 static char names[MAX_PARTS][32];

@@ -26,6 +26,10 @@ test/fixtures/paddle/paddle-3.3.1/shard2). Copies it into STORE as:
   torn/          metadata cut in half
   partial/       no metadata (a save still running)
   locked/        paddle's 0.metadata.lock still there
+  wide/          the tensor cols (4 x 6, two chunks) stored one element
+                 per chunk, each in a data file of its own (26 files: more
+                 than the 16 a growing registry first holds, while
+                 the earlier chunks of the same tensor are still pending)
 
 The metadata is rewritten by unpickling it with stand-ins for paddle's
 three dataclasses (registered under paddle's module name, so pickling them
@@ -34,6 +38,7 @@ no paddle is needed. Prints a JSON object: {"victim": key, "in_file0":
 [keys with a chunk in 0_0.distcp], "outside": the copy's path}.
 """
 
+import copy
 import io
 import json
 import os
@@ -130,6 +135,40 @@ def dump(obj, path):
         pickle.dump(obj, f, protocol=4)
 
 
+def wide(src, store, key="cols"):
+    """Variant wide/: key's elements each one chunk in a file of its own,
+    the values those paddle stored."""
+    d = os.path.join(store, "wide")
+    shutil.copytree(src, d)
+    m = load_md(os.path.join(src, "0.metadata"))
+    chunks = m.state_dict_metadata[key]
+    shape = tuple(chunks[0].global_shape)
+    full = None
+    for k, fname in list(m.storage_metadata.items()):
+        if k.tensor_key != key:
+            continue
+        with open(os.path.join(src, fname), "rb") as f:
+            arr = NpUnpickler(f).load()[key]  # our own fixture: trusted here
+        if full is None:
+            full = np.zeros(shape, dtype=arr.dtype)
+        o = tuple(k.global_offset)
+        full[o[0]:o[0] + arr.shape[0], o[1]:o[1] + arr.shape[1]] = arr
+        idx = k
+        del m.storage_metadata[k]
+    news = []
+    for n, (i, j) in enumerate((i, j) for i in range(shape[0]) for j in range(shape[1])):
+        c = copy.copy(chunks[0])
+        c.__dict__ = dict(chunks[0].__dict__, global_offset=(i, j), local_shape=(1, 1))
+        news.append(c)
+        x = copy.copy(idx)
+        x.__dict__ = dict(idx.__dict__, global_offset=(i, j))
+        fname = "%d_0.distcp" % (2 + n)
+        m.storage_metadata[x] = fname
+        dump({key: full[i:i + 1, j:j + 1].copy()}, os.path.join(d, fname))
+    m.state_dict_metadata[key] = news
+    dump(m, os.path.join(d, "0.metadata"))
+
+
 def main():
     src, store, outside = sys.argv[1], sys.argv[2], sys.argv[3]
     os.makedirs(outside, exist_ok=True)
@@ -209,6 +248,7 @@ def main():
     os.unlink(os.path.join(d, "0.metadata"))
     d = variant("locked")
     open(os.path.join(d, "0.metadata.lock"), "wb").close()
+    wide(src, store)
     print(json.dumps({"victim": VICTIM, "in_file0": in_file0,
                       "outside": os.path.join(outside, FILE0)}))
 
