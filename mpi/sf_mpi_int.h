@@ -258,6 +258,8 @@ struct peer_probe {
 					  * is a timeout */
 };
 
+struct pbuf; /* a free large buffer: sf_mpi_xfer.c's alone */
+
 struct sf_mpi {
 	MPI_Comm comm;                   /* private duplicate; set by init */
 	int rank, size;                  /* fixed after init */

@@ -19,7 +19,7 @@
  * the same name starts a new round.
  */
 #include "sf_mpi_int.h"
-#include "sf_format.h"
+#include "sf_open.h"
 #include "sf_shardfs.h"
 #include <signal.h>
 #include <sys/mman.h>
