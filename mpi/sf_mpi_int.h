@@ -152,8 +152,9 @@ struct inv_holder {
 struct inv_ent {
 	char *key;            /* "ckpt\0file" (owned) */
 	size_t keylen;        /* bytes of key including the inner NUL */
-	struct inv_holder *h; /* owned */
-	unsigned nh;
+	struct inv_holder *h; /* owned; grown by sf_array_grow */
+	unsigned nh;          /* <= the world size */
+	size_t hcap;          /* slots of h */
 	struct inv_ent *next;
 };
 
