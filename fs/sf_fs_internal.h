@@ -305,6 +305,43 @@ int sf_fs_dir_snap(struct sf_fs *fs, struct sf_node *dir,
 void sf_fs_dir_snap_free(struct sf_fs *fs, struct sf_dir_snap *s); /* NULL ok */
 
 bool sf_node_is_dir(const struct sf_node *n);
+
+/* The node helpers sf_fs_tree.c shares with sf_fs_wtree.c (the nodes of
+ * checkpoints being written). All under tree_lock, or before serving. */
+/* A new node name[0..namelen) of kind under parent (NULL: the root), of
+ * checkpoint ck (NULL: none); takes a reference on ck and on parent; not
+ * linked. NULL when out of memory. */
+struct sf_node *sf_fs_node_new(struct sf_fs *fs, enum sf_node_kind kind,
+				const char *name, size_t namelen,
+				struct sf_fs_ckpt *ck, struct sf_node *parent);
+/* Drop one reference on c (the listing's, or a node's); at 0 it leaves
+ * fs->ckpts and is freed with its sf_wckpt. NULL ok. */
+void sf_fs_ckpt_unref(struct sf_fs *fs, struct sf_fs_ckpt *c);
+/* Drop count references; frees n and, in turn, ancestors left at 0. */
+void sf_fs_unref_locked(struct sf_fs *fs, struct sf_node *n,
+			      uint64_t count);
+/* Binary search dir's sorted children for name[0..len). Index or -1. */
+ptrdiff_t sf_fs_child_find(const struct sf_node *dir, const char *name,
+			    size_t len);
+/* Link c under dir: appended (build time: the caller sorts afterwards) or
+ * inserted in order. 0 or -ENOMEM. */
+int sf_fs_child_link(struct sf_node *dir, struct sf_node *c, bool sorted);
+/* Unlink n and everything below it from the tree (n's link reference is
+ * dropped). Nodes the kernel still holds linger, detached, until
+ * forgotten. */
+void sf_fs_subtree_unlink(struct sf_fs *fs, struct sf_node *n);
+/* Make child name[0..len) of dir and link it: appended (build time, sorted
+ * afterwards) or inserted in order. DIR children inherit dir's area. */
+int sf_fs_child_make(struct sf_fs *fs, struct sf_node *dir,
+		      enum sf_node_kind kind, const char *name, size_t len,
+		      bool sorted, struct sf_node **out);
+/* Make a child of dir and link it (build time, unsorted). */
+int sf_fs_add_child(struct sf_fs *fs, struct sf_node *dir,
+		     enum sf_node_kind kind, const char *name,
+		     struct sf_node **out);
+/* Take c's owner and modes from its directory (the store root's when it
+ * cannot be read). */
+void sf_fs_ckpt_perms(struct sf_fs *fs, struct sf_fs_ckpt *c);
 /* Is n part of a checkpoint opened for writing (its nodes have t NULL)? */
 static inline bool sf_node_is_w(const struct sf_node *n)
 {
