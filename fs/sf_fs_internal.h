@@ -411,6 +411,25 @@ int sf_fs_w_declare_batch(struct sf_fs *fs, struct sf_node *dir,
 int sf_fs_may_change(fuse_req_t req, struct sf_fs *fs, const char *what,
 		     const char *name);
 
+/* What sf_fs_write.c shares with sf_fs_commit.c (commit, delete, the
+ * setxattr entry point). */
+/* 0 if c takes changes now (WRITING or FAILED; with need_idle, not busy
+ * with a commit or delete); else why not: -EBUSY, -ENOENT or
+ * -SF_ECOMMITTED. The _locked one under tree_lock, the other takes it. */
+int sf_fs_ck_writable_locked(const struct sf_fs_ckpt *c, bool need_idle);
+int sf_fs_ck_writable(struct sf_fs *fs, struct sf_fs_ckpt *c, bool need_idle);
+/* One path component a user may create: a valid name, no '/'. */
+bool sf_fs_component_ok(const char *name);
+/* Release c's files once it is gone or replaced and no handle is open on
+ * it (closing: 1 when a handle of c closes, else 0). Without tree_lock;
+ * the caller holds a node of c. */
+void sf_fs_forget_if_closed(struct sf_fs *fs, struct sf_fs_ckpt *c,
+			     unsigned closing);
+/* user.shardfs.dtype or user.shardfs.shape (attr) = value on writing node
+ * n. 0 or error. */
+int sf_fs_w_set_decl(struct sf_fs *fs, struct sf_node *n, const char *attr,
+		    const char *value, size_t size);
+
 /* Resume the uncommitted checkpoint found by the store scan, if this rank
  * wrote into it (its rank-NNNNN/journal.jsonl exists). Logs and returns 0
  * or a negative error; a checkpoint that cannot be resumed is left out. */
