@@ -201,13 +201,17 @@ struct sf_fs_handle {
  * The files of fs/ form a tree: each calls only those listed before it.
  *   sf_fs_tune.c   transfer settings (declared in sf_fs.h: shared with the
  *                  benchmark's fuse_ceiling); calls no other fs file
- *   sf_fs_tree.c   nodes, checkpoints, lookups, stat
- *   sf_fs_reply.c  error and entry replies
- *   sf_fs_write.c  the write side: new checkpoints, shards, commit, delete
+ *   sf_fs_notify.c kernel entry invalidations, from a thread of their own
+ *   sf_fs_tree.c   nodes, committed checkpoints, lookups
+ *   sf_fs_wtree.c  the nodes of checkpoints being written
+ *   sf_fs_reply.c  error and entry replies, stat
+ *   sf_fs_declare.c  user.shardfs.declare: many declarations at once
+ *   sf_fs_write.c  the write side's data path: new checkpoints, shards
+ *   sf_fs_commit.c commit, delete, state, the setxattr entry point
  *   sf_fs_live.c   the live store: checkpoints appearing and vanishing
  *   sf_fs_ops.c    the FUSE operations (sf_fs_ops)
  *   sf_fs_run.c    the daemon's life: scan, mount, serve, tear down
- * tools/check_arch.sh checks it on the built objects.
+ * tools/check_arch.py checks it (ctest arch_rules).
  */
 
 /* --- sf_fs_tree.c --- */
@@ -353,6 +357,8 @@ static inline bool sf_node_is_w(const struct sf_node *n)
  * lock: names and parents of linked-or-referenced nodes are immutable. */
 int sf_fs_wname(const struct sf_node *n, char *buf, size_t size);
 
+/* --- sf_fs_wtree.c --- */
+
 /* Show writing checkpoint `name` (store dir `dir`, opened as w: ownership
  * of w passes in, also on failure) in the root, with a node per entry of
  * w. With out: take one kernel reference on the new checkpoint node. */
@@ -460,13 +466,15 @@ void sf_fs_w_write(fuse_req_t req, struct sf_fs_handle *h, const char *buf,
 int sf_fs_w_flush(struct sf_fs *fs, struct sf_fs_handle *h, bool final);
 void sf_fs_w_setattr(fuse_req_t req, struct sf_node *n, struct stat *attr,
 		     int to_set);
-/* setxattr on any node (commit and delete of committed checkpoints too). */
-void sf_fs_w_setxattr(fuse_req_t req, struct sf_node *n, const char *name,
-		      const char *value, size_t size);
 /* user.shardfs.dtype/shape of a writing tensor or slice: into buf. */
 int sf_fs_w_tensor_xattr(struct sf_fs *fs, struct sf_node *n,
 			 const char *name, char *buf, size_t size,
 			 size_t *len);
+/* --- sf_fs_commit.c --- */
+
+/* setxattr on any node (commit and delete of committed checkpoints too). */
+void sf_fs_w_setxattr(fuse_req_t req, struct sf_node *n, const char *name,
+		      const char *value, size_t size);
 /* user.shardfs.state of checkpoint c, malloc'd into *out. */
 int sf_fs_state(struct sf_fs *fs, struct sf_fs_ckpt *c, char **out,
 		size_t *len);
