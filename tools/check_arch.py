@@ -55,10 +55,8 @@ PUBLIC_FACES = {"fs/sf_fs.h", "mpi/sf_mpi.h", "gpu/sf_gpu.h"}
 
 # TEMPORARY (issue 25): the model <-> JSON codec still lives in the
 # shardfs/1 adapter (core/formats/sf_shardfs.{c,h}); the branch that moves
-# it to core/sf_manifest.{c,h} removes these uses, and with them these
-# entries. (user unit, used unit) edges the unit rule skips, and the
-# (file, header) includes rule 5 skips.
-ALLOW_UNIT_EDGES = set()
+# it to core/sf_manifest.{c,h} removes these includes, and with them these
+# entries. (file, header) pairs rule 5 lets pass.
 ALLOW_INCLUDES = {
     ("fs/sf_fs_ops.c", "sf_shardfs.h"),      # sf_shardfs_dump (the xattr JSON)
     ("mpi/sf_mpi_serve.c", "sf_shardfs.h"),  # sf_shardfs_dump (commit rounds)
@@ -194,175 +192,160 @@ def check_calls(build, problems):
 
 COMMENT_STR = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
 TOKEN = re.compile(r'[A-Za-z_]\w*|->|\.\.\.|[{}()\[\];,=.*]|#')
-KEYWORDS = set("""auto break case char const continue default do double else enum extern float for goto
-if inline int long register restrict return short signed sizeof static struct switch typedef union unsigned
-void volatile while _Bool _Atomic _Static_assert _Thread_local _Alignas _Alignof _Noreturn _Generic
-__attribute__ __extension__ __typeof__ typeof asm __asm__ __inline__ __restrict bool""".split())
+IDENT = re.compile(r'[A-Za-z_]\w*$')
+TAGS = ("struct", "union", "enum")
+KEYWORDS = set("""auto break case char const continue default do double else enum
+extern float for goto if inline int long register restrict return short signed
+sizeof static struct switch typedef union unsigned void volatile while _Bool
+_Atomic _Static_assert _Thread_local _Alignas _Alignof _Noreturn _Generic
+__attribute__ __extension__ __typeof__ typeof asm __asm__ __inline__ __restrict
+bool""".split())
+
+
+def is_name(t):
+    return IDENT.match(t) is not None and t not in KEYWORDS
+
 
 def strip(text):
+    """text without comments (newlines kept), string and character
+    literals emptied, continued lines joined"""
     def rep(m):
         s = m.group(0)
         return "\n" * s.count("\n") if s.startswith("/") else '""'
-    text = COMMENT_STR.sub(rep, text)
-    return text.replace("\\\n", " ")
+    return COMMENT_STR.sub(rep, text).replace("\\\n", " ")
+
+
+def match_brace(toks, i):
+    """the index after the '}' that closes toks[i] == '{'"""
+    d, j = 1, i + 1
+    while j < len(toks) and d:
+        d += {"{": 1, "}": -1}.get(toks[j], 0)
+        j += 1
+    return j
+
+
+def declarator(s):
+    """(name, is_prototype) of a file-scope declaration s (tokens, no ';'):
+    the last name at bracket depth 0 before any initializer and after any
+    struct body; a prototype when '(' follows that name"""
+    pre = s[:s.index("=")] if "=" in s else s
+    if "{}" in pre:
+        pre = pre[len(pre) - pre[::-1].index("{}"):]
+    depth, last, proto = 0, None, False
+    for k, x in enumerate(pre):
+        if x in "([":
+            if x == "(" and depth == 0 and last is not None and pre[k - 1] == last:
+                proto = True
+            depth += 1
+        elif x in ")]":
+            depth -= 1
+        elif depth == 0 and is_name(x):
+            last = x
+    return last, proto
+
 
 def scan(text):
-    """-> (defs, uses): defs {name: kind} (kind: 'static' or 'extern' or 'type'),
-    uses: set of (namespace, name)"""
-    text = strip(text)
-    lines = text.split("\n")
+    """What one C file defines and names, read from its tokens (no
+    preprocessing; every branch of an #if counts).
+
+    -> (defs, uses, declared, opaque):
+       defs      {(ns, name): kind}: ns "id" or "tag" (struct/union/enum);
+                 kind "macro", "type" (typedefs, tags with a body, enum
+                 constants), "static" or "global" (functions, variables)
+       uses      Counter of (ns, name) named anywhere, members excepted
+       declared  [(ns, name)] the declarators of prototypes and extern
+                 declarations (named, not used)
+       opaque    {(ns, name)} tags declared without a body (struct X;)
+    """
+    defs, uses, declared, opaque = {}, Counter(), [], set()
     code = []
-    macros = set()
-    uses = Counter()
-    for ln in lines:
+    for ln in strip(text).split("\n"):
         s = ln.lstrip()
-        if s.startswith("#"):
-            m = re.match(r'#\s*define\s+([A-Za-z_]\w*)(.*)', s)
-            if m:
-                macros.add(m.group(1))
-                for t in re.findall(r'[A-Za-z_]\w*', m.group(2)):
-                    uses[("id", t)] += 1
-            elif not re.match(r'#\s*include', s):
-                for t in re.findall(r'[A-Za-z_]\w*', s):
-                    uses[("id", t)] += 1
-            code.append("")
-        else:
+        if not s.startswith("#"):
             code.append(ln)
+            continue
+        code.append("")
+        m = re.match(r'#\s*define\s+([A-Za-z_]\w*)(.*)', s)
+        if m:
+            defs[("id", m.group(1))] = "macro"
+            s = m.group(2)
+        elif re.match(r'#\s*include', s):
+            continue
+        for t in re.findall(r'[A-Za-z_]\w*', s):
+            uses[("id", t)] += 1
     toks = TOKEN.findall("\n".join(code))
-    defs = {}   # (ns, name) -> 'static' | 'global'
-    declared = []  # prototype and extern declarators: not uses
-    opaque = set()  # tags this file declares itself (struct X;): opaque here
-    for m in macros:
-        defs[("id", m)] = "macro"
-    # uses
+
     prev = None
-    for i, t in enumerate(toks):
-        if t[0].isalpha() or t[0] == "_":
-            if t in KEYWORDS:
-                pass
-            elif prev in (".", "->"):
-                pass
-            elif prev in ("struct", "union", "enum"):
-                uses[("tag", t)] += 1
-            else:
-                uses[("id", t)] += 1
+    for t in toks:
+        if is_name(t) and prev not in (".", "->"):
+            uses[("tag" if prev in TAGS else "id", t)] += 1
         prev = t
-    # definitions at file scope
-    depth = 0
-    stmt = []
-    i = 0
-    n = len(toks)
-    while i < n:
+
+    stmt, i = [], 0  # the file-scope statement so far; a body is "{}"
+    while i < len(toks):
         t = toks[i]
         if t == "{":
-            # what opens here?
-            pd = 0
-            is_func = False
-            # tag body? struct X {  / enum X { / enum {
-            if len(stmt) >= 1 and stmt[-1] in ("struct", "union", "enum"):
-                kind = stmt[-1]; tag = None
-            elif len(stmt) >= 2 and stmt[-2] in ("struct", "union", "enum"):
-                kind = stmt[-2]; tag = stmt[-1]
-            else:
-                kind = None; tag = None
-            if kind is None and stmt and stmt[-1] == ")" and "=" not in stmt:
-                is_func = True
-            # find matching close
-            j = i + 1; d = 1
-            while j < n and d:
-                if toks[j] == "{": d += 1
-                elif toks[j] == "}": d -= 1
-                j += 1
+            j = match_brace(toks, i)
             body = toks[i + 1:j - 1]
-            if is_func:
-                # name = identifier before the first '(' at paren depth 0 not preceded by '(' '*'
-                name = None
+            i = j
+            kind = tag = None
+            if stmt and stmt[-1] in TAGS:
+                kind = stmt[-1]
+            elif len(stmt) >= 2 and stmt[-2] in TAGS:
+                kind, tag = stmt[-2], stmt[-1]
+            if kind is None and stmt and stmt[-1] == ")" and "=" not in stmt:
+                # a function body: its name is the first one before a '('
                 for k in range(len(stmt) - 1):
-                    if stmt[k + 1] == "(" and re.match(r'[A-Za-z_]\w*$', stmt[k]) and stmt[k] not in KEYWORDS:
-                        name = stmt[k]; break
-                if name:
-                    defs[("id", name)] = "static" if "static" in stmt else "global"
+                    if stmt[k + 1] == "(" and is_name(stmt[k]):
+                        defs[("id", stmt[k])] = "static" if "static" in stmt else "global"
+                        break
                 stmt = []
-                i = j
                 continue
             if tag:
                 defs[("tag", tag)] = "type"
             if kind == "enum":
-                expect = True; bd = 0
+                expect, depth = True, 0
                 for b in body:
-                    if b in "([{": bd += 1
-                    elif b in ")]}": bd -= 1
-                    if bd == 0 and expect and re.match(r'[A-Za-z_]\w*$', b):
+                    if b in "([{":
+                        depth += 1
+                    elif b in ")]}":
+                        depth -= 1
+                    elif depth == 0 and expect and is_name(b):
                         defs[("id", b)] = "type"
                         expect = False
-                    elif bd == 0 and b == ",":
+                    elif depth == 0 and b == ",":
                         expect = True
-            if kind in ("struct", "union"):
-                # nested tag definitions
+            elif kind:  # tags defined inside a struct or union
                 for k in range(len(body) - 2):
-                    if body[k] in ("struct", "union", "enum") and body[k + 2] == "{":
+                    if body[k] in TAGS and body[k + 2] == "{":
                         defs[("tag", body[k + 1])] = "type"
             stmt.append("{}")
-            i = j
             continue
-        if t == ";":
-            s = stmt
-            stmt = []
+        if t != ";":
+            stmt.append(t)
             i += 1
-            if not s:
-                continue
-            if s[0] == "typedef":
-                name = None
-                for k in range(len(s) - 2):
-                    if s[k] == "(" and s[k + 1] == "*" and re.match(r'[A-Za-z_]\w*$', s[k + 2]):
-                        name = s[k + 2]; break
-                if name is None:
-                    pd = 0
-                    for x in s:
-                        if x in "([": pd += 1
-                        elif x in ")]": pd -= 1
-                        elif pd == 0 and re.match(r'[A-Za-z_]\w*$', x) and x not in KEYWORDS:
-                            name = x
-                if name:
-                    defs[("id", name)] = "type"
-                continue
-            if len(s) == 2 and s[0] in ("struct", "union", "enum"):
-                opaque.add(("tag", s[1]))
-                continue
-            if "extern" in s:
-                for x in reversed(s):
-                    if re.match(r'[A-Za-z_]\w*$', x) and x not in KEYWORDS:
-                        declared.append(("id", x)); break
-                continue
-            if "_Static_assert" in s or (s and s[0] in ("_Static_assert", "static_assert")):
-                continue
-            # a prototype: IDENT ( at paren depth 0 before any '='
-            pre = s[:s.index("=")] if "=" in s else s
-            if "{}" in pre:
-                pre = pre[len(pre) - pre[::-1].index("{}"):]
-            pd = 0; proto = False; last = None
-            for k, x in enumerate(pre):
-                if x == "(":
-                    if pd == 0 and last is not None and k > 0 and pre[k - 1] == last:
-                        proto = True
-                    pd += 1
-                elif x == ")": pd -= 1
-                elif x == "[": pd += 1
-                elif x == "]": pd -= 1
-                elif pd == 0 and re.match(r'[A-Za-z_]\w*$', x) and x not in KEYWORDS:
-                    last = x
-            if proto:
-                declared.append(("id", last))
-                continue
-            if last is None:
-                continue
-            # a variable definition (or a bare tag declaration: struct X;)
-            if len(s) == 2 and s[0] in ("struct", "union", "enum"):
-                continue
-            defs[("id", last)] = "static" if "static" in s else "global"
             continue
-        stmt.append(t)
+        s, stmt = stmt, []
         i += 1
+        if not s or s[0] in ("_Static_assert", "static_assert"):
+            continue
+        if len(s) == 2 and s[0] in TAGS:
+            opaque.add(("tag", s[1]))
+        elif s[0] == "typedef":
+            # typedef T (*name)(...); or typedef T name;
+            name = next((s[k + 2] for k in range(len(s) - 2)
+                         if s[k] == "(" and s[k + 1] == "*" and is_name(s[k + 2])), None)
+            name = name or declarator(s[1:])[0]
+            if name:
+                defs[("id", name)] = "type"
+        else:
+            name, proto = declarator(s)
+            if name is None:
+                continue
+            if proto or "extern" in s:
+                declared.append(("id", name))
+            else:
+                defs[("id", name)] = "static" if "static" in s else "global"
     return defs, uses, declared, opaque
 
 
@@ -471,7 +454,7 @@ def check_units(top, problems):
                 if k in opaque[u] and not (tag_home.get(k, set()) & incl[u]):
                     continue
                 for o in hdr_owner.get(k) or c_owner.get(k) or ():
-                    if o != u and (u, o) not in ALLOW_UNIT_EDGES:
+                    if o != u:
                         graph[u].setdefault(o, set()).add(k[1])
         for comp in tarjan(graph):
             if len(comp) < 2:
