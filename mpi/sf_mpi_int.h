@@ -388,7 +388,7 @@ int sf_mpi_build_inventory(const char *store, int single,
 int sf_mpi_inv_parse(struct sf_mpi *mp, int r, const unsigned char *p,
 		     size_t len);
 /* What the other ranks hold, for the payload source's peer_files,
- * peer_size and peer_ckpts (sf_engine.h): files of checkpoint name held by
+ * peer_size and peer_ckpts (sf_source.h): files of checkpoint name held by
  * another rank (name "" in a single-checkpoint store), with the largest
  * size; names of checkpoints of which another rank holds a file (a name
  * may come more than once). */
