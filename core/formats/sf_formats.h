@@ -1,7 +1,8 @@
 /*
  * sf_formats.h - the table of format adapters (sf_formats.c) and the
  * probe that asks each in turn. Above every adapter: the seam's types
- * (sf_format.h) sit below them.
+ * (sf_format.h) sit below them. Every struct sf_format returned is static:
+ * never freed, valid for the life of the process.
  */
 #ifndef SF_FORMATS_H
 #define SF_FORMATS_H
