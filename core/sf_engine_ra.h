@@ -1,7 +1,7 @@
 /*
  * sf_engine_ra.h - read-ahead for the engine (sf_engine.c): from the reads
  * it sees, which payload bytes a sequential reader needs next, handed to
- * the source's advise() (sf_engine.h). Engine-private: only sf_engine.c
+ * the source's advise() (sf_source.h). Engine-private: only sf_engine.c
  * creates and calls one. Thread-safe (its own lock, never held while
  * advising, and never held with the engine's).
  */

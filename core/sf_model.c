@@ -38,7 +38,6 @@
 #include "sf_array.h"
 #include "sf_checksum.h"
 #include "sf_error.h"
-#include "sf_views.h"
 
 #define STR_(x) #x
 #define STR(x) STR_(x)
@@ -127,7 +126,7 @@ const char *sf_name_problem(const char *s, size_t len, bool single,
 }
 
 /* Names a root file may not take: the views the mount shows beside it
- * (sf_views.h) and hidden names. */
+ * (SF_VIEW_*) and hidden names. */
 static const char *file_name_problem(const char *s, size_t len)
 {
 	const char *why = sf_name_problem(s, len, true, true);
@@ -975,4 +974,17 @@ int sf_model_finish(struct sf_model *m, char *err, size_t errlen)
 int sf_model_finish_part(struct sf_model *m, char *err, size_t errlen)
 {
 	return finish_impl(m, true, err, errlen);
+}
+
+bool sf_view_name_reserved(const char *name, size_t len)
+{
+	static const char *const views[] = {
+		SF_VIEW_TENSORS, SF_VIEW_NPY, SF_VIEW_OBJECTS,
+		SF_VIEW_SAFETENSORS, SF_VIEW_MANIFEST,
+	};
+
+	for (size_t i = 0; i < sizeof(views) / sizeof(views[0]); i++)
+		if (len == strlen(views[i]) && memcmp(name, views[i], len) == 0)
+			return true;
+	return false;
 }

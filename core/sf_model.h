@@ -60,6 +60,19 @@
 #define SF_MAX_WORLD (1u << 16)            /* ranks */
 #define SF_MAX_FORMAT 64                   /* bytes of a format description */
 
+#define SF_MAX_ST_HEADER (100u << 20) /* safetensors' own header limit */
+
+/* The entries a checkpoint's directory shows beside its root files
+ * (SPEC 3): no root file may take one of these names. */
+#define SF_VIEW_TENSORS "tensors"            /* tensors/NAME, slices NAME@... */
+#define SF_VIEW_NPY "npy"                    /* npy/NAME.npy */
+#define SF_VIEW_OBJECTS "objects"            /* objects/NAME: non-tensor items */
+#define SF_VIEW_SAFETENSORS "model.safetensors"
+#define SF_VIEW_MANIFEST "manifest.json"     /* as stored, or synthesized */
+
+/* Is name (len bytes) one of the view names above? */
+bool sf_view_name_reserved(const char *name, size_t len);
+
 struct sf_shard {
 	uint32_t rank;          /* < world_size: the rank whose store holds file */
 	bool flat;              /* flat byte range, else a box */

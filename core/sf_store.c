@@ -13,6 +13,7 @@
 #include "sf_array.h"
 #include "sf_budget.h"
 #include "sf_error.h"
+#include "sf_formats.h"
 #include "sf_index.h"
 #include "sf_io.h"
 #include "sf_log.h"

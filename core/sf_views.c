@@ -352,16 +352,3 @@ size_t sf_npy_left_out(const struct sf_model *m, char *buf, size_t size)
 						 sf_dtype_name((enum sf_dtype)dt));
 	return n;
 }
-
-bool sf_view_name_reserved(const char *name, size_t len)
-{
-	static const char *const views[] = {
-		SF_VIEW_TENSORS, SF_VIEW_NPY, SF_VIEW_OBJECTS,
-		SF_VIEW_SAFETENSORS, SF_VIEW_MANIFEST,
-	};
-
-	for (size_t i = 0; i < sizeof(views) / sizeof(views[0]); i++)
-		if (len == strlen(views[i]) && memcmp(name, views[i], len) == 0)
-			return true;
-	return false;
-}

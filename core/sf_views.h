@@ -18,18 +18,8 @@
 #include "sf_engine.h"
 #include "sf_model.h"
 
-#define SF_MAX_ST_HEADER (100u << 20) /* safetensors' own header limit */
-
-/* The entries a checkpoint's directory shows beside its root files
- * (SPEC 3): no root file may take one of these names. */
-#define SF_VIEW_TENSORS "tensors"            /* tensors/NAME, slices NAME@... */
-#define SF_VIEW_NPY "npy"                    /* npy/NAME.npy */
-#define SF_VIEW_OBJECTS "objects"            /* objects/NAME: non-tensor items */
-#define SF_VIEW_SAFETENSORS "model.safetensors"
-#define SF_VIEW_MANIFEST "manifest.json"     /* as stored, or synthesized */
-
-/* Is name (len bytes) one of the view names above? */
-bool sf_view_name_reserved(const char *name, size_t len);
+/* SF_MAX_ST_HEADER, the SF_VIEW_* names and sf_view_name_reserved() are
+ * sf_model.h's: the model's validator refuses root files named like a view. */
 
 struct sf_st_layout {
 	char *head;            /* the 8-byte length + JSON header + padding */

@@ -27,45 +27,10 @@
 #include "sf_dtype.h"
 #include "sf_engine.h"
 #include "sf_model.h"
+#include "sf_wckpt_dir.h" /* claiming and retiring the directories */
 
 struct sf_wckpt;
 struct sf_wfile;
-
-/*
- * Make dir (STORE/NAME) a new checkpoint directory, or find one that a
- * shardfs writer (another rank sharing the store, or an earlier life of
- * this daemon) already made. A new directory appears atomically with its
- * marker: it is made under a hidden temporary name in the store, the
- * marker written, then renamed into place without replacing anything, so
- * nobody ever sees a shardfs directory without its marker. Returns 0 when
- * dir is a directory shardfs writes into; -EEXIST when dir is a committed
- * checkpoint (manifest.json) or anything shardfs did not make (never
- * adopted, never written into); another negative errno.
- */
-int sf_wckpt_claim_dir(const char *dir);
-
-/* Did shardfs make directory dir for writing: it holds the marker, or a
- * rank's journal (rank-NNNNN/journal.jsonl, from versions before the
- * marker)? */
-bool sf_wckpt_dir_is_ours(const char *dir);
-
-/* Did rank write into checkpoint directory dir (its journal exists)? */
-bool sf_wckpt_rank_wrote(const char *dir, uint32_t rank);
-
-/*
- * Deleting a shardfs/1 checkpoint directory from its store, in two steps
- * so the caller can drop it from its own state in between:
- *   sf_wckpt_retire  remove manifest.json first (a crash from here on
- *                    leaves an uncommitted directory, never a committed
- *                    checkpoint with missing payloads), then rename dir to
- *                    a hidden STORE/.deleted-NAME-PID-N (*gone, malloc'd);
- *   sf_wckpt_remove_retired  remove that directory tree (best effort:
- *                    what cannot be removed is logged, nothing else).
- * retire returns 0, or a negative errno with a one-line reason in why.
- */
-int sf_wckpt_retire(const char *store, const char *dir, const char *name,
-		    char **gone, char *why, size_t whylen);
-void sf_wckpt_remove_retired(const char *gone);
 
 /* Open (creating CKPT/rank-NNNNN/ as needed) the writable checkpoint in
  * dir, replaying its journal if one exists (*resumed set to the number of

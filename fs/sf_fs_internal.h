@@ -201,13 +201,17 @@ struct sf_fs_handle {
  * The files of fs/ form a tree: each calls only those listed before it.
  *   sf_fs_tune.c   transfer settings (declared in sf_fs.h: shared with the
  *                  benchmark's fuse_ceiling); calls no other fs file
- *   sf_fs_tree.c   nodes, checkpoints, lookups, stat
- *   sf_fs_reply.c  error and entry replies
- *   sf_fs_write.c  the write side: new checkpoints, shards, commit, delete
+ *   sf_fs_notify.c kernel entry invalidations, from a thread of their own
+ *   sf_fs_tree.c   nodes, committed checkpoints, lookups
+ *   sf_fs_wtree.c  the nodes of checkpoints being written
+ *   sf_fs_reply.c  error and entry replies, stat
+ *   sf_fs_declare.c  user.shardfs.declare: many declarations at once
+ *   sf_fs_write.c  the write side's data path: new checkpoints, shards
+ *   sf_fs_commit.c commit, delete, state, the setxattr entry point
  *   sf_fs_live.c   the live store: checkpoints appearing and vanishing
  *   sf_fs_ops.c    the FUSE operations (sf_fs_ops)
  *   sf_fs_run.c    the daemon's life: scan, mount, serve, tear down
- * tools/check_arch.sh checks it on the built objects.
+ * tools/check_arch.py checks it (ctest arch_rules).
  */
 
 /* --- sf_fs_tree.c --- */
@@ -305,6 +309,43 @@ int sf_fs_dir_snap(struct sf_fs *fs, struct sf_node *dir,
 void sf_fs_dir_snap_free(struct sf_fs *fs, struct sf_dir_snap *s); /* NULL ok */
 
 bool sf_node_is_dir(const struct sf_node *n);
+
+/* The node helpers sf_fs_tree.c shares with sf_fs_wtree.c (the nodes of
+ * checkpoints being written). All under tree_lock, or before serving. */
+/* A new node name[0..namelen) of kind under parent (NULL: the root), of
+ * checkpoint ck (NULL: none); takes a reference on ck and on parent; not
+ * linked. NULL when out of memory. */
+struct sf_node *sf_fs_node_new(struct sf_fs *fs, enum sf_node_kind kind,
+				const char *name, size_t namelen,
+				struct sf_fs_ckpt *ck, struct sf_node *parent);
+/* Drop one reference on c (the listing's, or a node's); at 0 it leaves
+ * fs->ckpts and is freed with its sf_wckpt. NULL ok. */
+void sf_fs_ckpt_unref(struct sf_fs *fs, struct sf_fs_ckpt *c);
+/* Drop count references; frees n and, in turn, ancestors left at 0. */
+void sf_fs_unref_locked(struct sf_fs *fs, struct sf_node *n,
+			      uint64_t count);
+/* Binary search dir's sorted children for name[0..len). Index or -1. */
+ptrdiff_t sf_fs_child_find(const struct sf_node *dir, const char *name,
+			    size_t len);
+/* Link c under dir: appended (build time: the caller sorts afterwards) or
+ * inserted in order. 0 or -ENOMEM. */
+int sf_fs_child_link(struct sf_node *dir, struct sf_node *c, bool sorted);
+/* Unlink n and everything below it from the tree (n's link reference is
+ * dropped). Nodes the kernel still holds linger, detached, until
+ * forgotten. */
+void sf_fs_subtree_unlink(struct sf_fs *fs, struct sf_node *n);
+/* Make child name[0..len) of dir and link it: appended (build time, sorted
+ * afterwards) or inserted in order. DIR children inherit dir's area. */
+int sf_fs_child_make(struct sf_fs *fs, struct sf_node *dir,
+		      enum sf_node_kind kind, const char *name, size_t len,
+		      bool sorted, struct sf_node **out);
+/* Make a child of dir and link it (build time, unsorted). */
+int sf_fs_add_child(struct sf_fs *fs, struct sf_node *dir,
+		     enum sf_node_kind kind, const char *name,
+		     struct sf_node **out);
+/* Take c's owner and modes from its directory (the store root's when it
+ * cannot be read). */
+void sf_fs_ckpt_perms(struct sf_fs *fs, struct sf_fs_ckpt *c);
 /* Is n part of a checkpoint opened for writing (its nodes have t NULL)? */
 static inline bool sf_node_is_w(const struct sf_node *n)
 {
@@ -315,6 +356,8 @@ static inline bool sf_node_is_w(const struct sf_node *n)
  * tensors/ (SLICE: its base's), or its name at the checkpoint root. No
  * lock: names and parents of linked-or-referenced nodes are immutable. */
 int sf_fs_wname(const struct sf_node *n, char *buf, size_t size);
+
+/* --- sf_fs_wtree.c --- */
 
 /* Show writing checkpoint `name` (store dir `dir`, opened as w: ownership
  * of w passes in, also on failure) in the root, with a node per entry of
@@ -374,6 +417,25 @@ int sf_fs_w_declare_batch(struct sf_fs *fs, struct sf_node *dir,
 int sf_fs_may_change(fuse_req_t req, struct sf_fs *fs, const char *what,
 		     const char *name);
 
+/* What sf_fs_write.c shares with sf_fs_commit.c (commit, delete, the
+ * setxattr entry point). */
+/* 0 if c takes changes now (WRITING or FAILED; with need_idle, not busy
+ * with a commit or delete); else why not: -EBUSY, -ENOENT or
+ * -SF_ECOMMITTED. The _locked one under tree_lock, the other takes it. */
+int sf_fs_ck_writable_locked(const struct sf_fs_ckpt *c, bool need_idle);
+int sf_fs_ck_writable(struct sf_fs *fs, struct sf_fs_ckpt *c, bool need_idle);
+/* One path component a user may create: a valid name, no '/'. */
+bool sf_fs_component_ok(const char *name);
+/* Release c's files once it is gone or replaced and no handle is open on
+ * it (closing: 1 when a handle of c closes, else 0). Without tree_lock;
+ * the caller holds a node of c. */
+void sf_fs_forget_if_closed(struct sf_fs *fs, struct sf_fs_ckpt *c,
+			     unsigned closing);
+/* user.shardfs.dtype or user.shardfs.shape (attr) = value on writing node
+ * n. 0 or error. */
+int sf_fs_w_set_decl(struct sf_fs *fs, struct sf_node *n, const char *attr,
+		    const char *value, size_t size);
+
 /* Resume the uncommitted checkpoint found by the store scan, if this rank
  * wrote into it (its rank-NNNNN/journal.jsonl exists). Logs and returns 0
  * or a negative error; a checkpoint that cannot be resumed is left out. */
@@ -404,13 +466,15 @@ void sf_fs_w_write(fuse_req_t req, struct sf_fs_handle *h, const char *buf,
 int sf_fs_w_flush(struct sf_fs *fs, struct sf_fs_handle *h, bool final);
 void sf_fs_w_setattr(fuse_req_t req, struct sf_node *n, struct stat *attr,
 		     int to_set);
-/* setxattr on any node (commit and delete of committed checkpoints too). */
-void sf_fs_w_setxattr(fuse_req_t req, struct sf_node *n, const char *name,
-		      const char *value, size_t size);
 /* user.shardfs.dtype/shape of a writing tensor or slice: into buf. */
 int sf_fs_w_tensor_xattr(struct sf_fs *fs, struct sf_node *n,
 			 const char *name, char *buf, size_t size,
 			 size_t *len);
+/* --- sf_fs_commit.c --- */
+
+/* setxattr on any node (commit and delete of committed checkpoints too). */
+void sf_fs_w_setxattr(fuse_req_t req, struct sf_node *n, const char *name,
+		      const char *value, size_t size);
 /* user.shardfs.state of checkpoint c, malloc'd into *out. */
 int sf_fs_state(struct sf_fs *fs, struct sf_fs_ckpt *c, char **out,
 		size_t *len);

@@ -12,7 +12,8 @@
  *    are cached for SF_FS_TIMEOUT, and anything that would change them
  *    fails with EROFS; checkpoint directories themselves are cached for
  *    SF_FS_CKPT_TIMEOUT only (a commit or delete swaps them);
- *  - requests on checkpoints being written go to sf_fs_write.c, with
+ *  - requests on checkpoints being written go to sf_fs_write.c (and
+ *    commit and delete to sf_fs_commit.c), with
  *    attribute and entry timeouts of 0;
  *  - fi->fh of an open file is a struct sf_fs_handle, or 0 on a no_open
  *    mount (a single checkpoint, read-only: the kernel opens files itself
@@ -691,7 +692,8 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 		fuse_reply_buf(req, list, len);
 }
 
-/* --- changes: checkpoints being written take them (sf_fs_write.c);
+/* --- changes: checkpoints being written take them (sf_fs_write.c,
+ * sf_fs_commit.c);
  * everything that would modify a committed checkpoint fails --- */
 
 static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,

@@ -9,9 +9,9 @@
  * at least as long as the kernel holds a lookup on it, so the number stays
  * valid for exactly as long as the kernel may use it.
  *
- * Checkpoints being written get their nodes one by one (mkdir, create, or
- * from the sf_wckpt's entries when resumed), always inserted in order; a
- * commit swaps the whole checkpoint for its committed tree at once.
+ * The nodes of checkpoints being written are sf_fs_wtree.c's, made through
+ * the helpers this file shares with it (sf_fs_internal.h); a commit swaps
+ * the whole checkpoint for its committed tree at once (here).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -34,7 +34,7 @@ bool sf_node_is_dir(const struct sf_node *n)
 
 /* --- allocation and release (all under tree_lock, or before serving) --- */
 
-static struct sf_node *node_new(struct sf_fs *fs, enum sf_node_kind kind,
+struct sf_node *sf_fs_node_new(struct sf_fs *fs, enum sf_node_kind kind,
 				const char *name, size_t namelen,
 				struct sf_fs_ckpt *ck, struct sf_node *parent)
 {
@@ -77,7 +77,7 @@ static void ckpt_free(struct sf_fs *fs, struct sf_fs_ckpt *c)
 	free(c);
 }
 
-static void ckpt_unref(struct sf_fs *fs, struct sf_fs_ckpt *c)
+void sf_fs_ckpt_unref(struct sf_fs *fs, struct sf_fs_ckpt *c)
 {
 	struct sf_fs_ckpt **pp;
 
@@ -91,9 +91,6 @@ static void ckpt_unref(struct sf_fs *fs, struct sf_fs_ckpt *c)
 	}
 	ckpt_free(fs, c);
 }
-
-static void node_unref_locked(struct sf_fs *fs, struct sf_node *n,
-			      uint64_t count);
 
 /* Free one node whose ref is 0; returns its parent (whose ref the caller
  * must drop). */
@@ -117,9 +114,9 @@ static struct sf_node *node_free(struct sf_fs *fs, struct sf_node *n)
 			n->slice_next->slice_prev = n->slice_prev;
 		/* A tensor node never holds a slice: depth of this recursion is 1
 		 * plus its own ancestors' release. */
-		node_unref_locked(fs, n->base, 1);
+		sf_fs_unref_locked(fs, n->base, 1);
 	}
-	ckpt_unref(fs, n->ck);
+	sf_fs_ckpt_unref(fs, n->ck);
 	free(n->pend);
 	free(n->box);
 	free(n->children);
@@ -133,7 +130,7 @@ static struct sf_node *node_free(struct sf_fs *fs, struct sf_node *n)
 static void node_discard(struct sf_fs *fs, struct sf_node *n);
 
 /* Drop count references; frees n and, in turn, ancestors left at 0. */
-static void node_unref_locked(struct sf_fs *fs, struct sf_node *n,
+void sf_fs_unref_locked(struct sf_fs *fs, struct sf_node *n,
 			      uint64_t count)
 {
 	while (n) {
@@ -154,13 +151,13 @@ static void node_discard(struct sf_fs *fs, struct sf_node *n)
 	struct sf_node *parent = node_free(fs, n);
 
 	if (parent)
-		node_unref_locked(fs, parent, 1);
+		sf_fs_unref_locked(fs, parent, 1);
 }
 
 void sf_fs_unref(struct sf_fs *fs, struct sf_node *n, uint64_t count)
 {
 	pthread_mutex_lock(&fs->tree_lock);
-	node_unref_locked(fs, n, count);
+	sf_fs_unref_locked(fs, n, count);
 	pthread_mutex_unlock(&fs->tree_lock);
 }
 
@@ -182,7 +179,7 @@ static int child_cmp(const void *a, const void *b)
 }
 
 /* Binary search dir's sorted children for name[0..len). Index or -1. */
-static ptrdiff_t child_find(const struct sf_node *dir, const char *name,
+ptrdiff_t sf_fs_child_find(const struct sf_node *dir, const char *name,
 			    size_t len)
 {
 	size_t lo = 0, hi = dir->nchildren;
@@ -211,7 +208,7 @@ static int children_reserve(struct sf_node *dir)
 }
 
 /* Append (build time: the caller sorts afterwards) or insert in order. */
-static int child_link(struct sf_node *dir, struct sf_node *c, bool sorted)
+int sf_fs_child_link(struct sf_node *dir, struct sf_node *c, bool sorted)
 {
 	size_t at = dir->nchildren;
 	int rc = children_reserve(dir);
@@ -242,8 +239,6 @@ static int child_link(struct sf_node *dir, struct sf_node *c, bool sorted)
 	return 0;
 }
 
-static void subtree_unlink(struct sf_fs *fs, struct sf_node *n);
-
 /* Unlink everything below n. */
 static void children_unlink(struct sf_fs *fs, struct sf_node *n)
 {
@@ -252,7 +247,7 @@ static void children_unlink(struct sf_fs *fs, struct sf_node *n)
 
 		if (sf_node_is_dir(c))
 			n->nsubdirs--;
-		subtree_unlink(fs, c);
+		sf_fs_subtree_unlink(fs, c);
 	}
 }
 
@@ -260,11 +255,11 @@ static void children_unlink(struct sf_fs *fs, struct sf_node *n)
  * dropped; n is no longer in its parent's children). Nodes the kernel still
  * holds linger, detached, until forgotten. Recursion depth is bounded by
  * SF_MAX_NAME / 2 components. */
-static void subtree_unlink(struct sf_fs *fs, struct sf_node *n)
+void sf_fs_subtree_unlink(struct sf_fs *fs, struct sf_node *n)
 {
 	children_unlink(fs, n);
 	n->linked = false;
-	node_unref_locked(fs, n, 1);
+	sf_fs_unref_locked(fs, n, 1);
 }
 
 /* Sort every directory below n and drop duplicate names (a tensor "a" and
@@ -288,7 +283,7 @@ static void subtree_sort(struct sf_fs *fs, struct sf_node *n)
 				SF_QSTR(c->ck ? c->ck->name : "?"), SF_QSTR(c->name));
 			if (sf_node_is_dir(c))
 				n->nsubdirs--;
-			subtree_unlink(fs, c);
+			sf_fs_subtree_unlink(fs, c);
 			continue;
 		}
 		n->children[out++] = c;
@@ -301,18 +296,18 @@ static void subtree_sort(struct sf_fs *fs, struct sf_node *n)
 
 /* Make child name[0..len) of dir and link it: appended (build time, sorted
  * afterwards) or inserted in order. DIR children inherit dir's area. */
-static int child_make(struct sf_fs *fs, struct sf_node *dir,
+int sf_fs_child_make(struct sf_fs *fs, struct sf_node *dir,
 		      enum sf_node_kind kind, const char *name, size_t len,
 		      bool sorted, struct sf_node **out)
 {
-	struct sf_node *n = node_new(fs, kind, name, len, dir->ck, dir);
+	struct sf_node *n = sf_fs_node_new(fs, kind, name, len, dir->ck, dir);
 	int rc;
 
 	if (!n)
 		return -ENOMEM;
 	if (kind == SF_NODE_DIR)
 		n->area = dir->area;
-	rc = child_link(dir, n, sorted);
+	rc = sf_fs_child_link(dir, n, sorted);
 	if (rc) {
 		node_discard(fs, n);
 		return rc;
@@ -343,7 +338,7 @@ static int add_path(struct sf_fs *fs, struct sf_node *dir, const char *path,
 		    strncmp(last->name, p, len) == 0 && last->name[len] == '\0') {
 			dir = last;
 		} else {
-			rc = child_make(fs, dir, SF_NODE_DIR, p, len, false, &dir);
+			rc = sf_fs_child_make(fs, dir, SF_NODE_DIR, p, len, false, &dir);
 			if (rc)
 				return rc;
 		}
@@ -357,18 +352,18 @@ static int add_path(struct sf_fs *fs, struct sf_node *dir, const char *path,
 			return -ENOMEM;
 		memcpy(leaf, p, plen);
 		memcpy(leaf + plen, suffix ? suffix : "", slen + 1);
-		rc = child_make(fs, dir, kind, leaf, plen + slen, false, out);
+		rc = sf_fs_child_make(fs, dir, kind, leaf, plen + slen, false, out);
 		free(leaf);
 	}
 	return rc;
 }
 
 /* Make a child of dir and link it (build time, unsorted). */
-static int add_child(struct sf_fs *fs, struct sf_node *dir,
+int sf_fs_add_child(struct sf_fs *fs, struct sf_node *dir,
 		     enum sf_node_kind kind, const char *name,
 		     struct sf_node **out)
 {
-	return child_make(fs, dir, kind, name, strlen(name), false, out);
+	return sf_fs_child_make(fs, dir, kind, name, strlen(name), false, out);
 }
 
 /* Build the contents of checkpoint directory node cd from its manifest. */
@@ -380,19 +375,19 @@ static int build_ckpt(struct sf_fs *fs, struct sf_node *cd)
 	size_t i;
 	int rc;
 
-	rc = add_child(fs, cd, SF_NODE_DIR, SF_VIEW_TENSORS, &tdir);
+	rc = sf_fs_add_child(fs, cd, SF_NODE_DIR, SF_VIEW_TENSORS, &tdir);
 	if (rc)
 		return rc;
 	tdir->area = SF_AREA_TENSORS;
-	rc = add_child(fs, cd, SF_NODE_DIR, SF_VIEW_NPY, &ndir);
+	rc = sf_fs_add_child(fs, cd, SF_NODE_DIR, SF_VIEW_NPY, &ndir);
 	if (rc)
 		return rc;
 	ndir->area = SF_AREA_NPY;
-	rc = add_child(fs, cd, SF_NODE_ST, SF_VIEW_SAFETENSORS, &n);
+	rc = sf_fs_add_child(fs, cd, SF_NODE_ST, SF_VIEW_SAFETENSORS, &n);
 	if (rc)
 		return rc;
 	n->size = ck->st->total;
-	rc = add_child(fs, cd, SF_NODE_MANIFEST, SF_VIEW_MANIFEST, &n);
+	rc = sf_fs_add_child(fs, cd, SF_NODE_MANIFEST, SF_VIEW_MANIFEST, &n);
 	if (rc)
 		return rc;
 	n->size = ck->manifest_len;
@@ -444,7 +439,7 @@ static int build_ckpt(struct sf_fs *fs, struct sf_node *cd)
 	if (m->nobjects) {
 		struct sf_node *odir;
 
-		rc = add_child(fs, cd, SF_NODE_DIR, SF_VIEW_OBJECTS, &odir);
+		rc = sf_fs_add_child(fs, cd, SF_NODE_DIR, SF_VIEW_OBJECTS, &odir);
 		if (rc)
 			return rc;
 		for (i = 0; i < m->nobjects; i++) {
@@ -465,7 +460,7 @@ int sf_fs_tree_init(struct sf_fs *fs)
 {
 	struct stat st;
 
-	fs->root = node_new(fs, SF_NODE_ROOT, "", 0, NULL, NULL);
+	fs->root = sf_fs_node_new(fs, SF_NODE_ROOT, "", 0, NULL, NULL);
 	if (!fs->root)
 		return -ENOMEM;
 	fs->root->linked = true;
@@ -512,13 +507,13 @@ static void child_remove_at(struct sf_node *dir, size_t i)
 static void ckpt_retire(struct sf_fs *fs, struct sf_fs_ckpt *old,
 			enum sf_ckpt_state to)
 {
-	ptrdiff_t i = child_find(fs->root, old->name, strlen(old->name));
+	ptrdiff_t i = sf_fs_child_find(fs->root, old->name, strlen(old->name));
 
 	if (i >= 0 && fs->root->children[i]->ck == old) {
 		struct sf_node *cd = fs->root->children[i];
 
 		child_remove_at(fs->root, (size_t)i);
-		subtree_unlink(fs, cd);
+		sf_fs_subtree_unlink(fs, cd);
 	}
 	/* With handles open its reads go on (a deleted file stays readable
 	 * while open); the last close forgets it then (forget_if_closed in
@@ -533,13 +528,13 @@ static void ckpt_retire(struct sf_fs *fs, struct sf_fs_ckpt *old,
 	}
 	if (old->state != SF_CK_REPLACED && old->state != SF_CK_GONE) {
 		old->state = to;
-		ckpt_unref(fs, old); /* the listing */
+		sf_fs_ckpt_unref(fs, old); /* the listing */
 	}
 }
 
 /* Take c's owner and modes from its directory (the store root's when it
  * cannot be read: the scan just opened it, so that is a race). */
-static void ckpt_perms(struct sf_fs *fs, struct sf_fs_ckpt *c)
+void sf_fs_ckpt_perms(struct sf_fs *fs, struct sf_fs_ckpt *c)
 {
 	struct sf_perms p;
 
@@ -667,7 +662,7 @@ static int add_committed(struct sf_fs *fs, struct sf_ckpt *ck,
 		goto out_free_ckpt;
 	}
 	c->mtime = ck->mtime;
-	ckpt_perms(fs, c);
+	sf_fs_ckpt_perms(fs, c);
 
 	pthread_mutex_lock(&fs->tree_lock);
 	c->ref = 1; /* listed */
@@ -679,13 +674,13 @@ static int add_committed(struct sf_fs *fs, struct sf_ckpt *ck,
 		cd->ck = c;
 		c->ref++;
 	} else {
-		ptrdiff_t i = child_find(fs->root, c->name, strlen(c->name));
+		ptrdiff_t i = sf_fs_child_find(fs->root, c->name, strlen(c->name));
 
 		if (i >= 0 && !(replace && fs->root->children[i]->ck == replace)) {
 			rc = -EEXIST;
 			goto out_unlist;
 		}
-		cd = node_new(fs, SF_NODE_CKPT, c->name, strlen(c->name), c,
+		cd = sf_fs_node_new(fs, SF_NODE_CKPT, c->name, strlen(c->name), c,
 			      fs->root);
 		if (!cd) {
 			rc = -ENOMEM;
@@ -700,27 +695,27 @@ static int add_committed(struct sf_fs *fs, struct sf_ckpt *ck,
 			children_unlink(fs, cd);
 			cd->kind = SF_NODE_ROOT;
 			cd->ck = NULL;
-			ckpt_unref(fs, c);
+			sf_fs_ckpt_unref(fs, c);
 		} else
-			subtree_unlink(fs, cd); /* drops the build hold */
+			sf_fs_subtree_unlink(fs, cd); /* drops the build hold */
 		goto out_unlist;
 	}
 	if (replace)
 		ckpt_retire(fs, replace, SF_CK_REPLACED);
 	if (!fs->single) {
-		rc = child_link(fs->root, cd, true);
+		rc = sf_fs_child_link(fs->root, cd, true);
 		if (rc) {
-			subtree_unlink(fs, cd); /* drops the build hold */
+			sf_fs_subtree_unlink(fs, cd); /* drops the build hold */
 			goto out_unlist;
 		}
-		node_unref_locked(fs, cd, 1); /* the build hold */
+		sf_fs_unref_locked(fs, cd, 1); /* the build hold */
 	}
 	pthread_mutex_unlock(&fs->tree_lock);
 	return 0;
 
 out_unlist:
 	sf_err("checkpoint %s: cannot show it: %s", SF_QSTR(c->name), sf_strerror(rc));
-	ckpt_unref(fs, c); /* the listing; nodes released theirs */
+	sf_fs_ckpt_unref(fs, c); /* the listing; nodes released theirs */
 	pthread_mutex_unlock(&fs->tree_lock);
 	return rc;
 
@@ -730,6 +725,45 @@ out_free_ckpt:
 	free(c);
 	sf_ckpt_close(ck);
 	return rc;
+}
+
+/* --- the name of a writing node --- */
+
+/* Is d the directory whose children's names start a relative name: the
+ * checkpoint itself (root files) or its tensors/? */
+static bool wname_top(const struct sf_node *d)
+{
+	return d->kind == SF_NODE_CKPT ||
+	       (d->kind == SF_NODE_DIR && d->parent &&
+		d->parent->kind == SF_NODE_CKPT);
+}
+
+int sf_fs_wname(const struct sf_node *n, char *buf, size_t size)
+{
+	const struct sf_node *p;
+	size_t len = 0, at;
+
+	if (n->kind == SF_NODE_SLICE)
+		n = n->base;
+	if (n->kind != SF_NODE_TENSOR && n->kind != SF_NODE_FILE)
+		return -EINVAL;
+	for (p = n; p->parent && !wname_top(p->parent); p = p->parent)
+		len += strlen(p->name) + 1;
+	len += strlen(p->name);
+	if (len >= size || len > SF_MAX_NAME)
+		return -ENAMETOOLONG;
+	at = len;
+	buf[at] = '\0';
+	for (p = n;; p = p->parent) {
+		size_t l = strlen(p->name);
+
+		at -= l;
+		memcpy(buf + at, p->name, l);
+		if (at == 0)
+			break;
+		buf[--at] = '/';
+	}
+	return 0;
 }
 
 /* --- lookups --- */
@@ -783,7 +817,7 @@ static int lookup_slice(struct sf_fs *fs, struct sf_node *dir,
 
 	if (!at)
 		return -ENOENT;
-	i = child_find(dir, name, (size_t)(at - name));
+	i = sf_fs_child_find(dir, name, (size_t)(at - name));
 	if (i < 0)
 		return -ENOENT;
 	base = dir->children[i];
@@ -830,7 +864,7 @@ static int lookup_slice(struct sf_fs *fs, struct sf_node *dir,
 	}
 	if (rc)
 		return rc;
-	s = node_new(fs, SF_NODE_SLICE, name, strlen(name), dir->ck, dir);
+	s = sf_fs_node_new(fs, SF_NODE_SLICE, name, strlen(name), dir->ck, dir);
 	if (!s)
 		return -ENOMEM;
 	s->box = malloc(sizeof(*s->box));
@@ -861,7 +895,7 @@ int sf_fs_lookup(struct sf_fs *fs, struct sf_node *dir, const char *name,
 	if (!sf_node_is_dir(dir))
 		return -ENOTDIR;
 	pthread_mutex_lock(&fs->tree_lock);
-	i = child_find(dir, name, strlen(name));
+	i = sf_fs_child_find(dir, name, strlen(name));
 	if (i >= 0) {
 		*out = dir->children[i];
 		(*out)->ref++;
@@ -918,324 +952,10 @@ void sf_fs_dir_snap_free(struct sf_fs *fs, struct sf_dir_snap *s)
 		return;
 	pthread_mutex_lock(&fs->tree_lock);
 	for (i = 0; i < s->n; i++)
-		node_unref_locked(fs, s->ents[i].node, 1);
-	node_unref_locked(fs, s->parent, 1);
-	node_unref_locked(fs, s->self, 1);
+		sf_fs_unref_locked(fs, s->ents[i].node, 1);
+	sf_fs_unref_locked(fs, s->parent, 1);
+	sf_fs_unref_locked(fs, s->self, 1);
 	pthread_mutex_unlock(&fs->tree_lock);
 	free(s->ents);
 	free(s);
-}
-
-/* --- checkpoints being written --- */
-
-/* Is d the directory whose children's names start a relative name: the
- * checkpoint itself (root files) or its tensors/? */
-static bool wname_top(const struct sf_node *d)
-{
-	return d->kind == SF_NODE_CKPT ||
-	       (d->kind == SF_NODE_DIR && d->parent &&
-		d->parent->kind == SF_NODE_CKPT);
-}
-
-int sf_fs_wname(const struct sf_node *n, char *buf, size_t size)
-{
-	const struct sf_node *p;
-	size_t len = 0, at;
-
-	if (n->kind == SF_NODE_SLICE)
-		n = n->base;
-	if (n->kind != SF_NODE_TENSOR && n->kind != SF_NODE_FILE)
-		return -EINVAL;
-	for (p = n; p->parent && !wname_top(p->parent); p = p->parent)
-		len += strlen(p->name) + 1;
-	len += strlen(p->name);
-	if (len >= size || len > SF_MAX_NAME)
-		return -ENAMETOOLONG;
-	at = len;
-	buf[at] = '\0';
-	for (p = n;; p = p->parent) {
-		size_t l = strlen(p->name);
-
-		at -= l;
-		memcpy(buf + at, p->name, l);
-		if (at == 0)
-			break;
-		buf[--at] = '/';
-	}
-	return 0;
-}
-
-/* Find or make the directory path[0..len) (one component) in dir, sorted.
- * Under tree_lock. */
-static int wdir_get(struct sf_fs *fs, struct sf_node *dir, const char *name,
-		    size_t len, struct sf_node **out)
-{
-	ptrdiff_t i = child_find(dir, name, len);
-	struct sf_node *n;
-
-	if (i >= 0) {
-		n = dir->children[i];
-		if (n->kind != SF_NODE_DIR)
-			return -ENOTDIR;
-		*out = n;
-		return 0;
-	}
-	return child_make(fs, dir, SF_NODE_DIR, name, len, true, out);
-}
-
-/* Add entry `name` of a resumed writing checkpoint below cd. Under
- * tree_lock. */
-static int wentry_add(struct sf_fs *fs, struct sf_node *cd,
-		      struct sf_node *tdir, const char *name, bool is_file)
-{
-	struct sf_node *dir = is_file ? cd : tdir, *n;
-	const char *p = name, *slash;
-	int rc;
-
-	while (!is_file && (slash = strchr(p, '/')) != NULL) {
-		rc = wdir_get(fs, dir, p, (size_t)(slash - p), &dir);
-		if (rc)
-			return rc;
-		p = slash + 1;
-	}
-	if (child_find(dir, p, strlen(p)) >= 0)
-		return -EEXIST;
-	return child_make(fs, dir, is_file ? SF_NODE_FILE : SF_NODE_TENSOR, p,
-			  strlen(p), true, &n);
-}
-
-/* Names of a resumed sf_wckpt, gathered outside tree_lock (lock order). */
-struct wlist {
-	char **names;
-	bool *is_file;
-	size_t n, cap, cap_file;
-	int err;
-};
-
-static void wlist_add(void *arg, const char *name,
-		      const struct sf_wentry_info *info)
-{
-	struct wlist *l = arg;
-	int rc;
-
-	if (l->err)
-		return;
-	/* names and is_file grow in step: each keeps its own capacity, so a
-	 * failure between the two leaves both consistent. */
-	rc = sf_array_grow(&l->names, l->n, &l->cap, sizeof(*l->names), 64, 0);
-	if (!rc)
-		rc = sf_array_grow(&l->is_file, l->n, &l->cap_file,
-				   sizeof(*l->is_file), 64, 0);
-	if (rc) {
-		l->err = rc;
-		return;
-	}
-	l->names[l->n] = strdup(name);
-	if (!l->names[l->n]) {
-		l->err = -ENOMEM;
-		return;
-	}
-	l->is_file[l->n++] = info->is_file;
-}
-
-static void wlist_free(struct wlist *l)
-{
-	for (size_t i = 0; i < l->n; i++)
-		free(l->names[i]);
-	free(l->names);
-	free(l->is_file);
-}
-
-int sf_fs_add_writing(struct sf_fs *fs, const char *name, const char *dir,
-		      struct sf_wckpt *w, struct sf_node **out)
-{
-	struct wlist l = { 0 };
-	struct sf_fs_ckpt *c;
-	struct sf_node *cd, *tdir;
-	size_t i;
-	int rc;
-
-	c = calloc(1, sizeof(*c));
-	if (!c) {
-		sf_wckpt_close(w);
-		return -ENOMEM;
-	}
-	c->w = w;
-	c->state = SF_CK_WRITING;
-	clock_gettime(CLOCK_REALTIME, &c->mtime);
-	c->name = strdup(name);
-	c->dir = strdup(dir);
-	if (!c->name || !c->dir) {
-		rc = -ENOMEM;
-		goto out_free_ckpt;
-	}
-	ckpt_perms(fs, c);
-	sf_wckpt_foreach(w, wlist_add, &l);
-	rc = l.err;
-	if (rc)
-		goto out_free_list;
-
-	pthread_mutex_lock(&fs->tree_lock);
-	if (fs->single || child_find(fs->root, name, strlen(name)) >= 0) {
-		pthread_mutex_unlock(&fs->tree_lock);
-		rc = -EEXIST;
-		goto out_free_list;
-	}
-	c->ref = 1; /* listed */
-	c->next = fs->ckpts;
-	fs->ckpts = c;
-	cd = node_new(fs, SF_NODE_CKPT, c->name, strlen(c->name), c, fs->root);
-	if (!cd) {
-		rc = -ENOMEM;
-		goto out_unlist;
-	}
-	cd->ref++; /* the build hold */
-	rc = add_child(fs, cd, SF_NODE_DIR, "tensors", &tdir);
-	if (!rc)
-		tdir->area = SF_AREA_TENSORS;
-	for (i = 0; !rc && i < l.n; i++) {
-		rc = wentry_add(fs, cd, tdir, l.names[i], l.is_file[i]);
-		if (rc == -EEXIST || rc == -ENOTDIR) {
-			sf_warn("checkpoint %s: %s clashes with another entry; not shown",
-				SF_QSTR(name), SF_QSTR(l.names[i]));
-			rc = 0;
-		}
-	}
-	if (!rc)
-		rc = child_link(fs->root, cd, true);
-	if (rc) {
-		subtree_unlink(fs, cd); /* drops the build hold */
-		goto out_unlist;
-	}
-	if (out) {
-		cd->ref++; /* the kernel's lookup */
-		*out = cd;
-	}
-	node_unref_locked(fs, cd, 1); /* the build hold */
-	pthread_mutex_unlock(&fs->tree_lock);
-	wlist_free(&l);
-	return 0;
-
-out_unlist:
-	ckpt_unref(fs, c); /* the listing; frees c and w once nodes are gone */
-	pthread_mutex_unlock(&fs->tree_lock);
-	wlist_free(&l);
-	return rc;
-out_free_list:
-	wlist_free(&l);
-out_free_ckpt:
-	sf_wckpt_close(w);
-	free(c->name);
-	free(c->dir);
-	free(c);
-	return rc;
-}
-
-/* tensors/ of writing checkpoint node cd, made if missing. Under
- * tree_lock. */
-static int wtensors_get(struct sf_fs *fs, struct sf_node *cd,
-			struct sf_node **out)
-{
-	ptrdiff_t i = child_find(cd, "tensors", 7);
-	int rc;
-
-	if (i >= 0) {
-		*out = cd->children[i];
-		return (*out)->kind == SF_NODE_DIR ? 0 : -ENOTDIR;
-	}
-	rc = child_make(fs, cd, SF_NODE_DIR, "tensors", 7, true, out);
-	if (!rc)
-		(*out)->area = SF_AREA_TENSORS;
-	return rc;
-}
-
-int sf_fs_wtensor(struct sf_fs *fs, struct sf_node *dir, const char *name,
-		  bool make)
-{
-	const char *p = name, *slash;
-	struct sf_node *d = dir;
-	ptrdiff_t i;
-	int rc = 0;
-
-	pthread_mutex_lock(&fs->tree_lock);
-	if (!dir->linked || !sf_node_is_w(dir)) {
-		rc = -ENOENT;
-		goto out_unlock;
-	}
-	if (dir->kind == SF_NODE_CKPT) {
-		i = child_find(dir, "tensors", 7);
-		if (i >= 0 && dir->children[i]->kind != SF_NODE_DIR) {
-			rc = -ENOTDIR;
-			goto out_unlock;
-		}
-		if (i >= 0)
-			d = dir->children[i];
-		else if (make && (rc = wtensors_get(fs, dir, &d)) != 0)
-			goto out_unlock;
-		else if (!make)
-			goto out_unlock; /* nothing below it yet: fits */
-	}
-	for (; (slash = strchr(p, '/')) != NULL; p = slash + 1) {
-		i = child_find(d, p, (size_t)(slash - p));
-		if (i >= 0) {
-			d = d->children[i];
-			if (d->kind != SF_NODE_DIR) {
-				rc = -ENOTDIR;
-				goto out_unlock;
-			}
-		} else if (!make) {
-			goto out_unlock; /* the rest is new: fits */
-		} else if ((rc = wdir_get(fs, d, p, (size_t)(slash - p), &d)) != 0) {
-			goto out_unlock;
-		}
-	}
-	i = child_find(d, p, strlen(p));
-	if (i >= 0) {
-		struct sf_node *n = d->children[i];
-
-		if (n->kind != SF_NODE_TENSOR) {
-			rc = -EISDIR;
-		} else if (make) {
-			free(n->pend); /* declared now: no half left pending */
-			n->pend = NULL;
-		}
-	} else if (make) {
-		struct sf_node *n;
-
-		rc = child_make(fs, d, SF_NODE_TENSOR, p, strlen(p), true, &n);
-	}
-out_unlock:
-	pthread_mutex_unlock(&fs->tree_lock);
-	return rc;
-}
-
-int sf_fs_wchild(struct sf_fs *fs, struct sf_node *dir, const char *name,
-		 enum sf_node_kind kind, struct sf_node **out)
-{
-	ptrdiff_t i;
-	struct sf_node *n;
-	int rc;
-
-	pthread_mutex_lock(&fs->tree_lock);
-	if (!dir->linked) {
-		rc = -ENOENT;
-		goto out_unlock;
-	}
-	i = child_find(dir, name, strlen(name));
-	if (i >= 0) {
-		*out = dir->children[i];
-		(*out)->ref++;
-		rc = -EEXIST;
-		goto out_unlock;
-	}
-	rc = child_make(fs, dir, kind, name, strlen(name), true, &n);
-	if (rc)
-		goto out_unlock;
-	if (kind == SF_NODE_DIR)
-		n->area = SF_AREA_TENSORS; /* tensors/ itself, or below it */
-	n->ref++; /* the kernel's lookup */
-	*out = n;
-out_unlock:
-	pthread_mutex_unlock(&fs->tree_lock);
-	return rc;
 }

@@ -37,6 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "sf_array.h"
 #include "sf_error.h"
 #include "sf_model.h"
 #include "sf_st_header.h"
@@ -547,28 +548,22 @@ static void job_piece(struct job *j, int fd, const char *path, uint64_t off,
 static int job_end(struct sf_gpu_loader *l, struct job *j, int rc)
 {
 	size_t i, need;
-	void *p;
+	int grc = 0;
 
 	if (rc >= 0) {
+		/* room for every result and allocation of the job: each
+		 * sf_array_grow with n == cap doubles the capacity */
 		need = l->nres + j->nres;
-		if (need > l->cap_res) {
-			p = realloc(l->res, need * 2 * sizeof(*l->res));
-			if (!p) {
-				rc = set_err(l, -ENOMEM, "out of memory");
-				goto out_release;
-			}
-			l->res = p;
-			l->cap_res = need * 2;
-		}
+		while (l->cap_res < need && !grc)
+			grc = sf_array_grow(&l->res, l->cap_res, &l->cap_res,
+					    sizeof(*l->res), 16, 0);
 		need = l->nallocs + j->nallocs;
-		if (need > l->cap_allocs) {
-			p = realloc(l->allocs, need * 2 * sizeof(*l->allocs));
-			if (!p) {
-				rc = set_err(l, -ENOMEM, "out of memory");
-				goto out_release;
-			}
-			l->allocs = p;
-			l->cap_allocs = need * 2;
+		while (l->cap_allocs < need && !grc)
+			grc = sf_array_grow(&l->allocs, l->cap_allocs,
+					    &l->cap_allocs, sizeof(*l->allocs), 16, 0);
+		if (grc) {
+			rc = set_err(l, grc, "out of memory");
+			goto out_release;
 		}
 		memcpy(l->res + l->nres, j->res, j->nres * sizeof(*j->res));
 		l->nres += j->nres;

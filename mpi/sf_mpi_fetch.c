@@ -618,7 +618,7 @@ static int mpi_src_read(void *ctx, const struct sf_ckpt_ref *ck, uint32_t rank,
 }
 
 /*
- * A read-ahead hint (sf_engine.h): a file held here is the local source's
+ * A read-ahead hint (sf_source.h): a file held here is the local source's
  * to advise; [off, off+len) of a remote one is asked of its peer as the
  * reads of `unit` bytes from off that the engine will make, each into a
  * prefetch slot (pf_issue), until no slot is free. Nothing is asked of a
@@ -664,7 +664,7 @@ static void mpi_src_advise(void *ctx, const struct sf_ckpt_ref *ck,
 }
 
 /*
- * Mappings (sf_engine.h): a block of a file held here is mapped by the
+ * Mappings (sf_source.h): a block of a file held here is mapped by the
  * local source, under its read lease, exactly as in a single-process
  * mount (no copy); a file held by a peer has none (the local source finds
  * no file: the engine then reads the block, over MPI). Tokens are the

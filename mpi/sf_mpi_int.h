@@ -152,8 +152,9 @@ struct inv_holder {
 struct inv_ent {
 	char *key;            /* "ckpt\0file" (owned) */
 	size_t keylen;        /* bytes of key including the inner NUL */
-	struct inv_holder *h; /* owned */
-	unsigned nh;
+	struct inv_holder *h; /* owned; grown by sf_array_grow */
+	unsigned nh;          /* <= the world size */
+	size_t hcap;          /* slots of h */
 	struct inv_ent *next;
 };
 
@@ -257,6 +258,8 @@ struct peer_probe {
 	uint64_t limit_ns;               /* posted: no answer after this long
 					  * is a timeout */
 };
+
+struct pbuf; /* a free large buffer: sf_mpi_xfer.c's alone */
 
 struct sf_mpi {
 	MPI_Comm comm;                   /* private duplicate; set by init */
@@ -385,7 +388,7 @@ int sf_mpi_build_inventory(const char *store, int single,
 int sf_mpi_inv_parse(struct sf_mpi *mp, int r, const unsigned char *p,
 		     size_t len);
 /* What the other ranks hold, for the payload source's peer_files,
- * peer_size and peer_ckpts (sf_engine.h): files of checkpoint name held by
+ * peer_size and peer_ckpts (sf_source.h): files of checkpoint name held by
  * another rank (name "" in a single-checkpoint store), with the largest
  * size; names of checkpoints of which another rank holds a file (a name
  * may come more than once). */

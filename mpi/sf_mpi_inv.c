@@ -8,6 +8,7 @@
  * checks it against what was received; names are bounded.
  */
 #include "sf_mpi_int.h"
+#include "sf_array.h"
 
 /* ------------------------------------------------------------------ */
 /* inventory                                                           */
@@ -41,7 +42,7 @@ static int inv_add(struct sf_mpi *mp, const char *name, size_t nl,
 	char key[SF_MAX_COMPONENT + 1 + SF_MAX_NAME + 1];
 	unsigned b;
 	struct inv_ent *e;
-	struct inv_holder *h;
+	int rc;
 
 	memcpy(key, name, nl);
 	key[nl] = '\0';
@@ -64,10 +65,10 @@ static int inv_add(struct sf_mpi *mp, const char *name, size_t nl,
 	}
 	if (e->nh >= (unsigned)mp->size)
 		return 0; /* a rank listed twice: ignore */
-	h = realloc(e->h, (e->nh + 1) * sizeof(*h));
-	if (!h)
-		return -ENOMEM;
-	e->h = h;
+	rc = sf_array_grow(&e->h, e->nh, &e->hcap, sizeof(*e->h), 1,
+			   (size_t)mp->size);
+	if (rc)
+		return rc;
 	e->h[e->nh].rank = rank;
 	e->h[e->nh].size = size;
 	e->nh++;

@@ -19,8 +19,8 @@
  * the same name starts a new round.
  */
 #include "sf_mpi_int.h"
-#include "sf_format.h"
 #include "sf_manifest.h"
+#include "sf_open.h"
 #include <signal.h>
 #include <sys/mman.h>
 

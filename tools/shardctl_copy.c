@@ -55,6 +55,7 @@
 #include "sf_checksum.h"
 #include "sf_error.h"
 #include "sf_format.h"
+#include "sf_formats.h"
 #include "sf_index.h"
 #include "sf_io.h"
 #include "sf_mounts.h"

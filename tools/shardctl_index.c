@@ -33,6 +33,7 @@
 #include "sf_codec.h"
 #include "sf_error.h"
 #include "sf_format.h"
+#include "sf_formats.h"
 #include "sf_index.h"
 #include "sf_io.h"
 #include "sf_parse.h"

@@ -20,7 +20,6 @@
  *    open's budget is spent, no further file opens (-SF_EBUDGET).
  */
 #include "sf_format.h"
-#include "sf_index.h"
 #include "sf_array.h"
 #include "sf_error.h"
 #include "sf_io.h"

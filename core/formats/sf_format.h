@@ -22,17 +22,32 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <string.h>
 
 #include "sf_budget.h"
 #include "sf_engine.h"
 #include "sf_io.h"
 #include "sf_model.h"
+#include "sf_open.h" /* sf_open_beneath, sf_open_payload* (moved to core) */
 
 enum sf_probe {
 	SF_PROBE_NO = 0,    /* not this format */
 	SF_PROBE_PARTIAL,   /* this format, not complete (being written) */
 	SF_PROBE_YES,       /* this format, complete */
 };
+
+/* shardfs.index.json (sf_index.h): checksums for formats that have none,
+ * never part of a listing (sf_dirlist_read, sf_cdir_list). */
+#define SF_INDEX_NAME "shardfs.index.json"
+#define SF_INDEX_TMP_PREFIX ".shardfs.index.json." /* + suffix: being written */
+
+/* Is name the index or one of its temporary names? (Here, below sf_index:
+ * the directory listing and sf_cdir leave the index out.) */
+static inline bool sf_index_is_own_name(const char *name)
+{
+	return strcmp(name, SF_INDEX_NAME) == 0 ||
+	       strncmp(name, SF_INDEX_TMP_PREFIX, sizeof(SF_INDEX_TMP_PREFIX) - 1) == 0;
+}
 
 /* A directory's entries as probes see them: every name but "." and ".."
  * (hidden ones too: DCP's is ".metadata") and shardfs's own index of a
@@ -112,19 +127,6 @@ void sf_cfile_close(struct sf_cfile *f);
 int sf_cfile_read_all(const struct sf_cfile *f, size_t max, char **out,
 		      size_t *len);
 
-/*
- * Add the files cd holds besides its format's own (config.json, tokenizer
- * files) to m as root files: every visible, regular file at the top (no
- * symlink, directory or special file) for which own(arg, name) is false
- * (own may be NULL), each one U8 entry over the whole file. A name the
- * mount uses itself is left out with one warning. 0, -ENOMEM, or an error
- * with its reason through w (sf_rootfiles.c).
- */
-struct sf_where;
-int sf_cdir_add_root_files(const struct sf_cdir *cd, struct sf_model *m,
-			   bool (*own)(void *arg, const char *name), void *arg,
-			   struct sf_where *w);
-
 /* What an open checkpoint gives the mount. Owned by the caller, who frees
  * it with sf_format_result_clear. An adapter fills model (and extra);
  * only shardfs/1 fills the meta fields, with its stored manifest. The
@@ -187,51 +189,11 @@ struct sf_format {
 int sf_format_open(const struct sf_format *fmt, const struct sf_cdir *cd,
 		   struct sf_format_result *out, char *err, size_t errlen);
 
-/* The adapters, in probe order; NULL-terminated. */
-extern const struct sf_format *const sf_formats[];
+/* The table of adapters, sf_format_probe and sf_format_find:
+ * sf_formats.h (above every adapter). */
 
-/*
- * Ask every adapter about the directory listed in ls: the first YES wins,
- * else the first PARTIAL; NULL when none claims it. *how gets the answer
- * (SF_PROBE_NO with NULL).
- */
-const struct sf_format *sf_format_probe(const struct sf_dirlist *ls,
-					enum sf_probe *how);
-
-/* The adapter named name, or NULL. */
-const struct sf_format *sf_format_find(const char *name);
-
-/*
- * Open path (relative, already checked by sf_relpath_valid or an
- * adapter's own rules) below dirfd, with every component resolved beneath
- * it: no "..", no absolute symlink, no symlink leading out (openat2 with
- * RESOLVE_BENEATH), no magic links. flags as for open(2) (O_CLOEXEC is
- * added). The descriptor, or -errno (-EXDEV when the path leads out).
- */
-int sf_open_beneath(int dirfd, const char *path, int flags);
-
-/*
- * Open payload file (relative) of the checkpoint directory dir (absolute)
- * for reading, as the payload sources do: resolved beneath dir, a regular
- * file (a FIFO planted there never blocks the open), blocking reads. The
- * descriptor; -SF_ESHORT when it is missing; -EIO when it leads out of the
- * checkpoint, is not a regular file or cannot be opened.
- */
-int sf_open_payload(const char *dir, const char *file);
-/* The same beneath the directory descriptor dirfd (a pinned checkpoint's,
- * see struct sf_ckpt_ref): nothing but dirfd's own directory is reached. */
-int sf_open_payload_at(int dirfd, const char *file);
-/* The same for checkpoint ck: beneath ck->dirfd when pinned, else ck->dir. */
-int sf_open_payload_ref(const struct sf_ckpt_ref *ck, const char *file);
-
-/*
- * Open the checkpoint directory name (one component, no '/') of the store
- * whose descriptor is storefd, as every mounted checkpoint is reached: a
- * directory itself, never through a symlink. The descriptor and, in *dev
- * and *ino (either may be NULL), its identity; -ELOOP for a symlink,
- * -ENOTDIR for anything else that is not a directory, or another -errno.
- */
-int sf_open_ckpt_dir(int storefd, const char *name, uint64_t *dev,
-		     uint64_t *ino);
+/* sf_cdir_add_root_files(): sf_rootfiles.h, a unit above this one and the
+ * shardfs/1 adapter (included here so that every adapter has it). */
+#include "sf_rootfiles.h"
 
 #endif

@@ -1,12 +1,12 @@
 /*
- * sf_formats.c - the table of format adapters (sf_format.h) and the probe
+ * sf_formats.c - the table of format adapters (sf_formats.h) and the probe
  * that asks each in turn. Adding a format is adding its adapter's row
  * here.
  *
  * Invariant: the native format comes first, so a directory shardfs made
  * is always its own, whatever else it holds.
  */
-#include "sf_format.h"
+#include "sf_formats.h"
 #include "sf_dcp.h"
 #include "sf_hf.h"
 #include "sf_megatron.h"

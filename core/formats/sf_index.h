@@ -42,22 +42,13 @@
 #include "sf_format.h"
 #include "sf_model.h"
 
-#define SF_INDEX_NAME "shardfs.index.json"
-#define SF_INDEX_TMP_PREFIX ".shardfs.index.json." /* + suffix: being written */
+/* SF_INDEX_NAME, SF_INDEX_TMP_PREFIX and sf_index_is_own_name() are
+ * sf_format.h's: the directory listing leaves the index out. */
 #define SF_INDEX_FORMAT "shardfs-index"            /* "format" */
 #define SF_INDEX_VERSION 1                          /* "version" */
 #define SF_INDEX_MAX_BYTES SF_MAX_MANIFEST_BYTES   /* the JSON text */
 #define SF_INDEX_MAX_FILES (1u << 17)              /* "files" entries (> SF_DIRLIST_MAX) */
 #define SF_INDEX_MAX_SHARDS (1u << 22)             /* "shards" entries */
-
-/* Is name the index or one of its temporary names? (Inline: the
- * directory listing of sf_format.c asks, and sf_index.c calls into
- * sf_format.c.) */
-static inline bool sf_index_is_own_name(const char *name)
-{
-	return strcmp(name, SF_INDEX_NAME) == 0 ||
-	       strncmp(name, SF_INDEX_TMP_PREFIX, sizeof(SF_INDEX_TMP_PREFIX) - 1) == 0;
-}
 
 struct sf_index_file {
 	char *name;              /* relative path, validated (owned) */

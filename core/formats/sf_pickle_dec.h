@@ -11,7 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "sf_pickle.h"
+#include "sf_io.h"
+#include "sf_pk.h"
 
 #define PK_WINDOW (64u << 10)     /* read window, bytes */
 #define PK_LINE_MAX (64u << 10)   /* a text argument line, bytes */

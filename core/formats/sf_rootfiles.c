@@ -2,7 +2,7 @@
  * sf_rootfiles.c - the files a foreign checkpoint holds besides its
  * format's own (config.json, tokenizer files, Megatron's common.pt): every
  * adapter shows them at the checkpoint root as they are (SPEC 7), through
- * this one function (sf_format.h).
+ * this one function (sf_rootfiles.h).
  *
  * Invariants: only regular files at the top of the directory, never a
  * symlink, a directory or a special file (sf_cdir_stat does not follow);
@@ -11,6 +11,7 @@
  * warning; each file is one U8 entry covered by one shard over the whole
  * file.
  */
+#include "sf_rootfiles.h"
 #include "sf_format.h"
 #include "sf_error.h"
 #include "sf_log.h"

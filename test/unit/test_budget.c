@@ -22,6 +22,7 @@
 #include "sf_budget.h"
 #include "sf_error.h"
 #include "sf_format.h"
+#include "sf_formats.h"
 #include "sf_log.h"
 #include "sf_pickle.h"
 #include "sf_test.h"

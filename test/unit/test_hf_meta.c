@@ -13,6 +13,7 @@
 
 #include "sf_error.h"
 #include "sf_format.h"
+#include "sf_formats.h"
 #include "sf_hf_meta.h"
 #include "sf_io.h"
 #include "sf_model.h"

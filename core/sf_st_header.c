@@ -23,7 +23,6 @@
 
 #include "sf_error.h"
 #include "sf_model.h"
-#include "sf_views.h"
 
 static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));

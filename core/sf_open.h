@@ -1,0 +1,46 @@
+/*
+ * sf_open.h - opening files strictly beneath a directory (see sf_open.c):
+ * what the format seam, the index and the payload sources share. Every
+ * descriptor returned is the caller's to close.
+ */
+#ifndef SF_OPEN_H
+#define SF_OPEN_H
+
+#include <stdint.h>
+
+#include "sf_source.h" /* struct sf_ckpt_ref */
+
+/*
+ * Open path (relative, already checked by sf_relpath_valid or an
+ * adapter's own rules) below dirfd, with every component resolved beneath
+ * it: no "..", no absolute symlink, no symlink leading out (openat2 with
+ * RESOLVE_BENEATH), no magic links. flags as for open(2) (O_CLOEXEC is
+ * added). The descriptor, or -errno (-EXDEV when the path leads out).
+ */
+int sf_open_beneath(int dirfd, const char *path, int flags);
+
+/*
+ * Open payload file (relative) of the checkpoint directory dir (absolute)
+ * for reading, as the payload sources do: resolved beneath dir, a regular
+ * file (a FIFO planted there never blocks the open), blocking reads. The
+ * descriptor; -SF_ESHORT when it is missing; -EIO when it leads out of the
+ * checkpoint, is not a regular file or cannot be opened.
+ */
+int sf_open_payload(const char *dir, const char *file);
+/* The same beneath the directory descriptor dirfd (a pinned checkpoint's,
+ * see struct sf_ckpt_ref): nothing but dirfd's own directory is reached. */
+int sf_open_payload_at(int dirfd, const char *file);
+/* The same for checkpoint ck: beneath ck->dirfd when pinned, else ck->dir. */
+int sf_open_payload_ref(const struct sf_ckpt_ref *ck, const char *file);
+
+/*
+ * Open the checkpoint directory name (one component, no '/') of the store
+ * whose descriptor is storefd, as every mounted checkpoint is reached: a
+ * directory itself, never through a symlink. The descriptor and, in *dev
+ * and *ino (either may be NULL), its identity; -ELOOP for a symlink,
+ * -ENOTDIR for anything else that is not a directory, or another -errno.
+ */
+int sf_open_ckpt_dir(int storefd, const char *name, uint64_t *dev,
+		     uint64_t *ino);
+
+#endif
