@@ -106,8 +106,9 @@ static int idx_grow(struct sf_fileset *fs)
 	return 0;
 }
 
-/* Run the decoder on f (opened). 0, or -ENOMEM / -SF_EBUDGET (the get
- * ends); a refusal is recorded in f. */
+/* Run the decoder on f (opened), then close f when the decoder says so.
+ * 0, or -ENOMEM / -SF_EBUDGET (the get ends); a file it cannot use is
+ * recorded in f. */
 static int decode(const struct sf_fileset *fs, struct sf_fileset_file *f)
 {
 	char why[256] = "";
@@ -116,6 +117,8 @@ static int decode(const struct sf_fileset *fs, struct sf_fileset_file *f)
 	if (!fs->dec || !fs->dec->decode)
 		return 0;
 	rc = fs->dec->decode(fs->dec->arg, f, why, sizeof(why));
+	if (fs->dec->close)
+		sf_cfile_close(&f->cf);
 	if (rc == 0 || rc == -ENOMEM || rc == -SF_EBUDGET)
 		return rc;
 	f->err = rc;
@@ -178,7 +181,8 @@ const char *sf_fileset_why(const struct sf_fileset_file *f)
 {
 	if (f->why)
 		return f->why;
-	return f->err == -SF_EREFUSED ? "is not a plain name inside the checkpoint" :
+	return f->err == -SF_EREFUSED ? "is not a plain file name inside the checkpoint" :
+	       f->err == -ENOENT ? "is missing" :
 	       f->err == -EXDEV ? "leads out of the checkpoint" :
 	       f->err == -EINVAL ? "is not a regular file" : sf_strerror(f->err);
 }

@@ -21,6 +21,7 @@
 #ifndef SF_FILESET_H
 #define SF_FILESET_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -44,13 +45,20 @@ struct sf_fileset_file {
  * decode returns 0 (f->note set or left NULL); -ENOMEM or -SF_EBUDGET,
  * which end sf_fileset_get (nothing recorded); or another negative error,
  * which records f as unusable with the reason decode wrote in why (a
- * phrase that follows the file's name: "does not decode: ..."). */
+ * phrase that follows the file's name: "does not decode: ..."). A decoder
+ * that refuses the whole checkpoint says so through its arg. */
 struct sf_fileset_decoder {
 	int (*decode)(void *arg, struct sf_fileset_file *f, char *why,
 		      size_t whylen);
 	void (*drop)(void *note);   /* frees a note (also one decode left
 				     * after failing); NULL: free() */
 	void *arg;
+	bool close;                 /* close each file once decoded (f->cf
+				     * zeroed; size and note stay): for an
+				     * adapter that reads its files only
+				     * while opening (a header each), so that
+				     * thousands of them never hold thousands
+				     * of descriptors */
 };
 
 struct sf_fileset {
@@ -78,8 +86,9 @@ void sf_fileset_clear(struct sf_fileset *fs);
  * spent (sf_budget.h; nothing recorded); -ENOMEM. */
 int sf_fileset_get(struct sf_fileset *fs, const char *path,
 		   const struct sf_fileset_file **out);
-/* Why f could not be used, in words ("leads out of the checkpoint"): the
- * decoder's reason, or the open's error's. */
+/* Why f could not be used, as a phrase that follows its name ("leads out
+ * of the checkpoint", "is missing"): the decoder's reason, or the open's
+ * error's. */
 const char *sf_fileset_why(const struct sf_fileset_file *f);
 
 #endif

@@ -240,14 +240,12 @@ static enum sf_probe hf_probe(const struct sf_dirlist *ls)
 
 /* --- state of one open --- */
 
-struct hfile {
-	char *path;                  /* owned: relative to the checkpoint */
-	uint64_t size;
+/* What a weight file holds: the note the registry keeps for it (struct
+ * sf_fileset_file.note, made by hf_decode, freed by hf_drop). */
+struct hfnote {
 	struct sf_st_header *st;     /* safetensors: the header (owned) */
 	struct sf_hf_dcp *dcp;       /* safetensors: DCP's __metadata__, or NULL */
 	struct sf_torchsave *ts;     /* .bin: the tensors (owned) */
-	bool bad;                    /* unreadable: its tensors are left out */
-	char why[384];               /* bad: the reason */
 };
 
 /* One tensor (or, DCP, one chunk of one) in one file. */
@@ -268,33 +266,48 @@ struct hf {
 	struct sf_kit k;             /* the open: directory, err, budget */
 	struct plan plan;
 	struct sf_hf_index *ix;      /* HF_INDEX */
-	struct hfile *files;         /* sorted by path (index and listing order) */
+	const struct sf_fileset_file **files; /* the weight files, sorted by
+				      * path (index and listing order);
+				      * entries of k.files (borrowed) */
 	size_t nfiles;
 	struct chunk *ch;
 	size_t nch, capch;
 	struct sf_model *m;          /* made by sf_kit_start; sf_kit_end's */
 	char dcp_version[16];        /* from the first file that has one */
+	struct sf_fileset_decoder dec; /* hf_decode with this open as arg */
+	int refused;                 /* -SF_EREFUSED once hf_decode refused the
+				      * checkpoint (reason in k.w), else 0 */
 };
 
-/* A weight file that cannot be used: its tensors are left out
- * (log_bad_files says so, one line per file). */
-static void file_bad(struct hfile *f, const char *why)
+#define HF_MAX_FILES SF_MAX_TENSORS /* weight files (the registry's cap) */
+
+/* A weight file that cannot be used (its tensors are left out: one line
+ * per file, log_bad_files) has an error; a usable one has its note. */
+static bool file_bad(const struct sf_fileset_file *f)
 {
-	f->bad = true;
-	snprintf(f->why, sizeof(f->why), "%s", why);
+	return f->err != 0;
+}
+
+static const struct hfnote *note_of(const struct hf *h, size_t i)
+{
+	return h->files[i]->note;
 }
 
 static int cmp_hfile(const void *key, const void *elem)
 {
-	return strcmp(key, ((const struct hfile *)elem)->path);
+	return strcmp(key, (*(const struct sf_fileset_file *const *)elem)->path);
 }
 
-/* The weight file named path (h->files is sorted by path), or NULL. */
-static struct hfile *find_file(const struct hf *h, const char *path)
+/* The index in h->files of the weight file named path (h->files is sorted
+ * by path), or -1. */
+static ssize_t find_file(const struct hf *h, const char *path)
 {
+	const struct sf_fileset_file *const *f;
+
 	if (!h->nfiles)
-		return NULL;
-	return bsearch(path, h->files, h->nfiles, sizeof(*h->files), cmp_hfile);
+		return -1;
+	f = bsearch(path, h->files, h->nfiles, sizeof(*h->files), cmp_hfile);
+	return f ? f - h->files : -1;
 }
 
 /* One log line per unusable weight file, with the count of the tensors
@@ -307,96 +320,111 @@ static int log_bad_files(struct hf *h)
 	if (!count)
 		return -ENOMEM;
 	for (size_t i = 0; h->ix && i < h->ix->n; i++) {
-		struct hfile *f = find_file(h, h->ix->files[i]);
+		ssize_t fi = find_file(h, h->ix->files[i]);
 
-		if (f)
-			count[f - h->files]++;
+		if (fi >= 0)
+			count[fi]++;
 	}
 	for (size_t i = 0; i < h->nfiles; i++) {
-		const struct hfile *f = &h->files[i];
+		const struct sf_fileset_file *f = h->files[i];
 
-		if (!f->bad)
+		if (!file_bad(f))
 			continue;
 		sf_quote_name(q, f->path, strlen(f->path));
 		if (h->ix) {
 			h->k.left_out += count[i];
-			sf_warn("checkpoint %s: weight file %s: %s; the tensors the index puts in it (%zu) are left out",
-				SF_QSTR(h->k.name), q, f->why, count[i]);
+			sf_warn("checkpoint %s: weight file %s %s; the tensors the index puts in it (%zu) are left out",
+				SF_QSTR(h->k.name), q, sf_fileset_why(f), count[i]);
 		} else {
-			sf_warn("checkpoint %s: weight file %s: %s; the tensors it holds are left out",
-				SF_QSTR(h->k.name), q, f->why);
+			sf_warn("checkpoint %s: weight file %s %s; the tensors it holds are left out",
+				SF_QSTR(h->k.name), q, sf_fileset_why(f));
 		}
 	}
 	free(count);
 	return 0;
 }
 
-/* Open and read one weight file. 0 (f->bad when it cannot be used), or
- * -SF_EREFUSED (the checkpoint is refused; reason in h->w), -SF_EBUDGET,
- * -ENOMEM. */
-static int load_file(struct hf *h, struct hfile *f)
+static void hf_drop(void *p)
 {
-	char why[256] = "", tmp[300];
-	struct sf_cfile cf;
-	int rc = 0;
+	struct hfnote *n = p;
 
-	if (!sf_relpath_valid(f->path) || strchr(f->path, '/')) {
-		file_bad(f, "not a plain file name inside the checkpoint");
-		return 0;
-	}
-	rc = sf_cfile_open(h->k.cd, f->path, &cf);
-	if (rc == -SF_EBUDGET)
-		return rc; /* the open ends (sf_budget.h) */
-	if (rc) {
-		file_bad(f, rc == -EXDEV ? "leads out of the checkpoint" :
-			 rc == -ENOENT ? "missing" :
-			 rc == -EINVAL ? "not a regular file" : sf_strerror(rc));
-		return 0;
-	}
-	f->size = cf.size;
+	if (!n)
+		return;
+	sf_st_header_destroy(n->st);
+	sf_hf_dcp_free(n->dcp);
+	sf_torchsave_free(n->ts);
+	free(n);
+}
+
+/*
+ * The registry's decoder (sf_fileset.h) of one weight file f, read once
+ * while opening (the registry closes it after): its safetensors header
+ * (and DCP's __metadata__) or its torch.save archive into a note. 0; a
+ * file that cannot be used: -SF_EFORMAT with the phrase in why (and, when
+ * it refuses the whole checkpoint, a pickle naming a global not allowed,
+ * h->refused with the reason in h->k.w); -ENOMEM.
+ */
+static int hf_decode(void *arg, struct sf_fileset_file *f, char *why,
+		     size_t whylen)
+{
+	struct hf *h = arg;
+	struct hfnote *n = calloc(1, sizeof(*n));
+	char msg[256] = "", q[4 * SF_QNAME_MAX + 8];
+	int rc;
+
+	if (!n)
+		return -ENOMEM;
+	f->note = n;
 	if (h->plan.bin) {
-		rc = sf_torchsave_open(&cf.in, &f->ts, why, sizeof(why));
+		rc = sf_torchsave_open(&f->cf.in, &n->ts, msg, sizeof(msg));
+		if (rc == -ENOMEM)
+			return rc;
 		if (rc == -SF_EREFUSED) {
-			sf_quote_name(tmp, f->path, strlen(f->path));
-			rc = sf_fail(&h->k.w, rc, "weight file %s: %s", tmp, why);
-		} else if (rc && rc != -ENOMEM) {
-			file_bad(f, why[0] ? why : sf_strerror(rc));
-			rc = 0;
-		} else if (!rc && f->ts->skipped) {
-			sf_quote_name(tmp, f->path, strlen(f->path));
+			sf_quote_name(q, f->path, strlen(f->path));
+			h->refused = sf_fail(&h->k.w, rc, "weight file %s: %s", q, msg);
+			snprintf(why, whylen, "is refused");
+			return -SF_EFORMAT;
+		}
+		if (rc) {
+			snprintf(why, whylen, "does not decode: %s", msg[0] ? msg : sf_strerror(rc));
+			return -SF_EFORMAT;
+		}
+		if (n->ts->skipped) {
+			sf_quote_name(q, f->path, strlen(f->path));
 			sf_warn("checkpoint %s: weight file %s: %zu entries that are not tensors are not shown",
-				SF_QSTR(h->k.name), tmp, f->ts->skipped);
+				SF_QSTR(h->k.name), q, n->ts->skipped);
 		}
-		goto out_close;
+		return 0;
 	}
-	rc = sf_st_header_read_input(&cf.in, &f->st, why, sizeof(why));
-	if (rc && rc != -ENOMEM) {
-		snprintf(tmp, sizeof(tmp), "safetensors header: %s", why[0] ? why : sf_strerror(rc));
-		file_bad(f, tmp);
-		rc = 0;
-		goto out_close;
+	rc = sf_st_header_read_input(&f->cf.in, &n->st, msg, sizeof(msg));
+	if (rc == -ENOMEM)
+		return rc;
+	if (rc) {
+		snprintf(why, whylen, "does not decode: safetensors header: %s",
+			 msg[0] ? msg : sf_strerror(rc));
+		return -SF_EFORMAT;
 	}
-	if (!rc && f->st->metadata) {
-		rc = sf_hf_dcp_parse(f->st->metadata, strlen(f->st->metadata), &f->dcp,
-				     why, sizeof(why));
-		if (rc && rc != -ENOMEM) {
-			snprintf(tmp, sizeof(tmp), "__metadata__: %s", why);
-			file_bad(f, tmp);
-			rc = 0;
-		} else if (!rc && f->dcp->version[0] && !h->dcp_version[0]) {
-			memcpy(h->dcp_version, f->dcp->version, sizeof(h->dcp_version));
-		}
+	if (!n->st->metadata)
+		return 0;
+	rc = sf_hf_dcp_parse(n->st->metadata, strlen(n->st->metadata), &n->dcp,
+			     msg, sizeof(msg));
+	if (rc == -ENOMEM)
+		return rc;
+	if (rc) {
+		snprintf(why, whylen, "does not decode: __metadata__: %s", msg);
+		return -SF_EFORMAT;
 	}
-out_close:
-	sf_cfile_close(&cf);
-	return rc;
+	if (n->dcp->version[0] && !h->dcp_version[0])
+		memcpy(h->dcp_version, n->dcp->version, sizeof(h->dcp_version));
+	return 0;
 }
 
 /* --- chunks --- */
 
 static int add_chunk(struct hf *h, size_t fi, const struct chunk *c)
 {
-	const struct hfile *f = &h->files[fi];
+	const struct sf_fileset_file *f = h->files[fi];
+	const struct hfnote *n = note_of(h, fi);
 	struct chunk x = *c;
 	int rc;
 
@@ -418,8 +446,8 @@ static int add_chunk(struct hf *h, size_t fi, const struct chunk *c)
 		}
 	}
 	x.file = fi;
-	if (f->dcp && f->dcp->has_sharding) {
-		const struct sf_hf_offsets *o = sf_hf_dcp_find(f->dcp, c->name);
+	if (n->dcp && n->dcp->has_sharding) {
+		const struct sf_hf_offsets *o = sf_hf_dcp_find(n->dcp, c->name);
 
 		if (!o)
 			x.why = "a chunk has no saved_offsets in its file's DCP_SHARDING_INFO";
@@ -439,7 +467,7 @@ static int add_chunk(struct hf *h, size_t fi, const struct chunk *c)
 /* Every tensor of a readable file as a chunk. */
 static int file_chunks(struct hf *h, size_t fi)
 {
-	const struct hfile *f = &h->files[fi];
+	const struct hfnote *f = note_of(h, fi);
 	int rc = 0;
 
 	if (f->st) {
@@ -526,12 +554,12 @@ static int add_tensor(struct hf *h, size_t a, size_t b)
 
 		if (c->why) {
 			sf_kit_leave_out(&h->k, c->name, "%s (%s)", c->why,
-				  SF_QSTR(h->files[c->file].path));
+				  SF_QSTR(h->files[c->file]->path));
 			return 0;
 		}
 		if (c->dtype != c0->dtype || c->ndim != c0->ndim) {
 			sf_kit_leave_out(&h->k, c->name, "its chunks in %s and %s disagree on dtype or dimensions",
-				  SF_QSTR(h->files[c0->file].path), SF_QSTR(h->files[c->file].path));
+				  SF_QSTR(h->files[c0->file]->path), SF_QSTR(h->files[c->file]->path));
 			return 0;
 		}
 		for (unsigned d = 0; d < c->ndim; d++) {
@@ -563,7 +591,7 @@ static int add_tensor(struct hf *h, size_t a, size_t b)
 		sum += n;
 		s.off = c->off; /* c->ndim == t->ndim: checked above */
 		s.len = c->len;
-		s.file = h->files[c->file].path;
+		s.file = h->files[c->file]->path;
 		s.file_offset = c->file_offset;
 		s.nbytes = c->nbytes;
 		s.strides = (uint64_t *)c->strides;
@@ -594,7 +622,7 @@ static int build_tensors(struct hf *h)
 	int rc = 0;
 
 	for (size_t i = 0; i < h->nfiles && !rc; i++)
-		if (!h->files[i].bad)
+		if (!file_bad(h->files[i]))
 			rc = file_chunks(h, i);
 	if (rc)
 		return rc;
@@ -610,9 +638,9 @@ static int build_tensors(struct hf *h)
 	/* named by the index, in a file that was read, but not there */
 	for (size_t i = 0; i < h->ix->n; i++) {
 		const char *f = h->ix->files[i];
-		const struct hfile *hf = find_file(h, f);
+		ssize_t fi = find_file(h, f);
 
-		if (hf && !hf->bad && !find_chunk(h, h->ix->names[i]))
+		if (fi >= 0 && !file_bad(h->files[fi]) && !find_chunk(h, h->ix->names[i]))
 			sf_kit_leave_out(&h->k, h->ix->names[i], "the index puts it in %s, which does not hold it", SF_QSTR(f));
 	}
 	return 0;
@@ -620,25 +648,31 @@ static int build_tensors(struct hf *h)
 
 /* --- files --- */
 
+/* Weight file path into the registry (opened and decoded now) and
+ * h->files. 0; -SF_EREFUSED (hf_decode refused the checkpoint), -SF_EBUDGET
+ * or -SF_ETOOBIG: the open ends; -ENOMEM. */
 static int add_file(struct hf *h, const char *path)
 {
-	struct hfile *f;
+	int rc = sf_fileset_get(&h->k.files, path, &h->files[h->nfiles]);
 
-	f = &h->files[h->nfiles];
-	memset(f, 0, sizeof(*f));
-	f->path = strdup(path);
-	if (!f->path)
-		return -ENOMEM;
+	if (rc == -SF_ETOOBIG)
+		return sf_fail(&h->k.w, rc, "more than %u weight files", HF_MAX_FILES);
+	if (rc)
+		return rc;
 	h->nfiles++;
-	return 0;
+	return h->refused;
 }
 
-/* The weight files of the plan into h->files. */
-static int list_files(struct hf *h, const struct sf_dirlist *ls)
+/* The weight files of the plan into the registry and h->files, each read
+ * once (hf_decode). */
+static int load_files(struct hf *h, const struct sf_dirlist *ls)
 {
 	size_t n = 1;
 	int rc = 0;
 
+	h->dec = (struct sf_fileset_decoder){ .decode = hf_decode, .drop = hf_drop,
+					      .arg = h, .close = true };
+	sf_fileset_set_decoder(&h->k.files, &h->dec);
 	if (h->plan.mode == HF_INDEX)
 		n = h->ix->nfiles;
 	else if (h->plan.mode == HF_DIST)
@@ -660,7 +694,7 @@ static int list_files(struct hf *h, const struct sf_dirlist *ls)
 static bool is_weight_file(const struct hf *h, const char *name)
 {
 	return (h->plan.mode == HF_INDEX && strcmp(name, h->plan.file) == 0) ||
-	       find_file(h, name) != NULL;
+	       find_file(h, name) >= 0;
 }
 
 /* The checkpoint's other files (sf_cdir_add_root_files): not weights. */
@@ -688,12 +722,12 @@ static int extra_json(const struct hf *h, json_t **out)
 			goto out_put;
 	}
 	for (size_t i = 0; i < h->nfiles; i++) {
-		const struct hfile *f = &h->files[i];
+		const struct hfnote *f = note_of(h, i);
 
-		if (f->bad || !f->st || !f->st->metadata)
+		if (file_bad(h->files[i]) || !f->st || !f->st->metadata)
 			continue;
 		v = json_loads(f->st->metadata, 0, NULL);
-		if (!v || json_object_set_new(per, f->path, v))
+		if (!v || json_object_set_new(per, h->files[i]->path, v))
 			goto out_put;
 	}
 	if (json_object_size(per) &&
@@ -755,11 +789,9 @@ static int build(struct hf *h, const struct sf_dirlist *ls)
 		if (rc)
 			return rc;
 	}
-	rc = list_files(h, ls);
-	for (size_t i = 0; i < h->nfiles && !rc; i++) {
-		rc = load_file(h, &h->files[i]);
-		usable += !h->files[i].bad;
-	}
+	rc = load_files(h, ls);
+	for (size_t i = 0; i < h->nfiles && !rc; i++)
+		usable += !file_bad(h->files[i]);
 	if (!rc)
 		rc = log_bad_files(h);
 	if (rc)
@@ -790,20 +822,14 @@ static int hf_open(const struct sf_cdir *cd, struct sf_format_result *out,
 		rc = sf_fail(&h.k.w, -SF_EFORMAT, "no complete Hugging Face weights here");
 		goto out_free_ls;
 	}
-	rc = sf_kit_start(&h.k, 0, &h.m);
+	rc = sf_kit_start(&h.k, HF_MAX_FILES, &h.m);
 	if (!rc)
 		rc = build(&h, &ls);
 	if (!rc)
 		rc = sf_kit_finish(&h.k, h.m);
 	if (!rc)
 		rc = extra_json(&h, &out->extra);
-	rc = sf_kit_end(&h.k, rc, h.m, out);
-	for (size_t i = 0; i < h.nfiles; i++) {
-		free(h.files[i].path);
-		sf_st_header_destroy(h.files[i].st);
-		sf_hf_dcp_free(h.files[i].dcp);
-		sf_torchsave_free(h.files[i].ts);
-	}
+	rc = sf_kit_end(&h.k, rc, h.m, out); /* frees the registry's notes */
 	free(h.files);
 	free(h.ch);
 	sf_hf_index_free(h.ix);

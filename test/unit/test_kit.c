@@ -246,7 +246,7 @@ static void drop(void *note)
 	free(n);
 }
 
-static const struct sf_fileset_decoder decoder = { dec, drop, names };
+static const struct sf_fileset_decoder decoder = { dec, drop, names, false };
 
 static void add_name(const char *path, enum kind kind, uint64_t size)
 {
@@ -330,9 +330,9 @@ static void check_entry(const struct name *n, const struct sf_fileset_file *f)
 	} else {
 		CHECK(note == NULL && f->why == NULL);
 		CHECK(strcmp(sf_fileset_why(f),
-			     n->kind == K_REFUSED ? "is not a plain name inside the checkpoint" :
+			     n->kind == K_REFUSED ? "is not a plain file name inside the checkpoint" :
 			     n->kind == K_OUT || n->kind == K_UP ? "leads out of the checkpoint" :
-			     n->kind == K_MISSING ? sf_strerror(-ENOENT) :
+			     n->kind == K_MISSING ? "is missing" :
 			     "is not a regular file") == 0);
 	}
 }
@@ -450,6 +450,39 @@ static void test_registry(const char *fixtures)
 		CHECK(g && strcmp(g->path, names[3].path) == 0 && g->note == NULL);
 	}
 	sf_fileset_clear(&fs);
+
+	/* a decoder that closes: every file decoded once, then no descriptor
+	 * held (a header-only adapter's thousands of files); size and note
+	 * stay, a bad one keeps its reason */
+	{
+		static const struct sf_fileset_decoder closing = {
+			dec, drop, names, true };
+
+		for (size_t i = 0; i < nnames; i++)
+			names[i].decodes = 0;
+		sf_fileset_init(&fs, &cd, 4096);
+		sf_fileset_set_decoder(&fs, &closing);
+		for (size_t i = 0; i < nnames; i++) {
+			const struct sf_fileset_file *f = NULL;
+
+			if (names[i].kind == K_OOM)
+				continue;
+			oom_now = false;
+			if (!CHECK_EQ(sf_fileset_get(&fs, names[i].path, &f), 0))
+				continue;
+			CHECK(!f->cf.has_fd && f->cf.peer == NULL);
+			if (names[i].kind == K_FILE || names[i].kind == K_IN) {
+				CHECK_EQ(f->size, names[i].size);
+				CHECK(f->note != NULL && f->err == 0);
+			}
+			if (names[i].kind == K_BAD)
+				CHECK(f->err != 0 && f->why != NULL);
+			if (names[i].kind == K_FILE || names[i].kind == K_IN ||
+			    names[i].kind == K_BAD)
+				CHECK_EQ(names[i].decodes, 1);
+		}
+		sf_fileset_clear(&fs);
+	}
 
 	/* a spent budget: the open ends, nothing recorded; a refused name
 	 * needs no open */
