@@ -311,6 +311,9 @@ struct sf_mpi {
 	struct live_own *own;            /* live thread (and start) only: what
 					  * the peers were last told */
 	size_t nown, capown;
+	struct live_watch *watch;        /* live thread only: inotify, or NULL
+					  * (every checkpoint scanned each
+					  * round) */
 	atomic_uint_least64_t *sync_want; /* [size]: the highest SYNC each
 					   * peer asked (service thread writes) */
 	atomic_uint_least64_t *synced;   /* [size]: the highest SYNCED each
@@ -469,7 +472,10 @@ struct live_own {
 	uint64_t hash;        /* of its records */
 	size_t len;           /* bytes of its records */
 	bool mark;            /* seen by the current scan */
+	bool unwatched;       /* not every directory of it is watched:
+			       * scanned every round */
 };
+struct live_watch;    /* sf_mpi_live.c's alone */
 /* sf_mpi_start: remember the start-up inventory (ib, every rank has it)
  * as told, then start the live thread. 0 or a negative errno (the union
  * stays frozen at start then; logged). */

@@ -27,14 +27,240 @@
  *  - it stops (live_stop) before the rank tells the peers it leaves, so no
  *    delta follows a LEAVE.
  *
- * Cost: a scan stats every file of this store each round (the scalable
- * form is in docs/GUIDE.md, "The live union": inotify instead of a scan,
- * and a home rank per checkpoint instead of every rank's file list).
+ * What a round looks at: the store's listing (a stat per checkpoint
+ * directory), then the files of the checkpoints that may have changed:
+ * with inotify (every directory of every checkpoint watched, added before
+ * the directory is listed, so nothing written after the listing goes
+ * unnoticed) those an event named since the last round, new ones, and
+ * those not wholly watched (no watch left: ENOSPC); without it, or after
+ * the event queue overflowed, every checkpoint. The scalable form beyond
+ * this is in docs/GUIDE.md ("The live union": a home rank per checkpoint
+ * instead of every rank's file list).
  */
 #include "sf_mpi_int.h"
 #include "sf_array.h"
 
+#include <sys/inotify.h>
+
 #define SF_MPI_LIVE_POLL_MS 10  /* SYNCs waiting are looked for this often */
+#define SF_MPI_LIVE_WD_BUCKETS 4096
+#define SF_MPI_LIVE_DIRTY_MAX 4096 /* more changed in one round: scan all */
+#define LIVE_MASK_CKPT (IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | \
+			IN_MODIFY | IN_CLOSE_WRITE | IN_ATTRIB |           \
+			IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR |       \
+			IN_DONT_FOLLOW)
+#define LIVE_MASK_STORE (IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | \
+			 IN_ONLYDIR)
+
+/* One watched directory: its watch descriptor and the checkpoint it is
+ * part of. */
+struct wd_ent {
+	int wd;
+	char *name;           /* owned; NULL: the store itself */
+	struct wd_ent *next;
+};
+
+struct live_watch {
+	int fd;                                 /* inotify; owned */
+	int store_wd;
+	struct wd_ent *wds[SF_MPI_LIVE_WD_BUCKETS];
+	char **dirty;                           /* names changed since the
+						 * last round (owned) */
+	size_t ndirty, capdirty;
+	bool all;                               /* scan every checkpoint */
+};
+
+static struct wd_ent **wd_slot(struct live_watch *w, int wd)
+{
+	struct wd_ent **pp = &w->wds[(unsigned)wd % SF_MPI_LIVE_WD_BUCKETS];
+
+	while (*pp && (*pp)->wd != wd)
+		pp = &(*pp)->next;
+	return pp;
+}
+
+/* Watch directory path of checkpoint name: false when it cannot be. */
+static bool wd_add(struct live_watch *w, const char *path, const char *name)
+{
+	int wd = inotify_add_watch(w->fd, path, LIVE_MASK_CKPT);
+	struct wd_ent **pp, *e;
+
+	if (wd < 0)
+		return false;
+	pp = wd_slot(w, wd);
+	if (*pp) {
+		if (strcmp((*pp)->name, name) == 0)
+			return true;
+		free((*pp)->name); /* the inode now serves another name */
+		(*pp)->name = strdup(name);
+		return (*pp)->name != NULL;
+	}
+	e = calloc(1, sizeof(*e));
+	if (!e || !(e->name = strdup(name))) {
+		free(e);
+		inotify_rm_watch(w->fd, wd);
+		return false;
+	}
+	e->wd = wd;
+	*pp = e;
+	return true;
+}
+
+static void wd_del(struct live_watch *w, int wd)
+{
+	struct wd_ent **pp = wd_slot(w, wd), *e = *pp;
+
+	if (e) {
+		*pp = e->next;
+		free(e->name);
+		free(e);
+	}
+}
+
+/* Watch dir (depth levels below checkpoint name's) and the directories
+ * below it, as walk_payloads walks them (hidden ones only at the top);
+ * each watched before it is listed. false when one could not be. */
+static bool watch_tree(struct live_watch *w, const char *dir,
+		       const char *name, unsigned depth)
+{
+	struct dirent *de;
+	bool ok;
+	DIR *d;
+
+	if (depth > SF_MPI_MAX_DEPTH)
+		return true;
+	ok = wd_add(w, dir, name);
+	d = opendir(dir);
+	if (!d)
+		return false;
+	while ((de = readdir(d))) {
+		char path[4096];
+		struct stat sb;
+
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0 ||
+		    (de->d_name[0] == '.' && depth > 0) ||
+		    (de->d_type != DT_DIR && de->d_type != DT_UNKNOWN) ||
+		    (size_t)snprintf(path, sizeof(path), "%s/%s", dir,
+				     de->d_name) >= sizeof(path) ||
+		    lstat(path, &sb) || !S_ISDIR(sb.st_mode))
+			continue;
+		if (!watch_tree(w, path, name, depth + 1))
+			ok = false;
+	}
+	closedir(d);
+	return ok;
+}
+
+static void dirty_add(struct live_watch *w, const char *name)
+{
+	char *c;
+
+	if (w->all)
+		return;
+	for (size_t i = 0; i < w->ndirty; i++)
+		if (strcmp(w->dirty[i], name) == 0)
+			return;
+	if (sf_array_grow(&w->dirty, w->ndirty, &w->capdirty,
+			  sizeof(*w->dirty), 16, SF_MPI_LIVE_DIRTY_MAX) ||
+	    !(c = strdup(name))) {
+		w->all = true;
+		return;
+	}
+	w->dirty[w->ndirty++] = c;
+}
+
+static void dirty_clear(struct live_watch *w)
+{
+	for (size_t i = 0; i < w->ndirty; i++)
+		free(w->dirty[i]);
+	w->ndirty = 0;
+	w->all = false;
+}
+
+static bool dirty_has(const struct live_watch *w, const char *name)
+{
+	if (w->all)
+		return true;
+	for (size_t i = 0; i < w->ndirty; i++)
+		if (strcmp(w->dirty[i], name) == 0)
+			return true;
+	return false;
+}
+
+/* Read the events that came: the checkpoints they name become dirty. */
+static void watch_drain(struct live_watch *w)
+{
+	_Alignas(struct inotify_event) char buf[65536];
+
+	for (;;) {
+		ssize_t n = read(w->fd, buf, sizeof(buf));
+
+		if (n <= 0)
+			return; /* EAGAIN: no more */
+		for (char *p = buf; p < buf + n;) {
+			const struct inotify_event *ev = (const void *)p;
+			struct wd_ent *e;
+
+			p += sizeof(*ev) + ev->len;
+			if (ev->mask & IN_Q_OVERFLOW) {
+				w->all = true;
+				continue;
+			}
+			if (ev->wd == w->store_wd) {
+				if (ev->len && ev->name[0])
+					dirty_add(w, ev->name);
+				continue;
+			}
+			e = *wd_slot(w, ev->wd);
+			if (e)
+				dirty_add(w, e->name);
+			if (ev->mask & IN_IGNORED)
+				wd_del(w, ev->wd);
+		}
+	}
+}
+
+static void watch_free(struct live_watch *w)
+{
+	if (!w)
+		return;
+	dirty_clear(w);
+	free(w->dirty);
+	for (unsigned b = 0; b < SF_MPI_LIVE_WD_BUCKETS; b++)
+		for (struct wd_ent *e = w->wds[b], *nx; e; e = nx) {
+			nx = e->next;
+			free(e->name);
+			free(e);
+		}
+	close(w->fd);
+	free(w);
+}
+
+/* inotify on the store, or NULL (logged once): scan everything. */
+static struct live_watch *watch_new(struct sf_mpi *mp)
+{
+	struct live_watch *w = calloc(1, sizeof(*w));
+
+	if (!w)
+		return NULL;
+	w->fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+	if (w->fd < 0) {
+		sf_info("mpi: no inotify (%s): the store is scanned whole every %d ms",
+			strerror(errno), SF_MPI_LIVE_MS);
+		free(w);
+		return NULL;
+	}
+	w->store_wd = inotify_add_watch(w->fd, mp->store, LIVE_MASK_STORE);
+	if (w->store_wd < 0) {
+		sf_info("mpi: cannot watch the store (%s): it is scanned whole every %d ms",
+			strerror(errno), SF_MPI_LIVE_MS);
+		close(w->fd);
+		free(w);
+		return NULL;
+	}
+	w->all = true; /* the first round watches every checkpoint */
+	return w;
+}
 
 static struct live_own *own_find(struct sf_mpi *mp, const char *name)
 {
@@ -59,6 +285,7 @@ static struct live_own *own_put(struct sf_mpi *mp, const char *name,
 		o->name = strdup(name);
 		if (!o->name)
 			return NULL;
+		o->unwatched = true;
 		mp->nown++;
 	}
 	o->hash = hash;
@@ -127,6 +354,7 @@ static void tell(struct sf_mpi *mp, const char *name,
 /* One scan of the store: deltas for what changed. */
 static void live_scan(struct sf_mpi *mp, uint64_t round)
 {
+	struct live_watch *w = mp->watch;
 	struct dirent *de;
 	DIR *d;
 	size_t o;
@@ -142,8 +370,13 @@ static void live_scan(struct sf_mpi *mp, uint64_t round)
 	}
 	for (size_t i = 0; i < mp->nown; i++)
 		mp->own[i].mark = false;
+	if (w)
+		watch_drain(w);
 	while ((de = readdir(d)) && !atomic_load(&mp->live_stop)) {
 		struct sf_mpi_wire_inv_buf ib = { 0 };
+		struct live_own *lo;
+		bool watched = false;
+		uint64_t t0;
 		char path[4096];
 		struct stat sb;
 
@@ -154,18 +387,32 @@ static void live_scan(struct sf_mpi *mp, uint64_t round)
 		    fstatat(mp->store_fd, de->d_name, &sb, AT_SYMLINK_NOFOLLOW) ||
 		    !S_ISDIR(sb.st_mode))
 			continue;
+		lo = own_find(mp, de->d_name);
+		if (w && lo && !lo->unwatched && !dirty_has(w, de->d_name)) {
+			lo->mark = true; /* no event since it was scanned */
+			continue;
+		}
+		/* watched before listed: what comes after is an event */
+		t0 = sf_mpi_now_ns();
+		if (w)
+			watched = watch_tree(w, path, de->d_name, 0);
 		sf_mpi_inv_scan_ckpt(&ib, de->d_name, path);
+		sf_debug("mpi: %s: %zu files scanned in %.1f ms", de->d_name,
+			 ib.nfiles, (double)(sf_mpi_now_ns() - t0) / 1e6);
 		if (ib.ret) {
-			struct live_own *lo = own_find(mp, de->d_name);
-
 			if (lo)
 				lo->mark = true; /* as told: not dropped */
 		} else {
 			tell(mp, de->d_name, &ib, round);
 		}
 		sf_mpi_wire_inv_release(&ib);
+		lo = own_find(mp, de->d_name);
+		if (lo)
+			lo->unwatched = !watched || ib.ret;
 	}
 	closedir(d);
+	if (w)
+		dirty_clear(w);
 	if (atomic_load(&mp->live_stop))
 		return;
 	/* what left the store: an empty delta, then forgotten */
@@ -211,6 +458,7 @@ static void *live_main(void *arg)
 		sf_err("mpi: out of memory: the union stays as it was at start");
 		goto out;
 	}
+	mp->watch = watch_new(mp);
 	while (!atomic_load(&mp->live_stop)) {
 		bool asked = sync_waiting(mp, answered, snap);
 
@@ -236,6 +484,8 @@ static void *live_main(void *arg)
 			(void)send_req(mp, r, SF_MPI_MSG_SYNCED, NULL, NULL, 0,
 				       snap[r]);
 out:
+	watch_free(mp->watch);
+	mp->watch = NULL;
 	free(answered);
 	free(snap);
 	return NULL;
