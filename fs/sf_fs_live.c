@@ -404,6 +404,8 @@ static const char *changed(struct sf_fs *fs, const struct sf_fs_cident *c,
 	return NULL;
 }
 
+#define UNION_CHANGED "changed on a peer"
+
 /* Under MPI: whether checkpoint name left every store (no peer holds a
  * file of it; its directory here is gone already). */
 static bool union_gone(struct sf_fs_live *l, const char *name)
@@ -437,7 +439,7 @@ static const char *union_changed(struct sf_fs_live *l,
 	s = shown_find(l, c->name);
 	if (stamp == (s ? s->stamp : 0))
 		return NULL;
-	return "changed on a peer";
+	return UNION_CHANGED;
 }
 
 /* Drop the committed checkpoints whose directory left the store or is no
@@ -470,6 +472,9 @@ static void scan_gone(struct sf_fs_live *l)
 		shown_del(l, v[i].name);
 		if (gone)
 			sf_info("store: %s is gone from the store: no longer shown",
+				SF_QSTR(v[i].name));
+		else if (union_of(fs) && strcmp(why, UNION_CHANGED) == 0)
+			sf_info("store: %s: its files on the peers changed: opened again",
 				SF_QSTR(v[i].name));
 		else
 			sf_warn("store: %s: its directory was %s since it was opened: "
