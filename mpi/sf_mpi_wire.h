@@ -11,7 +11,8 @@
  * job share an architecture), copied with memcpy, so a buffer needs no
  * alignment.
  *
- *   request   [struct sf_mpi_wire_hdr][name][file][part: COMMIT_PART only]
+ *   request   [struct sf_mpi_wire_hdr][name][file][data: COMMIT_PART's
+ *             part, INV_DELTA's inventory records]
  *   reply     [int64 status][payload]   (verdict text/manifest)
  *   read reply  two messages on its reply tag: the head, a reply without
  *             payload ([int64 status]), then, for status 0 only, the body:
