@@ -109,6 +109,21 @@ struct sf_fs_cluster {
 	void (*attach)(void *ctx, struct sf_fs *fs);
 
 	/*
+	 * The live union (MPI; all three NULL otherwise). union_state: what
+	 * the other daemons hold of checkpoint name: *stamp changes whenever
+	 * that changed (0: never since start), *held is 1 while some other
+	 * daemon holds a file of it; 0 or a negative error. union_sync: ask
+	 * every other daemon to look at its store once more; the number to
+	 * give union_synced, which is 1 once each answered (what it holds is
+	 * then known here) or is down. Any thread; none blocks on a peer (the
+	 * caller bounds its wait).
+	 */
+	int (*union_state)(void *ctx, const char *name, uint64_t *stamp,
+			   int *held);
+	uint64_t (*union_sync)(void *ctx);
+	int (*union_synced)(void *ctx, uint64_t seq);
+
+	/*
 	 * Called once after the local mount is gone and before sf_fs_run()
 	 * frees the tree: the layer keeps serving peers until every daemon has
 	 * left, then returns.

@@ -233,6 +233,7 @@ struct sf_fs_cident {
 	char *name;                     /* owned */
 	char *dir;                      /* owned */
 	bool local;
+	bool writable;                  /* its format is shardfs/1's */
 	uint64_t dev, ino;
 };
 /* The committed checkpoints: *out (malloc'd, free each name and dir and

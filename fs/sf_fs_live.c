@@ -27,8 +27,17 @@
  *    checkpoint's name with the directory it was opened from (device and
  *    inode, not following a symlink): one whose directory was replaced is
  *    dropped with one warning and its name looked at anew;
- *  - under MPI (fs->cfg->cluster) vanishing is not applied: a checkpoint
- *    may be shown from peers' files with no directory here.
+ *  - under MPI (the cluster's union_* hooks) the store is one union: the
+ *    names the peers hold files of (peer_ckpts) are candidates too, a
+ *    left-out one is looked at again when its directory here or what the
+ *    peers hold of it changed (union_state's stamp), and before a round's
+ *    candidates are opened every peer is asked to look at its store once
+ *    more (union_sync; waited for at most SF_FS_LIVE_SYNC_MS), so one is
+ *    judged complete over every store's files of that moment. A shown
+ *    checkpoint leaves when no store holds it any more (no directory here,
+ *    no peer file); one of a read-only format, or shown from peers' files
+ *    only, whose peers' files changed since it was opened is dropped and
+ *    opened again (open handles keep reading the old one).
  */
 #include "sf_fs_internal.h"
 
@@ -49,11 +58,20 @@
 #include "sf_store.h"
 
 #define SF_FS_LIVE_SEEN_MAX 100000  /* left-out directories remembered */
+#define SF_FS_LIVE_SYNC_MS 1200     /* longest wait for the peers' scans */
 
 struct seen {
 	char *name;                 /* owned */
 	struct timespec mtime;      /* the directory's when it was left out */
+	uint64_t stamp;             /* the peers' (union_state) then */
 	bool mark;                  /* still there at the last listing */
+};
+
+/* A checkpoint this thread showed under MPI: the peers' stamp it was
+ * opened with. */
+struct shown {
+	char *name;                 /* owned */
+	uint64_t stamp;
 };
 
 struct sf_fs_live {
@@ -64,7 +82,68 @@ struct sf_fs_live {
 	bool stop;
 	struct seen *seen;          /* thread only */
 	size_t nseen, capseen;
+	struct shown *shown;        /* thread only */
+	size_t nshown, capshown;
 };
+
+/* The cluster when it keeps a live union, else NULL. */
+static const struct sf_fs_cluster *union_of(const struct sf_fs *fs)
+{
+	const struct sf_fs_cluster *cl = fs->cfg->cluster;
+
+	return cl && cl->union_state && cl->union_sync && cl->union_synced ?
+		       cl : NULL;
+}
+
+/* The peers' stamp of name (0 without a union); *held whether a peer
+ * holds a file of it (held may be NULL). */
+static uint64_t peer_stamp(const struct sf_fs *fs, const char *name, int *held)
+{
+	const struct sf_fs_cluster *cl = union_of(fs);
+	uint64_t stamp = 0;
+	int h = 0;
+
+	if (cl && cl->union_state(cl->ctx, name, &stamp, &h))
+		stamp = 0, h = 0;
+	if (held)
+		*held = h;
+	return stamp;
+}
+
+static struct shown *shown_find(struct sf_fs_live *l, const char *name)
+{
+	for (size_t i = 0; i < l->nshown; i++)
+		if (strcmp(l->shown[i].name, name) == 0)
+			return &l->shown[i];
+	return NULL;
+}
+
+static void shown_put(struct sf_fs_live *l, const char *name, uint64_t stamp)
+{
+	struct shown *s = shown_find(l, name);
+
+	if (!s) {
+		if (sf_array_grow(&l->shown, l->nshown, &l->capshown,
+				  sizeof(*l->shown), 16, SF_FS_LIVE_SEEN_MAX))
+			return; /* treated as opened at start: stamp 0 */
+		s = &l->shown[l->nshown];
+		s->name = strdup(name);
+		if (!s->name)
+			return;
+		l->nshown++;
+	}
+	s->stamp = stamp;
+}
+
+static void shown_del(struct sf_fs_live *l, const char *name)
+{
+	struct shown *s = shown_find(l, name);
+
+	if (s) {
+		free(s->name);
+		*s = l->shown[--l->nshown];
+	}
+}
 
 static struct seen *seen_find(struct sf_fs_live *l, const char *name)
 {
@@ -75,7 +154,7 @@ static struct seen *seen_find(struct sf_fs_live *l, const char *name)
 }
 
 static void seen_put(struct sf_fs_live *l, const char *name,
-		     const struct timespec *mtime)
+		     const struct timespec *mtime, uint64_t stamp)
 {
 	struct seen *s = seen_find(l, name);
 
@@ -90,6 +169,7 @@ static void seen_put(struct sf_fs_live *l, const char *name,
 		l->nseen++;
 	}
 	s->mtime = *mtime;
+	s->stamp = stamp;
 	s->mark = true;
 }
 
@@ -114,7 +194,8 @@ struct cands {
 	struct sf_fs_live *l;
 	char **names;               /* owned */
 	struct timespec *mtimes;    /* per name: the directory's at listing */
-	size_t n, cap, capm;
+	uint64_t *stamps;           /* per name: the peers' before the open */
+	size_t n, cap, capm, caps;
 };
 
 /* sf_store_open_many's callback: show it, or remember why not. */
@@ -136,7 +217,7 @@ static void cand_opened(void *arg, size_t i, struct sf_ckpt *ck, int err,
 		else
 			sf_err("checkpoint %s left out: %s", SF_QSTR(name),
 			       why && why[0] ? why : sf_strerror(err));
-		seen_put(c->l, name, &c->mtimes[i]);
+		seen_put(c->l, name, &c->mtimes[i], c->stamps[i]);
 		return;
 	}
 	if (sf_fs_has_ckpt(fs, name)) {
@@ -144,11 +225,14 @@ static void cand_opened(void *arg, size_t i, struct sf_ckpt *ck, int err,
 		return;
 	}
 	rc = sf_fs_add_committed(fs, ck); /* takes ck */
-	if (rc)
+	if (rc) {
 		sf_err("store: %s appeared but cannot be shown: %s", SF_QSTR(name),
 		       sf_strerror(rc));
-	else
-		sf_info("store: %s appeared: shown (%s)", SF_QSTR(name), ck->fmt->name);
+		return;
+	}
+	if (union_of(fs))
+		shown_put(c->l, name, c->stamps[i]);
+	sf_info("store: %s appeared: shown (%s)", SF_QSTR(name), ck->fmt->name);
 }
 
 static int cand_add(struct cands *c, const char *name,
@@ -157,13 +241,93 @@ static int cand_add(struct cands *c, const char *name,
 	if (sf_array_grow(&c->names, c->n, &c->cap, sizeof(*c->names), 16,
 			  SF_FS_LIVE_SEEN_MAX) ||
 	    sf_array_grow(&c->mtimes, c->n, &c->capm, sizeof(*c->mtimes), 16,
+			  SF_FS_LIVE_SEEN_MAX) ||
+	    sf_array_grow(&c->stamps, c->n, &c->caps, sizeof(*c->stamps), 16,
 			  SF_FS_LIVE_SEEN_MAX))
 		return -ENOMEM; /* looked at again next round */
 	c->names[c->n] = strdup(name);
 	if (!c->names[c->n])
 		return -ENOMEM;
+	c->stamps[c->n] = 0;
 	c->mtimes[c->n++] = *mtime;
 	return 0;
+}
+
+/* Whether name (its directory's mtime here, zero when none) is worth
+ * opening: not shown, and changed since it was last left out. */
+static bool cand_wanted(struct sf_fs_live *l, const char *name,
+			const struct timespec *mtime)
+{
+	struct seen *s = seen_find(l, name);
+
+	if (s && s->mtime.tv_sec == mtime->tv_sec &&
+	    s->mtime.tv_nsec == mtime->tv_nsec &&
+	    s->stamp == peer_stamp(l->fs, name, NULL)) {
+		s->mark = true;
+		return false;
+	}
+	return !sf_fs_has_ckpt(l->fs, name);
+}
+
+/* Under MPI: the names only peers hold files of join the candidates. */
+struct peer_cands {
+	struct sf_fs_live *l;
+	struct cands *c;
+};
+
+static int peer_cand(void *arg, const char *name)
+{
+	struct peer_cands *p = arg;
+	struct timespec none = { 0 };
+	struct stat sb;
+
+	if (name[0] == '.' || strchr(name, '/') ||
+	    fstatat(p->l->fs->store_fd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0)
+		return 0; /* hidden, or the listing here looked at it */
+	for (size_t i = 0; i < p->c->n; i++)
+		if (strcmp(p->c->names[i], name) == 0)
+			return 0;
+	if (cand_wanted(p->l, name, &none))
+		(void)cand_add(p->c, name, &none);
+	return 0;
+}
+
+/* Under MPI, before a round's candidates are opened: every peer looks at
+ * its store once more, so that each is judged over the union as it is now
+ * (bounded: a peer killed and not yet marked down never answers). Then
+ * the stamps the opens go with. */
+static void cands_sync(struct sf_fs_live *l, struct cands *c)
+{
+	const struct sf_fs_cluster *cl = union_of(l->fs);
+	struct timespec t0, now;
+	uint64_t seq;
+
+	if (!cl || !c->n)
+		return;
+	seq = cl->union_sync(cl->ctx);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		bool stop;
+
+		if (cl->union_synced(cl->ctx, seq))
+			break;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if ((now.tv_sec - t0.tv_sec) * 1000 +
+			    (now.tv_nsec - t0.tv_nsec) / 1000000 >=
+		    SF_FS_LIVE_SYNC_MS) {
+			sf_info("store: a peer did not answer within %d ms: opening what is known",
+				SF_FS_LIVE_SYNC_MS);
+			break;
+		}
+		pthread_mutex_lock(&l->lock);
+		stop = l->stop;
+		pthread_mutex_unlock(&l->lock);
+		if (stop)
+			break;
+		usleep(5000);
+	}
+	for (size_t i = 0; i < c->n; i++)
+		c->stamps[i] = peer_stamp(l->fs, c->names[i], NULL);
 }
 
 static void scan_new(struct sf_fs_live *l)
@@ -187,7 +351,6 @@ static void scan_new(struct sf_fs_live *l)
 	}
 	while ((de = readdir(d))) {
 		struct stat sb;
-		struct seen *s;
 
 		if (de->d_name[0] == '.')
 			continue; /* hidden: shardfs's own .deleted-* and .creating-* */
@@ -195,18 +358,18 @@ static void scan_new(struct sf_fs_live *l)
 		if (fstatat(fs->store_fd, de->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0 ||
 		    !S_ISDIR(sb.st_mode))
 			continue;
-		s = seen_find(l, de->d_name);
-		if (s && s->mtime.tv_sec == sb.st_mtim.tv_sec &&
-		    s->mtime.tv_nsec == sb.st_mtim.tv_nsec) {
-			s->mark = true;
-			continue;
-		}
-		if (sf_fs_has_ckpt(fs, de->d_name))
+		if (!cand_wanted(l, de->d_name, &sb.st_mtim))
 			continue;
 		if (cand_add(&c, de->d_name, &sb.st_mtim))
 			break;
 	}
 	closedir(d);
+	if (union_of(fs) && src && src->ops->peer_ckpts) {
+		struct peer_cands p = { l, &c };
+
+		(void)src->ops->peer_ckpts(src->ctx, peer_cand, &p);
+	}
+	cands_sync(l, &c);
 	/* a bounded pool: one slow or hostile open delays no other */
 	sf_store_open_many(fs->store_fd, fs->store_abs, c.names, c.n, src,
 			   cand_opened, &c);
@@ -214,6 +377,7 @@ static void scan_new(struct sf_fs_live *l)
 		free(c.names[i]);
 	free(c.names);
 	free(c.mtimes);
+	free(c.stamps);
 	seen_sweep(l);
 }
 
@@ -240,6 +404,44 @@ static const char *changed(struct sf_fs *fs, const struct sf_fs_cident *c,
 	return NULL;
 }
 
+#define UNION_CHANGED "changed on a peer"
+
+/* Under MPI: whether checkpoint name left every store (no peer holds a
+ * file of it; its directory here is gone already). */
+static bool union_gone(struct sf_fs_live *l, const char *name)
+{
+	int held = 1;
+
+	(void)peer_stamp(l->fs, name, &held);
+	return !held;
+}
+
+/* Under MPI, a shown checkpoint whose directory here is as it was: why it
+ * must be opened again, or NULL. Shown from peers' files only: gone when
+ * they left every store. Of a read-only format, or from peers' files
+ * only: changed when what the peers hold of it changed since it was
+ * opened (a committed shardfs/1 checkpoint is every store's own copy,
+ * kept as it is). */
+static const char *union_changed(struct sf_fs_live *l,
+				 const struct sf_fs_cident *c, bool *gone)
+{
+	struct shown *s;
+	uint64_t stamp;
+	int held;
+
+	stamp = peer_stamp(l->fs, c->name, &held);
+	if (!c->local && !held) {
+		*gone = true;
+		return "gone";
+	}
+	if (c->local && c->writable)
+		return NULL;
+	s = shown_find(l, c->name);
+	if (stamp == (s ? s->stamp : 0))
+		return NULL;
+	return UNION_CHANGED;
+}
+
 /* Drop the committed checkpoints whose directory left the store or is no
  * longer the one they were opened from (under MPI only the latter: one
  * may be shown from peers' files with no directory here). A replaced one
@@ -260,11 +462,19 @@ static void scan_gone(struct sf_fs_live *l)
 		if (!v[i].name || !v[i].dir)
 			goto next;
 		why = changed(fs, &v[i], &gone);
-		if (!why || (gone && fs->cfg->cluster) ||
+		if (!why && union_of(fs))
+			why = union_changed(l, &v[i], &gone);
+		else if (gone && union_of(fs) && !union_gone(l, v[i].name))
+			goto next; /* a peer still holds it */
+		if (!why || (gone && fs->cfg->cluster && !union_of(fs)) ||
 		    !sf_fs_drop_vanished(fs, v[i].name, v[i].dir))
 			goto next;
+		shown_del(l, v[i].name);
 		if (gone)
 			sf_info("store: %s is gone from the store: no longer shown",
+				SF_QSTR(v[i].name));
+		else if (union_of(fs) && strcmp(why, UNION_CHANGED) == 0)
+			sf_info("store: %s: its files on the peers changed: opened again",
 				SF_QSTR(v[i].name));
 		else
 			sf_warn("store: %s: its directory was %s since it was opened: "
@@ -323,7 +533,8 @@ int sf_fs_live_start(struct sf_fs *fs, const struct sf_fs_refused *refused,
 	/* the start-up scan said why these were refused: not again until
 	 * they change (a hostile one would cost its budget twice) */
 	for (size_t i = 0; i < nrefused; i++)
-		seen_put(l, refused[i].name, &refused[i].mtime);
+		seen_put(l, refused[i].name, &refused[i].mtime,
+			 peer_stamp(fs, refused[i].name, NULL));
 	pthread_mutex_init(&l->lock, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -352,6 +563,9 @@ void sf_fs_live_stop(struct sf_fs_live *l)
 	for (size_t i = 0; i < l->nseen; i++)
 		free(l->seen[i].name);
 	free(l->seen);
+	for (size_t i = 0; i < l->nshown; i++)
+		free(l->shown[i].name);
+	free(l->shown);
 	pthread_cond_destroy(&l->cv);
 	pthread_mutex_destroy(&l->lock);
 	free(l);

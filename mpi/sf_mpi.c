@@ -96,16 +96,21 @@ int sf_mpi_init(int *argc, char ***argv, struct sf_mpi **out)
 	mp->left = calloc((size_t)mp->size, sizeof(*mp->left));
 	mp->live = calloc((size_t)mp->size, sizeof(*mp->live));
 	mp->lp = calloc((size_t)mp->size, sizeof(*mp->lp));
-	if (!mp->left || !mp->live || !mp->lp) {
+	mp->sync_want = calloc((size_t)mp->size, sizeof(*mp->sync_want));
+	mp->synced = calloc((size_t)mp->size, sizeof(*mp->synced));
+	if (!mp->left || !mp->live || !mp->lp || !mp->sync_want || !mp->synced) {
 		free(mp->left);
 		free(mp->live);
 		free(mp->lp);
+		free(mp->sync_want);
+		free(mp->synced);
 		ret = -ENOMEM;
 		goto out_free_comm;
 	}
 	pthread_mutex_init(&mp->pend_lock, NULL);
 	pthread_mutex_init(&mp->reg_lock, NULL);
 	pthread_mutex_init(&mp->src_lock, NULL);
+	pthread_rwlock_init(&mp->inv_lock, NULL);
 	atomic_init(&mp->next_tag, 0);
 	atomic_init(&mp->leaving, false);
 	atomic_init(&mp->read_timeout_ms, SF_MPI_READ_TIMEOUT_MS);
@@ -238,6 +243,7 @@ int sf_mpi_start(struct sf_mpi *mp, const char *store, int single)
 	mp->started = true;
 	sf_info("mpi: %zu local payload files indexed, %lld inventory bytes from %d ranks",
 		ib.nfiles, total, mp->size);
+	(void)sf_mpi_live_start(mp, &ib); /* logs why not */
 	goto out_free_all;
 
 out_free_inv:
@@ -736,6 +742,7 @@ int sf_mpi_finalize(struct sf_mpi *mp)
 				(unsigned long long)st.pf_posts,
 				(unsigned long long)st.unused,
 				(unsigned long long)st.peak);
+		sf_mpi_live_stop(mp); /* no delta after the LEAVE */
 		atomic_store(&mp->leaving, true);
 		ret = broadcast(mp, SF_MPI_MSG_LEAVE, NULL, NULL);
 		if (ret)
@@ -771,6 +778,9 @@ int sf_mpi_finalize(struct sf_mpi *mp)
 	pthread_mutex_destroy(&mp->pend_lock);
 	pthread_mutex_destroy(&mp->reg_lock);
 	pthread_mutex_destroy(&mp->src_lock);
+	pthread_rwlock_destroy(&mp->inv_lock);
+	free(mp->sync_want);
+	free(mp->synced);
 	free(mp->left);
 	free(mp->live);
 	free(mp->lp);

@@ -167,6 +167,28 @@ void sf_mpi_set_notice(struct sf_mpi *mp, sf_notice_fn fn, void *arg);
 int sf_mpi_notify(struct sf_mpi *mp, const char *what, const char *ckpt);
 
 /*
+ * The live union (sf_mpi_live.c). Every daemon scans its store again every
+ * few hundred milliseconds and tells its peers, per checkpoint, what
+ * changed; these say what the peers hold now. Any thread; none blocks on
+ * a peer.
+ *
+ * union_state: checkpoint name as the other ranks hold it: *stamp changes
+ * whenever a peer's holding of it changed (0: never since start), *held is
+ * 1 when some other rank holds a file of it. 0 or -EINVAL.
+ *
+ * union_sync: ask every peer for one more scan of its store; returns the
+ * number to pass to union_synced (0: nothing to wait for: one rank, or the
+ * request could not be sent). union_synced: 1 once every peer answered
+ * it after a scan that began after the request (its deltas applied here
+ * first) or is marked down, else 0. A caller waits for it with a bound of
+ * its own (a peer killed and not yet marked down never answers).
+ */
+int sf_mpi_union_state(struct sf_mpi *mp, const char *name, uint64_t *stamp,
+		       int *held);
+uint64_t sf_mpi_union_sync(struct sf_mpi *mp);
+int sf_mpi_union_synced(struct sf_mpi *mp, uint64_t seq);
+
+/*
  * COLLECTIVE in effect: called once by each daemon after its mount is gone.
  * Keeps serving peers until every daemon has called it, then stops the
  * service thread and finalizes MPI. Frees mp. Accepts NULL.

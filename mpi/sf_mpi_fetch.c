@@ -70,12 +70,16 @@ static void probe_release(struct sf_mpi *mp, int peer)
 static int pick_peer(const struct sf_mpi *mp, const char *name,
 		     const char *file, uint32_t writer, uint64_t end)
 {
-	const struct inv_ent *e = sf_mpi_inv_find(mp, name, file);
+	const struct inv_ent *e;
 	int best = -1;
 
-	if (!e)
+	sf_mpi_inv_rdlock(mp);
+	e = sf_mpi_inv_find(mp, name, file);
+	if (!e) {
+		sf_mpi_inv_unlock(mp);
 		return (int)writer < mp->size && (int)writer != mp->rank ?
 			       (int)writer : -1;
+	}
 	for (unsigned i = 0; i < e->nh; i++) {
 		int r = e->h[i].rank;
 		bool bd, rd;
@@ -88,6 +92,7 @@ static int pick_peer(const struct sf_mpi *mp, const char *name,
 		if (best < 0 || (bd && !rd) || (r == (int)writer && bd >= rd))
 			best = r;
 	}
+	sf_mpi_inv_unlock(mp);
 	return best;
 }
 
@@ -581,16 +586,19 @@ static int mpi_src_read(void *ctx, const struct sf_ckpt_ref *ck, uint32_t rank,
 		return ret;
 	}
 	if (pf_wanted(mp, ck, file, off, len)) {
-		const struct inv_ent *e = sf_mpi_inv_find(mp, name, file);
+		const struct inv_ent *e;
 
 		plan.ck = ck;
 		plan.off = off + len;
 		plan.step = len < SF_MPI_PF_MAX ? len : SF_MPI_PF_MAX;
 		plan.size = UINT64_MAX; /* unknown file: best effort */
 		plan.n = SF_MPI_PF_DEPTH;
+		sf_mpi_inv_rdlock(mp);
+		e = sf_mpi_inv_find(mp, name, file);
 		for (unsigned i = 0; e && i < e->nh; i++)
 			if (e->h[i].rank == peer)
 				plan.size = e->h[i].size;
+		sf_mpi_inv_unlock(mp);
 		pl = &plan;
 	}
 	t0 = sf_mpi_now_ns();

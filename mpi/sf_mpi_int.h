@@ -9,6 +9,10 @@
  *                   for, notices and leaves              -> fetch, xfer
  *   sf_mpi_fetch.c  the payload source: remote reads, prefetch, the
  *                   "are you there?" probe                -> inv, xfer
+ *   sf_mpi_live.c   the live union: this rank's store scanned again
+ *                   every SF_MPI_LIVE_MS, its changes sent to the peers
+ *                   as per-checkpoint deltas; scans asked for (SYNC)
+ *                   answered after their deltas     -> inv, xfer
  *   sf_mpi_inv.c    the inventory: which rank holds which file -> xfer
  *   sf_mpi_xfer.c   tags, send buffers, pending requests, waits, and which
  *                   peers are marked down
@@ -45,7 +49,13 @@
  *    were replaced by an anonymous copy at the same addresses;
  *  - the service thread never blocks on a peer: its replies are MPI_Isend
  *    whose buffers live on the pending list until the send completes;
- *  - the inventory is built once in sf_mpi_start and read-only afterwards;
+ *  - the inventory is built in sf_mpi_start and changed afterwards only by
+ *    the service thread applying a peer's delta (a checkpoint's files on
+ *    that peer, replaced whole) under inv_lock held for writing; every
+ *    reader holds it for reading and copies out what it keeps;
+ *  - a peer's deltas and its SYNCED answers come in the order it sent them
+ *    (one sender thread, one tag: MPI does not overtake), so a SYNCED
+ *    says that every delta of the scan it closes was applied here;
  *  - commit/commit-done rounds exist only on rank 0 and are touched only by
  *    its service thread;
  *  - a collective (commit, commit-done, a committed checkpoint's delete)
@@ -114,6 +124,8 @@
 #define SF_MPI_MAX_DEPTH 16               /* directory depth walked */
 #define SF_MPI_MAX_TEXT 1024              /* error text in a verdict */
 #define SF_MPI_INV_BUCKETS 4096
+#define SF_MPI_LIVE_MS 250                /* this rank's store scanned again */
+#define SF_MPI_LIVE_MAX_CKPTS 100000      /* checkpoints a rank tells of */
 
 /* A send buffer shared by several MPI_Isend (refcount under pend_lock). */
 struct sbuf {
@@ -156,6 +168,18 @@ struct inv_ent {
 	unsigned nh;          /* <= the world size */
 	size_t hcap;          /* slots of h */
 	struct inv_ent *next;
+	struct inv_ent *nnext; /* the next file of the same checkpoint */
+};
+
+/* A checkpoint name of the inventory: its files (ents, through nnext),
+ * how many (entry, holder) pairs name another rank (held), and stamp, the
+ * inventory's change counter when a peer's delta last changed it. */
+struct inv_name {
+	char *name;           /* owned */
+	struct inv_ent *ents;
+	uint64_t held;
+	uint64_t stamp;
+	struct inv_name *next;
 };
 
 /* One chunk read in flight. Its reply comes as two messages on one reply
@@ -273,7 +297,28 @@ struct sf_mpi {
 					  * directory then; peers' reads are
 					  * opened beneath it, never by path */
 	int single;                      /* store is one checkpoint */
-	struct inv_ent *inv[SF_MPI_INV_BUCKETS]; /* read-only after start */
+	pthread_rwlock_t inv_lock;       /* protects inv, names, inv_stamp */
+	struct inv_ent *inv[SF_MPI_INV_BUCKETS];
+	struct inv_name *names[SF_MPI_INV_BUCKETS];
+	uint64_t inv_stamp;              /* deltas applied, in all */
+
+	/* the live union (sf_mpi_live.c) */
+	pthread_t live_thread;
+	bool live_running;               /* main thread only */
+	atomic_bool live_stop;
+	atomic_bool live_on;             /* the live thread scans (a SYNC is
+					  * answered by it, else at once) */
+	struct live_own *own;            /* live thread (and start) only: what
+					  * the peers were last told */
+	size_t nown, capown;
+	struct live_watch *watch;        /* live thread only: inotify, or NULL
+					  * (every checkpoint scanned each
+					  * round) */
+	atomic_uint_least64_t *sync_want; /* [size]: the highest SYNC each
+					   * peer asked (service thread writes) */
+	atomic_uint_least64_t *synced;   /* [size]: the highest SYNCED each
+					  * peer answered (service thread writes) */
+	atomic_uint_least64_t sync_seq;  /* SYNCs this rank asked */
 
 	pthread_t thread;                /* service thread */
 	bool started;                    /* thread running (main thread only) */
@@ -380,8 +425,12 @@ int sf_mpi_post_probe(struct sf_mpi *mp, int peer, unsigned char **rbuf,
 
 /* --- sf_mpi_inv.c: the inventory --- */
 
+/* The entry of (name, file), or NULL; the caller holds inv_lock (either
+ * way) while it uses it. */
 struct inv_ent *sf_mpi_inv_find(const struct sf_mpi *mp, const char *name,
 				const char *file);
+void sf_mpi_inv_rdlock(const struct sf_mpi *mp);
+void sf_mpi_inv_unlock(const struct sf_mpi *mp);
 void sf_mpi_inv_free(struct sf_mpi *mp);
 int sf_mpi_build_inventory(const char *store, int single,
 			   struct sf_mpi_wire_inv_buf *ib);
@@ -399,6 +448,44 @@ int sf_mpi_inv_peer_size(const struct sf_mpi *mp, const char *name,
 			 const char *file, uint64_t *size);
 int sf_mpi_inv_peer_ckpts(const struct sf_mpi *mp,
 			  int (*fn)(void *arg, const char *name), void *arg);
+/* Service thread: rank r's files of checkpoint name are now the records
+ * in p (len bytes, untrusted; none: it holds none), replacing what r held
+ * of it. 0, -SF_EPEER for malformed records (what r held of it is gone
+ * then), -ENOMEM. */
+int sf_mpi_inv_apply(struct sf_mpi *mp, int r, const char *name,
+		     const unsigned char *p, size_t len);
+/* Checkpoint name as the peers hold it: *stamp, the inventory's change
+ * counter when a delta last touched it (0: none since start), *held 1
+ * when another rank holds a file of it. */
+int sf_mpi_inv_name_state(const struct sf_mpi *mp, const char *name,
+			  uint64_t *stamp, int *held);
+/* The walk of one checkpoint directory into serialized records (what
+ * sf_mpi_build_inventory does per checkpoint). */
+void sf_mpi_inv_scan_ckpt(struct sf_mpi_wire_inv_buf *ib, const char *ckpt,
+			  const char *cdir);
+
+/* --- sf_mpi_live.c: the live union --- */
+
+/* What this rank last told its peers of one checkpoint of its store. */
+struct live_own {
+	char *name;           /* owned */
+	uint64_t hash;        /* of its records */
+	size_t len;           /* bytes of its records */
+	bool mark;            /* seen by the current scan */
+	bool unwatched;       /* not every directory of it is watched:
+			       * scanned every round */
+};
+struct live_watch;    /* sf_mpi_live.c's alone */
+/* sf_mpi_start: remember the start-up inventory (ib, every rank has it)
+ * as told, then start the live thread. 0 or a negative errno (the union
+ * stays frozen at start then; logged). */
+int sf_mpi_live_start(struct sf_mpi *mp, const struct sf_mpi_wire_inv_buf *ib);
+/* Stop and join the live thread (no delta is sent after); frees own. */
+void sf_mpi_live_stop(struct sf_mpi *mp);
+/* Service thread: peer src asked for a scan (SYNC seq), or answered ours
+ * (SYNCED seq). */
+void sf_mpi_live_sync_in(struct sf_mpi *mp, int src, uint64_t seq);
+void sf_mpi_live_synced_in(struct sf_mpi *mp, int src, uint64_t seq);
 
 /* --- sf_mpi_serve.c: the service thread --- */
 

@@ -1,11 +1,15 @@
 /*
  * sf_mpi_inv.c - the inventory: which rank holds which file of which
- * checkpoint (and its size at start-up), built from the local store and
- * exchanged once in sf_mpi_start; read-only afterwards, so lookups take no
- * lock.
+ * checkpoint (and its size), built from the stores and exchanged in
+ * sf_mpi_start, then kept live by the peers' deltas (sf_mpi_live.c): a
+ * delta replaces what one rank holds of one checkpoint.
  *
  * Invariants: every record comes through sf_mpi_wire.c's decoder, which
- * checks it against what was received; names are bounded.
+ * checks it against what was received; names are bounded; inv, names and
+ * inv_stamp change only under inv_lock held for writing (start-up, and
+ * the service thread applying a delta), and every lookup holds it for
+ * reading while it looks and copies; an entry with no holder left is
+ * freed, and so is a name without entries.
  */
 #include "sf_mpi_int.h"
 #include "sf_array.h"
@@ -35,15 +39,42 @@ struct inv_ent *sf_mpi_inv_find(const struct sf_mpi *mp, const char *name,
 	return NULL;
 }
 
+/* The checkpoint name's record, created when create (NULL: none, or no
+ * memory). Locked for writing when create. */
+static struct inv_name *name_get(const struct sf_mpi *mp, const char *name,
+				 size_t nl, bool create)
+{
+	unsigned b = inv_bucket(name, nl);
+	struct inv_name *n;
+
+	for (n = mp->names[b]; n; n = n->next)
+		if (strlen(n->name) == nl && memcmp(n->name, name, nl) == 0)
+			return n;
+	if (!create || !(n = calloc(1, sizeof(*n))))
+		return NULL;
+	n->name = strndup(name, nl);
+	if (!n->name) {
+		free(n);
+		return NULL;
+	}
+	n->next = ((struct sf_mpi *)mp)->names[b];
+	((struct sf_mpi *)mp)->names[b] = n;
+	return n;
+}
+
 static int inv_add(struct sf_mpi *mp, const char *name, size_t nl,
 		   const char *file, size_t fl, int rank, uint64_t size)
 {
 	size_t keylen = nl + 1 + fl;
 	char key[SF_MAX_COMPONENT + 1 + SF_MAX_NAME + 1];
+	struct inv_name *nm;
 	unsigned b;
 	struct inv_ent *e;
 	int rc;
 
+	nm = name_get(mp, name, nl, true);
+	if (!nm)
+		return -ENOMEM;
 	memcpy(key, name, nl);
 	key[nl] = '\0';
 	memcpy(key + nl + 1, file, fl);
@@ -62,9 +93,16 @@ static int inv_add(struct sf_mpi *mp, const char *name, size_t nl,
 		e->keylen = keylen;
 		e->next = mp->inv[b];
 		mp->inv[b] = e;
+		e->nnext = nm->ents;
+		nm->ents = e;
 	}
+	for (unsigned i = 0; i < e->nh; i++)
+		if (e->h[i].rank == rank) {
+			e->h[i].size = size; /* a rank listed twice: the last */
+			return 0;
+		}
 	if (e->nh >= (unsigned)mp->size)
-		return 0; /* a rank listed twice: ignore */
+		return 0;
 	rc = sf_array_grow(&e->h, e->nh, &e->hcap, sizeof(*e->h), 1,
 			   (size_t)mp->size);
 	if (rc)
@@ -72,7 +110,121 @@ static int inv_add(struct sf_mpi *mp, const char *name, size_t nl,
 	e->h[e->nh].rank = rank;
 	e->h[e->nh].size = size;
 	e->nh++;
+	if (rank != mp->rank)
+		nm->held++;
 	return 0;
+}
+
+/* Unlink e from its bucket and free it. Locked for writing. */
+static void ent_free(struct sf_mpi *mp, struct inv_ent *e)
+{
+	struct inv_ent **pp = &mp->inv[inv_bucket(e->key, e->keylen)];
+
+	for (; *pp; pp = &(*pp)->next)
+		if (*pp == e) {
+			*pp = e->next;
+			break;
+		}
+	free(e->key);
+	free(e->h);
+	free(e);
+}
+
+/* Drop rank r from every file of nm; free the files nobody holds. Locked
+ * for writing. */
+static void name_drop_rank(struct sf_mpi *mp, struct inv_name *nm, int r)
+{
+	struct inv_ent **pp = &nm->ents;
+
+	while (*pp) {
+		struct inv_ent *e = *pp;
+
+		for (unsigned i = 0; i < e->nh; i++)
+			if (e->h[i].rank == r) {
+				e->h[i] = e->h[--e->nh];
+				if (r != mp->rank)
+					nm->held--;
+				break;
+			}
+		if (e->nh) {
+			pp = &e->nnext;
+			continue;
+		}
+		*pp = e->nnext;
+		ent_free(mp, e);
+	}
+}
+
+/* One delta's records, as sf_mpi_wire_inv_parse hands them over: each
+ * must name the delta's checkpoint. */
+struct inv_delta {
+	struct sf_mpi *mp;
+	int rank;
+	const char *name;
+	size_t nl;
+};
+
+static int delta_rec(void *arg, const struct sf_mpi_wire_inv_rec *rec)
+{
+	struct inv_delta *d = arg;
+
+	if (rec->name_len != d->nl || memcmp(rec->name, d->name, d->nl) != 0)
+		return -SF_EPEER;
+	return inv_add(d->mp, rec->name, rec->name_len, rec->file,
+		       rec->file_len, d->rank, rec->size);
+}
+
+int sf_mpi_inv_apply(struct sf_mpi *mp, int r, const char *name,
+		     const unsigned char *p, size_t len)
+{
+	struct inv_delta d = { mp, r, name, strlen(name) };
+	struct inv_name *nm;
+	size_t bad_at = 0;
+	int ret = 0;
+
+	if (r < 0 || r >= mp->size || r == mp->rank)
+		return -SF_EPEER;
+	pthread_rwlock_wrlock(&mp->inv_lock);
+	nm = name_get(mp, name, d.nl, len > 0);
+	if (nm)
+		name_drop_rank(mp, nm, r);
+	if (len)
+		ret = sf_mpi_wire_inv_parse(p, len, delta_rec, &d, &bad_at);
+	if (ret) {
+		sf_err("mpi: rank %d sent a malformed delta of %s at byte %zu",
+		       r, name[0] ? name : "(store)", bad_at);
+		if (nm)
+			name_drop_rank(mp, nm, r);
+	}
+	/* a name left without files is kept (its stamp says it changed)
+	 * until exit: bounded by the names the peers ever told of */
+	if (nm)
+		nm->stamp = ++mp->inv_stamp;
+	pthread_rwlock_unlock(&mp->inv_lock);
+	return ret;
+}
+
+int sf_mpi_inv_name_state(const struct sf_mpi *mp, const char *name,
+			  uint64_t *stamp, int *held)
+{
+	struct inv_name *nm;
+
+	pthread_rwlock_rdlock((pthread_rwlock_t *)&mp->inv_lock);
+	nm = name_get(mp, name, strlen(name), false);
+	*stamp = nm ? nm->stamp : 0;
+	*held = nm && nm->held > 0;
+	pthread_rwlock_unlock((pthread_rwlock_t *)&mp->inv_lock);
+	return 0;
+}
+
+void sf_mpi_inv_rdlock(const struct sf_mpi *mp)
+{
+	pthread_rwlock_rdlock((pthread_rwlock_t *)&mp->inv_lock);
+}
+
+void sf_mpi_inv_unlock(const struct sf_mpi *mp)
+{
+	pthread_rwlock_unlock((pthread_rwlock_t *)&mp->inv_lock);
 }
 
 void sf_mpi_inv_free(struct sf_mpi *mp)
@@ -86,6 +238,12 @@ void sf_mpi_inv_free(struct sf_mpi *mp)
 			free(e);
 		}
 		mp->inv[b] = NULL;
+		for (struct inv_name *n = mp->names[b], *nx; n; n = nx) {
+			nx = n->next;
+			free(n->name);
+			free(n);
+		}
+		mp->names[b] = NULL;
 	}
 }
 
@@ -130,8 +288,8 @@ static void walk_payloads(struct sf_mpi_wire_inv_buf *ib, const char *ckpt,
 
 /* Add every file of checkpoint dir `cdir` named `ckpt`, whatever its
  * format: the payloads a peer may ask for are files inside it. */
-static void scan_ckpt(struct sf_mpi_wire_inv_buf *ib, const char *ckpt,
-		      const char *cdir)
+void sf_mpi_inv_scan_ckpt(struct sf_mpi_wire_inv_buf *ib, const char *ckpt,
+			  const char *cdir)
 {
 	walk_payloads(ib, ckpt, cdir, "", 0);
 }
@@ -143,7 +301,7 @@ int sf_mpi_build_inventory(const char *store, int single,
 	struct dirent *de;
 
 	if (single) {
-		scan_ckpt(ib, "", store);
+		sf_mpi_inv_scan_ckpt(ib, "", store);
 		return ib->ret;
 	}
 	d = opendir(store);
@@ -160,7 +318,7 @@ int sf_mpi_build_inventory(const char *store, int single,
 				     de->d_name) >= sizeof(path))
 			continue;
 		if (lstat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
-			scan_ckpt(ib, de->d_name, path);
+			sf_mpi_inv_scan_ckpt(ib, de->d_name, path);
 	}
 	closedir(d);
 	return ib->ret;
@@ -188,7 +346,9 @@ int sf_mpi_inv_parse(struct sf_mpi *mp, int r, const unsigned char *p,
 	size_t bad_at = 0;
 	int ret;
 
+	pthread_rwlock_wrlock(&mp->inv_lock);
 	ret = sf_mpi_wire_inv_parse(p, len, inv_add_rec, &from, &bad_at);
+	pthread_rwlock_unlock(&mp->inv_lock);
 	if (ret == -SF_EPEER)
 		sf_err("mpi: rank %d sent a malformed inventory at byte %zu", r,
 		       bad_at);
@@ -221,50 +381,46 @@ int sf_mpi_inv_peer_files(const struct sf_mpi *mp, const char *name,
 			  void *arg)
 {
 	size_t nl = strlen(name);
+	const struct inv_name *nm;
+	int rc = 0;
 
-	for (unsigned b = 0; b < SF_MPI_INV_BUCKETS; b++) {
-		for (const struct inv_ent *e = mp->inv[b]; e; e = e->next) {
-			uint64_t size;
-			int rc;
+	pthread_rwlock_rdlock((pthread_rwlock_t *)&mp->inv_lock);
+	nm = name_get(mp, name, nl, false);
+	for (const struct inv_ent *e = nm ? nm->ents : NULL; e && !rc;
+	     e = e->nnext) {
+		uint64_t size;
 
-			if (e->keylen <= nl + 1 || memcmp(e->key, name, nl + 1) != 0 ||
-			    !peer_max(mp, e, &size))
-				continue;
+		if (peer_max(mp, e, &size))
 			rc = fn(arg, e->key + nl + 1, size);
-			if (rc)
-				return rc;
-		}
 	}
-	return 0;
+	pthread_rwlock_unlock((pthread_rwlock_t *)&mp->inv_lock);
+	return rc;
 }
 
 int sf_mpi_inv_peer_size(const struct sf_mpi *mp, const char *name,
 			 const char *file, uint64_t *size)
 {
-	const struct inv_ent *e = sf_mpi_inv_find(mp, name, file);
+	const struct inv_ent *e;
+	int ret;
 
-	return e && peer_max(mp, e, size) ? 0 : -ENOENT;
+	pthread_rwlock_rdlock((pthread_rwlock_t *)&mp->inv_lock);
+	e = sf_mpi_inv_find(mp, name, file);
+	ret = e && peer_max(mp, e, size) ? 0 : -ENOENT;
+	pthread_rwlock_unlock((pthread_rwlock_t *)&mp->inv_lock);
+	return ret;
 }
 
 int sf_mpi_inv_peer_ckpts(const struct sf_mpi *mp,
 			  int (*fn)(void *arg, const char *name), void *arg)
 {
-	char *last = NULL;
+	int rc = 0;
 
-	for (unsigned b = 0; b < SF_MPI_INV_BUCKETS; b++) {
-		for (const struct inv_ent *e = mp->inv[b]; e; e = e->next) {
-			uint64_t size;
-			int rc;
-
-			/* Keys are "name\0file": the name is a C string. */
-			if (!e->key[0] || !peer_max(mp, e, &size) ||
-			    (last && strcmp(last, e->key) == 0))
-				continue;
-			rc = fn(arg, e->key);
-			if (rc)
-				return rc;
-			last = e->key;
-		}
-	}
-	return 0;
+	pthread_rwlock_rdlock((pthread_rwlock_t *)&mp->inv_lock);
+	for (unsigned b = 0; b < SF_MPI_INV_BUCKETS && !rc; b++)
+		for (const struct inv_name *n = mp->names[b]; n && !rc;
+		     n = n->next)
+			if (n->name[0] && n->held)
+				rc = fn(arg, n->name);
+	pthread_rwlock_unlock((pthread_rwlock_t *)&mp->inv_lock);
+	return rc;
 }

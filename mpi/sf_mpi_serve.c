@@ -514,6 +514,15 @@ static void serve_one(struct sf_mpi *mp, int src, const unsigned char *msg,
 	case SF_MPI_MSG_NOTICE:
 		serve_notice(mp, src, name, file);
 		break;
+	case SF_MPI_MSG_INV_DELTA:
+		(void)sf_mpi_inv_apply(mp, src, name, h.data, (size_t)h.len);
+		break;
+	case SF_MPI_MSG_SYNC:
+		sf_mpi_live_sync_in(mp, src, h.off);
+		break;
+	case SF_MPI_MSG_SYNCED:
+		sf_mpi_live_synced_in(mp, src, h.off);
+		break;
 	case SF_MPI_MSG_LEAVE:
 		if (!mp->left[src]) {
 			mp->left[src] = true;

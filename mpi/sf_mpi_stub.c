@@ -104,3 +104,19 @@ int sf_mpi_finalize(struct sf_mpi *mp)
 {
 	return mp ? -SF_ENOMPI : 0;
 }
+
+int sf_mpi_union_state(struct sf_mpi *mp, const char *name, uint64_t *stamp,
+		       int *held)
+{
+	return -SF_ENOMPI;
+}
+
+uint64_t sf_mpi_union_sync(struct sf_mpi *mp)
+{
+	return 0;
+}
+
+int sf_mpi_union_synced(struct sf_mpi *mp, uint64_t seq)
+{
+	return 1;
+}

@@ -66,7 +66,19 @@ bool sf_mpi_wire_what_ok(const char *s, size_t len)
 
 static bool kind_ok(uint32_t kind)
 {
-	return kind >= SF_MPI_MSG_READ && kind <= SF_MPI_MSG_LEAVE;
+	return kind >= SF_MPI_MSG_READ && kind <= SF_MPI_MSG_SYNCED;
+}
+
+/* Kinds whose message ends with len bytes of data, and their cap. */
+static bool kind_data(uint32_t kind)
+{
+	return kind == SF_MPI_MSG_COMMIT_PART || kind == SF_MPI_MSG_INV_DELTA;
+}
+
+static uint64_t data_cap(uint32_t kind)
+{
+	return kind == SF_MPI_MSG_INV_DELTA ? SF_MPI_WIRE_MAX_INV_BYTES :
+					      SF_MPI_MAX_PART;
 }
 
 /* Kinds whose sender waits for a reply on reply_tag. */
@@ -78,13 +90,13 @@ static bool kind_replies(uint32_t kind)
 
 int sf_mpi_wire_req_size(const struct sf_mpi_wire_req *r, size_t *size)
 {
-	bool part = r->kind == SF_MPI_MSG_COMMIT_PART;
+	bool part = kind_data(r->kind);
 
 	if (!kind_ok(r->kind) || (!r->name && r->name_len) ||
 	    (!r->file && r->file_len) || (part && !r->data && r->len))
 		return -EINVAL;
 	if (r->name_len > SF_MAX_COMPONENT || r->file_len > SF_MAX_NAME ||
-	    (part && r->len > SF_MPI_MAX_PART))
+	    (part && r->len > data_cap(r->kind)))
 		return -SF_ETOOBIG;
 	*size = sizeof(struct sf_mpi_wire_hdr) + r->name_len + r->file_len +
 		(part ? (size_t)r->len : 0);
@@ -123,7 +135,7 @@ int sf_mpi_wire_req_encode(const struct sf_mpi_wire_req *r, void *buf,
 	if (r->file_len)
 		memcpy(p, r->file, r->file_len);
 	p += r->file_len;
-	if (r->kind == SF_MPI_MSG_COMMIT_PART && r->len)
+	if (kind_data(r->kind) && r->len)
 		memcpy(p, r->data, (size_t)r->len);
 	return 0;
 }
@@ -173,10 +185,13 @@ int sf_mpi_wire_req_decode(const void *msg, size_t len, int32_t tag_ub,
 			      h.reply_tag);
 	rej->reply_tag = h.reply_tag; /* trusted from here on */
 	want = sizeof(h) + h.name_len + h.file_len;
-	if (h.kind == SF_MPI_MSG_COMMIT_PART) {
-		if (h.len > SF_MPI_MAX_PART)
+	if (kind_data(h.kind)) {
+		if (h.len > data_cap(h.kind))
 			return refuse(rej, h.kind, -SF_ETOOBIG, "part too big",
-				      "commit part of %" PRIu64 " bytes", h.len);
+				      "%s of %" PRIu64 " bytes",
+				      h.kind == SF_MPI_MSG_INV_DELTA ?
+					      "inventory delta" : "commit part",
+				      h.len);
 		want += (size_t)h.len;
 	}
 	if (len != want)
@@ -212,7 +227,7 @@ int sf_mpi_wire_req_decode(const void *msg, size_t len, int32_t tag_ub,
 		.name_len = h.name_len,
 		.file = fname,
 		.file_len = h.file_len,
-		.data = h.kind == SF_MPI_MSG_COMMIT_PART ?
+		.data = kind_data(h.kind) ?
 				(const unsigned char *)fname + h.file_len : NULL,
 	};
 	return 0;

@@ -11,7 +11,8 @@
  * job share an architecture), copied with memcpy, so a buffer needs no
  * alignment.
  *
- *   request   [struct sf_mpi_wire_hdr][name][file][part: COMMIT_PART only]
+ *   request   [struct sf_mpi_wire_hdr][name][file][data: COMMIT_PART's
+ *             part, INV_DELTA's inventory records]
  *   reply     [int64 status][payload]   (verdict text/manifest)
  *   read reply  two messages on its reply tag: the head, a reply without
  *             payload ([int64 status]), then, for status 0 only, the body:
@@ -56,6 +57,13 @@ enum sf_mpi_msg {
 	SF_MPI_MSG_COMMIT_DONE,  /* to rank 0: publish result in status */
 	SF_MPI_MSG_NOTICE,       /* "what" (in file) happened to name */
 	SF_MPI_MSG_LEAVE,        /* this rank leaves; no names */
+	SF_MPI_MSG_INV_DELTA,    /* the sender's files of checkpoint name now:
+				  * len bytes of inventory records (none: it
+				  * left the sender's store); off: its round */
+	SF_MPI_MSG_SYNC,         /* "scan your store once more and answer":
+				  * off: the asker's sequence number */
+	SF_MPI_MSG_SYNCED,       /* answer to SYNC off, sent after the deltas
+				  * of a scan that began after it came */
 };
 
 /* The request header as it travels (48 bytes). */
@@ -65,7 +73,8 @@ struct sf_mpi_wire_hdr {
 	int32_t reply_tag;       /* 0 for messages without a reply */
 	int32_t status;          /* COMMIT_DONE: publish result */
 	uint64_t off;            /* READ: byte offset */
-	uint64_t len;            /* READ: bytes wanted; COMMIT_PART: part bytes */
+	uint64_t len;            /* READ: bytes wanted; COMMIT_PART: part
+				  * bytes; INV_DELTA: record bytes */
 	uint32_t name_len;       /* checkpoint name, <= SF_MAX_COMPONENT */
 	uint32_t file_len;       /* file (READ) or what (NOTICE), <= SF_MAX_NAME */
 	uint32_t timeout_ms;     /* COMMIT_*: the round's bound */
@@ -85,7 +94,9 @@ struct sf_mpi_wire_hdr {
  * data are not NUL-terminated; NULL is allowed with a zero length. After a
  * successful decode they point into the message and contain no NUL byte,
  * name is a valid checkpoint name (sf_mpi_wire_ckpt_name_ok), and data is
- * non-NULL exactly for COMMIT_PART (len bytes; the message ends there).
+ * non-NULL exactly for COMMIT_PART and INV_DELTA (len bytes; the message
+ * ends there; INV_DELTA's at most SF_MPI_WIRE_MAX_INV_BYTES, its records
+ * not checked here: sf_mpi_wire_inv_parse does).
  */
 struct sf_mpi_wire_req {
 	uint32_t kind;           /* enum sf_mpi_msg */

@@ -15,6 +15,9 @@
  *                sf_fs_remove), so `shardctl rm` on one rank deletes a
  *                committed checkpoint on every rank
  *   attach       starts / stops rm_main while the daemon serves
+ *   union_*      the live union (sf_mpi_union_*): what the peers hold of a
+ *                checkpoint now, and a scan asked of every peer before one
+ *                is shown
  *
  * Invariants:
  *  - the merge runs on rank 0's service thread, while rank 0's own FUSE
@@ -365,6 +368,28 @@ static void rm_worker_stop(struct sf_cluster_mpi *c)
 	pthread_mutex_unlock(&c->rm_lock);
 }
 
+static int cl_union_state(void *ctx, const char *name, uint64_t *stamp,
+			  int *held)
+{
+	struct sf_cluster_mpi *c = ctx;
+
+	return sf_mpi_union_state(c->mp, name, stamp, held);
+}
+
+static uint64_t cl_union_sync(void *ctx)
+{
+	struct sf_cluster_mpi *c = ctx;
+
+	return sf_mpi_union_sync(c->mp);
+}
+
+static int cl_union_synced(void *ctx, uint64_t seq)
+{
+	struct sf_cluster_mpi *c = ctx;
+
+	return sf_mpi_union_synced(c->mp, seq);
+}
+
 static void cl_attach(void *ctx, struct sf_fs *fs)
 {
 	struct sf_cluster_mpi *c = ctx;
@@ -405,6 +430,11 @@ int sf_cluster_mpi_create(struct sf_mpi *mp, int single, int commit_timeout_ms,
 	c->fs.removing = cl_removing;
 	c->fs.removed = cl_removed;
 	c->fs.attach = cl_attach;
+	if (!c->single) {
+		c->fs.union_state = cl_union_state;
+		c->fs.union_sync = cl_union_sync;
+		c->fs.union_synced = cl_union_synced;
+	}
 	/* No shutdown hook: sf_mpi_finalize frees the source fs/ still holds,
 	 * so the executable calls it after sf_fs_run returned; the service
 	 * thread goes on answering peers meanwhile. */

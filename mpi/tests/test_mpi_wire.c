@@ -43,6 +43,10 @@
 /* samples                                                             */
 
 static const char part_text[] = "{\"format\":\"shardfs/1\",\"tensors\":[]}";
+/* one inventory record of step-3000: .metadata, 4096 bytes */
+static const char delta_recs[] =
+	"\x09\x00\x09\x00\x00\x10\x00\x00\x00\x00\x00\x00"
+	"step-3000.metadata";
 
 /* One valid request of every kind, and the edges of each. */
 static const struct sf_mpi_wire_req samples[] = {
@@ -66,11 +70,19 @@ static const struct sf_mpi_wire_req samples[] = {
 	{ .kind = SF_MPI_MSG_NOTICE, .name = "", .name_len = 0,
 	  .file = "deleted", .file_len = 7 },
 	{ .kind = SF_MPI_MSG_LEAVE },
+	{ .kind = SF_MPI_MSG_INV_DELTA, .off = 7, .name = "step-3000",
+	  .name_len = 9, .len = sizeof(delta_recs) - 1,
+	  .data = (const unsigned char *)delta_recs },
+	{ .kind = SF_MPI_MSG_INV_DELTA, .off = 8, .name = "step-3000",
+	  .name_len = 9, .len = 0 },
+	{ .kind = SF_MPI_MSG_SYNC, .off = 3 },
+	{ .kind = SF_MPI_MSG_SYNCED, .off = 3 },
 };
 static const char *const sample_names[] = {
 	"req-read", "req-read-single-max", "req-commit-part",
 	"req-commit-part-empty", "req-commit-done", "req-notice",
-	"req-notice-single", "req-leave",
+	"req-notice-single", "req-leave", "req-inv-delta",
+	"req-inv-delta-gone", "req-sync", "req-synced",
 };
 #define NSAMPLES (sizeof(samples) / sizeof(samples[0]))
 
@@ -217,16 +229,17 @@ static int model_req(const unsigned char *m, size_t n, int32_t tag_ub,
 	len = rd(m, OFF_LEN, 8);
 	off = rd(m, OFF_OFF, 8);
 	tag = (int32_t)rd(m, OFF_TAG, 4);
-	if (rd(m, OFF_MAGIC, 4) != 0x53464d31u || kind < 1 || kind > 5 ||
+	if (rd(m, OFF_MAGIC, 4) != 0x53464d31u || kind < 1 || kind > 8 ||
 	    nl > 255 || fl > 1024)
 		return -1;
 	replies = kind <= 3;
 	if (replies && (tag < 16 || tag > tag_ub))
 		return -1;
 	total = 48 + nl + fl;
-	if (kind == SF_MPI_MSG_COMMIT_PART) {
-		if (len > (256u << 20)) {
-			*answer = -SF_ETOOBIG;
+	if (kind == SF_MPI_MSG_COMMIT_PART || kind == SF_MPI_MSG_INV_DELTA) {
+		if (len > (kind == SF_MPI_MSG_INV_DELTA ? (64u << 20) :
+							  (256u << 20))) {
+			*answer = replies ? -SF_ETOOBIG : 0;
 			return -1;
 		}
 		total += len;
@@ -307,7 +320,7 @@ static int check_req(const unsigned char *m, size_t n, int32_t tag_ub)
 	/* Every view inside the message, in order, to its end. */
 	CHECK((const unsigned char *)r.name == m + HDR);
 	CHECK((const unsigned char *)r.file == m + HDR + r.name_len);
-	if (r.kind == SF_MPI_MSG_COMMIT_PART) {
+	if (r.kind == SF_MPI_MSG_COMMIT_PART || r.kind == SF_MPI_MSG_INV_DELTA) {
 		CHECK(r.data == m + HDR + r.name_len + r.file_len);
 		CHECK_EQ(HDR + r.name_len + r.file_len + r.len, n);
 	} else {
@@ -352,7 +365,8 @@ static void test_req_roundtrip(void)
 		CHECK_EQ(r.pad, 0);
 		CHECK(same_bytes(r.name, r.name_len, s->name, s->name_len));
 		CHECK(same_bytes(r.file, r.file_len, s->file, s->file_len));
-		if (s->kind == SF_MPI_MSG_COMMIT_PART)
+		if (s->kind == SF_MPI_MSG_COMMIT_PART ||
+		    s->kind == SF_MPI_MSG_INV_DELTA)
 			CHECK(same_bytes(r.data, r.len, s->data, s->len));
 		CHECK_EQ(check_req(m, n, TAG_UB), 0);
 		free(m);
@@ -560,7 +574,7 @@ static void test_req_encode_caps(void)
 	r = samples[0];
 	r.kind = 0;
 	CHECK_EQ(sf_mpi_wire_req_size(&r, &n), -EINVAL);
-	r.kind = SF_MPI_MSG_LEAVE + 1;
+	r.kind = SF_MPI_MSG_SYNCED + 1;
 	CHECK_EQ(sf_mpi_wire_req_encode(&r, buf, sizeof(buf)), -EINVAL);
 	r = samples[0];
 	r.name = NULL;
@@ -577,6 +591,9 @@ static void test_req_encode_caps(void)
 	r.len = 5;
 	r.data = NULL;
 	CHECK_EQ(sf_mpi_wire_req_size(&r, &n), -EINVAL);
+	r = samples[8];
+	r.len = (uint64_t)SF_MPI_WIRE_MAX_INV_BYTES + 1;
+	CHECK_EQ(sf_mpi_wire_req_size(&r, &n), -SF_ETOOBIG);
 	r = samples[0];
 	CHECK_EQ(sf_mpi_wire_req_size(&r, &n), 0);
 	CHECK_EQ(n, HDR + 6 + 21);
@@ -612,7 +629,7 @@ static void test_req_random(void)
 	for (int iter = 0; iter < 3000; iter++) {
 		struct sf_mpi_wire_req r = {
 			.kind = (uint32_t)sf_rand_range(SF_MPI_MSG_READ,
-							SF_MPI_MSG_LEAVE),
+							SF_MPI_MSG_SYNCED),
 			.reply_tag = (int32_t)sf_rand_range(16, TAG_UB),
 			.status = (int32_t)sf_rand(),
 			.off = sf_rand() >> sf_rand_below(64),
@@ -635,6 +652,7 @@ static void test_req_random(void)
 			r.off = sf_rand_below(UINT64_MAX - r.len);
 			break;
 		case SF_MPI_MSG_COMMIT_PART:
+		case SF_MPI_MSG_INV_DELTA:
 			r.len = sf_rand_below(sizeof(part) + 1);
 			sf_rand_fill(part, (size_t)r.len);
 			r.data = part;

@@ -60,7 +60,7 @@ static void check_req(const uint8_t *data, size_t size, int32_t tag_ub)
 			fuzz_die("request", "text without a reason for it");
 		return;
 	}
-	if (r.kind < SF_MPI_MSG_READ || r.kind > SF_MPI_MSG_LEAVE ||
+	if (r.kind < SF_MPI_MSG_READ || r.kind > SF_MPI_MSG_SYNCED ||
 	    r.name_len > SF_MAX_COMPONENT || r.file_len > SF_MAX_NAME)
 		fuzz_die("request", "field over its cap");
 	if ((const uint8_t *)r.name != data + sizeof(struct sf_mpi_wire_hdr) ||
@@ -71,9 +71,10 @@ static void check_req(const uint8_t *data, size_t size, int32_t tag_ub)
 	if (memchr(r.name, '\0', r.name_len) || memchr(r.file, '\0', r.file_len) ||
 	    !sf_mpi_wire_ckpt_name_ok(r.name, r.name_len))
 		fuzz_die("request", "bad name accepted");
-	if (r.kind == SF_MPI_MSG_COMMIT_PART) {
+	if (r.kind == SF_MPI_MSG_COMMIT_PART || r.kind == SF_MPI_MSG_INV_DELTA) {
 		if (r.data != (const unsigned char *)r.file + r.file_len ||
-		    r.len > SF_MPI_MAX_PART || !inside(r.data, r.len, data, size) ||
+		    r.len > (r.kind == SF_MPI_MSG_INV_DELTA ?
+				     SF_MPI_WIRE_MAX_INV_BYTES : SF_MPI_MAX_PART) || !inside(r.data, r.len, data, size) ||
 		    r.data + r.len != data + size)
 			fuzz_die("request", "part outside the input");
 	} else if (r.data || (const uint8_t *)r.file + r.file_len != data + size) {
