@@ -75,8 +75,16 @@ static int open_dir(int at, const char *name)
 {
 	int fd = openat(at, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
 			O_NONBLOCK | O_CLOEXEC);
+	struct stat sb;
 
-	return fd < 0 ? -errno : fd;
+	if (fd >= 0)
+		return fd;
+	fd = -errno;
+	/* O_DIRECTORY may say ENOTDIR for a symlink: say what it is */
+	if (fd == -ENOTDIR && fstatat(at, name, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    S_ISLNK(sb.st_mode))
+		fd = -ELOOP;
+	return fd;
 }
 
 /* refs/main of the repository repofd into rev: 0, -ENOENT, -EINVAL. */
