@@ -87,7 +87,8 @@ static int open_dir(int at, const char *name)
 	return fd;
 }
 
-/* refs/main of the repository repofd into rev: 0, -ENOENT, -EINVAL. */
+/* refs/main of the repository repofd into rev: 0, -ENOENT, -EINVAL,
+ * -EAGAIN while it is empty (being rewritten). */
 static int read_main(int repofd, char *rev, size_t len, struct timespec *mt)
 {
 	char buf[SF_HUB_REF_MAX + 1];
@@ -107,6 +108,8 @@ static int read_main(int repofd, char *rev, size_t len, struct timespec *mt)
 		*mt = sb.st_mtim;
 	n = pread(fd, buf, sizeof(buf), 0);
 	close(fd);
+	if (n == 0)
+		return -EAGAIN; /* huggingface_hub truncates, then writes it */
 	if (n < 0 || n > SF_HUB_REF_MAX)
 		return -EINVAL;
 	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' ' ||
@@ -140,7 +143,13 @@ int sf_hub_list(int storefd, const char *repo, sf_hub_fn fn, void *arg)
 	repofd = open_dir(storefd, repo);
 	if (repofd < 0)
 		return repofd;
-	if (read_main(repofd, main_rev, sizeof(main_rev), &main_mt))
+	rc = read_main(repofd, main_rev, sizeof(main_rev), &main_mt);
+	if (rc == -EAGAIN) {
+		close(repofd); /* looked at again next time */
+		return rc;
+	}
+	rc = 0;
+	if (main_rev[0] && !rev_ok(main_rev))
 		main_rev[0] = '\0';
 	sfd = open_dir(repofd, "snapshots");
 	close(repofd);
@@ -222,7 +231,8 @@ int sf_hub_open(int storefd, const char *name, struct sf_hub_snap *out)
 	if (!rev[0]) {
 		rc = read_main(repofd, rev, sizeof(rev), NULL);
 		if (rc) {
-			rc = -ENOENT;
+			if (rc != -EAGAIN) /* a refs/main being rewritten: not gone */
+				rc = -ENOENT;
 			goto out_close;
 		}
 	} else {

@@ -33,7 +33,8 @@ bool sf_hub_other_repo(const char *name);
  * fn(arg, name, mtime) once per snapshot (at most SF_HUB_MAX_SNAPSHOTS),
  * name as shown, mtime the later of the snapshot directory's and, for the
  * one refs/main names, refs/main's (so a change of either is seen).
- * 0, fn's first non-zero result, or -errno.
+ * 0, fn's first non-zero result, or -errno (-EAGAIN: refs/main is being
+ * rewritten; nothing listed).
  */
 typedef int (*sf_hub_fn)(void *arg, const char *name,
 			 const struct timespec *mtime);
@@ -54,7 +55,8 @@ struct sf_hub_snap {
  * snapshots/, REV (read from refs/main for a name without "@REV") and
  * blobs/ each opened beneath the one before with O_NOFOLLOW. 0; -ENOENT
  * when name is no snapshot of a hub repository of this store; -ELOOP a
- * symlink on the way; another -errno.
+ * symlink on the way; -EAGAIN refs/main is empty (being rewritten);
+ * another -errno.
  */
 int sf_hub_open(int storefd, const char *name, struct sf_hub_snap *out);
 

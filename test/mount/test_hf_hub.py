@@ -179,6 +179,12 @@ def test(env, ck):
         ck.raises((errno.EROFS, errno.EPERM, errno.EACCES),
                   lambda: os.mkdir(os.path.join(mnt, "shardfs-test", "new")),
                   "mkdir in an organization's directory")
+        ck.raises((errno.EROFS, errno.EPERM, errno.EACCES, errno.ENOTEMPTY),
+                  lambda: os.rmdir(root), "rmdir of a snapshot")
+        ck.eq(os.listxattr(os.path.join(mnt, "shardfs-test")), [],
+              "an organization's directory has no xattrs")
+        ck.eq(oct(os.stat(os.path.join(mnt, "shardfs-test")).st_mode & 0o777), "0o555",
+              "an organization's directory is read-only")
 
         # hostile repositories
         log = m.log_text()
@@ -250,10 +256,9 @@ def test(env, ck):
         os.rename(tmp, os.path.join(live, REPO, "snapshots", newrev))
         ck.ok(wait_for(lambda: "tiny-llama@" + newrev in os.listdir(org)),
               "live: a new snapshot appears as ORG/NAME@REV")
-        with open(os.path.join(live, REPO, "refs", "main.tmp"), "w") as f:
+        # in place, as huggingface_hub writes it (truncated, then written)
+        with open(os.path.join(live, REPO, "refs", "main"), "w") as f:
             f.write(other)
-        os.rename(os.path.join(live, REPO, "refs", "main.tmp"),
-                  os.path.join(live, REPO, "refs", "main"))
         want = sorted(["tiny-llama", "tiny-llama@" + main, "tiny-llama@" + newrev])
         ck.ok(wait_for(lambda: sorted(os.listdir(org)) == want),
               "live: a new refs/main: %r, want %r" % (sorted(os.listdir(org)), want))
