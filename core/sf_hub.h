@@ -47,7 +47,7 @@ struct sf_hub_snap {
 	int blobsfd;         /* the repository's blobs/, the same */
 	uint64_t dev, ino;   /* dirfd's identity */
 	bool is_main;        /* REV is the one refs/main names */
-	char rel[512];       /* "models--ORG--NAME/snapshots/REV" */
+	char rel[600];       /* "models--ORG--NAME/snapshots/REV" */
 };
 
 /*
