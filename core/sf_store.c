@@ -153,7 +153,7 @@ static int ckpt_open_fd(int dirfd, int blobsfd, const char *dir,
 	if (ret)
 		goto out_close;
 	/* checksums shardctl index keeps for a format that has none */
-	if (!ck->fmt->writable && cd.dirfd >= 0)
+	if (!ck->fmt->writable && cd.dirfd >= 0 && !ck->ref.hub)
 		sf_index_load(cd.dirfd, ck->name, ck->fmt, &res, NULL);
 	/* then the one dump: manifest.json with them and the format's extra */
 	ret = sf_format_result_dump(&res);

@@ -235,8 +235,12 @@ def test(env, ck):
         ck.eq(sorted(n for n in shown if n.startswith("badref")),
               sorted(["badref@" + main, "badref@" + other]),
               "h/badref: a refs/main naming no snapshot: every snapshot by REV")
+    snapdir = os.path.join(store, REPO, "snapshots", main)
+    rc, out, err = sm.run_cmd([env.shardctl, "index", snapdir])
+    ck.ok(rc == 1 and "Hugging Face hub cache" in err,
+          "shardctl index refuses to write into the hub cache: %r" % err)
     ck.eq(sm.snapshot_diff(before, sm.store_snapshot(store)), [],
-          "the store is unchanged by the mount")
+          "the store is unchanged by the mount and shardctl index")
 
     # a snapshot directory mounted on its own
     snapdir = os.path.join(store, REPO, "snapshots", main)
