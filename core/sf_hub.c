@@ -224,6 +224,10 @@ int sf_hub_open(int storefd, const char *name, struct sf_hub_snap *out)
 	if (parse_name(name, repo, sizeof(repo), rev, sizeof(rev)) ||
 	    !sf_hub_repo_name(repo, shown, sizeof(shown)))
 		return -ENOENT;
+	/* the one name the repository is shown by ("o--n" is not "o/n") */
+	if (strncmp(shown, name, strlen(shown)) != 0 ||
+	    (name[strlen(shown)] != '\0' && name[strlen(shown)] != '@'))
+		return -ENOENT;
 	repofd = open_dir(storefd, repo);
 	if (repofd < 0)
 		return repofd;
