@@ -118,6 +118,11 @@ int main(int argc, char **argv)
 	CHECK_EQ(sf_hub_open(storefd, "shardfs-test/tiny-llama@..", &hs), -ENOENT);
 	CHECK_EQ(sf_hub_open(storefd, "../x", &hs), -ENOENT);
 	CHECK_EQ(sf_hub_open(storefd, "a/b/c", &hs), -ENOENT);
+	/* only the name it is shown by (fuzz_hub found this alias) */
+	CHECK_EQ(sf_hub_open(storefd, "shardfs-test--tiny-llama", &hs), -ENOENT);
+	CHECK_EQ(sf_hub_open(storefd, "tiny-bin", &hs), 0);
+	close(hs.dirfd);
+	close(hs.blobsfd);
 
 	/* the real links: followed into blobs/ */
 	fd = open_in(storefd, "shardfs-test/tiny-llama", "config.json", NULL, 0);
