@@ -133,6 +133,7 @@ def make_hostile(store, main, other, bin_blob):
     d = copy_repo(store, "badref")
     with open(os.path.join(d, "refs", "main"), "w") as f:
         f.write("../..")
+    copy_repo(store, "swap")  # changed once mounted (test)
 
 
 def test(env, ck):
@@ -235,12 +236,35 @@ def test(env, ck):
         ck.eq(sorted(n for n in shown if n.startswith("badref")),
               sorted(["badref@" + main, "badref@" + other]),
               "h/badref: a refs/main naming no snapshot: every snapshot by REV")
+
+        # once mounted, nothing of h/swap read yet: its blob of shard 2
+        # swapped for a symlink out, its link to shard 1 pointed out
+        d = os.path.join(store, "models--h--swap")
+        snap = os.path.join(d, "snapshots", main)
+        blob = os.readlink(os.path.join(snap, sh2)).split("/")[-1]
+        os.rename(os.path.join(d, "blobs", blob), os.path.join(d, "blob-aside"))
+        os.symlink("/etc/passwd", os.path.join(d, "blobs", blob))
+        relink(os.path.join(snap, "model-00001-of-00002.safetensors"), "/etc/passwd")
+        for n, e in llama["snapshots"][main]["tensors"].items():
+            try:
+                b = sm.read_file(sm.tensor_path(os.path.join(h, "swap"), n))
+                ck.ok(b"root:" not in b and xxh3(b) == e["xxh3"],
+                      "h/swap: %s: the original bytes or nothing" % n)
+            except OSError as ex:
+                ck.eq(ex.errno, errno.EIO, "h/swap: %s fails with EIO" % n)
+        # put back: the store must end as it began
+        os.unlink(os.path.join(d, "blobs", blob))
+        os.rename(os.path.join(d, "blob-aside"), os.path.join(d, "blobs", blob))
+        relink(os.path.join(snap, "model-00001-of-00002.safetensors"),
+               os.readlink(os.path.join(store, REPO, "snapshots", main,
+                                        "model-00001-of-00002.safetensors")))
     snapdir = os.path.join(store, REPO, "snapshots", main)
     rc, out, err = sm.run_cmd([env.shardctl, "index", snapdir])
     ck.ok(rc == 1 and "Hugging Face hub cache" in err,
           "shardctl index refuses to write into the hub cache: %r" % err)
-    ck.eq(sm.snapshot_diff(before, sm.store_snapshot(store)), [],
-          "the store is unchanged by the mount and shardctl index")
+    after = sm.store_snapshot(store)
+    ck.eq([l for l in sm.snapshot_diff(before, after) if "models--h--swap" not in l], [],
+          "the store is unchanged by the mount and shardctl index (h/swap: by the test)")
 
     # a snapshot directory mounted on its own
     snapdir = os.path.join(store, REPO, "snapshots", main)
