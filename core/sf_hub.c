@@ -217,6 +217,7 @@ static int parse_name(const char *name, char *repo, size_t rlen, char *rev,
 int sf_hub_open(int storefd, const char *name, struct sf_hub_snap *out)
 {
 	char repo[300], rev[SF_HUB_REF_MAX + 1], shown[600];
+	struct timespec main_mt = { 0 };
 	struct stat sb;
 	int repofd, sfd = -1, rc;
 
@@ -233,7 +234,7 @@ int sf_hub_open(int storefd, const char *name, struct sf_hub_snap *out)
 		return repofd;
 	out->is_main = !rev[0];
 	if (!rev[0]) {
-		rc = read_main(repofd, rev, sizeof(rev), NULL);
+		rc = read_main(repofd, rev, sizeof(rev), &main_mt);
 		if (rc) {
 			if (rc != -EAGAIN) /* a refs/main being rewritten: not gone */
 				rc = -ENOENT;
@@ -260,6 +261,9 @@ int sf_hub_open(int storefd, const char *name, struct sf_hub_snap *out)
 	}
 	out->dev = (uint64_t)sb.st_dev;
 	out->ino = (uint64_t)sb.st_ino;
+	out->mtime = sb.st_mtim;
+	if (!strchr(name, '@') && later(&main_mt, &out->mtime))
+		out->mtime = main_mt;
 	snprintf(out->rel, sizeof(out->rel), "%s/snapshots/%s", repo, rev);
 	rc = 0;
 out_close:

@@ -47,6 +47,7 @@ struct sf_hub_snap {
 	int blobsfd;         /* the repository's blobs/, the same */
 	uint64_t dev, ino;   /* dirfd's identity */
 	bool is_main;        /* REV is the one refs/main names */
+	struct timespec mtime; /* as sf_hub_list gives it for this name */
 	char rel[600];       /* "models--ORG--NAME/snapshots/REV" */
 };
 

@@ -796,6 +796,26 @@ int sf_store_ident(int storefd, const char *name, uint64_t *dev,
 	return 0;
 }
 
+int sf_store_mtime(int storefd, const char *name, struct timespec *mtime)
+{
+	struct sf_hub_snap hs;
+	struct stat sb;
+	int rc;
+
+	if (!strchr(name, '/') &&
+	    fstatat(storefd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0) {
+		*mtime = sb.st_mtim;
+		return 0;
+	}
+	rc = sf_hub_open(storefd, name, &hs);
+	if (rc)
+		return rc;
+	close(hs.dirfd);
+	close(hs.blobsfd);
+	*mtime = hs.mtime;
+	return 0;
+}
+
 int sf_store_scan_fd(int storefd, const char *store, struct sf_source *src,
 		     int single_hint, unsigned wait_ms, sf_store_fn fn,
 		     void *arg, int *single)

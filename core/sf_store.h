@@ -163,6 +163,8 @@ int sf_store_names(int storefd, sf_store_name_fn fn, void *arg);
  * another -errno. Never follows a symlink. */
 int sf_store_ident(int storefd, const char *name, uint64_t *dev,
 		   uint64_t *ino);
+/* The mtime sf_store_names gives for name now. 0 or -errno. */
+int sf_store_mtime(int storefd, const char *name, struct timespec *mtime);
 
 /*
  * This store's vote on "every daemon's STORE is one checkpoint": 2 it is

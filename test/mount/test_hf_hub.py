@@ -233,6 +233,9 @@ def test(env, ck):
               in log, "h/indexout: the log names the index link and its target")
         ck.ok('model.safetensors.index.json: leads out of the checkpoint' in log,
               "h/indexout: left out as leading out")
+        time.sleep(1.2)  # live rounds: what the scan refused is not opened again
+        ck.eq(m.log_text().count('checkpoint "h/indexout" left out'), 1,
+              "h/indexout: one line, not one per live round")
         ck.eq(sorted(n for n in shown if n.startswith("badref")),
               sorted(["badref@" + main, "badref@" + other]),
               "h/badref: a refs/main naming no snapshot: every snapshot by REV")
