@@ -6,6 +6,7 @@
 #ifndef SF_OPEN_H
 #define SF_OPEN_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "sf_source.h" /* struct sf_ckpt_ref */
@@ -30,8 +31,26 @@ int sf_open_payload(const char *dir, const char *file);
 /* The same beneath the directory descriptor dirfd (a pinned checkpoint's,
  * see struct sf_ckpt_ref): nothing but dirfd's own directory is reached. */
 int sf_open_payload_at(int dirfd, const char *file);
-/* The same for checkpoint ck: beneath ck->dirfd when pinned, else ck->dir. */
+/* The same for checkpoint ck: beneath ck->dirfd when pinned (through
+ * sf_open_hub for a hub snapshot), else ck->dir. */
 int sf_open_payload_ref(const struct sf_ckpt_ref *ck, const char *file);
+
+/*
+ * Open path (relative) of a Hugging Face hub snapshot, the directory
+ * dirfd, whose repository's blobs/ is blobsfd (SPEC 7's one exception).
+ * No symlink is followed by the kernel anywhere: a path that is a file of
+ * the snapshot itself opens as sf_open_beneath would with no symlink
+ * allowed; a last component that is a symlink is read, and its text must
+ * be what huggingface_hub writes, "../" once per directory up to the
+ * repository then "blobs/NAME" (NAME one component), and NAME is opened
+ * in blobsfd with O_NOFOLLOW and must be a regular file. The descriptor,
+ * or: -EXDEV the link leads anywhere else (its text in target, when
+ * given, NUL-terminated and cut to tlen), -ELOOP the blob is itself a
+ * symlink, -ENOENT a link that dangles (a download in progress),
+ * -EINVAL not a regular file, another -errno.
+ */
+int sf_open_hub(int dirfd, int blobsfd, const char *path, int flags,
+		char *target, size_t tlen);
 
 /*
  * Open the checkpoint directory name (one component, no '/') of the store

@@ -25,6 +25,12 @@ struct sf_ckpt_ref {
 			    * tests naming a directory themselves) */
 	int dirfd;         /* with pinned: the checkpoint directory, owned by
 			    * whoever made the ref (sf_ckpt: until closed) */
+	bool hub;          /* with pinned: a snapshot of the Hugging Face hub
+			    * cache (SPEC 7's one exception): a symlink in it
+			    * is followed, by shardfs itself, to a regular
+			    * file of blobsfd and nowhere else (sf_open_hub) */
+	int blobsfd;       /* with hub: its repository's blobs/ directory,
+			    * owned like dirfd; meaningless without hub */
 };
 
 /* sf_source_ops.advise flags */

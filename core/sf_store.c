@@ -14,6 +14,7 @@
 #include "sf_budget.h"
 #include "sf_error.h"
 #include "sf_formats.h"
+#include "sf_hub.h"
 #include "sf_index.h"
 #include "sf_io.h"
 #include "sf_log.h"
@@ -45,9 +46,10 @@ static uint64_t now_ns(void)
  * CLOCK_MONOTONIC time; 0: none): an open still running then is stopped
  * with -ETIMEDOUT (to be tried again later), not refused.
  */
-static int ckpt_open_fd(int dirfd, const char *dir, const char *name,
-			struct sf_source *src, uint64_t deadline_ns,
-			struct sf_ckpt **out, char *err, size_t errlen)
+static int ckpt_open_fd(int dirfd, int blobsfd, const char *dir,
+			const char *name, struct sf_source *src,
+			uint64_t deadline_ns, struct sf_ckpt **out, char *err,
+			size_t errlen)
 {
 	struct sf_format_result res = { 0 };
 	struct sf_budget *budget = NULL;
@@ -63,9 +65,12 @@ static int ckpt_open_fd(int dirfd, const char *dir, const char *name,
 	if (!ck) {
 		if (dirfd >= 0)
 			close(dirfd);
+		if (blobsfd >= 0)
+			close(blobsfd);
 		return -ENOMEM;
 	}
 	ck->dirfd = dirfd;
+	ck->blobsfd = blobsfd;
 	ck->dir = strdup(dir);
 	if (!ck->dir) {
 		ret = -ENOMEM;
@@ -96,6 +101,17 @@ static int ckpt_open_fd(int dirfd, const char *dir, const char *name,
 	ck->ref.name = ck->name;
 	ck->ref.pinned = true;
 	ck->ref.dirfd = ck->dirfd;
+	ck->ref.hub = blobsfd >= 0;
+	ck->ref.blobsfd = blobsfd;
+	if (ck->ref.hub) {
+		/* a hub snapshot is this store's alone, never a peer's */
+		src = NULL;
+		if (sf_hub_incomplete(dirfd, blobsfd)) {
+			ret = -ENOENT;
+			snprintf(err, errlen, "not complete yet (a link into blobs/ dangles: a download in progress)");
+			goto out_close;
+		}
+	}
 	cd.dir = ck->dir;
 	cd.name = ck->name;
 	cd.src = src;
@@ -137,7 +153,7 @@ static int ckpt_open_fd(int dirfd, const char *dir, const char *name,
 	if (ret)
 		goto out_close;
 	/* checksums shardctl index keeps for a format that has none */
-	if (!ck->fmt->writable && cd.dirfd >= 0)
+	if (!ck->fmt->writable && cd.dirfd >= 0 && !ck->ref.hub)
 		sf_index_load(cd.dirfd, ck->name, ck->fmt, &res, NULL);
 	/* then the one dump: manifest.json with them and the format's extra */
 	ret = sf_format_result_dump(&res);
@@ -197,7 +213,9 @@ int sf_ckpt_open(const char *dir, const char *name, struct sf_ckpt **out,
 		free(real);
 		return ret;
 	}
-	ret = ckpt_open_fd(fd, real, name, NULL, 0, out, err, errlen);
+	/* a Hugging Face hub snapshot: its links lead into ../../blobs */
+	ret = ckpt_open_fd(fd, sf_hub_store_blobs(fd, real), real, name, NULL,
+			   0, out, err, errlen);
 	free(real);
 	return ret;
 }
@@ -222,8 +240,8 @@ static int open_at(int storefd, const char *store, const char *name,
 		}
 		base = strrchr(store, '/');
 		base = base && base[1] ? base + 1 : store;
-		return ckpt_open_fd(fd, store, base, src, deadline_ns, out, err,
-				    errlen);
+		return ckpt_open_fd(fd, sf_hub_store_blobs(fd, store), store, base,
+				    src, deadline_ns, out, err, errlen);
 	}
 	if ((size_t)snprintf(path, sizeof(path), "%s/%s", store, name) >=
 	    sizeof(path)) {
@@ -231,18 +249,32 @@ static int open_at(int storefd, const char *store, const char *name,
 		return -ENAMETOOLONG;
 	}
 	fd = sf_open_ckpt_dir(storefd, name, NULL, NULL);
+	if (fd == -ENOENT || fd == -EINVAL) {
+		/* a snapshot of a Hugging Face hub repository of the store? */
+		struct sf_hub_snap hs;
+		int rc = sf_hub_open(storefd, name, &hs);
+
+		if (rc == 0) {
+			snprintf(path, sizeof(path), "%s/%s", store, hs.rel);
+			return ckpt_open_fd(hs.dirfd, hs.blobsfd, path, name,
+					    NULL, deadline_ns, out, err, errlen);
+		}
+		if (rc != -ENOENT)
+			fd = rc;
+	}
 	if ((fd == -ENOENT || fd == -ELOOP) && src)
 		/* None of it here (a symlink is not this store's): every file
 		 * is a peer's (MPI). */
-		return ckpt_open_fd(-1, path, name, src, deadline_ns, out, err,
-				    errlen);
+		return ckpt_open_fd(-1, -1, path, name, src, deadline_ns, out,
+				    err, errlen);
 	if (fd < 0) {
 		snprintf(err, errlen, "%s", fd == -ELOOP ?
 			 "its directory is a symlink (not followed)" :
 			 sf_strerror(fd));
 		return fd;
 	}
-	return ckpt_open_fd(fd, path, name, src, deadline_ns, out, err, errlen);
+	return ckpt_open_fd(fd, -1, path, name, src, deadline_ns, out, err,
+			    errlen);
 }
 
 int sf_ckpt_open_at(int storefd, const char *store, const char *name,
@@ -285,8 +317,11 @@ void sf_ckpt_unpin(struct sf_ckpt *ck)
 {
 	if (ck->dirfd >= 0)
 		close(ck->dirfd);
-	ck->dirfd = -1;
+	if (ck->blobsfd >= 0)
+		close(ck->blobsfd);
+	ck->dirfd = ck->blobsfd = -1;
 	ck->ref.dirfd = -1; /* still pinned: nothing is opened by path */
+	ck->ref.blobsfd = -1;
 }
 
 void sf_ckpt_close(struct sf_ckpt *ck)
@@ -300,6 +335,8 @@ void sf_ckpt_close(struct sf_ckpt *ck)
 	free(ck->dir);
 	if (ck->dirfd >= 0)
 		close(ck->dirfd);
+	if (ck->blobsfd >= 0)
+		close(ck->blobsfd);
 	free(ck);
 }
 
@@ -371,6 +408,23 @@ int sf_store_perms_fd(int dirfd, struct sf_perms *out)
 	return 0;
 }
 
+int sf_ckpt_perms(const struct sf_ckpt *ck, struct sf_perms *out)
+{
+	unsigned budget = SF_PERMS_MAX_FILES;
+	int rc, fd;
+
+	if (ck->dirfd < 0)
+		return sf_store_perms(ck->dir, out);
+	rc = sf_store_perms_fd(ck->dirfd, out);
+	if (rc || ck->blobsfd < 0)
+		return rc;
+	/* a hub snapshot's files are links: its blobs' modes count */
+	fd = openat(ck->blobsfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd >= 0)
+		and_file_modes(fd, 0, &out->file_mode, &budget); /* closes fd */
+	return 0;
+}
+
 /* What the adapters say of checkpoint name of the store storefd (name
  * NULL: the store itself; with src: and of the files peers hold of it):
  * *how, and the format. dir names it for the source. */
@@ -386,6 +440,15 @@ static const struct sf_format *probe_dir(int storefd, const char *dir,
 	*how = SF_PROBE_NO;
 	cd.dirfd = name ? sf_open_ckpt_dir(storefd, name, NULL, NULL) :
 			  fcntl(storefd, F_DUPFD_CLOEXEC, 0);
+	if (name && (cd.dirfd == -ENOENT || cd.dirfd == -EINVAL)) {
+		/* a Hugging Face hub snapshot (names only: blobs/ unneeded) */
+		struct sf_hub_snap hs;
+
+		if (sf_hub_open(storefd, name, &hs) == 0) {
+			close(hs.blobsfd);
+			cd.dirfd = hs.dirfd;
+		}
+	}
 	if (cd.dirfd < 0 && !(src && cd.dirfd == -ENOENT))
 		return NULL;
 	if (sf_cdir_list(&cd, &ls) == 0)
@@ -444,6 +507,12 @@ static void open_one(int storefd, const char *store, const char *name,
 	if (ret == -ETIMEDOUT) {
 		sf_info("checkpoint %s: still opening at the start-up deadline: shown once opened, after mounting",
 			SF_QSTR(nm));
+		fn(arg, nm, dir, NULL, ret, why);
+		return;
+	}
+	if (ret == -ENOENT && why[0]) {
+		/* a hub snapshot still downloading: shown once complete */
+		sf_warn("store: %s skipped: %s", SF_QSTR(nm), why);
 		fn(arg, nm, dir, NULL, ret, why);
 		return;
 	}
@@ -624,6 +693,129 @@ void sf_store_open_many(int storefd, const char *store, char *const *names,
 	pthread_mutex_destroy(&j.lock);
 }
 
+static int add_name_mt(void *arg, const char *name,
+		       const struct timespec *mtime)
+{
+	(void)mtime;
+	return add_name(arg, name);
+}
+
+/* fn(arg, name, mtime) for every name of the store that may be a
+ * checkpoint (sf_store_names); with log, one line for each entry skipped. */
+static int store_names(int storefd, bool log, sf_store_name_fn fn, void *arg)
+{
+	struct dirent *de;
+	DIR *d;
+	int fd, ret = 0;
+
+	/* a descriptor of its own: a dup would share storefd's offset */
+	fd = openat(storefd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	d = fdopendir(fd);
+	if (!d) {
+		ret = -errno;
+		close(fd);
+		return ret;
+	}
+	while (!ret && (de = readdir(d))) {
+		char shown[600];
+		struct stat sb;
+
+		if (de->d_name[0] == '.')
+			continue; /* hidden: shardfs's own .deleted-* and .creating-* */
+		/* a symlink is not followed: only directories the store holds */
+		if (fstatat(storefd, de->d_name, &sb, AT_SYMLINK_NOFOLLOW) < 0)
+			continue; /* gone meanwhile */
+		if (!S_ISDIR(sb.st_mode)) {
+			if (!log)
+				continue;
+			if (S_ISLNK(sb.st_mode))
+				sf_warn("store: %s skipped: a symlink (checkpoints are directories of the store; symlinks are not followed)",
+					SF_QSTR(de->d_name));
+			else
+				sf_info("store: %s skipped: not a directory", SF_QSTR(de->d_name));
+			continue;
+		}
+		if (sf_hub_repo_name(de->d_name, shown, sizeof(shown))) {
+			/* a Hugging Face hub repository: its snapshots */
+			int rc = sf_hub_list(storefd, de->d_name, fn, arg);
+
+			if (rc < 0 && rc != -ENOMEM && log)
+				sf_warn("store: %s skipped: %s", SF_QSTR(de->d_name),
+					sf_strerror(rc));
+			if (rc == -ENOMEM)
+				ret = rc;
+			continue;
+		}
+		if (sf_hub_other_repo(de->d_name)) {
+			if (log)
+				sf_info("store: %s skipped: a Hugging Face hub repository of datasets or a space, not of a model",
+					SF_QSTR(de->d_name));
+			continue;
+		}
+		ret = fn(arg, de->d_name, &sb.st_mtim);
+	}
+	closedir(d);
+	return ret;
+}
+
+int sf_store_names(int storefd, sf_store_name_fn fn, void *arg)
+{
+	return store_names(storefd, false, fn, arg);
+}
+
+int sf_store_ident(int storefd, const char *name, uint64_t *dev,
+		   uint64_t *ino)
+{
+	struct sf_hub_snap hs;
+	struct stat sb;
+	int rc;
+
+	if (!strchr(name, '/') &&
+	    fstatat(storefd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0) {
+		if (S_ISLNK(sb.st_mode))
+			return -ELOOP;
+		if (!S_ISDIR(sb.st_mode))
+			return -ENOTDIR;
+		*dev = (uint64_t)sb.st_dev;
+		*ino = (uint64_t)sb.st_ino;
+		return 0;
+	}
+	if (!strchr(name, '/') && errno != ENOENT)
+		return -errno;
+	rc = sf_hub_open(storefd, name, &hs);
+	if (rc)
+		return rc;
+	close(hs.dirfd);
+	close(hs.blobsfd);
+	if (strchr(name, '@') && hs.is_main)
+		return -ENOENT; /* listed as "ORG/NAME" now, no longer by REV */
+	*dev = hs.dev;
+	*ino = hs.ino;
+	return 0;
+}
+
+int sf_store_mtime(int storefd, const char *name, struct timespec *mtime)
+{
+	struct sf_hub_snap hs;
+	struct stat sb;
+	int rc;
+
+	if (!strchr(name, '/') &&
+	    fstatat(storefd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0) {
+		*mtime = sb.st_mtim;
+		return 0;
+	}
+	rc = sf_hub_open(storefd, name, &hs);
+	if (rc)
+		return rc;
+	close(hs.dirfd);
+	close(hs.blobsfd);
+	*mtime = hs.mtime;
+	return 0;
+}
+
 int sf_store_scan_fd(int storefd, const char *store, struct sf_source *src,
 		     int single_hint, unsigned wait_ms, sf_store_fn fn,
 		     void *arg, int *single)
@@ -631,12 +823,10 @@ int sf_store_scan_fd(int storefd, const char *store, struct sf_source *src,
 	uint64_t deadline_ns = wait_ms == SF_STORE_WAIT_FOREVER ? 0 :
 			       now_ns() + (uint64_t)wait_ms * 1000000ull;
 	struct name_list peers = { 0 };
-	struct dirent *de;
 	char **names = NULL;
 	size_t n = 0, cap = 0, nlocal;
 	enum sf_probe how = SF_PROBE_NO;
-	DIR *d;
-	int fd, ret = 0;
+	int ret = 0;
 
 	*single = 0;
 	if (single_hint < 0)
@@ -649,41 +839,15 @@ int sf_store_scan_fd(int storefd, const char *store, struct sf_source *src,
 			 src, false, 0, fn, arg);
 		return 0;
 	}
-	/* a descriptor of its own: a dup would share storefd's offset */
-	fd = openat(storefd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	d = fdopendir(fd);
-	if (!d) {
-		ret = -errno;
-		close(fd);
-		return ret;
-	}
-	while ((de = readdir(d))) {
-		struct stat sb;
+	{
+		struct name_list l = { 0 };
 
-		if (de->d_name[0] == '.')
-			continue; /* hidden: shardfs's own .deleted-* and .creating-* */
-		/* a symlink is not followed: only directories the store holds */
-		if (fstatat(storefd, de->d_name, &sb, AT_SYMLINK_NOFOLLOW) < 0)
-			continue; /* gone meanwhile */
-		if (!S_ISDIR(sb.st_mode)) {
-			if (S_ISLNK(sb.st_mode))
-				sf_warn("store: %s skipped: a symlink (checkpoints are directories of the store; symlinks are not followed)",
-					SF_QSTR(de->d_name));
-			else
-				sf_info("store: %s skipped: not a directory", SF_QSTR(de->d_name));
-			continue;
-		}
-		ret = sf_array_grow(&names, n, &cap, sizeof(*names), 16, 0);
+		ret = store_names(storefd, true, add_name_mt, &l);
+		names = l.names;
+		n = l.n;
+		cap = l.cap;
 		if (ret < 0)
 			goto out_free_names;
-		names[n] = strdup(de->d_name);
-		if (!names[n]) {
-			ret = -ENOMEM;
-			goto out_free_names;
-		}
-		n++;
 	}
 	if (n > 1) /* qsort wants a non-NULL array even for 0 elements */
 		qsort(names, n, sizeof(*names), cmp_names);
@@ -731,7 +895,6 @@ out_free_names:
 	for (size_t i = 0; i < peers.n; i++)
 		free(peers.names[i]);
 	free(peers.names);
-	closedir(d);
 	return ret;
 }
 

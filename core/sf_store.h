@@ -26,6 +26,9 @@ struct sf_ckpt {
 	char *dir;                 /* absolute path (names it; files are
 				    * opened beneath dirfd, never by it) */
 	char *name;
+	int blobsfd;               /* a Hugging Face hub snapshot: its
+				    * repository's blobs/ (owned; ref.hub),
+				    * else -1 */
 	int dirfd;                 /* the directory as opened when it was
 				    * scanned (owned), or -1 when this daemon
 				    * holds none of it (MPI: peers' files) */
@@ -142,6 +145,28 @@ int sf_store_scan_fd(int storefd, const char *store, struct sf_source *src,
 		     void *arg, int *single);
 
 /*
+ * The names of the store that may be checkpoints, as a scan sees them:
+ * each directory (hidden names and symlinks skipped), a Hugging Face hub
+ * repository's directory (sf_hub.h) as the names of its snapshots
+ * ("ORG/NAME", "ORG/NAME@REV"). fn(arg, name, mtime) once each, mtime
+ * what changes when the checkpoint may have (the directory's; for the
+ * snapshot refs/main names, the later of it and refs/main's). 0, fn's
+ * first non-zero result, or -errno.
+ */
+typedef int (*sf_store_name_fn)(void *arg, const char *name,
+				const struct timespec *mtime);
+int sf_store_names(int storefd, sf_store_name_fn fn, void *arg);
+
+/* What name (as sf_store_names gives it) is in the store now: 0 and the
+ * identity of its directory (for a hub name, the snapshot refs/main names
+ * now); -ENOENT gone, -ELOOP a symlink, -ENOTDIR not a directory, or
+ * another -errno. Never follows a symlink. */
+int sf_store_ident(int storefd, const char *name, uint64_t *dev,
+		   uint64_t *ino);
+/* The mtime sf_store_names gives for name now. 0 or -errno. */
+int sf_store_mtime(int storefd, const char *name, struct timespec *mtime);
+
+/*
  * This store's vote on "every daemon's STORE is one checkpoint": 2 it is
  * one complete checkpoint; 1 it could be part of one (a read-only format's
  * files without their metadata, or an empty directory); 0 it is a store of
@@ -168,5 +193,8 @@ struct sf_perms {
 int sf_store_perms(const char *dir, struct sf_perms *out);
 /* The same for the directory open as dirfd (a pinned checkpoint's). */
 int sf_store_perms_fd(int dirfd, struct sf_perms *out);
+/* The same for checkpoint ck as it was opened (its pinned directory, or
+ * its path when it holds none; a hub snapshot's blobs/ files count too). */
+int sf_ckpt_perms(const struct sf_ckpt *ck, struct sf_perms *out);
 
 #endif

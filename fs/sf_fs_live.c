@@ -22,6 +22,9 @@
  *  - a vanished checkpoint is dropped only when committed and not busy
  *    (a delete through the mount is busy, and renames first); its kernel
  *    entry is invalidated from this thread, outside any request;
+ *  - the store's names are sf_store_names' (its directories; a Hugging
+ *    Face hub repository's snapshots, "ORG/NAME" and "ORG/NAME@REV": a
+ *    new snapshot is a new name, a new refs/main replaces "ORG/NAME");
  *  - checkpoints are opened beneath the store's descriptor, never through
  *    a symlink (sf_ckpt_open_at), and each round compares every shown
  *    checkpoint's name with the directory it was opened from (device and
@@ -330,40 +333,27 @@ static void cands_sync(struct sf_fs_live *l, struct cands *c)
 		c->stamps[i] = peer_stamp(l->fs, c->names[i], NULL);
 }
 
+/* sf_store_names's callback: a name worth opening (cand_wanted) is a
+ * candidate. */
+static int scan_name(void *arg, const char *name, const struct timespec *mt)
+{
+	struct cands *c = arg;
+
+	if (!cand_wanted(c->l, name, mt))
+		return 0;
+	return cand_add(c, name, mt) ? 1 : 0; /* full: the rest next round */
+}
+
 static void scan_new(struct sf_fs_live *l)
 {
 	struct sf_fs *fs = l->fs;
 	struct sf_source *src = fs->cfg->cluster ? fs->cfg->cluster->source : NULL;
 	struct cands c = { .l = l };
-	struct dirent *de;
-	DIR *d;
-	int fd;
 
-	/* a descriptor of its own (readdir's offset), of the store opened at
-	 * start: never whatever its path names now */
-	fd = openat(fs->store_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		return;
-	d = fdopendir(fd);
-	if (!d) {
-		close(fd);
-		return;
-	}
-	while ((de = readdir(d))) {
-		struct stat sb;
-
-		if (de->d_name[0] == '.')
-			continue; /* hidden: shardfs's own .deleted-* and .creating-* */
-		/* a symlink is never followed: only the store's directories */
-		if (fstatat(fs->store_fd, de->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0 ||
-		    !S_ISDIR(sb.st_mode))
-			continue;
-		if (!cand_wanted(l, de->d_name, &sb.st_mtim))
-			continue;
-		if (cand_add(&c, de->d_name, &sb.st_mtim))
-			break;
-	}
-	closedir(d);
+	/* the store opened at start, never whatever its path names now; a
+	 * symlink is never followed: only the store's directories (and the
+	 * snapshots of the hub repositories among them) */
+	(void)sf_store_names(fs->store_fd, scan_name, &c);
 	if (union_of(fs) && src && src->ops->peer_ckpts) {
 		struct peer_cands p = { l, &c };
 
@@ -386,20 +376,26 @@ static void scan_new(struct sf_fs_live *l)
 static const char *changed(struct sf_fs *fs, const struct sf_fs_cident *c,
 			   bool *gone)
 {
-	struct stat sb;
+	uint64_t dev = 0, ino = 0;
+	int rc;
 
 	*gone = false;
-	if (fstatat(fs->store_fd, c->name, &sb, AT_SYMLINK_NOFOLLOW) != 0) {
-		*gone = errno == ENOENT;
-		return *gone ? "gone" : NULL;
+	/* a hub name: the snapshot refs/main names now (a new refs/main is
+	 * "another directory") */
+	rc = sf_store_ident(fs->store_fd, c->name, &dev, &ino);
+	if (rc == -ENOENT) {
+		*gone = true;
+		return "gone";
 	}
 	if (!c->local)
 		return NULL; /* shown from peers' files: nothing to compare */
-	if (S_ISLNK(sb.st_mode))
+	if (rc == -ELOOP)
 		return "replaced by a symlink";
-	if (!S_ISDIR(sb.st_mode))
+	if (rc == -ENOTDIR)
 		return "replaced by something not a directory";
-	if ((uint64_t)sb.st_dev != c->dev || (uint64_t)sb.st_ino != c->ino)
+	if (rc)
+		return NULL;
+	if (dev != c->dev || ino != c->ino)
 		return "replaced by another directory";
 	return NULL;
 }
@@ -480,8 +476,11 @@ static void scan_gone(struct sf_fs_live *l)
 			sf_warn("store: %s: its directory was %s since it was opened: "
 				"no longer shown (what the name holds now is looked at as a new checkpoint)",
 				SF_QSTR(v[i].name), why);
-		rc = fuse_lowlevel_notify_inval_entry(fs->se, FUSE_ROOT_ID,
-						      v[i].name, strlen(v[i].name));
+		/* a grouped name ("ORG/NAME"): its group's entry at the root */
+		rc = fuse_lowlevel_notify_inval_entry(fs->se, FUSE_ROOT_ID, v[i].name,
+						      strchr(v[i].name, '/') ?
+						      (size_t)(strchr(v[i].name, '/') - v[i].name) :
+						      strlen(v[i].name));
 		if (rc && rc != -ENOENT)
 			sf_debug("store: %s: kernel entry not invalidated: %s",
 				 SF_QSTR(v[i].name), sf_strerror(rc));

@@ -68,10 +68,11 @@ static void scan_uncommitted(struct scan_list *l, const char *name,
 /* Remember a directory the scan refused, for the live store. */
 static void scan_refused(struct scan_list *l, const char *name)
 {
-	struct stat sb;
+	struct timespec mt;
 	int rc;
 
-	if (fstatat(l->storefd, name, &sb, AT_SYMLINK_NOFOLLOW) != 0)
+	/* the mtime the live store's listing gives it (sf_store_names) */
+	if (sf_store_mtime(l->storefd, name, &mt) != 0)
 		return;
 	rc = sf_array_grow(&l->refused, l->nrefused, &l->caprefused,
 			   sizeof(*l->refused), 8, 0);
@@ -80,7 +81,7 @@ static void scan_refused(struct scan_list *l, const char *name)
 	l->refused[l->nrefused].name = strdup(name);
 	if (!l->refused[l->nrefused].name)
 		return;
-	l->refused[l->nrefused++].mtime = sb.st_mtim;
+	l->refused[l->nrefused++].mtime = mt;
 }
 
 static void scan_cb(void *arg, const char *name, const char *dir,

@@ -502,18 +502,63 @@ static void child_remove_at(struct sf_node *dir, size_t i)
 	dir->nchildren--;
 }
 
+/* The directory a checkpoint named name is listed in: the root, or for
+ * "GROUP/LEAF" the root's plain directory GROUP (a directory the store
+ * names checkpoints under, e.g. a hub cache's organizations; it holds
+ * checkpoints only and lives while it holds one). *leaf: name's last
+ * part. NULL when there is none (make: it could not be made, or GROUP is
+ * a checkpoint). Under tree_lock. */
+static struct sf_node *ckpt_parent(struct sf_fs *fs, const char *name,
+				   bool make, const char **leaf)
+{
+	const char *slash = strchr(name, '/');
+	struct sf_node *g;
+	ptrdiff_t i;
+
+	*leaf = name;
+	if (!slash)
+		return fs->root;
+	*leaf = slash + 1;
+	i = sf_fs_child_find(fs->root, name, (size_t)(slash - name));
+	if (i >= 0) {
+		g = fs->root->children[i];
+		return g->kind == SF_NODE_DIR && !g->ck ? g : NULL;
+	}
+	if (!make || sf_fs_child_make(fs, fs->root, SF_NODE_DIR, name,
+				      (size_t)(slash - name), true, &g))
+		return NULL;
+	return g;
+}
+
+/* A group directory left empty leaves the root. Under tree_lock. */
+static void group_prune(struct sf_fs *fs, struct sf_node *g)
+{
+	ptrdiff_t i;
+
+	if (g == fs->root || g->nchildren)
+		return;
+	i = sf_fs_child_find(fs->root, g->name, strlen(g->name));
+	if (i >= 0 && fs->root->children[i] == g) {
+		child_remove_at(fs->root, (size_t)i);
+		sf_fs_subtree_unlink(fs, g);
+	}
+}
+
 /* Unlink the root's node of checkpoint old (if linked) and retire old:
  * state `to`, its listing reference dropped. Under tree_lock. */
 static void ckpt_retire(struct sf_fs *fs, struct sf_fs_ckpt *old,
 			enum sf_ckpt_state to)
 {
-	ptrdiff_t i = sf_fs_child_find(fs->root, old->name, strlen(old->name));
+	const char *leaf;
+	struct sf_node *dir = ckpt_parent(fs, old->name, false, &leaf);
+	ptrdiff_t i = dir ? sf_fs_child_find(dir, leaf, strlen(leaf)) : -1;
 
-	if (i >= 0 && fs->root->children[i]->ck == old) {
-		struct sf_node *cd = fs->root->children[i];
+	if (i >= 0 && dir->children[i]->ck == old) {
+		struct sf_node *cd = dir->children[i];
 
-		child_remove_at(fs->root, (size_t)i);
+		child_remove_at(dir, (size_t)i);
 		sf_fs_subtree_unlink(fs, cd);
+		group_prune(fs, dir);
 	}
 	/* With handles open its reads go on (a deleted file stays readable
 	 * while open); the last close forgets it then (forget_if_closed in
@@ -540,8 +585,7 @@ void sf_fs_ckpt_perms(struct sf_fs *fs, struct sf_fs_ckpt *c)
 
 	/* the directory the checkpoint was opened from, not whatever its
 	 * path names now */
-	if ((c->ck && c->ck->dirfd >= 0 ? sf_store_perms_fd(c->ck->dirfd, &p) :
-	     sf_store_perms(c->dir, &p)) == 0) {
+	if ((c->ck ? sf_ckpt_perms(c->ck, &p) : sf_store_perms(c->dir, &p)) == 0) {
 		c->uid = p.uid;
 		c->gid = p.gid;
 		c->dir_mode = p.dir_mode;
@@ -645,8 +689,9 @@ bool sf_fs_drop_vanished(struct sf_fs *fs, const char *name, const char *dir)
 static int add_committed(struct sf_fs *fs, struct sf_ckpt *ck,
 			 struct sf_fs_ckpt *replace)
 {
+	struct sf_node *cd, *dir = NULL;
 	struct sf_fs_ckpt *c;
-	struct sf_node *cd;
+	const char *leaf;
 	int rc;
 
 	c = calloc(1, sizeof(*c));
@@ -675,14 +720,19 @@ static int add_committed(struct sf_fs *fs, struct sf_ckpt *ck,
 		cd->ck = c;
 		c->ref++;
 	} else {
-		ptrdiff_t i = sf_fs_child_find(fs->root, c->name, strlen(c->name));
+		ptrdiff_t i;
 
-		if (i >= 0 && !(replace && fs->root->children[i]->ck == replace)) {
+		dir = ckpt_parent(fs, c->name, true, &leaf);
+		if (!dir) {
 			rc = -EEXIST;
 			goto out_unlist;
 		}
-		cd = sf_fs_node_new(fs, SF_NODE_CKPT, c->name, strlen(c->name), c,
-			      fs->root);
+		i = sf_fs_child_find(dir, leaf, strlen(leaf));
+		if (i >= 0 && !(replace && dir->children[i]->ck == replace)) {
+			rc = -EEXIST;
+			goto out_unlist;
+		}
+		cd = sf_fs_node_new(fs, SF_NODE_CKPT, leaf, strlen(leaf), c, dir);
 		if (!cd) {
 			rc = -ENOMEM;
 			goto out_unlist;
@@ -704,7 +754,7 @@ static int add_committed(struct sf_fs *fs, struct sf_ckpt *ck,
 	if (replace)
 		ckpt_retire(fs, replace, SF_CK_REPLACED);
 	if (!fs->single) {
-		rc = sf_fs_child_link(fs->root, cd, true);
+		rc = sf_fs_child_link(dir, cd, true);
 		if (rc) {
 			sf_fs_subtree_unlink(fs, cd); /* drops the build hold */
 			goto out_unlist;
@@ -715,6 +765,8 @@ static int add_committed(struct sf_fs *fs, struct sf_ckpt *ck,
 	return 0;
 
 out_unlist:
+	if (dir)
+		group_prune(fs, dir);
 	sf_err("checkpoint %s: cannot show it: %s", SF_QSTR(c->name), sf_strerror(rc));
 	sf_fs_ckpt_unref(fs, c); /* the listing; nodes released theirs */
 	pthread_mutex_unlock(&fs->tree_lock);

@@ -4,8 +4,8 @@
 #
 #   tools/fuzz.sh [--time SECONDS] [--runs N] [--jobs N] [TARGET...]
 #     TARGET     manifest, slice, st_header, journal, mpi_wire, torchsave,
-#                pickle, zip, index, hf_meta, megatron, paddle, dcp
-#                (default: all 13)
+#                pickle, zip, index, hf_meta, hub, megatron, paddle, dcp
+#                (default: all 14)
 #     --time S   at most S seconds per target (default 300, or no limit
 #                when --runs is given)
 #     --runs N   stop each target after N executions (libFuzzer -runs; with
@@ -48,7 +48,7 @@ elif ! [[ $secs =~ ^[1-9][0-9]*$ ]]; then
 	echo "fuzz.sh: --time wants seconds" >&2; exit 2
 fi
 [[ $jobs =~ ^[1-9][0-9]?$ ]] || { echo "fuzz.sh: --jobs wants 1..99" >&2; exit 2; }
-all=(manifest slice st_header journal mpi_wire torchsave pickle zip index hf_meta megatron paddle dcp)
+all=(manifest slice st_header journal mpi_wire torchsave pickle zip index hf_meta hub megatron paddle dcp)
 [[ ${#targets[@]} -gt 0 ]] || targets=("${all[@]}")
 for t in "${targets[@]}"; do
 	[[ " ${all[*]} " == *" $t "* ]] || { echo "fuzz.sh: unknown target $t (${all[*]})" >&2; exit 2; }

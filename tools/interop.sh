@@ -5,7 +5,7 @@
 # 1. venvs with the frameworks, from PyPI, under $SHARDFS_VENVS (default
 #    ~/.cache/shardfs-venvs; kept between runs):
 #      torch2  torch, numpy, xxhash, safetensors, transformers (5.x),
-#              megatron-core (current), psutil, zstandard
+#              megatron-core (current), psutil, zstandard, huggingface_hub
 #      hf4     transformers 4.46.3 (sees torch2's packages through a .pth)
 #      mc015   megatron-core 0.15.3 (the last that saves flattened ranges) + zarr<3
 #      paddle  paddlepaddle (CPU), numpy, xxhash
@@ -43,21 +43,21 @@ venv() {
 }
 
 stage "venvs in $venvs"
-venv torch2 torch numpy xxhash safetensors transformers megatron-core psutil zstandard
+venv torch2 torch numpy xxhash safetensors transformers megatron-core psutil zstandard huggingface_hub
 venv hf4 --sees torch2 'transformers==4.46.3'
 venv mc015 --sees torch2 --no-deps 'megatron-core==0.15.3'
 "$venvs/mc015/bin/pip" install -q 'zarr<3'
 venv paddle paddlepaddle numpy xxhash
 for v in torch2 hf4 mc015 paddle; do
 	"$venvs/$v/bin/pip" list 2>/dev/null |
-		grep -Ei '^(torch|transformers|megatron-core|paddlepaddle|safetensors) ' |
+		grep -Ei '^(torch|transformers|megatron-core|paddlepaddle|safetensors|huggingface[-_]hub) ' |
 		sed "s/^/  $v: /" || true
 done
 
 fx=$(mktemp -d /tmp/shardfs-interop-XXXXXX)
 cleanup() { if [[ ${KEEP:-0} == 1 ]]; then echo "kept: $fx"; else rm -rf "$fx"; fi; }
 trap cleanup EXIT
-mkdir -p "$fx/dcp" "$fx/hf" "$fx/paddle" "$fx/megatron"
+mkdir -p "$fx/dcp" "$fx/hf" "$fx/hf-hub" "$fx/paddle" "$fx/megatron"
 status=0
 gen() { # gen LABEL COMMAND...: run one generator; a failure is reported
 	echo "-- $1"
@@ -73,6 +73,7 @@ for d in "$fx"/dcp-more/torch-*; do # committed as torch-X.Y-more
 done
 gen "HF, transformers 5 and DCP's HF writer" "$venvs/torch2/bin/python" "$i/make_hf_fixtures.py" "$fx/hf"
 gen "HF, transformers 4.46" "$venvs/hf4/bin/python" "$i/make_hf_fixtures.py" "$fx/hf"
+gen "HF hub cache, huggingface_hub's own hf_hub_download" "$venvs/torch2/bin/python" "$i/make_hf_hub_fixtures.py" "$fx/hf-hub"
 gen "PaddlePaddle" "$venvs/paddle/bin/python" "$i/make_paddle_fixtures.py" "$fx/paddle"
 gen "Megatron-Core, current" "$venvs/torch2/bin/python" "$i/make_megatron_fixtures.py" "$fx/megatron"
 gen "Megatron-Core 0.15.3" "$venvs/mc015/bin/python" "$i/make_megatron_fixtures.py" "$fx/megatron"

@@ -34,6 +34,7 @@
 #include "sf_error.h"
 #include "sf_format.h"
 #include "sf_formats.h"
+#include "sf_hub.h"
 #include "sf_index.h"
 #include "sf_io.h"
 #include "sf_parse.h"
@@ -102,6 +103,15 @@ static int open_dir(const char *cmd, const char *path, bool want_foreign_only,
 	o->dirfd = open(o->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (o->dirfd < 0) {
 		fprintf(stderr, "shardctl %s: %s: %s\n", cmd, path, strerror(errno));
+		return 1;
+	}
+	rc = sf_hub_store_blobs(o->dirfd, o->dir);
+	if (rc >= 0) {
+		/* its files are links into blobs/: an index beside them would
+		 * be a file of the user's cache that huggingface_hub never made */
+		close(rc);
+		fprintf(stderr, "shardctl %s: %s: a snapshot of the Hugging Face hub cache: shardctl writes no index into the cache (its reads stay unverified)\n",
+			cmd, path);
 		return 1;
 	}
 	rc = sf_dirlist_read(o->dirfd, &ls);

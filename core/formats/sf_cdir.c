@@ -8,7 +8,10 @@
  * Invariants:
  *  - a local file is opened strictly beneath the checkpoint directory
  *    (sf_open_beneath) and must be a regular file; the local copy always
- *    wins over a peer's;
+ *    wins over a peer's; in a Hugging Face hub snapshot (cd->ref.hub) a
+ *    file may be a link shardfs reads itself into its repository's
+ *    blobs/ (sf_open_hub), and one leading anywhere else is logged by its
+ *    name and text and refused (-EXDEV); a hub snapshot is never a peer's;
  *  - a peer's file is named by a path that passed sf_relpath_valid (no
  *    "..", no absolute path: the peer resolves it inside its own copy of
  *    the checkpoint) and is read only through the source, in [0, size);
@@ -23,6 +26,7 @@
 #include "sf_array.h"
 #include "sf_error.h"
 #include "sf_io.h"
+#include "sf_log.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -199,6 +203,29 @@ static int open_peer(const struct sf_cdir *cd, const char *path,
 	return 0;
 }
 
+/* A file of a hub snapshot (sf_open_hub): a link that leads anywhere but
+ * a regular file of the repository's blobs/ is logged here, by its name
+ * and its text, and fails as leading out (-EXDEV). */
+static int open_hub(const struct sf_cdir *cd, const char *path)
+{
+	char target[512];
+	int fd = sf_open_hub(cd->dirfd, cd->ref.blobsfd, path,
+			     O_RDONLY | O_NONBLOCK, target, sizeof(target));
+
+	if (fd != -EXDEV && fd != -ELOOP)
+		return fd;
+	if (fd == -ELOOP)
+		sf_warn_limited("checkpoint %s: %s: its blob is itself a symlink: not followed",
+				SF_QSTR(cd->name), SF_QSTR(path));
+	else if (target[0])
+		sf_warn_limited("checkpoint %s: %s links to %s, not a file of its repository's blobs/: not followed",
+				SF_QSTR(cd->name), SF_QSTR(path), SF_QSTR(target));
+	else
+		sf_warn_limited("checkpoint %s: %s: a symlink on its way (not followed)",
+				SF_QSTR(cd->name), SF_QSTR(path));
+	return -EXDEV;
+}
+
 int sf_cfile_open(const struct sf_cdir *cd, const char *path,
 		  struct sf_cfile *out)
 {
@@ -208,9 +235,11 @@ int sf_cfile_open(const struct sf_cdir *cd, const char *path,
 
 	memset(out, 0, sizeof(*out));
 	out->fd = -1;
-	if (cd->dirfd >= 0)
+	if (cd->dirfd >= 0 && cd->ref.hub)
+		fd = open_hub(cd, path);
+	else if (cd->dirfd >= 0)
 		fd = sf_open_beneath(cd->dirfd, path, O_RDONLY | O_NONBLOCK);
-	if (fd == -ENOENT) {
+	if (fd == -ENOENT && !cd->ref.hub) {
 		int rc = open_peer(cd, path, &f);
 
 		if (!rc)
@@ -243,6 +272,20 @@ int sf_cdir_stat(const struct sf_cdir *cd, const char *path, uint64_t *size)
 {
 	struct stat sb;
 
+	if (cd->dirfd >= 0 && cd->ref.hub) {
+		/* a snapshot's files are links into blobs/: the blob's size */
+		int fd = sf_open_hub(cd->dirfd, cd->ref.blobsfd, path,
+				     O_RDONLY | O_NONBLOCK, NULL, 0), rc = 0;
+
+		if (fd < 0)
+			return fd == -EXDEV || fd == -ELOOP ? -EINVAL : fd;
+		if (fstat(fd, &sb) == 0)
+			*size = (uint64_t)sb.st_size;
+		else
+			rc = -errno;
+		close(fd);
+		return rc;
+	}
 	if (cd->dirfd >= 0 &&
 	    fstatat(cd->dirfd, path, &sb, AT_SYMLINK_NOFOLLOW) == 0) {
 		if (!S_ISREG(sb.st_mode))

@@ -759,7 +759,9 @@ static int read_index(struct hf *h)
 
 	rc = sf_cfile_open(h->k.cd, h->plan.file, &cf);
 	if (rc)
-		return sf_fail(&h->k.w, rc, "%s: %s", h->plan.file, sf_strerror(rc));
+		return sf_fail(&h->k.w, rc, "%s: %s", h->plan.file,
+			       rc == -EXDEV ? "leads out of the checkpoint" :
+			       rc == -EINVAL ? "not a regular file" : sf_strerror(rc));
 	rc = sf_cfile_read_all(&cf, SF_MAX_MANIFEST_BYTES, &text, &len);
 	sf_cfile_close(&cf);
 	if (rc)

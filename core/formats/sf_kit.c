@@ -47,7 +47,10 @@ int sf_kit_start(struct sf_kit *k, size_t max_files, struct sf_model **m)
 		k->b = k->own_b = sf_budget_new(NULL);
 	if (!k->b)
 		return -ENOMEM;
-	*m = sf_model_new(k->name, 1, SF_DEFAULT_BLOCK_SIZE);
+	/* a grouped name ("ORG/NAME" of a hub cache): the model is NAME, the
+	 * directory the mount shows it as */
+	*m = sf_model_new(strrchr(k->name, '/') ? strrchr(k->name, '/') + 1 :
+			  k->name, 1, SF_DEFAULT_BLOCK_SIZE);
 	return *m ? 0 : -ENOMEM;
 }
 
