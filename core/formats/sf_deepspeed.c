@@ -1,0 +1,754 @@
+/*
+ * sf_deepspeed.c - DeepSpeed ZeRO checkpoints (stages 1, 2, 3; bf16 or
+ * fp16 with fp32 master weights), read in place (sf_deepspeed.h).
+ *
+ * What lies on disk (deepspeed 0.19; docs/FORMAT.md): DIR/latest names the
+ * tag directory TAG/ (the HF Trainer's checkpoint-N/global_stepN/), which
+ * holds per data-parallel rank R a torch.save archive
+ * [bf16_]zero_pp_rank_R_mp_rank_00_optim_states.pt and the model states
+ * (stage 1/2: one mp_rank_00_model_states.pt; stage 3: one
+ * zero_pp_rank_R_mp_rank_00_model_states.pt per rank). The model states
+ * name the parameters in order with their shapes (param_shapes: a list per
+ * parameter group of OrderedDicts name -> torch.Size) and the buffers;
+ * the optimizer states hold each rank's flat fp32 partition per group
+ * (stage 1/2: single_partition_of_fp32_groups; stage 3: fp32_flat_groups)
+ * and Adam's exp_avg and exp_avg_sq over the same partition.
+ *
+ * What is shown, exactly as DeepSpeed's zero_to_fp32 reconstructs it:
+ *   tensors NAME                 the fp32 master weight: stage 1/2, the
+ *       group's partitions concatenated over ranks, each parameter the
+ *       next numel elements (plus param_alignment_paddings); stage 3, per
+ *       parameter ceil(numel / world) elements of every rank's flat
+ *       groups (concatenated), the ranks' pieces concatenated, the padding
+ *       dropped. A tensor is a list of flat-range shards pointing into the
+ *       archives' storage entries: nothing is consolidated in memory.
+ *   optimizer/exp_avg/NAME, optimizer/exp_avg_sq/NAME   the same ranges
+ *       of the moments (which cover the same partitions);
+ *   module/NAME                  stage 1/2: the 16-bit weights of the
+ *       module state dict (stage 3 stores none: placeholders of 0 elements);
+ *   NAME for a buffer            as zero_to_fp32: from the module state
+ *       dict; a 16-bit buffer (which it converts to fp32) is left out.
+ * Not shown yet (left out with a line): shared and frozen parameters,
+ * tensor parallel (mp_rank_XX > 00: the open fails with a line), the other
+ * tags beside the one latest names, universal checkpoints, objects/.
+ *
+ * Invariants: the pickles are decoded with the torch tensor names plus
+ * exactly the DeepSpeed classes below (nothing executed); every range
+ * served lies inside its archive's storage entry (checked per shard, so a
+ * partition shorter than the shapes claim leaves the tensor out); every
+ * file is opened beneath the checkpoint directory (TAG is one plain name).
+ */
+#include "sf_deepspeed.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "sf_array.h"
+#include "sf_error.h"
+#include "sf_kit.h"
+#include "sf_pickle.h"
+#include "sf_torchsave.h"
+
+#define DS_MAX_RANKS 4096
+#define DS_MAX_GROUPS 1024
+#define DS_MAX_LATEST 1024
+
+/* The classes DeepSpeed's archives name beyond a tensor's (deepspeed
+ * 0.19.8, ZeRO 1/2/3, bf16 and fp16): inert data here. */
+static const struct sf_pk_global ds_allow[] = {
+	{ "deepspeed.runtime.zero.config", "ZeroStageEnum" },
+	{ "deepspeed.runtime.fp16.loss_scaler", "LossScaler" },
+	{ "deepspeed.runtime.fp16.loss_scaler", "DynamicLossScaler" },
+	{ "deepspeed.utils.tensor_fragment", "fragment_address" },
+	{ "torch", "Size" },
+	{ "torch._tensor", "_rebuild_from_type_v2" },
+	{ "torch", "Tensor" },
+};
+#define NDS_ALLOW (sizeof(ds_allow) / sizeof(ds_allow[0]))
+
+enum { K_FP32, K_AVG, K_AVGSQ, NKIND };
+static const char *const kind_prefix[NKIND] = {
+	"", "optimizer/exp_avg/", "optimizer/exp_avg_sq/"
+};
+
+/* One flat fp32 vector in an archive: numel elements at file_off. */
+struct seg {
+	const char *file;
+	uint64_t file_off;
+	uint64_t numel;
+	bool ok;                 /* found and checked */
+};
+
+struct ds_file {
+	char *path;              /* "TAG/NAME" */
+	struct sf_cfile cf;
+	struct sf_ts_doc *doc;
+	const struct sf_pk *osd; /* optim: root["optimizer_state_dict"] */
+};
+
+struct ds {
+	struct sf_kit k;
+	struct sf_model *m;
+	char tag[256];           /* "" when the directory is the tag */
+	int stage;
+	unsigned world;
+	unsigned ngroups;
+	struct ds_file *opt;     /* world of them, by rank */
+	struct ds_file model;    /* the (rank 0) model states */
+	struct seg *seg;         /* [kind][rank][group] */
+	char ver[32];
+};
+
+static struct seg *seg_at(struct ds *d, int kind, unsigned r, unsigned g)
+{
+	return &d->seg[((size_t)kind * d->world + r) * d->ngroups + g];
+}
+
+/* --- probe --- */
+
+static bool ends_with(const char *s, const char *suf)
+{
+	size_t a = strlen(s), b = strlen(suf);
+
+	return a >= b && strcmp(s + a - b, suf) == 0;
+}
+
+static enum sf_probe ds_probe(const struct sf_dirlist *ls)
+{
+	bool optim = false, model = false, dir = false;
+
+	for (size_t i = 0; i < ls->n; i++) {
+		if (ls->is_dir[i]) {
+			dir = true;
+			continue;
+		}
+		optim |= ends_with(ls->names[i], "_optim_states.pt");
+		model |= ends_with(ls->names[i], "_model_states.pt");
+	}
+	if (sf_dirlist_has(ls, "latest", false) && dir)
+		return SF_PROBE_YES;
+	if (optim && model)
+		return SF_PROBE_YES;
+	return SF_PROBE_NO;
+}
+
+/* --- files --- */
+
+static int open_file(struct ds *d, const char *name, struct ds_file *f)
+{
+	char why[256];
+	int rc;
+
+	if (asprintf(&f->path, "%s%s%s", d->tag, d->tag[0] ? "/" : "", name) < 0) {
+		f->path = NULL;
+		return -ENOMEM;
+	}
+	rc = sf_cfile_open(d->k.cd, f->path, &f->cf);
+	if (rc)
+		return sf_fail(&d->k.w, rc, "%s: %s", SF_QSTR(f->path),
+			       sf_strerror(rc));
+	rc = sf_ts_doc_open(&f->cf.in, ds_allow, NDS_ALLOW, d->k.b, &f->doc,
+			    why, sizeof(why));
+	if (rc)
+		return sf_fail(&d->k.w, rc, "%s: %s", SF_QSTR(f->path), why);
+	return 0;
+}
+
+static void close_file(struct ds_file *f)
+{
+	sf_ts_doc_free(f->doc);
+	sf_cfile_close(&f->cf);
+	free(f->path);
+	memset(f, 0, sizeof(*f));
+}
+
+/* A dict's value, an OrderedDict's too. */
+static const struct sf_pk *dict_of(const struct sf_pk *v)
+{
+	if (v && v->kind == SF_PK_OBJ &&
+	    sf_pk_is_obj(v, "collections", "OrderedDict"))
+		return v->u.obj.items;
+	return v && v->kind == SF_PK_DICT ? v : NULL;
+}
+
+static const struct sf_pk *get(const struct sf_pk *v, const char *key)
+{
+	return sf_pk_get(dict_of(v), key);
+}
+
+/* The value under int key in a dict (the optimizer's state by group). */
+static const struct sf_pk *get_int(const struct sf_pk *v, int64_t key)
+{
+	const struct sf_pk *dd = dict_of(v);
+	int64_t x;
+
+	for (size_t i = 0; dd && i < dd->u.dict.n; i++)
+		if (sf_pk_int(dd->u.dict.k[i], &x) && x == key)
+			return dd->u.dict.v[i];
+	return NULL;
+}
+
+/* Rank R of "[bf16_]zero_pp_rank_R_mp_rank_MM_optim_states.pt": 0 and
+ * *r, *mp; -1 for another name. */
+static int optim_rank(const char *name, unsigned long *r, unsigned long *mp)
+{
+	const char *p = strstr(name, "zero_pp_rank_");
+	char *e;
+
+	if (!p || !ends_with(name, "_optim_states.pt"))
+		return -1;
+	p += strlen("zero_pp_rank_");
+	if (*p < '0' || *p > '9')
+		return -1;
+	*r = strtoul(p, &e, 10);
+	if (strncmp(e, "_mp_rank_", 9) != 0 || e[9] < '0' || e[9] > '9')
+		return -1;
+	*mp = strtoul(e + 9, &e, 10);
+	return strcmp(e, "_optim_states.pt") == 0 ? 0 : -1;
+}
+
+/* The tag `latest` names into d->tag (one plain name), when there is
+ * `latest`; else the directory is the tag. */
+static int read_latest(struct ds *d, const struct sf_dirlist *ls)
+{
+	struct sf_cfile cf = { 0 };
+	char *txt = NULL;
+	size_t len = 0;
+	int rc;
+
+	if (!sf_dirlist_has(ls, "latest", false))
+		return 0;
+	rc = sf_cfile_open(d->k.cd, "latest", &cf);
+	if (!rc)
+		rc = sf_cfile_read_all(&cf, DS_MAX_LATEST, &txt, &len);
+	sf_cfile_close(&cf);
+	if (rc)
+		return sf_fail(&d->k.w, rc, "latest: %s", sf_strerror(rc));
+	while (len && (txt[len - 1] == '\n' || txt[len - 1] == '\r' ||
+		       txt[len - 1] == ' ' || txt[len - 1] == '\t'))
+		txt[--len] = '\0';
+	if (sf_name_problem(txt, len, true, true) || len >= sizeof(d->tag)) {
+		rc = sf_fail(&d->k.w, -SF_EFORMAT,
+			     "latest names %s, not a directory of the checkpoint",
+			     sf_quote_name((char[SF_QNAME_SIZE]){ 0 }, txt, len));
+		free(txt);
+		return rc;
+	}
+	memcpy(d->tag, txt, len + 1);
+	free(txt);
+	return 0;
+}
+
+/* List the tag directory (the checkpoint's own when there is no tag). */
+static int list_tag(struct ds *d, struct sf_dirlist *out)
+{
+	int fd, rc;
+
+	if (!d->tag[0])
+		return sf_cdir_list(d->k.cd, out);
+	if (d->k.cd->dirfd < 0)
+		return sf_fail(&d->k.w, -ENOENT,
+			       "the tag directory %s is on no local store",
+			       SF_QSTR(d->tag));
+	fd = sf_open_beneath(d->k.cd->dirfd, d->tag, O_RDONLY | O_DIRECTORY);
+	if (fd < 0)
+		return sf_fail(&d->k.w, fd, "latest names %s: %s",
+			       SF_QSTR(d->tag), sf_strerror(fd));
+	rc = sf_dirlist_read(fd, out);
+	close(fd);
+	if (rc)
+		return sf_fail(&d->k.w, rc, "cannot list %s: %s",
+			       SF_QSTR(d->tag), sf_strerror(rc));
+	return 0;
+}
+
+/* Open every rank's optimizer states (exactly world of them, ranks 0 to
+ * world - 1 once each, all of mp rank 0), and learn stage and world. */
+static int open_optim(struct ds *d, const struct sf_dirlist *ls)
+{
+	const struct sf_pk *pc, *zs;
+	size_t n = 0, first = SIZE_MAX;
+	unsigned long r, mp;
+	int64_t x;
+	int rc;
+
+	for (size_t i = 0; i < ls->n; i++) {
+		if (ls->is_dir[i] || optim_rank(ls->names[i], &r, &mp))
+			continue;
+		if (mp != 0)
+			return sf_fail(&d->k.w, -SF_EFORMAT,
+				       "%s: tensor parallel (mp_rank > 00) is not shown yet",
+				       SF_QSTR(ls->names[i]));
+		if (r == 0)
+			first = i;
+		n++;
+	}
+	if (first == SIZE_MAX)
+		return sf_fail(&d->k.w, -SF_EFORMAT,
+			       "no rank 0 *_optim_states.pt%s%s", d->tag[0] ? " in " : "",
+			       d->tag[0] ? SF_QSTR(d->tag) : "");
+	if (n > DS_MAX_RANKS)
+		return sf_fail(&d->k.w, -SF_ETOOBIG, "more than %d ranks",
+			       DS_MAX_RANKS);
+	d->opt = calloc(n, sizeof(*d->opt));
+	if (!d->opt)
+		return -ENOMEM;
+	rc = open_file(d, ls->names[first], &d->opt[0]);
+	if (rc)
+		return rc;
+	d->opt[0].osd = get(sf_ts_doc_root(d->opt[0].doc), "optimizer_state_dict");
+	zs = get(d->opt[0].osd, "zero_stage");
+	if (zs && zs->kind == SF_PK_OBJ)
+		zs = sf_pk_item(zs->u.obj.args, 0);
+	if (!sf_pk_int(zs, &x) || x < 1 || x > 3)
+		return sf_fail(&d->k.w, -SF_EFORMAT, "%s: no ZeRO stage 1, 2 or 3",
+			       SF_QSTR(d->opt[0].path));
+	d->stage = (int)x;
+	pc = get(d->opt[0].osd, "partition_count");
+	if (pc && pc->kind == SF_PK_LIST) { /* stage 1/2: per group; the max */
+		int64_t mx = 0;
+
+		for (size_t i = 0; i < sf_pk_len(pc); i++)
+			if (sf_pk_int(sf_pk_item(pc, i), &x) && x > mx)
+				mx = x;
+		x = mx;
+	} else if (!sf_pk_int(pc, &x)) {
+		x = 0;
+	}
+	if (x < 1 || (uint64_t)x != n)
+		return sf_fail(&d->k.w, -SF_EFORMAT,
+			       "partition_count says %lld ranks, %zu *_optim_states.pt found",
+			       (long long)x, n);
+	d->world = (unsigned)n;
+	for (size_t i = 0; i < ls->n; i++) {
+		if (ls->is_dir[i] || optim_rank(ls->names[i], &r, &mp) || r == 0)
+			continue;
+		if (r >= n || d->opt[r].path)
+			return sf_fail(&d->k.w, -SF_EFORMAT,
+				       "%s: rank %lu repeated or out of 0..%zu",
+				       SF_QSTR(ls->names[i]), r, n - 1);
+		rc = open_file(d, ls->names[i], &d->opt[r]);
+		if (rc)
+			return rc;
+		d->opt[r].osd = get(sf_ts_doc_root(d->opt[r].doc), "optimizer_state_dict");
+	}
+	return 0;
+}
+
+/* v as a 1-D contiguous fp32 tensor of f into *s. 0, or a reason. */
+static int seg_of(struct ds *d, struct ds_file *f, const struct sf_pk *v,
+		  const char *what, struct seg *s)
+{
+	struct sf_ts_tensor t;
+	char why[256];
+	int rc = sf_ts_doc_tensor(f->doc, v, what, &t, why, sizeof(why));
+
+	if (rc == 1)
+		return sf_fail(&d->k.w, -SF_EFORMAT, "%s: %s is not a tensor",
+			       SF_QSTR(f->path), what);
+	if (rc)
+		return sf_fail(&d->k.w, rc, "%s: %s", SF_QSTR(f->path), why);
+	if (t.dtype != SF_DT_F32 || t.ndim != 1 || !t.contiguous)
+		return sf_fail(&d->k.w, -SF_EFORMAT,
+			       "%s: %s is not a flat fp32 vector",
+			       SF_QSTR(f->path), what);
+	s->file = f->path;
+	s->file_off = t.data_off + t.storage_offset * 4;
+	s->numel = t.shape[0];
+	s->ok = true;
+	return 0;
+}
+
+/* Each rank's flat fp32 groups and moments. The moments are optional: a
+ * rank without them leaves the optimizer tensors out. */
+static int read_segs(struct ds *d)
+{
+	const char *key = d->stage <= 2 ? "single_partition_of_fp32_groups" :
+			  "fp32_flat_groups";
+	const struct sf_pk *g0 = get(d->opt[0].osd, key);
+	int rc;
+
+	if (!g0 || g0->kind != SF_PK_LIST || sf_pk_len(g0) == 0 ||
+	    sf_pk_len(g0) > DS_MAX_GROUPS)
+		return sf_fail(&d->k.w, -SF_EFORMAT, "%s: no %s",
+			       SF_QSTR(d->opt[0].path), key);
+	d->ngroups = (unsigned)sf_pk_len(g0);
+	d->seg = calloc((size_t)NKIND * d->world * d->ngroups, sizeof(*d->seg));
+	if (!d->seg)
+		return -ENOMEM;
+	for (unsigned r = 0; r < d->world; r++) {
+		struct ds_file *f = &d->opt[r];
+		const struct sf_pk *gl = get(f->osd, key), *st;
+		char what[64];
+
+		if (!gl || gl->kind != SF_PK_LIST || sf_pk_len(gl) != d->ngroups)
+			return sf_fail(&d->k.w, -SF_EFORMAT,
+				       "%s: %s has not %u groups", SF_QSTR(f->path),
+				       key, d->ngroups);
+		st = d->stage <= 2 ? get(get(f->osd, "base_optimizer_state"), "state") :
+		     get(get(f->osd, "optimizer_state_dict"), "state");
+		for (unsigned g = 0; g < d->ngroups; g++) {
+			const struct sf_pk *gs = get_int(st, g);
+
+			snprintf(what, sizeof(what), "%s[%u]", key, g);
+			rc = seg_of(d, f, sf_pk_item(gl, g), what, seg_at(d, K_FP32, r, g));
+			if (rc)
+				return rc;
+			/* the moments: optional; a bad one leaves them out */
+			if (seg_of(d, f, get(gs, "exp_avg"), "exp_avg", seg_at(d, K_AVG, r, g)) ||
+			    seg_of(d, f, get(gs, "exp_avg_sq"), "exp_avg_sq", seg_at(d, K_AVGSQ, r, g))) {
+				seg_at(d, K_AVG, r, g)->ok = false;
+				seg_at(d, K_AVGSQ, r, g)->ok = false;
+				sf_kit_clear_err(&d->k);
+			}
+			/* the moments cover the partition (and its padding) */
+			for (int kind = K_AVG; kind < NKIND; kind++)
+				if (seg_at(d, kind, r, g)->numel > seg_at(d, K_FP32, r, g)->numel)
+					seg_at(d, kind, r, g)->numel = seg_at(d, K_FP32, r, g)->numel;
+		}
+	}
+	if (d->stage == 3) /* every rank's groups are rank 0's sizes */
+		for (unsigned r = 1; r < d->world; r++)
+			for (unsigned g = 0; g < d->ngroups; g++)
+				if (seg_at(d, K_FP32, r, g)->numel !=
+				    seg_at(d, K_FP32, 0, g)->numel)
+					return sf_fail(&d->k.w, -SF_EFORMAT,
+						       "%s: fp32_flat_groups[%u] is not rank 0's size",
+						       SF_QSTR(d->opt[r].path), g);
+	return 0;
+}
+
+/* --- building tensors --- */
+
+/* Elements [start, start + count) of the concatenation of segs[0..n) (each
+ * stride apart in the seg array) as flat shards of t from element *pos.
+ * 0; -SF_ERANGE when the range passes the segments' end or a segment is
+ * missing (reason in why); -ENOMEM. */
+static int emit(struct ds *d, struct sf_tensor *t, struct seg *segs,
+		size_t stride, size_t n, uint64_t start, uint64_t count,
+		uint64_t *pos, char *why, size_t whylen)
+{
+	uint64_t base = 0;
+
+	for (size_t i = 0; i < n && count; i++) {
+		const struct seg *s = &segs[i * stride];
+		uint64_t lo, take;
+		struct sf_shard sh = { 0 };
+		int rc;
+
+		if (!s->ok) {
+			snprintf(why, whylen, "a partition is missing");
+			return -SF_ERANGE;
+		}
+		if (start >= base + s->numel) {
+			base += s->numel;
+			continue;
+		}
+		lo = start - base;
+		take = s->numel - lo < count ? s->numel - lo : count;
+		sh.flat = true;
+		sh.flat_off = *pos * 4;
+		sh.flat_len = take * 4;
+		sh.nbytes = take * 4;
+		sh.file = (char *)s->file;
+		sh.file_offset = s->file_off + lo * 4;
+		rc = sf_tensor_add_shard(d->m, t, &sh);
+		if (rc) {
+			snprintf(why, whylen, "%s", sf_model_why(d->m));
+			return rc;
+		}
+		*pos += take;
+		start += take;
+		count -= take;
+		base += s->numel;
+	}
+	if (count) {
+		snprintf(why, whylen, "its partitions hold fewer elements than its shape");
+		return -SF_ERANGE;
+	}
+	return 0;
+}
+
+/* One parameter of one kind: a tensor of shape, its elements from the
+ * flat vectors (stage 1/2: group g's merged vector from off; stage 3:
+ * every rank's groups from off, pn elements each). 0 or -ENOMEM; any
+ * other failure leaves the tensor out with a line. */
+static int add_param(struct ds *d, int kind, const char *name, unsigned g,
+		     const uint64_t *shape, unsigned ndim, uint64_t numel,
+		     uint64_t off, uint64_t pn)
+{
+	char full[SF_MAX_NAME + 32], why[256] = "";
+	struct sf_tensor *t;
+	uint64_t pos = 0;
+	int rc;
+
+	snprintf(full, sizeof(full), "%s%s", kind_prefix[kind], name);
+	rc = sf_model_add_tensor(d->m, false, full, SF_DT_F32, ndim, shape, &t);
+	if (rc == -ENOMEM)
+		return rc;
+	if (rc) {
+		sf_kit_leave_out(&d->k, full, "%s", sf_model_why(d->m));
+		return 0;
+	}
+	if (d->stage <= 2) {
+		rc = emit(d, t, seg_at(d, kind, 0, g), d->ngroups, d->world, off,
+			  numel, &pos, why, sizeof(why));
+	} else {
+		for (unsigned r = 0; r < d->world && !rc && pos < numel; r++) {
+			uint64_t c = numel - pos < pn ? numel - pos : pn;
+
+			rc = emit(d, t, seg_at(d, kind, r, 0), 1, d->ngroups, off,
+				  c, &pos, why, sizeof(why));
+		}
+	}
+	if (rc == -ENOMEM)
+		return rc;
+	if (rc) {
+		sf_model_drop_last(d->m, SF_ENTRY_TENSOR);
+		sf_kit_leave_out(&d->k, full, "%s", why);
+	}
+	return 0;
+}
+
+/* Every parameter of param_shapes, in zero_to_fp32's order and offsets. */
+static int build_params(struct ds *d, const struct sf_pk *shapes,
+			const struct sf_pk *pads)
+{
+	uint64_t off3 = 0, avail3 = 0;
+	int rc = 0;
+
+	if (!shapes || shapes->kind != SF_PK_LIST ||
+	    (d->stage <= 2 && sf_pk_len(shapes) != d->ngroups))
+		return sf_fail(&d->k.w, -SF_EFORMAT,
+			       "param_shapes is not a list of one dict per group");
+	for (unsigned g = 0; g < d->ngroups; g++)
+		avail3 += seg_at(d, K_FP32, 0, g)->numel;
+	for (size_t g = 0; g < sf_pk_len(shapes) && !rc; g++) {
+		const struct sf_pk *dd = dict_of(sf_pk_item(shapes, g));
+		const struct sf_pk *gp = pads ? sf_pk_item(pads, g) : NULL;
+		uint64_t off = 0;
+
+		if (!dd)
+			return sf_fail(&d->k.w, -SF_EFORMAT,
+				       "param_shapes[%zu] is not a dict", g);
+		for (size_t i = 0; i < dd->u.dict.n && !rc; i++) {
+			const char *name = sf_pk_str(dd->u.dict.k[i]);
+			uint64_t shape[SF_MAX_NDIM], numel = 1, pn;
+			unsigned ndim;
+			int64_t pad = 0;
+
+			if (!name || !sf_pk_uints(dd->u.dict.v[i],
+						  SF_PK_UINTS_SIZE | SF_PK_UINTS_LIST,
+						  shape, SF_MAX_NDIM, &ndim))
+				return sf_fail(&d->k.w, -SF_EFORMAT,
+					       "param_shapes[%zu]: entry %zu is not a name and a shape",
+					       g, i);
+			for (unsigned k = 0; k < ndim; k++)
+				if (__builtin_mul_overflow(numel, shape[k], &numel))
+					return sf_fail(&d->k.w, -SF_EFORMAT,
+						       "param_shapes: %s too large", SF_QSTR(name));
+			pn = (numel + d->world - 1) / d->world;
+			for (int kind = 0; kind < NKIND && !rc; kind++)
+				rc = add_param(d, kind, name, (unsigned)g, shape, ndim,
+					       numel, d->stage <= 2 ? off : off3, pn);
+			if (gp && sf_pk_int(sf_pk_item(gp, i), &pad) && pad > 0)
+				off += (uint64_t)pad;
+			if (__builtin_add_overflow(off, numel, &off) ||
+			    __builtin_add_overflow(off3, pn, &off3))
+				return sf_fail(&d->k.w, -SF_EFORMAT, "param_shapes: offsets overflow");
+		}
+	}
+	if (!rc && d->stage == 3 && off3 != avail3)
+		return sf_fail(&d->k.w, -SF_EFORMAT,
+			       "the parameters take %llu elements per rank, the flat groups hold %llu",
+			       (unsigned long long)off3, (unsigned long long)avail3);
+	return rc;
+}
+
+/* A tensor of the module state dict (16-bit weights or a buffer), served
+ * as stored. 0 or -ENOMEM; else left out with a line. */
+static int add_stored(struct ds *d, const char *full, const struct sf_pk *v)
+{
+	struct sf_ts_tensor t;
+	struct sf_tensor *mt;
+	struct sf_shard sh = { 0 };
+	char why[256];
+	int rc = sf_ts_doc_tensor(d->model.doc, v, full, &t, why, sizeof(why));
+
+	if (rc == 1) {
+		sf_kit_leave_out(&d->k, full, "not a tensor");
+		return 0;
+	}
+	if (rc) {
+		sf_kit_leave_out(&d->k, full, "%s", why);
+		return 0;
+	}
+	if (!t.contiguous) {
+		sf_kit_leave_out(&d->k, full, "not stored contiguous");
+		return 0;
+	}
+	rc = sf_model_add_tensor(d->m, false, full, t.dtype, t.ndim, t.shape, &mt);
+	if (rc == -ENOMEM)
+		return rc;
+	if (rc) {
+		sf_kit_leave_out(&d->k, full, "%s", sf_model_why(d->m));
+		return 0;
+	}
+	if (mt->nbytes == 0)
+		return 0;
+	sh.flat = true;
+	sh.flat_len = mt->nbytes;
+	sh.nbytes = mt->nbytes;
+	sh.file = d->model.path;
+	sh.file_offset = t.data_off + t.storage_offset * sf_dtype_size(t.dtype);
+	rc = sf_tensor_add_shard(d->m, mt, &sh);
+	if (rc == -ENOMEM)
+		return rc;
+	if (rc) {
+		sf_model_drop_last(d->m, SF_ENTRY_TENSOR);
+		sf_kit_leave_out(&d->k, full, "%s", sf_model_why(d->m));
+	}
+	return 0;
+}
+
+static bool in_list(const struct sf_pk *l, const char *s)
+{
+	for (size_t i = 0; i < sf_pk_len(l); i++) {
+		const char *x = sf_pk_str(sf_pk_item(l, i));
+
+		if (x && strcmp(x, s) == 0)
+			return true;
+	}
+	return false;
+}
+
+/* The module state dict: buffers as NAME (fp32 or non-float as stored),
+ * stage 1/2 weights as module/NAME; shared and frozen parameters are left
+ * out with a line. */
+static int build_module(struct ds *d, const struct sf_pk *root)
+{
+	const struct sf_pk *mod = dict_of(get(root, "module"));
+	const struct sf_pk *bn = get(root, "buffer_names");
+	const struct sf_pk *sp = dict_of(get(root, "shared_params"));
+	const struct sf_pk *fz = dict_of(get(root, "frozen_param_shapes"));
+	char full[SF_MAX_NAME + 16];
+	int rc = 0;
+
+	for (size_t i = 0; sp && i < sp->u.dict.n; i++)
+		if (sf_pk_str(sp->u.dict.k[i]))
+			sf_kit_leave_out(&d->k, sf_pk_str(sp->u.dict.k[i]),
+					 "a shared parameter (not shown yet)");
+	for (size_t i = 0; fz && i < fz->u.dict.n; i++)
+		if (sf_pk_str(fz->u.dict.k[i]))
+			sf_kit_leave_out(&d->k, sf_pk_str(fz->u.dict.k[i]),
+					 "a frozen parameter (not shown yet)");
+	for (size_t i = 0; mod && i < mod->u.dict.n && !rc; i++) {
+		const char *name = sf_pk_str(mod->u.dict.k[i]);
+		struct sf_ts_tensor t;
+		char why[256];
+
+		if (!name)
+			continue;
+		if (in_list(bn, name)) {
+			if (sf_ts_doc_tensor(d->model.doc, mod->u.dict.v[i], name, &t,
+					     why, sizeof(why)) == 0 &&
+			    t.dtype >= SF_DT_F64 && t.dtype <= SF_DT_F8_E5M2 &&
+			    t.dtype != SF_DT_F32) {
+				sf_kit_leave_out(&d->k, name,
+						 "a %s buffer (zero_to_fp32 converts it to fp32)",
+						 sf_dtype_name(t.dtype));
+				continue;
+			}
+			rc = add_stored(d, name, mod->u.dict.v[i]);
+		} else if (d->stage <= 2) {
+			snprintf(full, sizeof(full), "module/%s", name);
+			rc = add_stored(d, full, mod->u.dict.v[i]);
+		}
+	}
+	return rc;
+}
+
+static int build(struct ds *d)
+{
+	const struct sf_pk *root, *v;
+	struct sf_dirlist ls = { 0 };
+	int rc;
+
+	rc = list_tag(d, &ls);
+	if (!rc)
+		rc = open_optim(d, &ls);
+	sf_dirlist_free(&ls);
+	if (!rc)
+		rc = read_segs(d);
+	if (!rc)
+		rc = open_file(d, d->stage <= 2 ? "mp_rank_00_model_states.pt" :
+			       "zero_pp_rank_0_mp_rank_00_model_states.pt", &d->model);
+	if (rc)
+		return rc;
+	root = sf_ts_doc_root(d->model.doc);
+	v = get(root, "ds_version");
+	snprintf(d->ver, sizeof(d->ver), "%s", sf_pk_str(v) ? sf_pk_str(v) : "");
+	rc = build_params(d, get(root, "param_shapes"),
+			  d->stage <= 2 ? get(d->opt[0].osd, "param_alignment_paddings") : NULL);
+	if (!rc)
+		rc = build_module(d, root);
+	if (rc)
+		return rc;
+	sf_kit_set_format(d->m, "%s zero-%d%s%s", SF_DEEPSPEED_FORMAT, d->stage,
+			  d->ver[0] ? " " : "", d->ver);
+	return 0;
+}
+
+/* The format's own top-level names: latest, and (bare) the archives. */
+static bool own_name(void *arg, const char *name)
+{
+	(void)arg;
+	return strcmp(name, "latest") == 0 ||
+	       ends_with(name, "_optim_states.pt") ||
+	       ends_with(name, "_model_states.pt");
+}
+
+static int ds_open(const struct sf_cdir *cd, struct sf_format_result *out,
+		   char *err, size_t errlen)
+{
+	struct ds d = { 0 };
+	struct sf_dirlist ls = { 0 };
+	int rc;
+
+	sf_kit_init(&d.k, cd, err, errlen);
+	rc = sf_cdir_list(cd, &ls);
+	if (rc)
+		return sf_fail(&d.k.w, rc, "cannot list the directory: %s",
+			       sf_strerror(rc));
+	rc = sf_kit_start(&d.k, 0, &d.m);
+	if (!rc)
+		rc = read_latest(&d, &ls);
+	if (!rc)
+		rc = build(&d);
+	if (!rc)
+		rc = sf_kit_add_root_files(&d.k, d.m, own_name, &d);
+	if (!rc)
+		rc = sf_kit_finish(&d.k, d.m);
+	/* the model copies the file names it keeps: the archives can go */
+	rc = sf_kit_end(&d.k, rc, d.m, out);
+	for (unsigned r = 0; d.opt && r < d.world; r++)
+		close_file(&d.opt[r]);
+	if (d.opt && !d.world)
+		close_file(&d.opt[0]);
+	free(d.opt);
+	close_file(&d.model);
+	free(d.seg);
+	sf_dirlist_free(&ls);
+	return rc;
+}
+
+const struct sf_format sf_format_deepspeed = {
+	.name = SF_DEEPSPEED_FORMAT,
+	.writable = false,
+	.probe = ds_probe,
+	.open = ds_open,
+};

@@ -1,0 +1,151 @@
+"""make_deepspeed_fixtures - DeepSpeed ZeRO checkpoints written by a real
+DeepSpeed on CPU (DS_ACCELERATOR=cpu, gloo, torch_adam, bf16 on).
+
+    PY make_deepspeed_fixtures.py OUTDIR
+
+Writes OUTDIR/deepspeed-X.Y.Z/NAME/ (as DeepSpeed and the HF Trainer lay it
+out: NAME/latest + NAME/global_stepN/*) for
+
+  zero1-2r   ZeRO stage 1, 2 ranks
+  zero2-2r   ZeRO stage 2, 2 ranks, saved at steps 1 and 2 (latest names
+             global_step2; global_step1 stays beside it)
+  zero3-2r   ZeRO stage 3, 2 ranks
+  zero3-3r   ZeRO stage 3, 3 ranks (every parameter padded)
+
+and beside each NAME/ the references, written by DeepSpeed's own code:
+
+  NAME.fp32.safetensors   zero_to_fp32's get_fp32_state_dict_from_zero_
+                          checkpoint(NAME) (the checkpoint latest names)
+  NAME.optim.safetensors  exp_avg/NAME and exp_avg_sq/NAME, from
+                          deepspeed.utils.safe_get_full_optimizer_state in
+                          the training processes (gathered over ranks)
+  NAME.json               {"deepspeed", "torch", "stage", "world"}
+
+The model has parameters whose sizes do not divide by the world size (so
+partitions are uneven and padded) and one frozen-free buffer. Seeded: a
+re-run writes the same values. Run with the venv's python; it launches
+torchrun itself (one CPU process per rank).
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.abspath(__file__)
+CASES = [("zero1-2r", 1, 2, 1), ("zero2-2r", 2, 2, 2), ("zero3-2r", 3, 2, 1),
+         ("zero3-3r", 3, 3, 1)]
+
+
+def st_write(path, tensors):
+    """A safetensors file of {name: torch tensor} (contiguous, CPU)."""
+    import torch
+    names = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16"}
+    hdr, blobs, off = {}, [], 0
+    for k in sorted(tensors):
+        t = tensors[k].detach().contiguous().cpu()
+        b = t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
+        hdr[k] = {"dtype": names[t.dtype], "shape": list(t.shape),
+                  "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(hdr, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(len(h).to_bytes(8, "little") + h + b"".join(blobs))
+
+
+def worker(out, name, stage, steps):
+    import torch
+    import deepspeed
+    from deepspeed.utils import safe_get_full_optimizer_state
+
+    deepspeed.init_distributed(dist_backend="gloo")
+    rank = torch.distributed.get_rank()
+    torch.manual_seed(1234)
+
+    class Tiny(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(11, 3)     # 33
+            self.fc1 = torch.nn.Linear(3, 7)          # 21 + 7
+            self.norm = torch.nn.LayerNorm(7)         # 7 + 7
+            self.fc2 = torch.nn.Linear(7, 5)          # 35 + 5
+            self.scale = torch.nn.Parameter(torch.ones(3))  # 3
+            self.register_buffer("counts", torch.arange(4, dtype=torch.float32))
+
+        def forward(self, ids):
+            h = self.fc1(self.embed(ids))
+            h = self.fc2(torch.relu(self.norm(h)))
+            return (h[..., :3] * self.scale).pow(2).mean()
+
+    cfg = {
+        "train_micro_batch_size_per_gpu": 2,
+        "gradient_accumulation_steps": 1,
+        "optimizer": {"type": "AdamW",
+                      "params": {"lr": 0.05, "torch_adam": True}},
+        "bf16": {"enabled": True},
+        "zero_optimization": {"stage": stage},
+        "steps_per_print": 1000,
+    }
+    model = Tiny()
+    engine, _, _, _ = deepspeed.initialize(model=model, config=cfg,
+                                           model_parameters=model.parameters())
+    g = torch.Generator().manual_seed(99 + rank)
+    ckpt = os.path.join(out, name)
+    for step in range(1, steps + 1):
+        ids = torch.randint(0, 11, (2, 4), generator=g)
+        loss = engine(ids)
+        engine.backward(loss)
+        engine.step()
+        engine.save_checkpoint(ckpt, tag=f"global_step{step}")
+    ref = {}
+    for pname, p in engine.module.named_parameters():
+        for key in ("exp_avg", "exp_avg_sq"):
+            v = safe_get_full_optimizer_state(p, key)
+            if v is not None:
+                ref[f"{key}/{pname}"] = v.float().clone()
+    if rank == 0:
+        st_write(ckpt + ".optim.safetensors", ref)
+    torch.distributed.barrier()
+
+
+def main():
+    if len(sys.argv) == 5 and sys.argv[1] == "--worker":
+        worker(sys.argv[2], sys.argv[3], int(sys.argv[4]),
+               int(os.environ["SF_STEPS"]))
+        return
+    out_root = sys.argv[1]
+    import torch
+    import deepspeed
+    from deepspeed.utils.zero_to_fp32 import \
+        get_fp32_state_dict_from_zero_checkpoint
+
+    out = os.path.join(out_root, f"deepspeed-{deepspeed.__version__}")
+    os.makedirs(out, exist_ok=True)
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    env = dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1")
+    for name, stage, world, steps in CASES:
+        env["SF_STEPS"] = str(steps)
+        subprocess.run([torchrun, "--nproc_per_node", str(world),
+                        "--master_port", str(29600 + stage * 10 + world),
+                        HERE, "--worker", out, name, str(stage)],
+                       env=env, check=True)
+        ckpt = os.path.join(out, name)
+        sd = get_fp32_state_dict_from_zero_checkpoint(ckpt)
+        st_write(ckpt + ".fp32.safetensors", sd)
+        with open(ckpt + ".json", "w") as f:
+            json.dump({"deepspeed": deepspeed.__version__,
+                       "torch": torch.__version__.split("+")[0],
+                       "stage": stage, "world": world}, f, indent=1)
+            f.write("\n")
+        # the script DeepSpeed copies beside its checkpoints (zero_to_torch.py
+        # in 0.19, zero_to_fp32.py before) is code, not the checkpoint: not kept
+        for script in ("zero_to_torch.py", "zero_to_fp32.py"):
+            if os.path.exists(os.path.join(ckpt, script)):
+                os.remove(os.path.join(ckpt, script))
+        print(f"{name}: {len(sd)} tensors")
+
+
+if __name__ == "__main__":
+    main()
