@@ -19,6 +19,9 @@ and beside each NAME/ the references, written by DeepSpeed's own code:
   NAME.optim.safetensors  exp_avg/NAME and exp_avg_sq/NAME, from
                           deepspeed.utils.safe_get_full_optimizer_state in
                           the training processes (gathered over ranks)
+  NAME.module.safetensors stage 1/2: the 16-bit module weights as
+                          torch.load gives them from the model states
+                          (stage 3 stores none)
   NAME.json               {"deepspeed", "torch", "stage", "world"}
 
 The model has parameters whose sizes do not divide by the world size (so
@@ -53,6 +56,21 @@ def st_write(path, tensors):
     h += b" " * (-len(h) % 8)
     with open(path, "wb") as f:
         f.write(len(h).to_bytes(8, "little") + h + b"".join(blobs))
+
+
+def module_ref(ckpt, stage):
+    """NAME.module.safetensors: the parameters of the model states' module
+    (16-bit), as torch.load reads them (stage 1/2)."""
+    import torch
+    if stage > 2:
+        return
+    with open(os.path.join(ckpt, "latest")) as f:
+        tag = f.read().strip()
+    sd = torch.load(os.path.join(ckpt, tag, "mp_rank_00_model_states.pt"),
+                    map_location="cpu", weights_only=False)
+    st_write(ckpt + ".module.safetensors",
+             {k: v for k, v in sd["module"].items()
+              if k not in sd["buffer_names"]})
 
 
 def worker(out, name, stage, steps):
@@ -111,6 +129,14 @@ def worker(out, name, stage, steps):
 
 
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--module-refs":
+        # the module references alone, for checkpoints already written
+        for meta in sorted(os.listdir(sys.argv[2])):
+            if meta.endswith(".json"):
+                with open(os.path.join(sys.argv[2], meta)) as f:
+                    module_ref(os.path.join(sys.argv[2], meta[:-5]),
+                               json.load(f)["stage"])
+        return
     if len(sys.argv) == 5 and sys.argv[1] == "--worker":
         worker(sys.argv[2], sys.argv[3], int(sys.argv[4]),
                int(os.environ["SF_STEPS"]))
@@ -134,6 +160,7 @@ def main():
         ckpt = os.path.join(out, name)
         sd = get_fp32_state_dict_from_zero_checkpoint(ckpt)
         st_write(ckpt + ".fp32.safetensors", sd)
+        module_ref(ckpt, stage)
         with open(ckpt + ".json", "w") as f:
             json.dump({"deepspeed": deepspeed.__version__,
                        "torch": torch.__version__.split("+")[0],

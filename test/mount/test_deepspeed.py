@@ -11,7 +11,7 @@ byte for byte against zero_to_fp32's own output (NAME.fp32.safetensors),
 optimizer/exp_avg/NAME and optimizer/exp_avg_sq/NAME against DeepSpeed's
 safe_get_full_optimizer_state (NAME.optim.safetensors), the
 model.safetensors view's entries against zero_to_fp32's, module/NAME
-(stage 1/2: the bf16 weights), the format and verified xattrs, the other
+(stage 1/2: the bf16 weights) against torch.load's (NAME.module.safetensors), the format and verified xattrs, the other
 views (npy/, slices), a root file beside latest, read-only.
 
 Hostile variants, made at test time from the real files: a pickle naming
@@ -149,15 +149,16 @@ def check_case(env, ck, root, name, fx, stage):
               if e else None, data, "%s: model.safetensors %s" % (name, k))
     mod = os.path.join(root, "tensors", "module")
     if stage <= 2:
-        for k, (h, data) in sorted(fp32.items()):
-            if k == "counts":
-                continue
+        module = st_read(fx + ".module.safetensors")
+        ck.eq(sorted(module), sorted(k for k in fp32 if k != "counts"),
+              "%s: a module reference per parameter" % name)
+        for k, (h, data) in sorted(module.items()):
             p = os.path.join(mod, k)
             ck.eq((os.getxattr(p, "user.shardfs.dtype").decode(),
                    json.loads(os.getxattr(p, "user.shardfs.shape")),
-                   os.path.getsize(p)) if os.path.exists(p) else None,
-                  ("BF16", h["shape"], len(data) // 2),
-                  "%s: module/%s bf16" % (name, k))
+                   sm.read_file(p)) if os.path.exists(p) else None,
+                  (h["dtype"], h["shape"], data),
+                  "%s: module/%s is torch.load's (%s)" % (name, k, h["dtype"]))
     else:
         ck.ok(not os.path.exists(mod), "%s: no module/ (ZeRO-3 stores none)" % name)
     check_views(env, ck, root, name)
