@@ -28,7 +28,8 @@
  *       module state dict (stage 3 stores none: placeholders of 0 elements);
  *   NAME for a buffer            as zero_to_fp32: from the module state
  *       dict; a 16-bit buffer (which it converts to fp32) is left out.
- * Not shown yet (left out with a line): shared and frozen parameters,
+ *   NAME for a shared parameter  the fp32 weight of the one it is tied to.
+ * Not shown yet (left out with a line): frozen parameters,
  * tensor parallel (mp_rank_XX > 00: the open fails with a line), the other
  * tags beside the one latest names, universal checkpoints, objects/.
  *
@@ -615,6 +616,48 @@ static int add_stored(struct ds *d, const char *full, const struct sf_pk *v)
 	return 0;
 }
 
+/* A shared parameter (tied weights: shared_params maps NAME to the
+ * parameter OTHER it is): as zero_to_fp32, NAME is OTHER's fp32 weight,
+ * the same shards under a second name. 0 or -ENOMEM; else left out with a
+ * line. */
+static int add_shared(struct ds *d, const struct sf_pk *kn,
+		      const struct sf_pk *vn)
+{
+	const char *name = sf_pk_str(kn), *other = sf_pk_str(vn);
+	struct sf_tensor *t;
+	size_t src = SIZE_MAX;
+	int rc;
+
+	if (!name)
+		return 0;
+	for (size_t i = 0; other && i < d->m->ntensors; i++)
+		if (strcmp(d->m->tensors[i].name, other) == 0)
+			src = i;
+	if (src == SIZE_MAX) {
+		sf_kit_leave_out(&d->k, name, "shared with %s, which is not shown",
+				 other ? SF_QSTR(other) : "no parameter");
+		return 0;
+	}
+	rc = sf_model_add_tensor(d->m, false, name, d->m->tensors[src].dtype,
+				 d->m->tensors[src].ndim, d->m->tensors[src].shape, &t);
+	if (rc == -ENOMEM)
+		return rc;
+	if (rc) {
+		sf_kit_leave_out(&d->k, name, "%s", sf_model_why(d->m));
+		return 0;
+	}
+	/* adding t may have moved the array: src is found again by index */
+	for (size_t j = 0; j < d->m->tensors[src].nshards && !rc; j++)
+		rc = sf_tensor_add_shard(d->m, t, &d->m->tensors[src].shards[j]);
+	if (rc == -ENOMEM)
+		return rc;
+	if (rc) {
+		sf_model_drop_last(d->m, SF_ENTRY_TENSOR);
+		sf_kit_leave_out(&d->k, name, "%s", sf_model_why(d->m));
+	}
+	return 0;
+}
+
 static bool in_list(const struct sf_pk *l, const char *s)
 {
 	for (size_t i = 0; i < sf_pk_len(l); i++) {
@@ -627,8 +670,8 @@ static bool in_list(const struct sf_pk *l, const char *s)
 }
 
 /* The module state dict: buffers as NAME (fp32 or non-float as stored),
- * stage 1/2 weights as module/NAME; shared and frozen parameters are left
- * out with a line. */
+ * stage 1/2 weights as module/NAME; shared parameters as the parameter
+ * they are; frozen parameters are left out with a line. */
 static int build_module(struct ds *d, const struct sf_pk *root)
 {
 	const struct sf_pk *mod = dict_of(get(root, "module"));
@@ -638,10 +681,8 @@ static int build_module(struct ds *d, const struct sf_pk *root)
 	char full[SF_MAX_NAME + 16];
 	int rc = 0;
 
-	for (size_t i = 0; sp && i < sp->u.dict.n; i++)
-		if (sf_pk_str(sp->u.dict.k[i]))
-			sf_kit_leave_out(&d->k, sf_pk_str(sp->u.dict.k[i]),
-					 "a shared parameter (not shown yet)");
+	for (size_t i = 0; sp && i < sp->u.dict.n && !rc; i++)
+		rc = add_shared(d, sp->u.dict.k[i], sp->u.dict.v[i]);
 	for (size_t i = 0; fz && i < fz->u.dict.n; i++)
 		if (sf_pk_str(fz->u.dict.k[i]))
 			sf_kit_leave_out(&d->k, sf_pk_str(fz->u.dict.k[i]),

@@ -1,7 +1,7 @@
 """make_deepspeed_fixtures - DeepSpeed ZeRO checkpoints written by a real
 DeepSpeed on CPU (DS_ACCELERATOR=cpu, gloo, torch_adam, bf16 on).
 
-    PY make_deepspeed_fixtures.py OUTDIR
+    PY make_deepspeed_fixtures.py OUTDIR [NAME...]
 
 Writes OUTDIR/deepspeed-X.Y.Z/NAME/ (as DeepSpeed and the HF Trainer lay it
 out: NAME/latest + NAME/global_stepN/*) for
@@ -11,6 +11,9 @@ out: NAME/latest + NAME/global_stepN/*) for
              global_step2; global_step1 stays beside it)
   zero3-2r   ZeRO stage 3, 2 ranks
   zero3-3r   ZeRO stage 3, 3 ranks (every parameter padded)
+  zero2-tied ZeRO stage 2, 2 ranks, an output layer whose weight is the
+             embedding's (shared_params: zero_to_fp32 shows it under both
+             names)
 
 and beside each NAME/ the references, written by DeepSpeed's own code:
 
@@ -37,7 +40,7 @@ import sys
 
 HERE = os.path.abspath(__file__)
 CASES = [("zero1-2r", 1, 2, 1), ("zero2-2r", 2, 2, 2), ("zero3-2r", 3, 2, 1),
-         ("zero3-3r", 3, 3, 1)]
+         ("zero3-3r", 3, 3, 1), ("zero2-tied", 2, 2, 1)]
 
 
 def st_write(path, tensors):
@@ -81,6 +84,7 @@ def worker(out, name, stage, steps):
     deepspeed.init_distributed(dist_backend="gloo")
     rank = torch.distributed.get_rank()
     torch.manual_seed(1234)
+    tied = name.endswith("-tied")
 
     class Tiny(torch.nn.Module):
         def __init__(self):
@@ -91,11 +95,17 @@ def worker(out, name, stage, steps):
             self.fc2 = torch.nn.Linear(7, 5)          # 35 + 5
             self.scale = torch.nn.Parameter(torch.ones(3))  # 3
             self.register_buffer("counts", torch.arange(4, dtype=torch.float32))
+            if tied:  # tied weights: out.weight is embed.weight
+                self.out = torch.nn.Linear(3, 11, bias=False)
+                self.out.weight = self.embed.weight
 
         def forward(self, ids):
             h = self.fc1(self.embed(ids))
             h = self.fc2(torch.relu(self.norm(h)))
-            return (h[..., :3] * self.scale).pow(2).mean()
+            loss = (h[..., :3] * self.scale).pow(2).mean()
+            if tied:
+                loss = loss + self.out(h[..., :3]).pow(2).mean()
+            return loss
 
     cfg = {
         "train_micro_batch_size_per_gpu": 2,
@@ -152,6 +162,8 @@ def main():
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
     env = dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1")
     for name, stage, world, steps in CASES:
+        if sys.argv[2:] and name not in sys.argv[2:]:
+            continue
         env["SF_STEPS"] = str(steps)
         subprocess.run([torchrun, "--nproc_per_node", str(world),
                         "--master_port", str(29600 + stage * 10 + world),

@@ -4,7 +4,8 @@
 The store holds the checkpoints deepspeed 0.19.8 wrote
 (test/fixtures/deepspeed/deepspeed-*, made by
 test/interop/make_deepspeed_fixtures.py; committed): ZeRO 1, 2 (two tags
-beside `latest`) and 3 on 2 ranks, ZeRO 3 on 3 ranks, each in the HF
+beside `latest`) and 3 on 2 ranks, ZeRO 3 on 3 ranks, ZeRO 2 with tied
+weights (shared_params: out.weight shown as zero_to_fp32 gives it), each in the HF
 Trainer's layout (NAME/latest + NAME/global_stepN/), and one tag directory
 on its own (bare). Checked through one mount: every tensors/NAME
 byte for byte against zero_to_fp32's own output (NAME.fp32.safetensors),
