@@ -31,7 +31,13 @@
  *   NAME for a shared parameter  the fp32 weight of the one it is tied to.
  * Not shown yet (left out with a line): frozen parameters,
  * tensor parallel (mp_rank_XX > 00: the open fails with a line), the other
- * tags beside the one latest names, universal checkpoints, objects/.
+ * tags beside the one latest names, objects/.
+ *
+ * Universal checkpoints (deepspeed.checkpoint.ds_to_universal):
+ * DIR/latest_universal names TAG (or the directory is TAG, holding zero/);
+ * TAG/zero/PARAM/{fp32,exp_avg,exp_avg_sq}.pt each a torch.save of
+ * {"param": the whole tensor[, "cat_dim"]}: tensors PARAM,
+ * optimizer/exp_avg/PARAM, optimizer/exp_avg_sq/PARAM, each one shard.
  *
  * Invariants: the pickles are decoded with the torch tensor names plus
  * exactly the DeepSpeed classes below (nothing executed); every range
@@ -95,6 +101,7 @@ struct ds {
 	struct sf_kit k;
 	struct sf_model *m;
 	char tag[256];           /* "" when the directory is the tag */
+	bool universal;          /* a universal checkpoint (TAG/zero/PARAM/) */
 	int stage;
 	unsigned world;
 	unsigned ngroups;
@@ -130,10 +137,13 @@ static enum sf_probe ds_probe(const struct sf_dirlist *ls)
 		optim |= ends_with(ls->names[i], "_optim_states.pt");
 		model |= ends_with(ls->names[i], "_model_states.pt");
 	}
-	if (sf_dirlist_has(ls, "latest", false) && dir)
+	if ((sf_dirlist_has(ls, "latest", false) ||
+	     sf_dirlist_has(ls, "latest_universal", false)) && dir)
 		return SF_PROBE_YES;
 	if (optim && model)
 		return SF_PROBE_YES;
+	if (model && sf_dirlist_has(ls, "zero", true))
+		return SF_PROBE_YES; /* a universal checkpoint's tag directory */
 	return SF_PROBE_NO;
 }
 
@@ -212,29 +222,36 @@ static int optim_rank(const char *name, unsigned long *r, unsigned long *mp)
 	return strcmp(e, "_optim_states.pt") == 0 ? 0 : -1;
 }
 
-/* The tag `latest` names into d->tag (one plain name), when there is
- * `latest`; else the directory is the tag. */
+/* The tag `latest` (or a universal checkpoint's `latest_universal`)
+ * names into d->tag (one plain name); without either the directory is
+ * the tag (a universal one when it holds zero/). */
 static int read_latest(struct ds *d, const struct sf_dirlist *ls)
 {
+	const char *lname = "latest";
 	struct sf_cfile cf = { 0 };
 	char *txt = NULL;
 	size_t len = 0;
 	int rc;
 
-	if (!sf_dirlist_has(ls, "latest", false))
+	if (sf_dirlist_has(ls, "latest_universal", false)) {
+		lname = "latest_universal";
+		d->universal = true;
+	} else if (!sf_dirlist_has(ls, "latest", false)) {
+		d->universal = sf_dirlist_has(ls, "zero", true);
 		return 0;
-	rc = sf_cfile_open(d->k.cd, "latest", &cf);
+	}
+	rc = sf_cfile_open(d->k.cd, lname, &cf);
 	if (!rc)
 		rc = sf_cfile_read_all(&cf, DS_MAX_LATEST, &txt, &len);
 	sf_cfile_close(&cf);
 	if (rc)
-		return sf_fail(&d->k.w, rc, "latest: %s", sf_strerror(rc));
+		return sf_fail(&d->k.w, rc, "%s: %s", lname, sf_strerror(rc));
 	while (len && (txt[len - 1] == '\n' || txt[len - 1] == '\r' ||
 		       txt[len - 1] == ' ' || txt[len - 1] == '\t'))
 		txt[--len] = '\0';
 	if (sf_name_problem(txt, len, true, true) || len >= sizeof(d->tag)) {
 		rc = sf_fail(&d->k.w, -SF_EFORMAT,
-			     "latest names %s, not a directory of the checkpoint",
+			     "%s names %s, not a directory of the checkpoint", lname,
 			     sf_quote_name((char[SF_QNAME_SIZE]){ 0 }, txt, len));
 		free(txt);
 		return rc;
@@ -244,27 +261,31 @@ static int read_latest(struct ds *d, const struct sf_dirlist *ls)
 	return 0;
 }
 
-/* List the tag directory (the checkpoint's own when there is no tag). */
-static int list_tag(struct ds *d, struct sf_dirlist *out)
+/* List directory sub (a relative path; "" for the checkpoint's own) of
+ * the checkpoint, local only. */
+static int list_dir(struct ds *d, const char *sub, struct sf_dirlist *out)
 {
 	int fd, rc;
 
-	if (!d->tag[0])
+	if (!sub[0])
 		return sf_cdir_list(d->k.cd, out);
 	if (d->k.cd->dirfd < 0)
 		return sf_fail(&d->k.w, -ENOENT,
-			       "the tag directory %s is on no local store",
-			       SF_QSTR(d->tag));
-	fd = sf_open_beneath(d->k.cd->dirfd, d->tag, O_RDONLY | O_DIRECTORY);
+			       "the directory %s is on no local store", SF_QSTR(sub));
+	fd = sf_open_beneath(d->k.cd->dirfd, sub, O_RDONLY | O_DIRECTORY);
 	if (fd < 0)
-		return sf_fail(&d->k.w, fd, "latest names %s: %s",
-			       SF_QSTR(d->tag), sf_strerror(fd));
+		return sf_fail(&d->k.w, fd, "%s: %s", SF_QSTR(sub), sf_strerror(fd));
 	rc = sf_dirlist_read(fd, out);
 	close(fd);
 	if (rc)
-		return sf_fail(&d->k.w, rc, "cannot list %s: %s",
-			       SF_QSTR(d->tag), sf_strerror(rc));
+		return sf_fail(&d->k.w, rc, "cannot list %s: %s", SF_QSTR(sub),
+			       sf_strerror(rc));
 	return 0;
+}
+
+static int list_tag(struct ds *d, struct sf_dirlist *out)
+{
+	return list_dir(d, d->tag, out);
 }
 
 /* Open every rank's optimizer states (exactly world of them, ranks 0 to
@@ -713,12 +734,101 @@ static int build_module(struct ds *d, const struct sf_pk *root)
 	return rc;
 }
 
+/* --- universal checkpoints (ds_to_universal) --- */
+
+/* TAG/zero/PARAM/FILE.pt: a torch.save of {"param": tensor[, "cat_dim"]},
+ * the whole (fp32) state of one parameter: tensor NAME (prefix + PARAM)
+ * served in place. No file: nothing (a buffer has no moments). 0 or
+ * -ENOMEM; else left out with a line. */
+static int add_universal(struct ds *d, const char *param, const char *file,
+			 const char *prefix)
+{
+	char path[SF_MAX_NAME + 300], full[SF_MAX_NAME + 32], why[256];
+	struct sf_torchsave *ts = NULL;
+	const struct sf_ts_tensor *t = NULL;
+	struct sf_cfile cf = { 0 };
+	struct sf_tensor *mt;
+	struct sf_shard sh = { 0 };
+	uint64_t size;
+	int rc;
+
+	snprintf(path, sizeof(path), "%s%szero/%s/%s", d->tag,
+		 d->tag[0] ? "/" : "", param, file);
+	snprintf(full, sizeof(full), "%s%s", prefix, param);
+	rc = sf_cdir_stat(d->k.cd, path, &size);
+	if (rc == -ENOENT)
+		return 0;
+	if (!rc)
+		rc = sf_cfile_open(d->k.cd, path, &cf);
+	if (rc) {
+		sf_kit_leave_out(&d->k, full, "%s: %s", SF_QSTR(path), sf_strerror(rc));
+		return rc == -ENOMEM || rc == -SF_EBUDGET ? rc : 0;
+	}
+	rc = sf_torchsave_open(&cf.in, &ts, why, sizeof(why));
+	for (size_t i = 0; !rc && i < ts->n; i++)
+		if (strcmp(ts->t[i].key, "param") == 0)
+			t = &ts->t[i];
+	if (rc || !t || !t->contiguous) {
+		if (rc != -ENOMEM)
+			sf_kit_leave_out(&d->k, full, "%s: %s", SF_QSTR(path),
+					 rc ? why : "no contiguous \"param\" tensor");
+		goto out_close;
+	}
+	rc = sf_model_add_tensor(d->m, false, full, t->dtype, t->ndim, t->shape, &mt);
+	if (rc && rc != -ENOMEM)
+		sf_kit_leave_out(&d->k, full, "%s", sf_model_why(d->m));
+	if (rc || mt->nbytes == 0)
+		goto out_close;
+	sh.flat = true;
+	sh.flat_len = sh.nbytes = mt->nbytes;
+	sh.file = path;
+	sh.file_offset = t->data_off + t->storage_offset * sf_dtype_size(t->dtype);
+	rc = sf_tensor_add_shard(d->m, mt, &sh);
+	if (rc && rc != -ENOMEM) {
+		sf_model_drop_last(d->m, SF_ENTRY_TENSOR);
+		sf_kit_leave_out(&d->k, full, "%s", sf_model_why(d->m));
+	}
+out_close:
+	sf_torchsave_free(ts);
+	sf_cfile_close(&cf);
+	return rc == -ENOMEM || rc == -SF_EBUDGET ? rc : 0;
+}
+
+static int build_universal(struct ds *d)
+{
+	static const char *const files[NKIND] = {
+		"fp32.pt", "exp_avg.pt", "exp_avg_sq.pt"
+	};
+	struct sf_dirlist ls = { 0 };
+	char sub[300];
+	int rc;
+
+	snprintf(sub, sizeof(sub), "%s%szero", d->tag, d->tag[0] ? "/" : "");
+	rc = list_dir(d, sub, &ls);
+	for (size_t i = 0; !rc && i < ls.n; i++) {
+		if (!ls.is_dir[i])
+			continue;
+		if (sf_name_problem(ls.names[i], strlen(ls.names[i]), true, false)) {
+			sf_kit_leave_out(&d->k, ls.names[i], "not a name shardfs can show");
+			continue;
+		}
+		for (int kind = 0; kind < NKIND && !rc; kind++)
+			rc = add_universal(d, ls.names[i], files[kind], kind_prefix[kind]);
+	}
+	sf_dirlist_free(&ls);
+	if (!rc)
+		sf_kit_set_format(d->m, "%s universal", SF_DEEPSPEED_FORMAT);
+	return rc;
+}
+
 static int build(struct ds *d)
 {
 	const struct sf_pk *root, *v;
 	struct sf_dirlist ls = { 0 };
 	int rc;
 
+	if (d->universal)
+		return build_universal(d);
 	rc = list_tag(d, &ls);
 	if (!rc)
 		rc = open_optim(d, &ls);
@@ -749,6 +859,7 @@ static bool own_name(void *arg, const char *name)
 {
 	(void)arg;
 	return strcmp(name, "latest") == 0 ||
+	       strcmp(name, "latest_universal") == 0 ||
 	       ends_with(name, "_optim_states.pt") ||
 	       ends_with(name, "_model_states.pt");
 }

@@ -15,6 +15,11 @@ out: NAME/latest + NAME/global_stepN/*) for
              embedding's (shared_params: zero_to_fp32 shows it under both
              names)
 
+  universal-zero2  zero2-2r converted by DeepSpeed's ds_to_universal
+             (--inject_missing_state): NAME/latest_universal +
+             NAME/global_step2_universal/zero/PARAM/{fp32,exp_avg,exp_avg_sq,
+             step}.pt; its references are zero2-2r's (NAME.json says so)
+
 and beside each NAME/ the references, written by DeepSpeed's own code:
 
   NAME.fp32.safetensors   zero_to_fp32's get_fp32_state_dict_from_zero_
@@ -184,6 +189,21 @@ def main():
             if os.path.exists(os.path.join(ckpt, script)):
                 os.remove(os.path.join(ckpt, script))
         print(f"{name}: {len(sd)} tensors")
+    if not sys.argv[2:] or "universal-zero2" in sys.argv[2:]:
+        src = os.path.join(out, "zero2-2r")
+        with open(os.path.join(src, "latest")) as f:
+            tag = f.read().strip()
+        dst = os.path.join(out, "universal-zero2")
+        subprocess.run([sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal",
+                        "--input_folder", os.path.join(src, tag),
+                        "--output_folder", os.path.join(dst, tag + "_universal"),
+                        "--inject_missing_state", "--num_extract_workers", "1",
+                        "--num_merge_workers", "1"], env=env, check=True)
+        with open(dst + ".json", "w") as f:
+            json.dump({"deepspeed": deepspeed.__version__,
+                       "torch": torch.__version__.split("+")[0],
+                       "universal_of": "zero2-2r"}, f, indent=1)
+            f.write("\n")
 
 
 if __name__ == "__main__":

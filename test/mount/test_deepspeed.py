@@ -5,7 +5,9 @@ The store holds the checkpoints deepspeed 0.19.8 wrote
 (test/fixtures/deepspeed/deepspeed-*, made by
 test/interop/make_deepspeed_fixtures.py; committed): ZeRO 1, 2 (two tags
 beside `latest`) and 3 on 2 ranks, ZeRO 3 on 3 ranks, ZeRO 2 with tied
-weights (shared_params: out.weight shown as zero_to_fp32 gives it), each in the HF
+weights (shared_params: out.weight shown as zero_to_fp32 gives it),
+the ZeRO-2 one converted by ds_to_universal (its tensors must equal
+zero_to_fp32's of the original), each in the HF
 Trainer's layout (NAME/latest + NAME/global_stepN/), and one tag directory
 on its own (bare). Checked through one mount: every tensors/NAME
 byte for byte against zero_to_fp32's own output (NAME.fp32.safetensors),
@@ -129,6 +131,7 @@ def check_case(env, ck, root, name, fx, stage):
     optim = st_read(fx + ".optim.safetensors")
     ck.ok(len(fp32) >= 8 and len(optim) >= 16, "%s: references found" % name)
     ck.eq(os.getxattr(root, "user.shardfs.format").decode(),
+          "deepspeed universal" if stage == "universal" else
           "deepspeed zero-%d 0.19.8" % stage, "%s: format xattr" % name)
     ck.eq(os.getxattr(root, "user.shardfs.verified").decode(), "no",
           "%s: verified xattr" % name)
@@ -149,7 +152,9 @@ def check_case(env, ck, root, name, fx, stage):
         ck.eq(buf[base + e["data_offsets"][0]:base + e["data_offsets"][1]]
               if e else None, data, "%s: model.safetensors %s" % (name, k))
     mod = os.path.join(root, "tensors", "module")
-    if stage <= 2:
+    if stage == "universal":
+        ck.ok(not os.path.exists(mod), "%s: no module/ (universal)" % name)
+    elif stage <= 2:
         module = st_read(fx + ".module.safetensors")
         ck.eq(sorted(module), sorted(k for k in fp32 if k != "counts"),
               "%s: a module reference per parameter" % name)
@@ -176,13 +181,25 @@ def test(env, ck):
                 info = json.load(f)
             name = os.path.basename(src)
             shutil.copytree(src, os.path.join(store, name))
-            cases.append((name, src, info["stage"]))
-    ck.ok(len(cases) >= 4, "deepspeed fixtures found in %s" % FIXTURES)
+            if "universal_of" in info:  # ds_to_universal of another case:
+                # the same tensors, that case's references
+                cases.append((name, os.path.join(vdir, info["universal_of"]),
+                              "universal"))
+            else:
+                cases.append((name, src, info["stage"]))
+    ck.ok(len(cases) >= 6, "deepspeed fixtures found in %s" % FIXTURES)
     src3 = [c for c in cases if c[0] == "zero3-2r"]
     src2 = [c for c in cases if c[0] == "zero2-2r"]
     if src3:  # a tag directory on its own
         shutil.copytree(tag_dir(src3[0][1]), os.path.join(store, "bare3"))
         cases.append(("bare3", src3[0][1], 3))
+    uni = [c for c in cases if c[0] == "universal-zero2"]
+    if uni:  # a universal tag directory on its own
+        u = os.path.join(store, "universal-zero2")
+        with open(os.path.join(u, "latest_universal")) as f:
+            shutil.copytree(os.path.join(u, f.read().strip()),
+                            os.path.join(store, "bare-universal"))
+        cases.append(("bare-universal", uni[0][1], "universal"))
     first = cases[0][0]
     with open(os.path.join(store, first, "config.json"), "w") as f:
         f.write('{"hidden_size": 7}\n')
