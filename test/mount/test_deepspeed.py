@@ -22,7 +22,10 @@ another global (posix.system) in an optimizer archive (the checkpoint is
 left out with a line naming it), a parameter whose shape claims more
 elements than the partitions hold (that parameter alone left out), a
 parameter name with '/..' (left out), `latest` naming a path out of the
-checkpoint (left out). The store is byte-for-byte unchanged at the end.
+checkpoint (left out), an optimizer archive that is a symlink out (left
+out); in the universal one, a fp32.pt linked out and a parameter
+directory "a@b" (each left out alone). The store is byte-for-byte
+unchanged at the end.
 """
 
 import glob
@@ -123,7 +126,32 @@ def make_hostile(store, src2):
     with open(os.path.join(d, "latest"), "w") as f:
         f.write("../h-short/global_step2")
     out["latest"] = d
+    # rank 1's optimizer states a symlink to a file outside the checkpoint
+    d = os.path.join(store, "h-symlink")
+    shutil.copytree(src2, d)
+    opt = glob.glob(os.path.join(tag_dir(d), "*rank_1_*optim_states.pt"))[0]
+    outside = os.path.join(os.path.dirname(store), "outside-optim.pt")
+    shutil.copyfile(opt, outside)
+    os.remove(opt)
+    os.symlink(outside, opt)
+    out["symlink"] = d
     return out
+
+
+def make_hostile_universal(store, src):
+    """The universal checkpoint with zero/scale/fp32.pt a symlink out and a
+    parameter directory named "a@b" (no tensor name)."""
+    d = os.path.join(store, "h-universal")
+    shutil.copytree(src, d)
+    with open(os.path.join(d, "latest_universal")) as f:
+        zero = os.path.join(d, f.read().strip(), "zero")
+    fp = os.path.join(zero, "scale", "fp32.pt")
+    outside = os.path.join(os.path.dirname(store), "outside-fp32.pt")
+    shutil.copyfile(fp, outside)
+    os.remove(fp)
+    os.symlink(outside, fp)
+    shutil.copytree(os.path.join(zero, "fc1.bias"), os.path.join(zero, "a@b"))
+    return d
 
 
 def check_case(env, ck, root, name, fx, stage):
@@ -204,6 +232,8 @@ def test(env, ck):
     with open(os.path.join(store, first, "config.json"), "w") as f:
         f.write('{"hidden_size": 7}\n')
     hostile = make_hostile(store, src2[0][1]) if src2 else {}
+    if uni:
+        make_hostile_universal(store, os.path.join(store, "universal-zero2"))
 
     before = sm.store_snapshot(store)
     with sm.Mount(env, store, ["--log-level", "info"]) as m:
@@ -241,6 +271,16 @@ def test(env, ck):
                   "h-dotdot: no tensor from /../bias")
             ck.ok(os.path.exists(os.path.join(mnt, "h-dotdot", "tensors", "fc1.weight")),
                   "h-dotdot: the others shown")
+        ck.ok("h-symlink" not in listed, "an optimizer archive linked out: left out")
+        if ck.ok("h-universal" in listed, "universal with a link out: shown"):
+            t = os.path.join(mnt, "h-universal", "tensors")
+            ck.ok(not os.path.exists(os.path.join(t, "scale")),
+                  "h-universal: scale (fp32.pt linked out) left out")
+            ck.ok(os.path.exists(os.path.join(t, "optimizer", "exp_avg", "scale")),
+                  "h-universal: scale's moments still shown")
+            ck.ok(not any("a@b" in n for n in os.listdir(t)),
+                  "h-universal: a@b left out")
+            ck.ok('"a@b" left out' in m.log_text(), "h-universal: the log says so")
     ck.eq(sm.snapshot_diff(before, sm.store_snapshot(store)), [],
           "the store is unchanged")
 
