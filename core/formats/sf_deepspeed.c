@@ -29,8 +29,10 @@
  *   NAME for a buffer            as zero_to_fp32: from the module state
  *       dict; a 16-bit buffer (which it converts to fp32) is left out.
  *   NAME for a shared parameter  the fp32 weight of the one it is tied to.
- * Not shown yet (left out with a line): frozen parameters,
- * tensor parallel (mp_rank_XX > 00: the open fails with a line), the other
+ * With tensor parallel (mp_rank_XX up to NN), every mp rank is read as a
+ * ZeRO checkpoint of its own and its tensors are shown under
+ * mp_rank_XX/ (the split axis is in no file: nothing is merged).
+ * Not shown yet (left out with a line): frozen parameters, the other
  * tags beside the one latest names, objects/.
  *
  * Universal checkpoints (deepspeed.checkpoint.ds_to_universal):
@@ -102,6 +104,8 @@ struct ds {
 	struct sf_model *m;
 	char tag[256];           /* "" when the directory is the tag */
 	bool universal;          /* a universal checkpoint (TAG/zero/PARAM/) */
+	unsigned mp, nmp;        /* the mp rank being read, of nmp */
+	char pfx[24];            /* "mp_rank_XX/" with nmp > 1, else "" */
 	int stage;
 	unsigned world;
 	unsigned ngroups;
@@ -299,20 +303,17 @@ static int open_optim(struct ds *d, const struct sf_dirlist *ls)
 	int rc;
 
 	for (size_t i = 0; i < ls->n; i++) {
-		if (ls->is_dir[i] || optim_rank(ls->names[i], &r, &mp))
+		if (ls->is_dir[i] || optim_rank(ls->names[i], &r, &mp) ||
+		    mp != d->mp)
 			continue;
-		if (mp != 0)
-			return sf_fail(&d->k.w, -SF_EFORMAT,
-				       "%s: tensor parallel (mp_rank > 00) is not shown yet",
-				       SF_QSTR(ls->names[i]));
 		if (r == 0)
 			first = i;
 		n++;
 	}
 	if (first == SIZE_MAX)
 		return sf_fail(&d->k.w, -SF_EFORMAT,
-			       "no rank 0 *_optim_states.pt%s%s", d->tag[0] ? " in " : "",
-			       d->tag[0] ? SF_QSTR(d->tag) : "");
+			       "no rank 0 *_mp_rank_%02u_optim_states.pt%s%s", d->mp,
+			       d->tag[0] ? " in " : "", d->tag[0] ? SF_QSTR(d->tag) : "");
 	if (n > DS_MAX_RANKS)
 		return sf_fail(&d->k.w, -SF_ETOOBIG, "more than %d ranks",
 			       DS_MAX_RANKS);
@@ -347,7 +348,8 @@ static int open_optim(struct ds *d, const struct sf_dirlist *ls)
 			       (long long)x, n);
 	d->world = (unsigned)n;
 	for (size_t i = 0; i < ls->n; i++) {
-		if (ls->is_dir[i] || optim_rank(ls->names[i], &r, &mp) || r == 0)
+		if (ls->is_dir[i] || optim_rank(ls->names[i], &r, &mp) || r == 0 ||
+		    mp != d->mp)
 			continue;
 		if (r >= n || d->opt[r].path)
 			return sf_fail(&d->k.w, -SF_EFORMAT,
@@ -508,7 +510,7 @@ static int add_param(struct ds *d, int kind, const char *name, unsigned g,
 	uint64_t pos = 0;
 	int rc;
 
-	snprintf(full, sizeof(full), "%s%s", kind_prefix[kind], name);
+	snprintf(full, sizeof(full), "%s%s%s", d->pfx, kind_prefix[kind], name);
 	rc = sf_model_add_tensor(d->m, false, full, SF_DT_F32, ndim, shape, &t);
 	if (rc == -ENOMEM)
 		return rc;
@@ -644,15 +646,18 @@ static int add_stored(struct ds *d, const char *full, const struct sf_pk *v)
 static int add_shared(struct ds *d, const struct sf_pk *kn,
 		      const struct sf_pk *vn)
 {
-	const char *name = sf_pk_str(kn), *other = sf_pk_str(vn);
+	const char *other = sf_pk_str(vn);
+	char name[SF_MAX_NAME + 32], oname[SF_MAX_NAME + 32];
 	struct sf_tensor *t;
 	size_t src = SIZE_MAX;
 	int rc;
 
-	if (!name)
+	if (!sf_pk_str(kn))
 		return 0;
+	snprintf(name, sizeof(name), "%s%s", d->pfx, sf_pk_str(kn));
+	snprintf(oname, sizeof(oname), "%s%s", d->pfx, other ? other : "");
 	for (size_t i = 0; other && i < d->m->ntensors; i++)
-		if (strcmp(d->m->tensors[i].name, other) == 0)
+		if (strcmp(d->m->tensors[i].name, oname) == 0)
 			src = i;
 	if (src == SIZE_MAX) {
 		sf_kit_leave_out(&d->k, name, "shared with %s, which is not shown",
@@ -699,7 +704,7 @@ static int build_module(struct ds *d, const struct sf_pk *root)
 	const struct sf_pk *bn = get(root, "buffer_names");
 	const struct sf_pk *sp = dict_of(get(root, "shared_params"));
 	const struct sf_pk *fz = dict_of(get(root, "frozen_param_shapes"));
-	char full[SF_MAX_NAME + 16];
+	char full[SF_MAX_NAME + 32];
 	int rc = 0;
 
 	for (size_t i = 0; sp && i < sp->u.dict.n && !rc; i++)
@@ -707,7 +712,8 @@ static int build_module(struct ds *d, const struct sf_pk *root)
 	for (size_t i = 0; fz && i < fz->u.dict.n; i++)
 		if (sf_pk_str(fz->u.dict.k[i]))
 			sf_kit_leave_out(&d->k, sf_pk_str(fz->u.dict.k[i]),
-					 "a frozen parameter (not shown yet)");
+					 "a frozen parameter (not shown yet)%s%s",
+					 d->pfx[0] ? " in " : "", d->pfx);
 	for (size_t i = 0; mod && i < mod->u.dict.n && !rc; i++) {
 		const char *name = sf_pk_str(mod->u.dict.k[i]);
 		struct sf_ts_tensor t;
@@ -715,19 +721,20 @@ static int build_module(struct ds *d, const struct sf_pk *root)
 
 		if (!name)
 			continue;
+		snprintf(full, sizeof(full), "%s%s", d->pfx, name);
 		if (in_list(bn, name)) {
 			if (sf_ts_doc_tensor(d->model.doc, mod->u.dict.v[i], name, &t,
 					     why, sizeof(why)) == 0 &&
 			    t.dtype >= SF_DT_F64 && t.dtype <= SF_DT_F8_E5M2 &&
 			    t.dtype != SF_DT_F32) {
-				sf_kit_leave_out(&d->k, name,
+				sf_kit_leave_out(&d->k, full,
 						 "a %s buffer (zero_to_fp32 converts it to fp32)",
 						 sf_dtype_name(t.dtype));
 				continue;
 			}
-			rc = add_stored(d, name, mod->u.dict.v[i]);
+			rc = add_stored(d, full, mod->u.dict.v[i]);
 		} else if (d->stage <= 2) {
-			snprintf(full, sizeof(full), "module/%s", name);
+			snprintf(full, sizeof(full), "%smodule/%s", d->pfx, name);
 			rc = add_stored(d, full, mod->u.dict.v[i]);
 		}
 	}
@@ -821,23 +828,39 @@ static int build_universal(struct ds *d)
 	return rc;
 }
 
-static int build(struct ds *d)
+/* Drop what one mp rank's read held (the model keeps what it needs). */
+static void close_mp(struct ds *d)
+{
+	for (unsigned r = 0; d->opt && r < d->world; r++)
+		close_file(&d->opt[r]);
+	if (d->opt && !d->world)
+		close_file(&d->opt[0]);
+	free(d->opt);
+	d->opt = NULL;
+	d->world = 0;
+	close_file(&d->model);
+	free(d->seg);
+	d->seg = NULL;
+}
+
+/* One mp rank's tensors (d->mp, d->pfx set). */
+static int build_mp(struct ds *d, const struct sf_dirlist *ls)
 {
 	const struct sf_pk *root, *v;
-	struct sf_dirlist ls = { 0 };
+	char mname[64];
 	int rc;
 
-	if (d->universal)
-		return build_universal(d);
-	rc = list_tag(d, &ls);
-	if (!rc)
-		rc = open_optim(d, &ls);
-	sf_dirlist_free(&ls);
+	rc = open_optim(d, ls);
 	if (!rc)
 		rc = read_segs(d);
-	if (!rc)
-		rc = open_file(d, d->stage <= 2 ? "mp_rank_00_model_states.pt" :
-			       "zero_pp_rank_0_mp_rank_00_model_states.pt", &d->model);
+	if (rc)
+		return rc;
+	if (d->stage <= 2)
+		snprintf(mname, sizeof(mname), "mp_rank_%02u_model_states.pt", d->mp);
+	else
+		snprintf(mname, sizeof(mname), "zero_pp_rank_0_mp_rank_%02u_model_states.pt",
+			 d->mp);
+	rc = open_file(d, mname, &d->model);
 	if (rc)
 		return rc;
 	root = sf_ts_doc_root(d->model.doc);
@@ -847,6 +870,40 @@ static int build(struct ds *d)
 			  d->stage <= 2 ? get(d->opt[0].osd, "param_alignment_paddings") : NULL);
 	if (!rc)
 		rc = build_module(d, root);
+	return rc;
+}
+
+/* The mp ranks (tensor parallel) of the tag: 0..nmp-1, each read as a
+ * ZeRO checkpoint of its own; with more than one, each under
+ * mp_rank_XX/ (the split axis is in no file: nothing is merged). */
+static int build(struct ds *d)
+{
+	struct sf_dirlist ls = { 0 };
+	unsigned long r, mp, maxmp = 0;
+	int rc, stage = 0;
+
+	if (d->universal)
+		return build_universal(d);
+	rc = list_tag(d, &ls);
+	for (size_t i = 0; !rc && i < ls.n; i++)
+		if (!ls.is_dir[i] && !optim_rank(ls.names[i], &r, &mp) && mp > maxmp)
+			maxmp = mp;
+	if (!rc && maxmp >= DS_MAX_RANKS)
+		rc = sf_fail(&d->k.w, -SF_ETOOBIG, "more than %d mp ranks", DS_MAX_RANKS);
+	d->nmp = (unsigned)maxmp + 1;
+	for (unsigned m = 0; !rc && m < d->nmp; m++) {
+		d->mp = m;
+		if (d->nmp > 1)
+			snprintf(d->pfx, sizeof(d->pfx), "mp_rank_%02u/", m);
+		rc = build_mp(d, &ls);
+		if (!rc && m > 0 && d->stage != stage)
+			rc = sf_fail(&d->k.w, -SF_EFORMAT,
+				     "mp rank %u is ZeRO stage %d, mp rank 0 stage %d",
+				     m, d->stage, stage);
+		stage = d->stage;
+		close_mp(d);
+	}
+	sf_dirlist_free(&ls);
 	if (rc)
 		return rc;
 	sf_kit_set_format(d->m, "%s zero-%d%s%s", SF_DEEPSPEED_FORMAT, d->stage,
@@ -887,13 +944,7 @@ static int ds_open(const struct sf_cdir *cd, struct sf_format_result *out,
 		rc = sf_kit_finish(&d.k, d.m);
 	/* the model copies the file names it keeps: the archives can go */
 	rc = sf_kit_end(&d.k, rc, d.m, out);
-	for (unsigned r = 0; d.opt && r < d.world; r++)
-		close_file(&d.opt[r]);
-	if (d.opt && !d.world)
-		close_file(&d.opt[0]);
-	free(d.opt);
-	close_file(&d.model);
-	free(d.seg);
+	close_mp(&d);
 	sf_dirlist_free(&ls);
 	return rc;
 }

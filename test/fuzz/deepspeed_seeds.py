@@ -22,9 +22,11 @@ for latest in sorted(glob.glob(os.path.join(TOP, "test", "fixtures", "deepspeed"
     d = os.path.dirname(latest)
     with open(latest) as f:
         tag = os.path.join(d, f.read().strip())
+    if not os.path.isdir(tag) or not glob.glob(os.path.join(tag, "*_optim_states.pt")):
+        continue  # a universal checkpoint: fp32.pt files, fuzz_torchsave's
     model = (glob.glob(os.path.join(tag, "mp_rank_00_model_states.pt")) +
              glob.glob(os.path.join(tag, "zero_pp_rank_0_mp_rank_00_model_states.pt")))[0]
-    ranks = sorted(glob.glob(os.path.join(tag, "*_optim_states.pt")),
+    ranks = sorted(glob.glob(os.path.join(tag, "*_mp_rank_00_optim_states.pt")),
                    key=lambda p: int(re.search(r"zero_pp_rank_(\d+)_", p).group(1)))
     blob = b""
     for p in [model] + ranks:

@@ -14,6 +14,15 @@ out: NAME/latest + NAME/global_stepN/*) for
   zero2-tied ZeRO stage 2, 2 ranks, an output layer whose weight is the
              embedding's (shared_params: zero_to_fp32 shows it under both
              names)
+  zero2-tp2  ZeRO stage 2, 4 processes: 2 tensor-parallel (mp) ranks x 2
+             data-parallel, through an mpu object (as Megatron-DeepSpeed
+             passes one); each mp rank holds its own parameters (seeded by
+             its mp rank), as a TP layer's shard would. Files
+             *_mp_rank_00_* and *_mp_rank_01_*. zero_to_fp32 cannot read it
+             (the split axis is in no file): its references are each mp
+             rank's gathered fp32 weights and moments, from
+             safe_get_full_fp32_param / safe_get_full_optimizer_state in
+             the training processes, as mp_rank_0T/NAME
 
   universal-zero2  zero2-2r converted by DeepSpeed's ds_to_universal
              (--inject_missing_state): NAME/latest_universal +
@@ -45,7 +54,7 @@ import sys
 
 HERE = os.path.abspath(__file__)
 CASES = [("zero1-2r", 1, 2, 1), ("zero2-2r", 2, 2, 2), ("zero3-2r", 3, 2, 1),
-         ("zero3-3r", 3, 3, 1), ("zero2-tied", 2, 2, 1)]
+         ("zero3-3r", 3, 3, 1), ("zero2-tied", 2, 2, 1), ("zero2-tp2", 2, 4, 1)]
 
 
 def st_write(path, tensors):
@@ -68,28 +77,50 @@ def st_write(path, tensors):
 
 def module_ref(ckpt, stage):
     """NAME.module.safetensors: the parameters of the model states' module
-    (16-bit), as torch.load reads them (stage 1/2)."""
+    (16-bit), as torch.load reads them (stage 1/2); with several mp ranks,
+    each one's as mp_rank_0T/NAME."""
+    import glob
     import torch
     if stage > 2:
         return
     with open(os.path.join(ckpt, "latest")) as f:
         tag = f.read().strip()
-    sd = torch.load(os.path.join(ckpt, tag, "mp_rank_00_model_states.pt"),
-                    map_location="cpu", weights_only=False)
-    st_write(ckpt + ".module.safetensors",
-             {k: v for k, v in sd["module"].items()
-              if k not in sd["buffer_names"]})
+    files = sorted(glob.glob(os.path.join(ckpt, tag, "mp_rank_*_model_states.pt")))
+    ref = {}
+    for path in files:
+        sd = torch.load(path, map_location="cpu", weights_only=False)
+        pre = os.path.basename(path)[:len("mp_rank_00")] + "/" if len(files) > 1 else ""
+        ref.update({pre + k: v for k, v in sd["module"].items()
+                    if k not in sd["buffer_names"]})
+    st_write(ckpt + ".module.safetensors", ref)
 
 
 def worker(out, name, stage, steps):
     import torch
     import deepspeed
-    from deepspeed.utils import safe_get_full_optimizer_state
+    from deepspeed.utils import (safe_get_full_fp32_param,
+                                 safe_get_full_optimizer_state)
 
     deepspeed.init_distributed(dist_backend="gloo")
-    rank = torch.distributed.get_rank()
-    torch.manual_seed(1234)
+    dist = torch.distributed
+    rank = dist.get_rank()
     tied = name.endswith("-tied")
+    tp = 2 if name.endswith("-tp2") else 1
+    dp = dist.get_world_size() // tp
+    mpu = None
+    if tp > 1:  # rank = d * tp + t
+        tpg = [dist.new_group([d * tp + t for t in range(tp)]) for d in range(dp)]
+        dpg = [dist.new_group([d * tp + t for d in range(dp)]) for t in range(tp)]
+
+        class MPU:
+            def get_model_parallel_rank(self): return rank % tp
+            def get_model_parallel_world_size(self): return tp
+            def get_model_parallel_group(self): return tpg[rank // tp]
+            def get_data_parallel_rank(self): return rank // tp
+            def get_data_parallel_world_size(self): return dp
+            def get_data_parallel_group(self): return dpg[rank % tp]
+        mpu = MPU()
+    torch.manual_seed(1234 + rank % tp)
 
     class Tiny(torch.nn.Module):
         def __init__(self):
@@ -122,7 +153,7 @@ def worker(out, name, stage, steps):
         "steps_per_print": 1000,
     }
     model = Tiny()
-    engine, _, _, _ = deepspeed.initialize(model=model, config=cfg,
+    engine, _, _, _ = deepspeed.initialize(model=model, config=cfg, mpu=mpu,
                                            model_parameters=model.parameters())
     g = torch.Generator().manual_seed(99 + rank)
     ckpt = os.path.join(out, name)
@@ -132,15 +163,23 @@ def worker(out, name, stage, steps):
         engine.backward(loss)
         engine.step()
         engine.save_checkpoint(ckpt, tag=f"global_step{step}")
-    ref = {}
+    ref, fp32 = {}, {}
+    pre = f"mp_rank_{rank % tp:02d}/" if tp > 1 else ""
     for pname, p in engine.module.named_parameters():
         for key in ("exp_avg", "exp_avg_sq"):
             v = safe_get_full_optimizer_state(p, key)
             if v is not None:
-                ref[f"{key}/{pname}"] = v.float().clone()
+                ref[f"{pre}{key}/{pname}"] = v.float().clone()
+        fp32[pre + pname] = safe_get_full_fp32_param(p).float().clone()
+    parts = [None] * dist.get_world_size()
+    dist.all_gather_object(parts, (ref, fp32) if rank < tp else ({}, {}))
     if rank == 0:
+        ref = {k: v for r, _ in parts for k, v in r.items()}
         st_write(ckpt + ".optim.safetensors", ref)
-    torch.distributed.barrier()
+        if tp > 1:  # zero_to_fp32 cannot: the gathered weights instead
+            st_write(ckpt + ".fp32.safetensors",
+                     {k: v for _, f in parts for k, v in f.items()})
+    dist.barrier()
 
 
 def main():
@@ -175,13 +214,17 @@ def main():
                         HERE, "--worker", out, name, str(stage)],
                        env=env, check=True)
         ckpt = os.path.join(out, name)
-        sd = get_fp32_state_dict_from_zero_checkpoint(ckpt)
-        st_write(ckpt + ".fp32.safetensors", sd)
+        if name.endswith("-tp2"):
+            sd = {}  # the workers wrote NAME.fp32.safetensors
+        else:
+            sd = get_fp32_state_dict_from_zero_checkpoint(ckpt)
+            st_write(ckpt + ".fp32.safetensors", sd)
         module_ref(ckpt, stage)
         with open(ckpt + ".json", "w") as f:
             json.dump({"deepspeed": deepspeed.__version__,
                        "torch": torch.__version__.split("+")[0],
-                       "stage": stage, "world": world}, f, indent=1)
+                       "stage": stage, "world": world,
+                       "tp": 2 if name.endswith("-tp2") else 1}, f, indent=1)
             f.write("\n")
         # the script DeepSpeed copies beside its checkpoints (zero_to_torch.py
         # in 0.19, zero_to_fp32.py before) is code, not the checkpoint: not kept

@@ -6,7 +6,9 @@ The store holds the checkpoints deepspeed 0.19.8 wrote
 test/interop/make_deepspeed_fixtures.py; committed): ZeRO 1, 2 (two tags
 beside `latest`) and 3 on 2 ranks, ZeRO 3 on 3 ranks, ZeRO 2 with tied
 weights (shared_params: out.weight shown as zero_to_fp32 gives it),
-the ZeRO-2 one converted by ds_to_universal (its tensors must equal
+ZeRO 2 with 2 tensor-parallel ranks (each mp rank under mp_rank_0T/,
+against its own gathered weights and moments), the ZeRO-2 one converted
+by ds_to_universal (its tensors must equal
 zero_to_fp32's of the original), each in the HF
 Trainer's layout (NAME/latest + NAME/global_stepN/), and one tag directory
 on its own (bare). Checked through one mount: every tensors/NAME
@@ -170,7 +172,11 @@ def check_case(env, ck, root, name, fx, stage):
         ck.eq(os.getxattr(p, "user.shardfs.dtype").decode()
               if os.path.exists(p) else None, "F32", "%s: %s dtype" % (name, k))
     for k, (h, data) in sorted(optim.items()):
-        p = sm.tensor_path(root, "optimizer/" + k)
+        if k.startswith("mp_rank_"):  # tensor parallel: per mp rank
+            pre, rest = k.split("/", 1)
+            p = sm.tensor_path(root, pre + "/optimizer/" + rest)
+        else:
+            p = sm.tensor_path(root, "optimizer/" + k)
         ck.eq(sm.read_file(p) if os.path.exists(p) else None, data,
               "%s: tensors/optimizer/%s is DeepSpeed's" % (name, k))
     buf = sm.read_file(os.path.join(root, "model.safetensors"))
@@ -187,7 +193,11 @@ def check_case(env, ck, root, name, fx, stage):
         ck.eq(sorted(module), sorted(k for k in fp32 if k != "counts"),
               "%s: a module reference per parameter" % name)
         for k, (h, data) in sorted(module.items()):
-            p = os.path.join(mod, k)
+            if k.startswith("mp_rank_"):  # tensor parallel: per mp rank
+                pre, rest = k.split("/", 1)
+                p = os.path.join(root, "tensors", pre, "module", rest)
+            else:
+                p = os.path.join(mod, k)
             ck.eq((os.getxattr(p, "user.shardfs.dtype").decode(),
                    json.loads(os.getxattr(p, "user.shardfs.shape")),
                    sm.read_file(p)) if os.path.exists(p) else None,
