@@ -56,9 +56,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "sf_array.h"
 #include "sf_error.h"
 #include "sf_kit.h"
+#include "sf_log.h"
 #include "sf_pickle.h"
 #include "sf_torchsave.h"
 
@@ -921,6 +921,21 @@ static bool own_name(void *arg, const char *name)
 	       ends_with(name, "_model_states.pt");
 }
 
+/* One info line when directories beside the tag latest names are not
+ * shown (other global_stepN/: SPEC 7's DIR@global_stepN, not yet). */
+static void note_other_tags(struct ds *d, const struct sf_dirlist *ls)
+{
+	size_t n = 0;
+
+	if (!d->tag[0])
+		return;
+	for (size_t i = 0; i < ls->n; i++)
+		n += ls->is_dir[i] && strcmp(ls->names[i], d->tag) != 0;
+	if (n)
+		sf_info("checkpoint %s: %s shown (latest names it); %zu other director%s beside it not shown",
+			SF_QSTR(d->k.name), SF_QSTR(d->tag), n, n == 1 ? "y" : "ies");
+}
+
 static int ds_open(const struct sf_cdir *cd, struct sf_format_result *out,
 		   char *err, size_t errlen)
 {
@@ -936,6 +951,8 @@ static int ds_open(const struct sf_cdir *cd, struct sf_format_result *out,
 	rc = sf_kit_start(&d.k, 0, &d.m);
 	if (!rc)
 		rc = read_latest(&d, &ls);
+	if (!rc)
+		note_other_tags(&d, &ls);
 	if (!rc)
 		rc = build(&d);
 	if (!rc)

@@ -257,6 +257,8 @@ def test(env, ck):
               b'{"hidden_size": 7}\n', "a root file beside latest")
         check_readonly(env, ck, mnt, cases[0][0])
         log = m.log_text()
+        ck.ok('"global_step2" shown (latest names it); 1 other directory beside it not shown'
+              in log, "zero2-2r: one info line says global_step1 is not shown")
         # hostile
         ck.ok("h-global" not in listed, "a pickle naming posix.system: left out")
         ck.ok("posix.system" in log and "not allowed" in log,
