@@ -32,8 +32,11 @@
  * With tensor parallel (mp_rank_XX up to NN), every mp rank is read as a
  * ZeRO checkpoint of its own and its tensors are shown under
  * mp_rank_XX/ (the split axis is in no file: nothing is merged).
- * Not shown yet (left out with a line): frozen parameters, the other
- * tags beside the one latest names, objects/.
+ *   NAME for a frozen parameter  as stored (16-bit), as zero_to_fp32
+ *       gives it: stage 1/2 whole in frozen_param_fragments, stage 3 each
+ *       rank's fragment (every rank's model states), padding dropped.
+ * Not shown yet: the other tags beside the one latest names (one info
+ * line), objects/.
  *
  * Universal checkpoints (deepspeed.checkpoint.ds_to_universal):
  * DIR/latest_universal names TAG (or the directory is TAG, holding zero/);
@@ -111,6 +114,9 @@ struct ds {
 	unsigned ngroups;
 	struct ds_file *opt;     /* world of them, by rank */
 	struct ds_file model;    /* the (rank 0) model states */
+	struct ds_file *mfr;     /* stage 3: every rank's model states (frozen
+				  * fragments), nmfr of them, [0] unused */
+	unsigned nmfr;
 	struct seg *seg;         /* [kind][rank][group] */
 	char ver[32];
 };
@@ -639,6 +645,121 @@ static int add_stored(struct ds *d, const char *full, const struct sf_pk *v)
 	return 0;
 }
 
+/* The rank's fragment of frozen parameter name in the model states of
+ * rank r (stage 3; r 0 is d->model), opened once into d->mfr[r]. NULL
+ * (and a reason in why) when it is missing. */
+static const struct sf_pk *frozen_fragment(struct ds *d, unsigned r,
+					   const char *name, char *why,
+					   size_t whylen)
+{
+	char mname[96];
+
+	if (r > 0 && !d->mfr[r].doc) {
+		snprintf(mname, sizeof(mname),
+			 "zero_pp_rank_%u_mp_rank_%02u_model_states.pt", r, d->mp);
+		if (d->mfr[r].path || open_file(d, mname, &d->mfr[r])) {
+			snprintf(why, whylen, "rank %u's model states do not open", r);
+			sf_kit_clear_err(&d->k);
+			return NULL;
+		}
+	}
+	return get(get(sf_ts_doc_root(r ? d->mfr[r].doc : d->model.doc),
+		       "frozen_param_fragments"), name);
+}
+
+/* A frozen parameter (requires_grad off: LoRA's base weights), which
+ * zero_to_fp32 gives as stored (16-bit): stage 1/2 the whole tensor in
+ * frozen_param_fragments; stage 3 each rank's ceil(numel / world)
+ * elements, concatenated and cut to numel. 0 or -ENOMEM; else left out
+ * with a line. */
+static int add_frozen(struct ds *d, const struct sf_pk *kn,
+		      const struct sf_pk *vn)
+{
+	char full[SF_MAX_NAME + 32], why[256] = "";
+	uint64_t shape[SF_MAX_NDIM], numel = 1, pos = 0, pn;
+	enum sf_dtype dt = SF_DT_INVALID;
+	struct sf_tensor *t = NULL;
+	unsigned ndim, nr = d->stage <= 2 ? 1 : d->world;
+	int rc = 0;
+
+	if (!sf_pk_str(kn))
+		return 0;
+	snprintf(full, sizeof(full), "%s%s", d->pfx, sf_pk_str(kn));
+	if (!sf_pk_uints(vn, SF_PK_UINTS_SIZE | SF_PK_UINTS_LIST, shape,
+			 SF_MAX_NDIM, &ndim)) {
+		sf_kit_leave_out(&d->k, full, "frozen_param_shapes: not a shape");
+		return 0;
+	}
+	for (unsigned k = 0; k < ndim; k++)
+		if (__builtin_mul_overflow(numel, shape[k], &numel)) {
+			sf_kit_leave_out(&d->k, full, "its shape is too large");
+			return 0;
+		}
+	pn = d->stage <= 2 ? numel : (numel + d->world - 1) / d->world;
+	for (unsigned r = 0; r < nr && !rc && pos < numel; r++) {
+		const struct sf_pk *v = frozen_fragment(d, r, sf_pk_str(kn), why,
+							sizeof(why));
+		struct ds_file *f = r ? &d->mfr[r] : &d->model;
+		struct sf_ts_tensor tt;
+		struct sf_shard sh = { 0 };
+		uint64_t take = numel - pos < pn ? numel - pos : pn, fnumel = 1;
+
+		if (!v) {
+			if (!why[0])
+				snprintf(why, sizeof(why), "rank %u has no fragment of it", r);
+			rc = -SF_EFORMAT;
+			break;
+		}
+		rc = sf_ts_doc_tensor(f->doc, v, full, &tt, why, sizeof(why));
+		if (rc == 1)
+			snprintf(why, sizeof(why), "rank %u's fragment is not a tensor", r);
+		if (rc)
+			break;
+		for (unsigned k = 0; k < tt.ndim; k++)
+			fnumel *= tt.shape[k]; /* inside its storage: checked */
+		if (!tt.contiguous || fnumel < take || (dt && tt.dtype != dt)) {
+			snprintf(why, sizeof(why), "rank %u's fragment is not %llu contiguous elements of one type",
+				 r, (unsigned long long)take);
+			rc = -SF_EFORMAT;
+			break;
+		}
+		if (!t) {
+			dt = tt.dtype;
+			rc = sf_model_add_tensor(d->m, false, full, dt, ndim, shape, &t);
+			if (rc) {
+				snprintf(why, sizeof(why), "%s", sf_model_why(d->m));
+				if (rc == -ENOMEM)
+					return rc;
+				sf_kit_leave_out(&d->k, full, "%s", why);
+				return 0;
+			}
+		}
+		if (!take)
+			continue;
+		sh.flat = true;
+		sh.flat_off = pos * sf_dtype_size(dt);
+		sh.flat_len = sh.nbytes = take * sf_dtype_size(dt);
+		sh.file = f->path;
+		sh.file_offset = tt.data_off + tt.storage_offset * sf_dtype_size(dt);
+		rc = sf_tensor_add_shard(d->m, t, &sh);
+		if (rc)
+			snprintf(why, sizeof(why), "%s", sf_model_why(d->m));
+		pos += take;
+	}
+	if (rc == -ENOMEM)
+		return rc;
+	if (!rc && pos < numel) {
+		snprintf(why, sizeof(why), "its fragments hold fewer elements than its shape");
+		rc = -SF_ERANGE;
+	}
+	if (rc) {
+		if (t)
+			sf_model_drop_last(d->m, SF_ENTRY_TENSOR);
+		sf_kit_leave_out(&d->k, full, "%s", why);
+	}
+	return 0;
+}
+
 /* A shared parameter (tied weights: shared_params maps NAME to the
  * parameter OTHER it is): as zero_to_fp32, NAME is OTHER's fp32 weight,
  * the same shards under a second name. 0 or -ENOMEM; else left out with a
@@ -709,11 +830,8 @@ static int build_module(struct ds *d, const struct sf_pk *root)
 
 	for (size_t i = 0; sp && i < sp->u.dict.n && !rc; i++)
 		rc = add_shared(d, sp->u.dict.k[i], sp->u.dict.v[i]);
-	for (size_t i = 0; fz && i < fz->u.dict.n; i++)
-		if (sf_pk_str(fz->u.dict.k[i]))
-			sf_kit_leave_out(&d->k, sf_pk_str(fz->u.dict.k[i]),
-					 "a frozen parameter (not shown yet)%s%s",
-					 d->pfx[0] ? " in " : "", d->pfx);
+	for (size_t i = 0; fz && i < fz->u.dict.n && !rc; i++)
+		rc = add_frozen(d, fz->u.dict.k[i], fz->u.dict.v[i]);
 	for (size_t i = 0; mod && i < mod->u.dict.n && !rc; i++) {
 		const char *name = sf_pk_str(mod->u.dict.k[i]);
 		struct sf_ts_tensor t;
@@ -841,6 +959,11 @@ static void close_mp(struct ds *d)
 	close_file(&d->model);
 	free(d->seg);
 	d->seg = NULL;
+	for (unsigned r = 0; d->mfr && r < d->nmfr; r++)
+		close_file(&d->mfr[r]);
+	free(d->mfr);
+	d->mfr = NULL;
+	d->nmfr = 0;
 }
 
 /* One mp rank's tensors (d->mp, d->pfx set). */
@@ -855,6 +978,10 @@ static int build_mp(struct ds *d, const struct sf_dirlist *ls)
 		rc = read_segs(d);
 	if (rc)
 		return rc;
+	d->mfr = calloc(d->world, sizeof(*d->mfr));
+	if (!d->mfr)
+		return -ENOMEM;
+	d->nmfr = d->world;
 	if (d->stage <= 2)
 		snprintf(mname, sizeof(mname), "mp_rank_%02u_model_states.pt", d->mp);
 	else

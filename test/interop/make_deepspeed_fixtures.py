@@ -14,6 +14,10 @@ out: NAME/latest + NAME/global_stepN/*) for
   zero2-tied ZeRO stage 2, 2 ranks, an output layer whose weight is the
              embedding's (shared_params: zero_to_fp32 shows it under both
              names)
+  zero2-frozen, zero3-frozen  ZeRO stage 2 and 3, 2 ranks, norm.weight and
+             fc1.bias frozen (requires_grad False, as the base weights of
+             a LoRA fine-tuning): frozen_param_shapes/_fragments in the
+             model states; zero_to_fp32 gives them as stored (16-bit)
   zero2-tp2  ZeRO stage 2, 4 processes: 2 tensor-parallel (mp) ranks x 2
              data-parallel, through an mpu object (as Megatron-DeepSpeed
              passes one); each mp rank holds its own parameters (seeded by
@@ -54,7 +58,8 @@ import sys
 
 HERE = os.path.abspath(__file__)
 CASES = [("zero1-2r", 1, 2, 1), ("zero2-2r", 2, 2, 2), ("zero3-2r", 3, 2, 1),
-         ("zero3-3r", 3, 3, 1), ("zero2-tied", 2, 2, 1), ("zero2-tp2", 2, 4, 1)]
+         ("zero3-3r", 3, 3, 1), ("zero2-tied", 2, 2, 1), ("zero2-tp2", 2, 4, 1),
+         ("zero2-frozen", 2, 2, 1), ("zero3-frozen", 3, 2, 1)]
 
 
 def st_write(path, tensors):
@@ -153,8 +158,12 @@ def worker(out, name, stage, steps):
         "steps_per_print": 1000,
     }
     model = Tiny()
-    engine, _, _, _ = deepspeed.initialize(model=model, config=cfg, mpu=mpu,
-                                           model_parameters=model.parameters())
+    if name.endswith("-frozen"):
+        model.norm.weight.requires_grad_(False)
+        model.fc1.bias.requires_grad_(False)
+    engine, _, _, _ = deepspeed.initialize(
+        model=model, config=cfg, mpu=mpu,
+        model_parameters=[p for p in model.parameters() if p.requires_grad])
     g = torch.Generator().manual_seed(99 + rank)
     ckpt = os.path.join(out, name)
     for step in range(1, steps + 1):
@@ -170,7 +179,8 @@ def worker(out, name, stage, steps):
             v = safe_get_full_optimizer_state(p, key)
             if v is not None:
                 ref[f"{pre}{key}/{pname}"] = v.float().clone()
-        fp32[pre + pname] = safe_get_full_fp32_param(p).float().clone()
+        if tp > 1:
+            fp32[pre + pname] = safe_get_full_fp32_param(p).float().clone()
     parts = [None] * dist.get_world_size()
     dist.all_gather_object(parts, (ref, fp32) if rank < tp else ({}, {}))
     if rank == 0:

@@ -6,7 +6,8 @@ The store holds the checkpoints deepspeed 0.19.8 wrote
 test/interop/make_deepspeed_fixtures.py; committed): ZeRO 1, 2 (two tags
 beside `latest`) and 3 on 2 ranks, ZeRO 3 on 3 ranks, ZeRO 2 with tied
 weights (shared_params: out.weight shown as zero_to_fp32 gives it),
-ZeRO 2 with 2 tensor-parallel ranks (each mp rank under mp_rank_0T/,
+ZeRO 2 and 3 with frozen parameters (served as stored, 16-bit, as
+zero_to_fp32 gives them), ZeRO 2 with 2 tensor-parallel ranks (each mp rank under mp_rank_0T/,
 against its own gathered weights and moments), the ZeRO-2 one converted
 by ds_to_universal (its tensors must equal
 zero_to_fp32's of the original), each in the HF
@@ -159,7 +160,7 @@ def make_hostile_universal(store, src):
 def check_case(env, ck, root, name, fx, stage):
     fp32 = st_read(fx + ".fp32.safetensors")
     optim = st_read(fx + ".optim.safetensors")
-    ck.ok(len(fp32) >= 8 and len(optim) >= 16, "%s: references found" % name)
+    ck.ok(len(fp32) >= 8 and len(optim) >= 12, "%s: references found" % name)
     ck.eq(os.getxattr(root, "user.shardfs.format").decode(),
           "deepspeed universal" if stage == "universal" else
           "deepspeed zero-%d 0.19.8" % stage, "%s: format xattr" % name)
@@ -170,7 +171,8 @@ def check_case(env, ck, root, name, fx, stage):
         ck.eq(sm.read_file(p) if os.path.exists(p) else None, data,
               "%s: tensors/%s is zero_to_fp32's" % (name, k))
         ck.eq(os.getxattr(p, "user.shardfs.dtype").decode()
-              if os.path.exists(p) else None, "F32", "%s: %s dtype" % (name, k))
+              if os.path.exists(p) else None, h["dtype"],
+              "%s: %s dtype" % (name, k))
     for k, (h, data) in sorted(optim.items()):
         if k.startswith("mp_rank_"):  # tensor parallel: per mp rank
             pre, rest = k.split("/", 1)
