@@ -1,6 +1,7 @@
 /*
  * sf_deepspeed.c - DeepSpeed ZeRO checkpoints (stages 1, 2, 3; bf16 or
- * fp16 with fp32 master weights), read in place (sf_deepspeed.h).
+ * fp16 with fp32 master weights; tensor parallel; universal
+ * checkpoints), read in place (sf_deepspeed.h).
  *
  * What lies on disk (deepspeed 0.19; docs/FORMAT.md): DIR/latest names the
  * tag directory TAG/ (the HF Trainer's checkpoint-N/global_stepN/), which
@@ -29,12 +30,12 @@
  *   NAME for a buffer            as zero_to_fp32: from the module state
  *       dict; a 16-bit buffer (which it converts to fp32) is left out.
  *   NAME for a shared parameter  the fp32 weight of the one it is tied to.
- * With tensor parallel (mp_rank_XX up to NN), every mp rank is read as a
- * ZeRO checkpoint of its own and its tensors are shown under
- * mp_rank_XX/ (the split axis is in no file: nothing is merged).
  *   NAME for a frozen parameter  as stored (16-bit), as zero_to_fp32
  *       gives it: stage 1/2 whole in frozen_param_fragments, stage 3 each
  *       rank's fragment (every rank's model states), padding dropped.
+ * With tensor parallel (mp_rank_XX up to NN), every mp rank is read as a
+ * ZeRO checkpoint of its own and its tensors are shown under
+ * mp_rank_XX/ (the split axis is in no file: nothing is merged).
  * Not shown yet: the other tags beside the one latest names (one info
  * line), objects/.
  *
@@ -48,7 +49,11 @@
  * exactly the DeepSpeed classes below (nothing executed); every range
  * served lies inside its archive's storage entry (checked per shard, so a
  * partition shorter than the shapes claim leaves the tensor out); every
- * file is opened beneath the checkpoint directory (TAG is one plain name).
+ * file is opened beneath the checkpoint directory (TAG is one plain name)
+ * with sf_cfile_open; the kit's file registry is not used (its paths are
+ * one plain name, DeepSpeed's lie in TAG/). Subdirectories (TAG/,
+ * TAG/zero/) are listed locally: under MPI a tag directory this daemon
+ * does not hold leaves the checkpoint out with a line.
  */
 #include "sf_deepspeed.h"
 

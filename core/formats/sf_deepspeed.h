@@ -4,8 +4,10 @@
  * directory with `latest` naming a tag directory (global_stepN/), or a
  * bare tag directory, holding *_optim_states.pt (one per data-parallel
  * rank: the flat fp32 partitions and Adam's moments) and
- * *_model_states.pt (the 16-bit module, the parameter shapes, buffers).
- * See sf_deepspeed.c for what it shows.
+ * *_model_states.pt (the 16-bit module, the parameter shapes, buffers);
+ * tensor parallel (mp_rank_XX); and DeepSpeed universal checkpoints
+ * (latest_universal, TAG/zero/PARAM/fp32.pt). See sf_deepspeed.c for
+ * what it shows.
  */
 #ifndef SF_DEEPSPEED_H
 #define SF_DEEPSPEED_H
