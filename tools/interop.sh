@@ -9,6 +9,7 @@
 #      hf4     transformers 4.46.3 (sees torch2's packages through a .pth)
 #      mc015   megatron-core 0.15.3 (the last that saves flattened ranges) + zarr<3
 #      paddle  paddlepaddle (CPU), numpy, xxhash
+#      deepspeed  deepspeed (CPU: DS_ACCELERATOR=cpu), torch (sees torch2's)
 # 2. every fixture generator of test/interop writes the fixtures again into
 #    a temporary directory, in test/fixtures' layout, each checking its
 #    expected.json against the framework's own loader where it can;
@@ -48,16 +49,17 @@ venv hf4 --sees torch2 'transformers==4.46.3'
 venv mc015 --sees torch2 --no-deps 'megatron-core==0.15.3'
 "$venvs/mc015/bin/pip" install -q 'zarr<3'
 venv paddle paddlepaddle numpy xxhash
-for v in torch2 hf4 mc015 paddle; do
+venv deepspeed --sees torch2 deepspeed
+for v in torch2 hf4 mc015 paddle deepspeed; do
 	"$venvs/$v/bin/pip" list 2>/dev/null |
-		grep -Ei '^(torch|transformers|megatron-core|paddlepaddle|safetensors|huggingface[-_]hub) ' |
+		grep -Ei '^(torch|transformers|megatron-core|paddlepaddle|safetensors|huggingface[-_]hub|deepspeed) ' |
 		sed "s/^/  $v: /" || true
 done
 
 fx=$(mktemp -d /tmp/shardfs-interop-XXXXXX)
 cleanup() { if [[ ${KEEP:-0} == 1 ]]; then echo "kept: $fx"; else rm -rf "$fx"; fi; }
 trap cleanup EXIT
-mkdir -p "$fx/dcp" "$fx/hf" "$fx/hf-hub" "$fx/paddle" "$fx/megatron"
+mkdir -p "$fx/dcp" "$fx/hf" "$fx/hf-hub" "$fx/paddle" "$fx/megatron" "$fx/deepspeed"
 status=0
 gen() { # gen LABEL COMMAND...: run one generator; a failure is reported
 	echo "-- $1"
@@ -75,6 +77,8 @@ gen "HF, transformers 5 and DCP's HF writer" "$venvs/torch2/bin/python" "$i/make
 gen "HF, transformers 4.46" "$venvs/hf4/bin/python" "$i/make_hf_fixtures.py" "$fx/hf"
 gen "HF hub cache, huggingface_hub's own hf_hub_download" "$venvs/torch2/bin/python" "$i/make_hf_hub_fixtures.py" "$fx/hf-hub"
 gen "PaddlePaddle" "$venvs/paddle/bin/python" "$i/make_paddle_fixtures.py" "$fx/paddle"
+gen "DeepSpeed ZeRO 1/2/3" env DS_ACCELERATOR=cpu "$venvs/deepspeed/bin/python" \
+	"$i/make_deepspeed_fixtures.py" "$fx/deepspeed"
 gen "Megatron-Core, current" "$venvs/torch2/bin/python" "$i/make_megatron_fixtures.py" "$fx/megatron"
 gen "Megatron-Core 0.15.3" "$venvs/mc015/bin/python" "$i/make_megatron_fixtures.py" "$fx/megatron"
 d=$(ls -d "$fx"/megatron/mcore-0.15*/distopt 2>/dev/null | head -1)
@@ -86,7 +90,7 @@ fi
 stage "mount tests against them"
 [[ -x $build/tools/shardfs ]] || { cmake -S "$top" -B "$build" && cmake --build "$build" -j "$(nproc)"; }
 (cd "$build" && SHARDFS_FIXTURES=$fx ctest --output-on-failure \
-	-R 'mount_(dcp|hf|paddle|megatron|index|live)|mpi_mount_foreign') || status=1
+	-R 'mount_(dcp|hf|paddle|megatron|deepspeed|index|live)|mpi_mount_foreign') || status=1
 stage "result"
 [[ $status == 0 ]] && echo "interop: all generators and tests passed" ||
 	echo "interop: FAILED (see above)"

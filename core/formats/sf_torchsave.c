@@ -187,7 +187,7 @@ out_outside:
 static int read_tensor(struct ctx *c, const struct sf_pk *v,
 		       struct sf_ts_tensor *t)
 {
-	const struct sf_pk *args, *pid, *sto, *dt;
+	const struct sf_pk *args, *pid, *sto, *dt, *fn;
 	const struct sf_zip_entry *e;
 	enum sf_dtype sdt;
 	struct sf_input data;
@@ -200,11 +200,26 @@ static int read_tensor(struct ctx *c, const struct sf_pk *v,
 
 	if (sf_pk_is_obj(v, "torch._utils", "_rebuild_parameter"))
 		v = sf_pk_item(v->u.obj.args, 0);
-	v3 = sf_pk_is_obj(v, "torch._utils", "_rebuild_tensor_v3");
-	if ((!v3 && !sf_pk_is_obj(v, "torch._utils", "_rebuild_tensor_v2")) ||
-	    v->u.obj.newobj)
+	if (!v || v->kind != SF_PK_OBJ || v->u.obj.newobj)
 		return 1; /* not a tensor */
+	fn = v->u.obj.callable;
 	args = v->u.obj.args;
+	/* a plain torch.Tensor pickled as a subclass would be (DeepSpeed's
+	 * ZeRO-3 flat groups): _rebuild_from_type_v2(func, torch.Tensor,
+	 * args, state), func being the rebuild function; only when the
+	 * caller allowed those names (sf_ts_doc_open's extra) */
+	if (sf_pk_is_obj(v, "torch._tensor", "_rebuild_from_type_v2")) {
+		if (sf_pk_len(args) != 4 ||
+		    !sf_pk_is_global(sf_pk_item(args, 1), "torch", "Tensor"))
+			return 1;
+		fn = sf_pk_item(args, 0);
+		args = sf_pk_item(args, 2);
+		if (!args || args->kind != SF_PK_TUPLE)
+			return 1;
+	}
+	v3 = sf_pk_is_global(fn, "torch._utils", "_rebuild_tensor_v3");
+	if (!v3 && !sf_pk_is_global(fn, "torch._utils", "_rebuild_tensor_v2"))
+		return 1; /* not a tensor */
 	pid = sf_pk_item(args, 0);
 	if (sf_pk_len(args) < (v3 ? 7u : 4u) || !pid || pid->kind != SF_PK_PERSID)
 		return sf_fail(&c->w, -SF_EFORMAT,
@@ -403,16 +418,44 @@ static int check_byteorder(struct ctx *c)
 	return 0;
 }
 
+/* Open the archive that fills in and decode its data.pkl with allow[0..n)
+ * (and the open's budget b, may be NULL) into *pk; c->z stays open (the
+ * caller closes it, also on failure). 0 or the error, reason in err. */
+static int load_archive(struct ctx *c, const struct sf_input *in,
+			const struct sf_pk_global *allow_v, size_t n,
+			struct sf_budget *b, struct sf_pickle **pk, char *err,
+			size_t errlen)
+{
+	struct sf_pickle_opts po = { 0 };
+	const struct sf_zip_entry *pe = NULL;
+	struct sf_input pin;
+	int rc;
+
+	c->in = in;
+	sf_where_init(&c->w, err, errlen);
+	rc = sf_zip_open(in, NULL, &c->z, err, errlen);
+	if (!rc)
+		rc = find_pickle(c, &pe);
+	if (!rc)
+		rc = check_byteorder(c);
+	if (rc)
+		return rc;
+	rc = sf_zip_entry_input(c->z, pe, &pin);
+	if (rc)
+		return sf_fail(&c->w, rc, "data.pkl is not stored uncompressed");
+	po.allow = allow_v;
+	po.nallow = n;
+	po.budget = b;
+	return sf_pickle_load(&pin, &po, pk, err, errlen);
+}
+
 int sf_torchsave_open(const struct sf_input *in, struct sf_torchsave **out,
 		      char *err, size_t errlen)
 {
 	struct ctx c = { .in = in };
-	struct sf_pickle_opts po = { 0 };
-	const struct sf_zip_entry *pe = NULL;
 	struct sf_pickle *pk = NULL;
 	struct sf_torchsave *ts;
 	const struct sf_pk *root, *d;
-	struct sf_input pin;
 	size_t cap = 0;
 	int rc;
 
@@ -422,23 +465,7 @@ int sf_torchsave_open(const struct sf_input *in, struct sf_torchsave **out,
 	ts = calloc(1, sizeof(*ts));
 	if (!ts)
 		return -ENOMEM;
-	rc = sf_zip_open(in, NULL, &c.z, err, errlen);
-	if (rc)
-		goto out_free_ts;
-	rc = find_pickle(&c, &pe);
-	if (rc)
-		goto out_close_zip;
-	rc = check_byteorder(&c);
-	if (rc)
-		goto out_close_zip;
-	rc = sf_zip_entry_input(c.z, pe, &pin);
-	if (rc) {
-		sf_fail(&c.w, rc, "data.pkl is not stored uncompressed");
-		goto out_close_zip;
-	}
-	po.allow = allow;
-	po.nallow = nallow;
-	rc = sf_pickle_load(&pin, &po, &pk, err, errlen);
+	rc = load_archive(&c, in, allow, nallow, NULL, &pk, err, errlen);
 	if (rc)
 		goto out_close_zip;
 	root = sf_pickle_root(pk);
@@ -469,9 +496,72 @@ out_close_zip:
 		*out = ts;
 		return 0;
 	}
-out_free_ts:
 	sf_torchsave_free(ts);
 	return rc;
+}
+
+/* --- an archive whose pickle the caller walks (sf_ts_doc) --- */
+
+struct sf_ts_doc {
+	struct ctx c;
+	struct sf_pickle *pk;
+};
+
+int sf_ts_doc_open(const struct sf_input *in, const struct sf_pk_global *extra,
+		   size_t nextra, struct sf_budget *b, struct sf_ts_doc **out,
+		   char *err, size_t errlen)
+{
+	struct sf_pk_global *all;
+	struct sf_ts_doc *d;
+	int rc;
+
+	*out = NULL;
+	pthread_once(&allow_once, allow_build);
+	if (nextra > 64)
+		return -EINVAL;
+	d = calloc(1, sizeof(*d));
+	all = calloc(nallow + nextra, sizeof(*all));
+	if (!d || !all) {
+		free(d);
+		free(all);
+		return -ENOMEM;
+	}
+	memcpy(all, allow, nallow * sizeof(*all));
+	if (nextra)
+		memcpy(all + nallow, extra, nextra * sizeof(*all));
+	rc = load_archive(&d->c, in, all, nallow + nextra, b, &d->pk, err,
+			  errlen);
+	free(all); /* the document keeps no pointer into the list */
+	if (rc) {
+		sf_ts_doc_free(d);
+		return rc;
+	}
+	*out = d;
+	return 0;
+}
+
+const struct sf_pk *sf_ts_doc_root(const struct sf_ts_doc *d)
+{
+	return sf_pickle_root(d->pk);
+}
+
+int sf_ts_doc_tensor(struct sf_ts_doc *d, const struct sf_pk *v,
+		     const char *key, struct sf_ts_tensor *t, char *err,
+		     size_t errlen)
+{
+	memset(t, 0, sizeof(*t));
+	t->key = (char *)key; /* borrowed: for messages only */
+	sf_where_init(&d->c.w, err, errlen);
+	return read_tensor(&d->c, v, t);
+}
+
+void sf_ts_doc_free(struct sf_ts_doc *d)
+{
+	if (!d)
+		return;
+	sf_pickle_free(d->pk);
+	sf_zip_close(d->c.z);
+	free(d);
 }
 
 void sf_torchsave_free(struct sf_torchsave *ts)

@@ -76,6 +76,31 @@ int sf_torchsave_open(const struct sf_input *in, struct sf_torchsave **out,
 		      char *err, size_t errlen);
 void sf_torchsave_free(struct sf_torchsave *ts); /* accepts NULL */
 
+/*
+ * An archive whose pickle the caller walks itself (DeepSpeed's nested
+ * dicts): the archive that fills in, its data.pkl decoded with the names
+ * a tensor needs plus extra[0..nextra) (at most 64; borrowed for the
+ * call), charged to budget b (may be NULL). 0 and *out (free with
+ * sf_ts_doc_free; it borrows in), or as sf_torchsave_open.
+ */
+struct sf_ts_doc;
+struct sf_pk;
+struct sf_pk_global;
+struct sf_budget;
+int sf_ts_doc_open(const struct sf_input *in, const struct sf_pk_global *extra,
+		   size_t nextra, struct sf_budget *b, struct sf_ts_doc **out,
+		   char *err, size_t errlen);
+/* The pickle's root value. Borrowed from d. */
+const struct sf_pk *sf_ts_doc_root(const struct sf_ts_doc *d);
+/* Node v of d's pickle as a tensor into *t (t->key is key, borrowed, for
+ * messages): 0; 1 when v is no tensor call; or -SF_EFORMAT with the
+ * reason in err (a storage or view that does not check). A storage is
+ * not checked against other views of it (sf_torchsave_open does that). */
+int sf_ts_doc_tensor(struct sf_ts_doc *d, const struct sf_pk *v,
+		     const char *key, struct sf_ts_tensor *t, char *err,
+		     size_t errlen);
+void sf_ts_doc_free(struct sf_ts_doc *d); /* accepts NULL */
+
 /* For sf_budget_decode (sf_budget.h): reads a decoded stream as a
  * torch.save archive; its note is the struct sf_torchsave (owned by the
  * budget); -EIO from the archive in memory is -SF_EFORMAT. */

@@ -1,0 +1,303 @@
+"""test_deepspeed - DeepSpeed ZeRO checkpoints mounted as they lie (issue
+27 (1), SPEC 7).
+
+The store holds the checkpoints deepspeed 0.19.8 wrote
+(test/fixtures/deepspeed/deepspeed-*, made by
+test/interop/make_deepspeed_fixtures.py; committed): ZeRO 1, 2 (two tags
+beside `latest`) and 3 on 2 ranks, ZeRO 3 on 3 ranks, ZeRO 2 with tied
+weights (shared_params: out.weight shown as zero_to_fp32 gives it),
+ZeRO 2 and 3 with frozen parameters (served as stored, 16-bit, as
+zero_to_fp32 gives them), ZeRO 2 with 2 tensor-parallel ranks (each mp rank under mp_rank_0T/,
+against its own gathered weights and moments), the ZeRO-2 one converted
+by ds_to_universal (its tensors must equal
+zero_to_fp32's of the original), each in the HF
+Trainer's layout (NAME/latest + NAME/global_stepN/), and one tag directory
+on its own (bare). Checked through one mount: every tensors/NAME
+byte for byte against zero_to_fp32's own output (NAME.fp32.safetensors),
+optimizer/exp_avg/NAME and optimizer/exp_avg_sq/NAME against DeepSpeed's
+safe_get_full_optimizer_state (NAME.optim.safetensors), the
+model.safetensors view's entries against zero_to_fp32's, module/NAME
+(stage 1/2: the bf16 weights) against torch.load's (NAME.module.safetensors), the format and verified xattrs, the other
+views (npy/, slices), a root file beside latest, read-only.
+
+Hostile variants, made at test time from the real files: a pickle naming
+another global (posix.system) in an optimizer archive (the checkpoint is
+left out with a line naming it), a parameter whose shape claims more
+elements than the partitions hold (that parameter alone left out), a
+parameter name with '/..' (left out), `latest` naming a path out of the
+checkpoint (left out), an optimizer archive that is a symlink out (left
+out); in the universal one, a fp32.pt linked out and a parameter
+directory "a@b" (each left out alone). The store is byte-for-byte
+unchanged at the end.
+"""
+
+import glob
+import json
+import os
+import shutil
+import struct
+import sys
+import zipfile
+
+import sfmount as sm
+from test_dcp import check_readonly, check_views
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TOP = os.path.abspath(os.path.join(HERE, "..", ".."))
+FIXTURES = os.path.join(os.environ.get("SHARDFS_FIXTURES") or
+                        os.path.join(TOP, "test", "fixtures"), "deepspeed")
+
+
+def st_read(path):
+    """{name: (header entry, bytes)} of a safetensors file."""
+    with open(path, "rb") as f:
+        b = f.read()
+    (n,) = struct.unpack_from("<Q", b, 0)
+    h = json.loads(b[8:8 + n])
+    h.pop("__metadata__", None)
+    return {k: (v, b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
+            for k, v in h.items()}
+
+
+def tag_dir(ckpt):
+    with open(os.path.join(ckpt, "latest")) as f:
+        return os.path.join(ckpt, f.read().strip())
+
+
+def patch_pickle(path, old, new, nth=1):
+    """Replace the nth occurrence of old in the archive's data.pkl by new
+    (same length: the stored entry is patched in place)."""
+    assert len(old) == len(new)
+    with open(path, "rb") as f:
+        b = bytearray(f.read())
+    i = -1
+    for _ in range(nth):
+        i = b.index(old, i + 1)
+    b[i:i + len(old)] = new
+    with open(path, "wb") as f:
+        f.write(b)
+
+
+def rewrite_pickle(path, old, new):
+    """The archive written again (Python's zipfile, stored) with old
+    replaced by new in its data.pkl."""
+    with zipfile.ZipFile(path) as z:
+        items = [(i.filename, z.read(i.filename)) for i in z.infolist()]
+    with zipfile.ZipFile(path + ".tmp", "w", zipfile.ZIP_STORED) as z:
+        for name, data in items:
+            if name.endswith("/data.pkl"):
+                assert old in data
+                data = data.replace(old, new)
+            z.writestr(name, data)
+    os.replace(path + ".tmp", path)
+
+
+def make_hostile(store, src2):
+    """Variants of the ZeRO-2 checkpoint src2 (real files, changed)."""
+    out = {}
+    # a global outside the allowlist in rank 1's optimizer archive
+    d = os.path.join(store, "h-global")
+    shutil.copytree(src2, d)
+    opt = glob.glob(os.path.join(tag_dir(d), "*rank_1_*optim_states.pt"))[0]
+    rewrite_pickle(opt, b"cdeepspeed.runtime.fp16.loss_scaler\nLossScaler\n",
+                   b"cposix\nsystem\n")
+    out["global"] = d
+    # fc2.bias (the last parameter, 5 elements) claims 99: past the
+    # partitions' end
+    d = os.path.join(store, "h-short")
+    shutil.copytree(src2, d)
+    ms = os.path.join(tag_dir(d), "mp_rank_00_model_states.pt")
+    with open(ms, "rb") as f:
+        b = f.read()
+    shapes = b.index(b"param_shapes")
+    at = b.index(b"fc2.bias", shapes)
+    k5 = b.index(b"K\x05\x85", at)
+    patch_pickle(ms, b[at:k5 + 3], b[at:k5] + b"K\x63\x85", nth=1)
+    out["short"] = d
+    # a parameter named "/../bias" (fc1.bias renamed, same length)
+    d = os.path.join(store, "h-dotdot")
+    shutil.copytree(src2, d)
+    ms = os.path.join(tag_dir(d), "mp_rank_00_model_states.pt")
+    with open(ms, "rb") as f:
+        b = f.read()
+    n = b[:b.index(b"param_shapes")].count(b"fc1.bias")
+    patch_pickle(ms, b"fc1.bias", b"/../bias", nth=n + 1)
+    out["dotdot"] = d
+    # latest names a directory out of the checkpoint
+    d = os.path.join(store, "h-latest")
+    shutil.copytree(src2, d)
+    with open(os.path.join(d, "latest"), "w") as f:
+        f.write("../h-short/global_step2")
+    out["latest"] = d
+    # rank 1's optimizer states a symlink to a file outside the checkpoint
+    d = os.path.join(store, "h-symlink")
+    shutil.copytree(src2, d)
+    opt = glob.glob(os.path.join(tag_dir(d), "*rank_1_*optim_states.pt"))[0]
+    outside = os.path.join(os.path.dirname(store), "outside-optim.pt")
+    shutil.copyfile(opt, outside)
+    os.remove(opt)
+    os.symlink(outside, opt)
+    out["symlink"] = d
+    return out
+
+
+def make_hostile_universal(store, src):
+    """The universal checkpoint with zero/scale/fp32.pt a symlink out and a
+    parameter directory named "a@b" (no tensor name)."""
+    d = os.path.join(store, "h-universal")
+    shutil.copytree(src, d)
+    with open(os.path.join(d, "latest_universal")) as f:
+        zero = os.path.join(d, f.read().strip(), "zero")
+    fp = os.path.join(zero, "scale", "fp32.pt")
+    outside = os.path.join(os.path.dirname(store), "outside-fp32.pt")
+    shutil.copyfile(fp, outside)
+    os.remove(fp)
+    os.symlink(outside, fp)
+    shutil.copytree(os.path.join(zero, "fc1.bias"), os.path.join(zero, "a@b"))
+    return d
+
+
+def check_case(env, ck, root, name, fx, stage):
+    fp32 = st_read(fx + ".fp32.safetensors")
+    optim = st_read(fx + ".optim.safetensors")
+    ck.ok(len(fp32) >= 8 and len(optim) >= 12, "%s: references found" % name)
+    ck.eq(os.getxattr(root, "user.shardfs.format").decode(),
+          "deepspeed universal" if stage == "universal" else
+          "deepspeed zero-%d 0.19.8" % stage, "%s: format xattr" % name)
+    ck.eq(os.getxattr(root, "user.shardfs.verified").decode(), "no",
+          "%s: verified xattr" % name)
+    for k, (h, data) in sorted(fp32.items()):
+        p = sm.tensor_path(root, k)
+        ck.eq(sm.read_file(p) if os.path.exists(p) else None, data,
+              "%s: tensors/%s is zero_to_fp32's" % (name, k))
+        ck.eq(os.getxattr(p, "user.shardfs.dtype").decode()
+              if os.path.exists(p) else None, h["dtype"],
+              "%s: %s dtype" % (name, k))
+    for k, (h, data) in sorted(optim.items()):
+        if k.startswith("mp_rank_"):  # tensor parallel: per mp rank
+            pre, rest = k.split("/", 1)
+            p = sm.tensor_path(root, pre + "/optimizer/" + rest)
+        else:
+            p = sm.tensor_path(root, "optimizer/" + k)
+        ck.eq(sm.read_file(p) if os.path.exists(p) else None, data,
+              "%s: tensors/optimizer/%s is DeepSpeed's" % (name, k))
+    buf = sm.read_file(os.path.join(root, "model.safetensors"))
+    hdr, base = sm.parse_safetensors(buf)
+    for k, (h, data) in sorted(fp32.items()):
+        e = hdr.get(k)
+        ck.eq(buf[base + e["data_offsets"][0]:base + e["data_offsets"][1]]
+              if e else None, data, "%s: model.safetensors %s" % (name, k))
+    mod = os.path.join(root, "tensors", "module")
+    if stage == "universal":
+        ck.ok(not os.path.exists(mod), "%s: no module/ (universal)" % name)
+    elif stage <= 2:
+        module = st_read(fx + ".module.safetensors")
+        ck.eq(sorted(module), sorted(k for k in fp32 if k != "counts"),
+              "%s: a module reference per parameter" % name)
+        for k, (h, data) in sorted(module.items()):
+            if k.startswith("mp_rank_"):  # tensor parallel: per mp rank
+                pre, rest = k.split("/", 1)
+                p = os.path.join(root, "tensors", pre, "module", rest)
+            else:
+                p = os.path.join(mod, k)
+            ck.eq((os.getxattr(p, "user.shardfs.dtype").decode(),
+                   json.loads(os.getxattr(p, "user.shardfs.shape")),
+                   sm.read_file(p)) if os.path.exists(p) else None,
+                  (h["dtype"], h["shape"], data),
+                  "%s: module/%s is torch.load's (%s)" % (name, k, h["dtype"]))
+    else:
+        ck.ok(not os.path.exists(mod), "%s: no module/ (ZeRO-3 stores none)" % name)
+    check_views(env, ck, root, name)
+
+
+def test(env, ck):
+    store = env.path("store")
+    os.makedirs(store)
+    cases = []
+    for vdir in sorted(glob.glob(os.path.join(FIXTURES, "deepspeed-*"))):
+        for meta in sorted(glob.glob(os.path.join(vdir, "*.json"))):
+            src = meta[:-len(".json")]
+            with open(meta) as f:
+                info = json.load(f)
+            name = os.path.basename(src)
+            shutil.copytree(src, os.path.join(store, name))
+            if "universal_of" in info:  # ds_to_universal of another case:
+                # the same tensors, that case's references
+                cases.append((name, os.path.join(vdir, info["universal_of"]),
+                              "universal"))
+            else:
+                cases.append((name, src, info["stage"]))
+    ck.ok(len(cases) >= 6, "deepspeed fixtures found in %s" % FIXTURES)
+    src3 = [c for c in cases if c[0] == "zero3-2r"]
+    src2 = [c for c in cases if c[0] == "zero2-2r"]
+    if src3:  # a tag directory on its own
+        shutil.copytree(tag_dir(src3[0][1]), os.path.join(store, "bare3"))
+        cases.append(("bare3", src3[0][1], 3))
+    uni = [c for c in cases if c[0] == "universal-zero2"]
+    if uni:  # a universal tag directory on its own
+        u = os.path.join(store, "universal-zero2")
+        with open(os.path.join(u, "latest_universal")) as f:
+            shutil.copytree(os.path.join(u, f.read().strip()),
+                            os.path.join(store, "bare-universal"))
+        cases.append(("bare-universal", uni[0][1], "universal"))
+    first = cases[0][0]
+    with open(os.path.join(store, first, "config.json"), "w") as f:
+        f.write('{"hidden_size": 7}\n')
+    hostile = make_hostile(store, src2[0][1]) if src2 else {}
+    if uni:
+        make_hostile_universal(store, os.path.join(store, "universal-zero2"))
+
+    before = sm.store_snapshot(store)
+    with sm.Mount(env, store, ["--log-level", "info"]) as m:
+        mnt = m.mnt
+        listed = set(os.listdir(mnt))
+        for name, src, stage in cases:
+            root = os.path.join(mnt, name)
+            if ck.ok(name in listed, "%s is mounted" % name):
+                check_case(env, ck, root, name, src, stage)
+        ck.eq(sm.read_file(os.path.join(mnt, first, "config.json")),
+              b'{"hidden_size": 7}\n', "a root file beside latest")
+        check_readonly(env, ck, mnt, cases[0][0])
+        log = m.log_text()
+        ck.ok('"global_step2" shown (latest names it); 1 other directory beside it not shown'
+              in log, "zero2-2r: one info line says global_step1 is not shown")
+        # hostile
+        ck.ok("h-global" not in listed, "a pickle naming posix.system: left out")
+        ck.ok("posix.system" in log and "not allowed" in log,
+              "the log names the refused global")
+        ck.ok("h-latest" not in listed, "latest naming ../: left out")
+        ck.ok("latest names" in log, "the log says latest names no directory of it")
+        if ck.ok("h-short" in listed, "a short partition leaves one tensor out"):
+            t = os.path.join(mnt, "h-short", "tensors")
+            ck.ok(not os.path.exists(os.path.join(t, "fc2.bias")),
+                  "h-short: fc2.bias (99 elements claimed) left out")
+            ck.ok(not os.path.exists(os.path.join(t, "optimizer", "exp_avg", "fc2.bias")),
+                  "h-short: its exp_avg left out")
+            ck.ok("fewer elements" in log, "h-short: the log says why")
+            ref = st_read(src2[0][1] + ".fp32.safetensors")
+            ck.eq(sm.read_file(os.path.join(t, "fc2.weight")), ref["fc2.weight"][1],
+                  "h-short: the other tensors still served")
+        if ck.ok("h-dotdot" in listed, "a name with /.. leaves that tensor out"):
+            names = []
+            for dp, _, fns in os.walk(os.path.join(mnt, "h-dotdot", "tensors")):
+                names += [os.path.join(dp, f) for f in fns]
+            ck.ok(not any("bias" == os.path.basename(n) for n in names),
+                  "h-dotdot: no tensor from /../bias")
+            ck.ok(os.path.exists(os.path.join(mnt, "h-dotdot", "tensors", "fc1.weight")),
+                  "h-dotdot: the others shown")
+        ck.ok("h-symlink" not in listed, "an optimizer archive linked out: left out")
+        if ck.ok("h-universal" in listed, "universal with a link out: shown"):
+            t = os.path.join(mnt, "h-universal", "tensors")
+            ck.ok(not os.path.exists(os.path.join(t, "scale")),
+                  "h-universal: scale (fp32.pt linked out) left out")
+            ck.ok(os.path.exists(os.path.join(t, "optimizer", "exp_avg", "scale")),
+                  "h-universal: scale's moments still shown")
+            ck.ok(not any("a@b" in n for n in os.listdir(t)),
+                  "h-universal: a@b left out")
+            ck.ok('"a@b" left out' in m.log_text(), "h-universal: the log says so")
+    ck.eq(sm.snapshot_diff(before, sm.store_snapshot(store)), [],
+          "the store is unchanged")
+
+
+if __name__ == "__main__":
+    sys.exit(sm.main(test))
