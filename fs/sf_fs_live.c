@@ -291,6 +291,7 @@ static void *live_main(void *arg)
 		struct timespec until;
 
 		pthread_mutex_unlock(&l->lock);
+		sf_fs_sv_tick(l->fs); /* saves through the mount completing */
 		scan_gone(l);
 		scan_new(l);
 		clock_gettime(CLOCK_MONOTONIC, &until);

@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 
 #include "sf_array.h"
+#include "sf_checksum.h"
 #include "sf_error.h"
 #include "sf_log.h"
 #include "sf_views.h"
@@ -62,8 +63,24 @@ struct sf_node *sf_fs_node_new(struct sf_fs *fs, enum sf_node_kind kind,
 }
 
 /* Free checkpoint c and what it owns (its blocks leave the engine). */
+void sf_fs_sv_put(struct sf_fsave *sv)
+{
+	if (!sv || --sv->ref > 0)
+		return;
+	for (size_t i = 0; i < sv->nrecs; i++) {
+		sf_blockhash_destroy(sv->recs[i]->bh);
+		free(sv->recs[i]->sums);
+		free(sv->recs[i]->path);
+		free(sv->recs[i]);
+	}
+	free(sv->recs);
+	pthread_mutex_destroy(&sv->lock);
+	free(sv);
+}
+
 static void ckpt_free(struct sf_fs *fs, struct sf_fs_ckpt *c)
 {
+	sf_fs_sv_put(c->sv);
 	if (c->ck) {
 		if (fs->engine)
 			sf_engine_forget(fs->engine, &c->ck->ref);
@@ -568,6 +585,12 @@ int sf_fs_swap_committed(struct sf_fs *fs, struct sf_fs_ckpt *c,
 	return add_committed(fs, ck, c);
 }
 
+void sf_fs_retire_locked(struct sf_fs *fs, struct sf_fs_ckpt *c,
+			 enum sf_ckpt_state to)
+{
+	ckpt_retire(fs, c, to);
+}
+
 void sf_fs_drop_ckpt(struct sf_fs *fs, struct sf_fs_ckpt *c)
 {
 	pthread_mutex_lock(&fs->tree_lock);
@@ -581,7 +604,8 @@ bool sf_fs_has_ckpt(struct sf_fs *fs, const char *name)
 
 	pthread_mutex_lock(&fs->tree_lock);
 	for (struct sf_fs_ckpt *c = fs->ckpts; c && !has; c = c->next)
-		has = (c->state == SF_CK_COMMITTED || c->state == SF_CK_WRITING) &&
+		has = (c->state == SF_CK_COMMITTED || c->state == SF_CK_WRITING ||
+		       c->state == SF_CK_SAVING) &&
 		      strcmp(c->name, name) == 0;
 	pthread_mutex_unlock(&fs->tree_lock);
 	return has;
@@ -665,6 +689,10 @@ static int add_committed(struct sf_fs *fs, struct sf_ckpt *ck,
 	sf_fs_ckpt_perms(fs, c);
 
 	pthread_mutex_lock(&fs->tree_lock);
+	if (replace && replace->sv) { /* saved through the mount: complete */
+		c->sv = replace->sv;
+		c->sv->ref++;
+	}
 	c->ref = 1; /* listed */
 	c->next = fs->ckpts;
 	fs->ckpts = c;

@@ -264,6 +264,7 @@ int sf_fs_handle_new(struct sf_fs *fs, struct sf_node *n, bool writable,
 	}
 	h->n = n;
 	h->writable = writable;
+	h->fd = -1;
 	pthread_mutex_init(&h->lock, NULL);
 	sf_fs_ref(fs, n);
 	pthread_mutex_lock(&fs->handles_lock);
@@ -296,6 +297,8 @@ void sf_fs_handles_drop(struct sf_fs *fs)
 	/* no request runs any more: the nodes go with the tree */
 	for (h = fs->handles; h; h = next) {
 		next = h->hnext;
+		if (h->fd >= 0)
+			close(h->fd); /* its record goes with its checkpoint */
 		pthread_mutex_destroy(&h->lock);
 		free(h);
 	}
@@ -307,7 +310,9 @@ void sf_fs_handle_free(struct sf_fs *fs, struct sf_fs_handle *h)
 	if (!h)
 		return;
 	handle_unlist(fs, h);
-	if (h->writable)
+	if (h->fd >= 0)
+		sf_fs_sv_close(h);
+	else if (h->writable)
 		(void)sf_fs_w_flush(fs, h, true);
 	pthread_mutex_destroy(&h->lock);
 	if (h->n->ck)
