@@ -62,6 +62,9 @@ enum sf_node_kind {
 	SF_NODE_ST,        /* model.safetensors */
 	SF_NODE_MANIFEST,  /* manifest.json */
 	SF_NODE_FILE,      /* a root file of the manifest */
+	SF_NODE_RAW,       /* a framework's own file (.metadata, __0_0.distcp)
+	                    * of a checkpoint saved through the mount, as the
+	                    * store holds it (sf_fs_svtree.c) */
 };
 
 /* Which subtree a DIR node belongs to (decides slice lookups). */
@@ -106,6 +109,11 @@ struct sf_fsave {
 	size_t nrecs, caprecs;
 	unsigned nwriters;            /* lock: open write handles, all files */
 	int64_t changed_ns;           /* lock: CLOCK_MONOTONIC of the last change */
+	char **stale;                 /* lock: the previous save's metadata
+	                               * files (no shard lies in them) that a
+	                               * re-save has not rewritten or removed
+	                               * yet: no seal while any is left */
+	size_t nstale, capstale;
 	int64_t tried_ns;             /* lock: changed_ns when last found
 	                               * incomplete (not tried again until a
 	                               * change) */
@@ -131,6 +139,9 @@ struct sf_fs_ckpt {
 	unsigned nopen;               /* tree_lock: open handles on its nodes;
 	                               * the only way payload reads happen */
 	bool busy;                    /* tree_lock: a commit or delete runs */
+	bool s1;                      /* tree_lock: shardfs/1's protocol was
+	                               * used in it (its tensors/ looked up):
+	                               * never a framework's save */
 	uint64_t ref;                 /* tree_lock: 1 per node of it + 1 while listed */
 	struct sf_fs_ckpt *next;      /* tree_lock: sf_fs.ckpts list */
 	/* immutable: who may see it, from its directory in the store
@@ -484,6 +495,14 @@ void sf_fs_sv_truncated(struct sf_fsave *sv, struct sf_svrec *r, uint64_t size);
 void sf_fs_sv_writer_close(struct sf_fsave *sv, struct sf_svrec *r, int fd);
 /* Close a saving handle's store file (its record's writer too). */
 void sf_fs_sv_close(struct sf_fs_handle *h);
+/* Show the framework's own files at the root of checkpoint name, now
+ * complete, saved with sv (SF_NODE_RAW, read-only), beside the views
+ * (a name a view takes is not shown). */
+void sf_fs_sv_show_raw(struct sf_fs *fs, struct sf_fsave *sv, const char *name);
+/* Open RAW node n's file beneath its checkpoint's directory, its bytes
+ * checked against the write-time hashes: the descriptor, or -EIO (logged)
+ * when they differ, or another negative errno. */
+int sf_fs_sv_open_raw(struct sf_node *n);
 /* The root's node of name when it is being saved (one reference taken),
  * else NULL: where a request to a replaced node of it goes. */
 struct sf_node *sf_fs_sv_successor(struct sf_fs *fs, const char *name);
@@ -600,6 +619,11 @@ enum sf_sv_op { SF_SV_CREATE, SF_SV_MKDIR, SF_SV_UNLINK, SF_SV_RMDIR,
  * negative error (the user may not change it). */
 int sf_fs_sv_target(fuse_req_t req, struct sf_node *dir, const char *name,
 		    enum sf_sv_op op, struct sf_node **out);
+/* Directory dir of a checkpoint a save replaced: its counterpart in the
+ * saving checkpoint now shown (one reference), for lookups through an
+ * old inode the kernel still holds; -ENOENT when there is none. */
+int sf_fs_sv_redirect(struct sf_fs *fs, struct sf_node *dir,
+		      struct sf_node **out);
 /* The operations on saving nodes; each replies once. */
 void sf_fs_sv_create(fuse_req_t req, struct sf_node *dir, const char *name,
 		     struct fuse_file_info *fi);

@@ -71,9 +71,25 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 
 	after_init(fs);
 	rc = sf_fs_lookup(fs, sf_fs_node(fs, parent), name, &n);
+	if (rc == -ENOENT) {
+		/* a checkpoint a save replaced (SPEC 8): look in the save */
+		struct sf_node *d;
+
+		if (sf_fs_sv_redirect(fs, sf_fs_node(fs, parent), &d) == 0) {
+			rc = sf_fs_lookup(fs, d, name, &n);
+			sf_fs_unref(fs, d, 1);
+		}
+	}
 	if (rc) {
 		sf_fs_reply_err(req, rc);
 		return;
+	}
+	if (n->kind == SF_NODE_DIR && n->area == SF_AREA_TENSORS && n->ck &&
+	    n->ck->w && n->parent && n->parent->kind == SF_NODE_CKPT) {
+		/* `mkdir -p CKPT/tensors` (SPEC 4): shardfs/1, not a save */
+		pthread_mutex_lock(&fs->tree_lock);
+		n->ck->s1 = true;
+		pthread_mutex_unlock(&fs->tree_lock);
 	}
 	sf_fs_reply_entry(req, fs, n);
 }
@@ -327,6 +343,23 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 			sf_fs_reply_err(req, rc < 0 ? rc : -EROFS);
 			return;
 		}
+	}
+	if (n->kind == SF_NODE_RAW) { /* read-only here: writes went above */
+		int fd = sf_fs_sv_open_raw(n);
+
+		rc = fd < 0 ? fd : sf_fs_handle_new(fs, n, false, &h);
+		if (rc) {
+			if (fd >= 0)
+				close(fd);
+			sf_fs_reply_err(req, rc);
+			return;
+		}
+		h->fd = fd;
+		fi->fh = (uint64_t)(uintptr_t)h;
+		fi->keep_cache = 1;
+		if (fuse_reply_open(req, fi) != 0)
+			sf_fs_handle_free(fs, h);
+		return;
 	}
 	if (fs->no_open && !writable && !(fi->flags & O_TRUNC)) {
 		/* The first open of the mount: from now on the kernel opens
@@ -823,20 +856,22 @@ static bool sv_unlink(fuse_req_t req, struct sf_node *p, const char *name,
 
 		if (sf_fs_lookup(fs, p, name, &c) != 0)
 			return false;
+		bool answered = false;
+
 		rc = c->ck && c->ck->sv ? 1 : 0;
 		if (rc)
 			rc = sf_fs_sv_target(req, c, ".", SF_SV_RMDIR, &d);
 		if (rc == 1) {
 			rc = sf_fs_sv_rmdir_ckpt(fs, d->ck);
 			sf_fs_unref(fs, d, 1);
-			sf_fs_reply_err(req, rc);
-			if (!rc)
-				sf_fs_notify_entry(fs->notify, FUSE_ROOT_ID, name);
+			sf_fs_reply_err(req, rc); /* the kernel drops the entry */
+			answered = true;
 		} else if (rc) {
 			sf_fs_reply_err(req, rc < 0 ? rc : 0);
+			answered = true;
 		}
 		sf_fs_unref(fs, c, 1);
-		return rc != 0;
+		return answered;
 	}
 	rc = sf_fs_sv_target(req, p, name, is_rmdir ? SF_SV_RMDIR : SF_SV_UNLINK, &d);
 	if (rc == 1) {

@@ -113,6 +113,25 @@ static bool is_view(const struct sf_node *dir, const char *name)
 	       strcmp(name, "model.safetensors") == 0;
 }
 
+int sf_fs_sv_redirect(struct sf_fs *fs, struct sf_node *dir,
+		      struct sf_node **out)
+{
+	struct sf_node *sroot;
+	bool replaced;
+	int rc;
+
+	if (!dir->ck || !dir->ck->sv || fs->single)
+		return -ENOENT;
+	pthread_mutex_lock(&fs->tree_lock);
+	replaced = dir->ck->state == SF_CK_REPLACED || dir->ck->state == SF_CK_GONE;
+	pthread_mutex_unlock(&fs->tree_lock);
+	if (!replaced || !(sroot = sf_fs_sv_successor(fs, dir->ck->name)))
+		return -ENOENT;
+	rc = map_node(fs, sroot, dir, out);
+	sf_fs_unref(fs, sroot, 1);
+	return rc;
+}
+
 int sf_fs_sv_target(fuse_req_t req, struct sf_node *dir, const char *name,
 		    enum sf_sv_op op, struct sf_node **out)
 {
@@ -152,10 +171,12 @@ int sf_fs_sv_target(fuse_req_t req, struct sf_node *dir, const char *name,
 		rc = may_change_sv(req, fs, c->sv, "change", name);
 		if (rc)
 			return rc;
+		/* the kernel keeps the old entries below it (rm -rf unlinks
+		 * the views it listed: answered 0); its own entry lasts
+		 * SF_FS_CKPT_TIMEOUT, then path walks find the save */
 		rc = sf_fs_sv_reopen(fs, c);
 		if (rc)
 			return rc;
-		sf_fs_notify_entry(fs->notify, FUSE_ROOT_ID, c->name);
 	} else if (c->state != SF_CK_REPLACED && c->state != SF_CK_GONE) {
 		return 0;
 	}
@@ -169,6 +190,18 @@ int sf_fs_sv_target(fuse_req_t req, struct sf_node *dir, const char *name,
 	if (!rc)
 		rc = map_node(fs, sroot, dir, out);
 	sf_fs_unref(fs, sroot, 1);
+	if (!rc && (op == SF_SV_UNLINK || op == SF_SV_RMDIR) && is_view(dir, name)) {
+		bool has;
+
+		pthread_mutex_lock(&fs->tree_lock);
+		has = sf_fs_child_find(*out, name, strlen(name)) >= 0;
+		pthread_mutex_unlock(&fs->tree_lock);
+		if (!has) {
+			sf_fs_unref(fs, *out, 1);
+			*out = NULL;
+			return 2; /* a view: nothing of the store to remove */
+		}
+	}
 	if (rc == -ENOENT && (op == SF_SV_UNLINK || op == SF_SV_RMDIR) &&
 	    is_view(dir, name))
 		return 2; /* a view of the complete checkpoint: nothing to remove */
@@ -536,7 +569,7 @@ static void try_seal(struct sf_fs *fs, struct sf_fs_ckpt *c)
 	pthread_mutex_lock(&sv->lock);
 	stamp = sv->changed_ns;
 	if (sv->nwriters > 0 || now - stamp < (int64_t)SF_FS_SV_QUIET_MS * 1000000 ||
-	    sv->tried_ns == stamp) {
+	    sv->tried_ns == stamp || sv->nstale > 0) {
 		pthread_mutex_unlock(&sv->lock);
 		return;
 	}
@@ -575,6 +608,7 @@ static void try_seal(struct sf_fs *fs, struct sf_fs_ckpt *c)
 		if (!same) {
 			sf_ckpt_close(ck); /* changed meanwhile: next round */
 		} else if ((rc = sf_fs_swap_committed(fs, c, ck)) == 0) {
+			sf_fs_sv_show_raw(fs, sv, c->name);
 			sf_info("checkpoint %s: saved through the mount, complete: shown (%s, verified)",
 				SF_QSTR(c->name), ck->fmt->name);
 		}

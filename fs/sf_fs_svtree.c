@@ -45,6 +45,7 @@
 #include "sf_error.h"
 #include "sf_log.h"
 #include "sf_manifest.h"
+#include "sf_open.h"
 #include "sf_save.h"
 #include "sf_fs_internal.h"
 
@@ -138,6 +139,18 @@ static ptrdiff_t rec_find(const struct sf_fsave *sv, const char *path)
 	return -1;
 }
 
+/* path is rewritten or gone: no longer the previous save's. Under
+ * sv->lock. */
+static void stale_clear(struct sf_fsave *sv, const char *path)
+{
+	for (size_t i = sv->nstale; i-- > 0;) {
+		if (strcmp(sv->stale[i], path) != 0)
+			continue;
+		free(sv->stale[i]);
+		sv->stale[i] = sv->stale[--sv->nstale];
+	}
+}
+
 static void rec_free(struct sf_svrec *r)
 {
 	sf_blockhash_destroy(r->bh);
@@ -224,6 +237,7 @@ void sf_fs_sv_rec_drop(struct sf_fsave *sv, const char *path, bool dir)
 		if (dir ? strncmp(p, path, l) == 0 && p[l] == '/' : strcmp(p, path) == 0)
 			rec_unlist_at(sv, i);
 	}
+	stale_clear(sv, path);
 	sv->changed_ns = sf_fs_mono_ns();
 	pthread_mutex_unlock(&sv->lock);
 }
@@ -236,6 +250,8 @@ int sf_fs_sv_rec_rename(struct sf_fsave *sv, const char *from, const char *to)
 	if (!p)
 		return -ENOMEM;
 	pthread_mutex_lock(&sv->lock);
+	stale_clear(sv, to);
+	stale_clear(sv, from);
 	j = rec_find(sv, to);
 	if (j >= 0) /* replaced */
 		rec_unlist_at(sv, (size_t)j);
@@ -270,6 +286,8 @@ int sf_fs_sv_writer_open(struct sf_fsave *sv, struct sf_svrec *r, bool empty)
 	int rc = 0;
 
 	pthread_mutex_lock(&sv->lock);
+	if (empty)
+		stale_clear(sv, r->path); /* written anew */
 	if (r->writers == 0) {
 		rc = rec_restart(r);
 		/* data already there that no write of this open hashes */
@@ -375,12 +393,78 @@ void sf_fs_sv_close(struct sf_fs_handle *h)
 {
 	struct sf_fsave *sv = h->n->ck->sv;
 
-	if (h->writable)
+	if (h->writable && h->rec)
 		sf_fs_sv_writer_close(sv, h->rec, h->fd);
 	close(h->fd);
 	h->fd = -1;
-	sf_fs_sv_rec_put(sv, h->rec);
+	if (h->rec)
+		sf_fs_sv_rec_put(sv, h->rec);
 	h->rec = NULL;
+}
+
+void sf_fs_sv_show_raw(struct sf_fs *fs, struct sf_fsave *sv, const char *name)
+{
+	ptrdiff_t i;
+	struct sf_node *cd, *n;
+
+	pthread_mutex_lock(&fs->tree_lock);
+	i = sf_fs_child_find(fs->root, name, strlen(name));
+	if (i < 0 || fs->root->children[i]->ck->sv != sv ||
+	    !fs->root->children[i]->ck->ck)
+		goto out_unlock;
+	cd = fs->root->children[i];
+	pthread_mutex_lock(&sv->lock);
+	for (size_t k = 0; k < sv->nrecs; k++) {
+		const struct sf_svrec *r = sv->recs[k];
+
+		if (!r->final || strchr(r->path, '/') ||
+		    sf_fs_child_find(cd, r->path, strlen(r->path)) >= 0)
+			continue; /* a view's name, or a root file shown already */
+		if (sf_fs_child_make(fs, cd, SF_NODE_RAW, r->path, strlen(r->path),
+				     true, &n) == 0)
+			n->size = r->size;
+	}
+	pthread_mutex_unlock(&sv->lock);
+out_unlock:
+	pthread_mutex_unlock(&fs->tree_lock);
+}
+
+int sf_fs_sv_open_raw(struct sf_node *n)
+{
+	struct sf_fsave *sv = n->ck->sv;
+	uint64_t *sums = NULL, size = 0;
+	size_t nsums = 0;
+	bool same = false;
+	int fd, rc;
+	ptrdiff_t i;
+
+	if (n->ck->ck->dirfd < 0)
+		return -EIO;
+	fd = sf_open_beneath(n->ck->ck->dirfd, n->name, O_RDONLY | O_NONBLOCK);
+	if (fd < 0)
+		return fd;
+	rc = sf_save_hash_fd(fd, SF_DEFAULT_BLOCK_SIZE, &sums, &nsums, &size);
+	if (rc) {
+		close(fd);
+		return rc;
+	}
+	pthread_mutex_lock(&sv->lock);
+	i = rec_find(sv, n->name);
+	if (i >= 0 && sv->recs[i]->final) {
+		const struct sf_svrec *r = sv->recs[i];
+
+		same = r->size == size && r->nsums == nsums &&
+		       (!nsums || memcmp(r->sums, sums, nsums * sizeof(*sums)) == 0);
+	}
+	pthread_mutex_unlock(&sv->lock);
+	free(sums);
+	if (!same) {
+		sf_err("checkpoint %s: file %s: its bytes in the store are not the ones saved through the mount (checksum mismatch)",
+		       SF_QSTR(n->ck->name), SF_QSTR(n->name));
+		close(fd);
+		return -EIO;
+	}
+	return fd;
 }
 
 /* --- nodes --- */
@@ -620,10 +704,16 @@ int sf_fs_sv_convert(struct sf_fs *fs, struct sf_fs_ckpt *c, uid_t uid)
 	size_t n = 0;
 	int rc;
 
+	bool s1;
+
 	if (!c->w)
 		return -EINVAL;
-	sf_wckpt_foreach(c->w, count_entry, &n);
-	if (n)
+	pthread_mutex_lock(&fs->tree_lock);
+	s1 = c->s1;
+	pthread_mutex_unlock(&fs->tree_lock);
+	if (!s1)
+		sf_wckpt_foreach(c->w, count_entry, &n);
+	if (s1 || n)
 		return -EINVAL; /* shardfs/1: declarations or files made */
 	sv = calloc(1, sizeof(*sv));
 	if (!sv)
@@ -654,6 +744,53 @@ int sf_fs_sv_convert(struct sf_fs *fs, struct sf_fs_ckpt *c, uid_t uid)
 	return 0;
 }
 
+/* Is file a shard's of m (a tensor's, a root file's, an object's)? */
+static bool model_uses(const struct sf_model *m, const char *file)
+{
+	const struct sf_tensor *sets[3] = { m->tensors, m->files, m->objects };
+	const size_t ns[3] = { m->ntensors, m->nfiles, m->nobjects };
+
+	for (int k = 0; k < 3; k++)
+		for (size_t i = 0; i < ns[k]; i++)
+			for (size_t j = 0; j < sets[k][i].nshards; j++)
+				if (sets[k][i].shards[j].file &&
+				    strcmp(sets[k][i].shards[j].file, file) == 0)
+					return true;
+	return false;
+}
+
+/* The files at the top of complete checkpoint c that no shard lies in
+ * (its format's metadata: DCP's .metadata, Megatron's metadata.json, an
+ * index): a re-save is complete only once it rewrote or removed them,
+ * so a re-save killed midway never passes for the old save's. */
+static void mark_stale(struct sf_fs_ckpt *c)
+{
+	struct sf_fsave *sv = c->sv;
+	struct dirent *de;
+	DIR *d = sf_c_opendir(c->dir);
+
+	if (!d)
+		return;
+	pthread_mutex_lock(&sv->lock);
+	while ((de = readdir(d))) {
+		char path[PATH_MAX];
+		struct stat sb;
+		char *p;
+
+		if (!sf_fs_sv_name_ok(de->d_name) || model_uses(c->ck->m, de->d_name) ||
+		    (size_t)snprintf(path, sizeof(path), "%s/%s", c->dir, de->d_name) >=
+		    sizeof(path) || sf_c_lstat(path, &sb) != 0 || !S_ISREG(sb.st_mode))
+			continue;
+		if (sf_array_grow(&sv->stale, sv->nstale, &sv->capstale,
+				  sizeof(*sv->stale), 4, SF_SV_MAX_FILES) != 0 ||
+		    !(p = strdup(de->d_name)))
+			break;
+		sv->stale[sv->nstale++] = p;
+	}
+	pthread_mutex_unlock(&sv->lock);
+	closedir(d);
+}
+
 int sf_fs_sv_reopen(struct sf_fs *fs, struct sf_fs_ckpt *c)
 {
 	char path[PATH_MAX];
@@ -661,6 +798,7 @@ int sf_fs_sv_reopen(struct sf_fs *fs, struct sf_fs_ckpt *c)
 
 	if (!c->sv || !c->ck)
 		return -EINVAL;
+	mark_stale(c);
 	if ((size_t)snprintf(path, sizeof(path), "%s/shardfs.index.json", c->dir) <
 	    sizeof(path))
 		(void)sf_c_unlink(path); /* no longer what the files hold */

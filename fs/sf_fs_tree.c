@@ -74,6 +74,9 @@ void sf_fs_sv_put(struct sf_fsave *sv)
 		free(sv->recs[i]);
 	}
 	free(sv->recs);
+	for (size_t i = 0; i < sv->nstale; i++)
+		free(sv->stale[i]);
+	free(sv->stale);
 	pthread_mutex_destroy(&sv->lock);
 	free(sv);
 }
