@@ -18,7 +18,8 @@ bf16 tensor, an int) saves into MOUNT/step-N:
      (shutil.rmtree) through the mount removes it, from the store too;
   6. re-saving a name: a re-save killed midway leaves it not complete
      (the old .metadata is not taken for the new save's); a full re-save
-     then shows the new values, verified;
+     then shows the new values, verified, with torch's own files at its
+     root, and load_state_dict from the mount gives the saved tensors;
   7. a DCP checkpoint found in the store (written there directly) stays
      read-only: unlink, create and rmdir in it fail.
 """
@@ -199,6 +200,21 @@ def run(env, ck):
                 ck.eq(os.getxattr(root3, "user.shardfs.verified"), b"yes",
                       "step-3 re-saved: verified")
                 check_tensors(ck, root3, expected(6), "step-3 re-saved")
+                # the framework's own files at the root: torch reads it back
+                ck.ok(os.path.isfile(os.path.join(root3, ".metadata")) and
+                      os.path.isfile(os.path.join(root3, "__1_0.distcp")),
+                      "step-3 shows torch's own files at its root")
+                out = env.path("loaded")
+                p = subprocess.run([PY, WORKER, "load", root3, out], stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, timeout=120)
+                ck.eq(p.returncode, 0, "load_state_dict from the mount: %s" %
+                      p.stdout.decode(errors="replace")[-500:])
+                if p.returncode == 0:
+                    import numpy as np
+                    w6 = expected(6)
+                    for k in sorted(w6):
+                        ck.bytes_eq(np.load(os.path.join(out, k + ".npy")).tobytes(),
+                                    w6[k], "load_state_dict from the mount: %s" % k)
 
         # 7. a DCP checkpoint found in the store stays read-only
         found = os.path.join(store, "found")
