@@ -168,6 +168,15 @@ int sf_fs_sv_target(fuse_req_t req, struct sf_node *dir, const char *name,
 	} else if (c->state == SF_CK_COMMITTED) {
 		if (op == SF_SV_READ)
 			return 0;
+		if (is_view(dir, name)) {
+			/* the views hold nothing of the store: rm -rf walks
+			 * them (answered 0); nothing else changes them, and
+			 * touching one never reopens the checkpoint */
+			if (op != SF_SV_UNLINK && op != SF_SV_RMDIR)
+				return -SF_ECOMMITTED;
+			rc = may_change_sv(req, fs, c->sv, "unlink", name);
+			return rc ? rc : 2;
+		}
 		rc = may_change_sv(req, fs, c->sv, "change", name);
 		if (rc)
 			return rc;
