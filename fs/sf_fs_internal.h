@@ -105,6 +105,8 @@ struct sf_fsave {
 	pthread_mutex_t lock;
 	uint64_t ref;                 /* tree_lock */
 	uid_t uid;                    /* immutable: the user who saved it */
+	gid_t gid;                    /* immutable: and their group: a root
+	                               * daemon gives them what it makes */
 	struct sf_svrec **recs;       /* lock: the files saved, by path */
 	size_t nrecs, caprecs;
 	unsigned nwriters;            /* lock: open write handles, all files */
@@ -523,7 +525,11 @@ int sf_fs_add_saving(struct sf_fs *fs, struct sf_fs_ckpt *replace,
 		     struct sf_fsave *sv, bool from_store);
 /* Writing checkpoint c, with nothing declared or written, becomes a
  * framework's save by user uid (0 also when another request did it). */
-int sf_fs_sv_convert(struct sf_fs *fs, struct sf_fs_ckpt *c, uid_t uid);
+int sf_fs_sv_convert(struct sf_fs *fs, struct sf_fs_ckpt *c, uid_t uid,
+		     gid_t gid);
+/* A root daemon gives what it made at path (fd >= 0: open on it) to the
+ * saver of sv, as a local disk would; otherwise nothing. */
+void sf_fs_sv_own(const struct sf_fsave *sv, const char *path, int fd);
 /* Complete saved checkpoint c goes back to saving (its saver changes it). */
 int sf_fs_sv_reopen(struct sf_fs *fs, struct sf_fs_ckpt *c);
 

@@ -169,7 +169,10 @@ void sf_fs_log_refused(fuse_req_t req, const char *what,
  */
 void sf_fs_stat(struct sf_fs *fs, struct sf_node *n, struct stat *st)
 {
+	/* a checkpoint saved through the mount: its saver removes it or
+	 * saves it again (its directories writable, as on a local disk) */
 	bool w = sf_node_is_w(n) || sf_node_is_sv(n) ||
+		 (n->ck && n->ck->sv && sf_node_is_dir(n)) ||
 		 (n == fs->root && !fs->single);
 	const struct sf_fs_ckpt *c = n->ck;
 	mode_t dmode = c ? c->dir_mode : fs->root_mode;

@@ -158,7 +158,7 @@ int sf_fs_sv_target(fuse_req_t req, struct sf_node *dir, const char *name,
 
 		if ((rc = sf_fs_may_change(req, fs, "create", name)) != 0)
 			return rc;
-		rc = sf_fs_sv_convert(fs, c, ctx->uid);
+		rc = sf_fs_sv_convert(fs, c, ctx->uid, ctx->gid);
 		if (rc == -EINVAL)
 			return 0; /* shardfs/1 (section 4) */
 		if (rc)
@@ -252,6 +252,8 @@ static int sv_open_file(struct sf_fs *fs, struct sf_node *n, int flags,
 		close(fd);
 		return -EINVAL;
 	}
+	if ((flags & O_CREAT) && sb.st_uid != sv->uid)
+		sf_fs_sv_own(sv, path, fd);
 	rc = sf_fs_sv_rec_get(sv, rel, &r);
 	if (rc)
 		goto out_close;
@@ -453,6 +455,8 @@ void sf_fs_sv_mkdir(fuse_req_t req, struct sf_node *dir, const char *name)
 		rc = sf_fs_sv_abs(dir, name, path, sizeof(path));
 	if (!rc && sf_c_mkdir(path, 0755) != 0)
 		rc = -errno;
+	if (!rc)
+		sf_fs_sv_own(dir->ck->sv, path, -1);
 	if (!rc)
 		rc = sf_fs_sv_child(fs, dir, name, SF_NODE_DIR, &n);
 	if (rc) {

@@ -697,7 +697,23 @@ static int write_marker(const char *dir, uid_t uid)
 	return rc;
 }
 
-int sf_fs_sv_convert(struct sf_fs *fs, struct sf_fs_ckpt *c, uid_t uid)
+void sf_fs_sv_own(const struct sf_fsave *sv, const char *path, int fd)
+{
+	int dfd = fd;
+
+	if (geteuid() != 0 || sv->uid == 0)
+		return;
+	if (dfd < 0)
+		dfd = sf_c_open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0);
+	if (dfd < 0 || fchown(dfd, sv->uid, sv->gid) != 0)
+		sf_warn_limited("saving %s: cannot give it to uid %u: %s", SF_QSTR(path),
+				(unsigned)sv->uid, strerror(errno));
+	if (fd < 0 && dfd >= 0)
+		close(dfd);
+}
+
+int sf_fs_sv_convert(struct sf_fs *fs, struct sf_fs_ckpt *c, uid_t uid,
+		     gid_t gid)
 {
 	struct sf_fsave *sv;
 	char path[PATH_MAX];
@@ -720,7 +736,9 @@ int sf_fs_sv_convert(struct sf_fs *fs, struct sf_fs_ckpt *c, uid_t uid)
 		return -ENOMEM;
 	pthread_mutex_init(&sv->lock, NULL);
 	sv->uid = uid;
+	sv->gid = gid;
 	sv->ref = 1; /* ours, until the saving checkpoint holds it */
+	sf_fs_sv_own(sv, c->dir, -1); /* its saver's, as on a local disk */
 	sv->changed_ns = sf_fs_mono_ns();
 	rc = sf_fs_add_saving(fs, c, sv, false);
 	pthread_mutex_lock(&fs->tree_lock);

@@ -21,7 +21,9 @@ bf16 tensor, an int) saves into MOUNT/step-N:
      then shows the new values, verified, with torch's own files at its
      root, and load_state_dict from the mount gives the saved tensors;
   7. a DCP checkpoint found in the store (written there directly) stays
-     read-only: unlink, create and rmdir in it fail.
+     read-only: unlink, create and rmdir in it fail;
+  8. a user who is not root saves (into a store they own): the files are
+     theirs; another user cannot rm -rf it, they can.
 """
 
 import errno
@@ -237,6 +239,42 @@ def run(env, ck):
                   lambda: os.rmdir(os.path.join(froot, "tensors")), "found: rmdir refused")
         ck.ok(os.path.exists(os.path.join(found, ".metadata")),
               "found: its files untouched")
+    run_user(env, ck)
+
+
+def as_user(uid, argv, timeout=120):
+    return subprocess.run(["setpriv", "--reuid=%d" % uid, "--regid=%d" % uid,
+                           "--clear-groups"] + argv, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, timeout=timeout)
+
+
+def run_user(env, ck):
+    """8. A user who is not root saves (a store they own, a root daemon
+    with allow_other): the files are theirs, they remove the checkpoint
+    with rm -rf through the mount, another user cannot."""
+    store = env.path("store-user")
+    os.makedirs(store)
+    os.chown(store, sm.NOBODY, sm.NOBODY)
+    with sm.Mount(env, store, ["-o", "allow_other"], name="user") as m:
+        root = os.path.join(m.mnt, "u-1")
+        p = as_user(sm.NOBODY, [PY, "-c", (
+            "import sys; sys.path.insert(0, %r); import dcp_save_worker as w\n"
+            "import torch.distributed._shard.checkpoint as dcp\n"
+            "dcp.save_state_dict(w.full_tensors(), dcp.FileSystemWriter(%r), no_dist=True)"
+        ) % (HERE, root)])
+        ck.eq(p.returncode, 0, "nobody saved u-1 through the mount: %s" %
+              p.stdout.decode(errors="replace")[-500:])
+        ck.ok(wait_state(root, "committed", BOUND_S) is not None,
+              "u-1 complete within %.0f s" % BOUND_S)
+        st = os.stat(os.path.join(store, "u-1", ".metadata"))
+        ck.eq(st.st_uid, sm.NOBODY, "u-1's files in the store belong to their saver")
+        p = as_user(1234, ["rm", "-rf", root])
+        ck.ok(p.returncode != 0 and os.path.exists(os.path.join(store, "u-1", ".metadata")),
+              "another user (uid 1234) cannot remove u-1")
+        p = as_user(sm.NOBODY, ["rm", "-rf", root])
+        ck.eq(p.returncode, 0, "its saver removes u-1 with rm -rf: %s" %
+              p.stdout.decode(errors="replace")[-300:])
+        ck.ok(not os.path.exists(os.path.join(store, "u-1")), "u-1 gone from the store")
 
 
 if __name__ == "__main__":
