@@ -79,6 +79,18 @@ out_free:
 	return rc;
 }
 
+bool sf_save_marked(int dirfd, uid_t *uid, gid_t *gid)
+{
+	struct stat sb;
+
+	if (dirfd < 0 || fstatat(dirfd, SF_SAVE_MARKER, &sb, AT_SYMLINK_NOFOLLOW) != 0 ||
+	    !S_ISREG(sb.st_mode))
+		return false;
+	*uid = sb.st_uid;
+	*gid = sb.st_gid;
+	return true;
+}
+
 /* Does dirfd/f hold exactly the bytes f's hashes say? */
 static int check_file(int dirfd, uint64_t block_size,
 		      const struct sf_save_file *f, char *why, size_t whylen)

@@ -17,7 +17,9 @@
 #define SF_SAVE_H
 
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "sf_store.h"
 
@@ -45,6 +47,11 @@ struct sf_save_file {
 int sf_save_seal(int storefd, const char *store, const char *name,
 		 uint64_t block_size, const struct sf_save_file *files,
 		 size_t n, struct sf_ckpt **out, char *why, size_t whylen);
+
+/* Does the checkpoint directory open as dirfd carry SF_SAVE_MARKER (saved
+ * through a mount)? Its saver's uid and gid then (the marker file's
+ * owner, as the daemon gave it). */
+bool sf_save_marked(int dirfd, uid_t *uid, gid_t *gid);
 
 /* Hash the file open as fd (block_size blocks): *sums (malloc'd, caller
  * frees), *nsums, *size. 0 or a negative errno. */

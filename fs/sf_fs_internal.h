@@ -497,9 +497,11 @@ void sf_fs_sv_truncated(struct sf_fsave *sv, struct sf_svrec *r, uint64_t size);
 void sf_fs_sv_writer_close(struct sf_fsave *sv, struct sf_svrec *r, int fd);
 /* Close a saving handle's store file (its record's writer too). */
 void sf_fs_sv_close(struct sf_fs_handle *h);
-/* Show the framework's own files at the root of checkpoint name, now
- * complete, saved with sv (SF_NODE_RAW, read-only), beside the views
- * (a name a view takes is not shown). */
+/* Show the framework's own files at the root of checkpoint name, complete
+ * and saved through a mount (with sv, or any sv when NULL), as
+ * SF_NODE_RAW (read-only) beside the views: every regular file at the top
+ * of its directory a view or a root file does not already show. Nothing
+ * for any other checkpoint. */
 void sf_fs_sv_show_raw(struct sf_fs *fs, struct sf_fsave *sv, const char *name);
 /* Open RAW node n's file beneath its checkpoint's directory, its bytes
  * checked against the write-time hashes: the descriptor, or -EIO (logged)

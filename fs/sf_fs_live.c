@@ -144,6 +144,8 @@ static void cand_opened(void *arg, size_t i, struct sf_ckpt *ck, int err,
 		return;
 	}
 	rc = sf_fs_add_committed(fs, ck); /* takes ck */
+	if (!rc) /* saved through a mount in an earlier life: its files */
+		sf_fs_sv_show_raw(fs, NULL, name);
 	if (rc)
 		sf_err("store: %s appeared but cannot be shown: %s", SF_QSTR(name),
 		       sf_strerror(rc));

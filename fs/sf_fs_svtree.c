@@ -404,29 +404,42 @@ void sf_fs_sv_close(struct sf_fs_handle *h)
 
 void sf_fs_sv_show_raw(struct sf_fs *fs, struct sf_fsave *sv, const char *name)
 {
+	struct sf_node *cd = NULL, *n;
+	struct dirent *de;
 	ptrdiff_t i;
-	struct sf_node *cd, *n;
+	DIR *d;
 
 	pthread_mutex_lock(&fs->tree_lock);
-	i = sf_fs_child_find(fs->root, name, strlen(name));
-	if (i < 0 || fs->root->children[i]->ck->sv != sv ||
-	    !fs->root->children[i]->ck->ck)
-		goto out_unlock;
-	cd = fs->root->children[i];
-	pthread_mutex_lock(&sv->lock);
-	for (size_t k = 0; k < sv->nrecs; k++) {
-		const struct sf_svrec *r = sv->recs[k];
-
-		if (!r->final || strchr(r->path, '/') ||
-		    sf_fs_child_find(cd, r->path, strlen(r->path)) >= 0)
-			continue; /* a view's name, or a root file shown already */
-		if (sf_fs_child_make(fs, cd, SF_NODE_RAW, r->path, strlen(r->path),
-				     true, &n) == 0)
-			n->size = r->size;
+	i = fs->single ? -1 : sf_fs_child_find(fs->root, name, strlen(name));
+	if (i >= 0 && fs->root->children[i]->ck->sv && fs->root->children[i]->ck->ck &&
+	    (!sv || fs->root->children[i]->ck->sv == sv)) {
+		cd = fs->root->children[i];
+		cd->ref++;
 	}
-	pthread_mutex_unlock(&sv->lock);
-out_unlock:
 	pthread_mutex_unlock(&fs->tree_lock);
+	if (!cd)
+		return;
+	/* what the directory holds at its top, beneath the pinned descriptor */
+	d = sf_c_opendir(cd->ck->dir);
+	while (d && (de = readdir(d))) {
+		char path[PATH_MAX];
+		struct stat sb;
+
+		if (!sf_fs_sv_name_ok(de->d_name) ||
+		    (size_t)snprintf(path, sizeof(path), "%s/%s", cd->ck->dir, de->d_name) >=
+		    sizeof(path) || sf_c_lstat(path, &sb) != 0 || !S_ISREG(sb.st_mode))
+			continue;
+		pthread_mutex_lock(&fs->tree_lock);
+		/* a view's name, or a root file shown already, stays */
+		if (cd->linked && sf_fs_child_find(cd, de->d_name, strlen(de->d_name)) < 0 &&
+		    sf_fs_child_make(fs, cd, SF_NODE_RAW, de->d_name, strlen(de->d_name),
+				     true, &n) == 0)
+			n->size = (uint64_t)sb.st_size;
+		pthread_mutex_unlock(&fs->tree_lock);
+	}
+	if (d)
+		closedir(d);
+	sf_fs_unref(fs, cd, 1);
 }
 
 int sf_fs_sv_open_raw(struct sf_node *n)
@@ -455,6 +468,9 @@ int sf_fs_sv_open_raw(struct sf_node *n)
 
 		same = r->size == size && r->nsums == nsums &&
 		       (!nsums || memcmp(r->sums, sums, nsums * sizeof(*sums)) == 0);
+	} else {
+		same = true; /* no write-time hashes here (an earlier life):
+			      * read as stored, as a foreign root file is */
 	}
 	pthread_mutex_unlock(&sv->lock);
 	free(sums);
@@ -691,6 +707,8 @@ static int write_marker(const char *dir, uid_t uid)
 	fd = sf_c_open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd < 0)
 		return -errno;
+	if (geteuid() == 0 && uid != 0 && fchown(fd, uid, (gid_t)-1) != 0)
+		rc = -errno; /* the marker's owner names the saver (sf_save_marked) */
 	if (write(fd, body, (size_t)len) != len)
 		rc = -EIO;
 	close(fd);

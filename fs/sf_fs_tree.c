@@ -24,6 +24,7 @@
 #include "sf_checksum.h"
 #include "sf_error.h"
 #include "sf_log.h"
+#include "sf_save.h"
 #include "sf_views.h"
 #include "sf_fs_internal.h"
 
@@ -695,6 +696,20 @@ static int add_committed(struct sf_fs *fs, struct sf_ckpt *ck,
 	if (replace && replace->sv) { /* saved through the mount: complete */
 		c->sv = replace->sv;
 		c->sv->ref++;
+	} else if (!fs->single && !ck->fmt->writable) {
+		/* saved through a mount in an earlier life (its marker): its
+		 * saver may still remove it or save it again; its write-time
+		 * hashes are its index */
+		uid_t u;
+		gid_t g;
+
+		if (sf_save_marked(ck->dirfd, &u, &g) &&
+		    (c->sv = calloc(1, sizeof(*c->sv))) != NULL) {
+			pthread_mutex_init(&c->sv->lock, NULL);
+			c->sv->uid = u;
+			c->sv->gid = g;
+			c->sv->ref = 1;
+		}
 	}
 	c->ref = 1; /* listed */
 	c->next = fs->ckpts;

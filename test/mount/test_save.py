@@ -22,6 +22,7 @@ bf16 tensor, an int) saves into MOUNT/step-N:
      root, and load_state_dict from the mount gives the saved tensors;
   7. a DCP checkpoint found in the store (written there directly) stays
      read-only: unlink, create and rmdir in it fail;
+  9. a daemon started again shows step-3 verified, rm -rf removes it;
   8. a user who is not root saves (into a store they own): the files are
      theirs; another user cannot rm -rf it, they can.
 """
@@ -239,6 +240,19 @@ def run(env, ck):
                   lambda: os.rmdir(os.path.join(froot, "tensors")), "found: rmdir refused")
         ck.ok(os.path.exists(os.path.join(found, ".metadata")),
               "found: its files untouched")
+    # 9. a daemon started again finds step-3 verified and removable
+    with sm.Mount(env, store, ["-o", "allow_other"], name="again") as m:
+        root3 = os.path.join(m.mnt, "step-3")
+        ck.eq(state(root3), "committed", "restarted: step-3 shown")
+        ck.eq(os.getxattr(root3, "user.shardfs.verified"), b"yes",
+              "restarted: step-3 verified from the hashes kept in the store")
+        check_tensors(ck, root3, expected(6), "restarted step-3", ["rows"])
+        shutil.rmtree(root3)
+        ck.ok(not os.path.exists(os.path.join(store, "step-3")),
+              "restarted: shutil.rmtree removed step-3 from the store")
+        ck.raises((errno.EROFS, errno.EPERM),
+                  lambda: os.unlink(os.path.join(m.mnt, "found", "manifest.json")),
+                  "restarted: found still read-only")
     run_user(env, ck)
 
 
