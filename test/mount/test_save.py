@@ -16,6 +16,7 @@ bf16 tensor, an int) saves into MOUNT/step-N:
      rank 0 killed too: never shown complete (state saving, 4 s later);
   5. another user cannot remove a saved checkpoint (EACCES); rm -rf
      (shutil.rmtree) through the mount removes it, from the store too;
+     shardctl rm removes the killed save;
   6. re-saving a name: a re-save killed midway leaves it not complete
      (the old .metadata is not taken for the new save's); a full re-save
      then shows the new values, verified, with torch's own files at its
@@ -184,9 +185,12 @@ def run(env, ck):
         ck.ok(not os.path.exists(os.path.join(store, "step-1")),
               "shutil.rmtree through the mount removed step-1 from the store")
         ck.ok("step-1" not in os.listdir(m.mnt), "step-1 no longer listed")
-        subprocess.run(["rm", "-rf", root2], check=False, timeout=60)
+        r = env.shardctl_run("rm", root2, check=False)
+        ck.eq(r.returncode, 0, "shardctl rm of the killed save step-2: %s" %
+              r.stderr.decode(errors="replace")[-300:])
         ck.ok(not os.path.exists(os.path.join(store, "step-2")),
-              "rm -rf through the mount removed the killed save step-2")
+              "shardctl rm removed the killed save step-2 from the store")
+        ck.ok("step-2" not in os.listdir(m.mnt), "step-2 no longer listed")
 
         # 6. re-save a name: killed midway, then whole
         root3 = os.path.join(m.mnt, "step-3")
