@@ -7,8 +7,9 @@
  *
  * How it starts (sf_fs_sv_convert): mkdir at the store root makes a
  * shardfs/1 checkpoint being written (sf_fs_write.c); the first file
- * created at its root before any declaration, or a directory other than
- * tensors/, makes it a framework's save: the shardfs/1 bookkeeping
+ * created at its root, or a directory other than tensors/, before any
+ * shardfs/1 use (a declaration, a root file, a lookup of its tensors/ as
+ * `mkdir -p CKPT/tensors` does) makes it a framework's save: the shardfs/1 bookkeeping
  * (marker, rank directory) leaves the store directory, SF_SAVE_MARKER
  * takes its place, and a saving checkpoint of the same name replaces the
  * writing one under one hold of tree_lock. A complete checkpoint saved
