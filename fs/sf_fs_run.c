@@ -158,8 +158,7 @@ static int load_store(struct sf_fs *fs, const char *store)
 
 		l.cks[i] = NULL;
 		/* Failures are logged and leave that checkpoint out. */
-		if (sf_fs_add_committed(fs, ck) == 0)
-			sf_fs_sv_show_raw(fs, NULL, ck->name); /* saved through a mount */
+		(void)sf_fs_add_committed(fs, ck);
 	}
 	for (i = 0; i < l.nunc; i++) {
 		const char *name = l.unc[i];
