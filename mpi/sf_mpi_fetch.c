@@ -65,8 +65,11 @@ static void probe_release(struct sf_mpi *mp, int peer)
 }
 
 /* Choose the peer for (name, file) bytes [off, off+len): a holder in the
- * inventory (a live one before a down one, the writer rank first), else
- * the writer rank. */
+ * inventory that holds them (a live one before a down one, the writer rank
+ * first), else the writer rank. The inventory is a hint that lags a live
+ * store by up to a rescan: a file the writer grew since is asked of the
+ * writer all the same (a commit right after its writers closed reads so),
+ * and the writer's own answer says whether the bytes are there. */
 static int pick_peer(const struct sf_mpi *mp, const char *name,
 		     const char *file, uint32_t writer, uint64_t end)
 {
@@ -93,6 +96,8 @@ static int pick_peer(const struct sf_mpi *mp, const char *name,
 			best = r;
 	}
 	sf_mpi_inv_unlock(mp);
+	if (best < 0 && (int)writer < mp->size && (int)writer != mp->rank)
+		best = (int)writer;
 	return best;
 }
 
