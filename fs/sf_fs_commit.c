@@ -58,6 +58,9 @@ int sf_fs_state(struct sf_fs *fs, struct sf_fs_ckpt *c, char **out,
 	case SF_CK_FAILED:
 		n = asprintf(out, "failed: %s", c->why ? c->why : "unknown");
 		break;
+	case SF_CK_SAVING: /* a framework's save, not complete yet */
+		n = asprintf(out, "saving");
+		break;
 	default:
 		n = asprintf(out, "deleted");
 		break;
@@ -266,6 +269,8 @@ static int do_delete(struct sf_fs *fs, struct sf_fs_ckpt *c,
 		sf_warn_limited("delete: the store is this one checkpoint; delete it outside the mount");
 		return -EPERM;
 	}
+	if (c->sv) /* saved through the mount (SPEC 8) */
+		return sf_fs_sv_remove(fs, c);
 	if (c->ck && !c->ck->fmt->writable) {
 		/* c->ck is immutable: a foreign checkpoint stays foreign */
 		sf_warn_limited("checkpoint %s: not deleted: a %s checkpoint, which shardfs only reads",

@@ -62,6 +62,9 @@ enum sf_node_kind {
 	SF_NODE_ST,        /* model.safetensors */
 	SF_NODE_MANIFEST,  /* manifest.json */
 	SF_NODE_FILE,      /* a root file of the manifest */
+	SF_NODE_RAW,       /* a framework's own file (.metadata, __0_0.distcp)
+	                    * of a checkpoint saved through the mount, as the
+	                    * store holds it (sf_fs_svtree.c) */
 };
 
 /* Which subtree a DIR node belongs to (decides slice lookups). */
@@ -73,6 +76,49 @@ enum sf_ckpt_state {
 	SF_CK_FAILED,     /* as WRITING, after a failed commit (why says why) */
 	SF_CK_REPLACED,   /* committed: a new sf_fs_ckpt took its place */
 	SF_CK_GONE,       /* deleted or discarded */
+	SF_CK_SAVING,     /* a framework saving through the mount (SPEC 8):
+	                   * plain files in the store, not complete yet */
+};
+
+/* A file of a checkpoint saved through the mount and the hashes of its
+ * blocks taken as written (sf_fs_svtree.c). Guarded by its sf_fsave's
+ * lock. */
+struct sf_svrec {
+	char *path;                   /* owned: relative to the checkpoint dir */
+	struct sf_blockhash *bh;      /* owned: blocks hashed in order so far */
+	uint64_t next;                /* bytes fed to bh (the in-order prefix) */
+	bool ooo;                     /* written out of order or truncated:
+	                               * rehashed from the store at close */
+	bool final;                   /* sums hold the whole file, size bytes */
+	unsigned writers;             /* open write handles */
+	unsigned holds;               /* handles holding it, + 1 while listed */
+	uint64_t size;                /* with final */
+	uint64_t *sums;               /* owned: with final, nsums hashes */
+	size_t nsums;
+};
+
+/* What shardfs keeps of a checkpoint a framework saves through the mount
+ * (SPEC 8): who saved it and the write-time hashes of its files. Shared by
+ * the saving sf_fs_ckpt and the complete one that replaces it (ref under
+ * tree_lock); everything else under lock. */
+struct sf_fsave {
+	pthread_mutex_t lock;
+	uint64_t ref;                 /* tree_lock */
+	uid_t uid;                    /* immutable: the user who saved it */
+	gid_t gid;                    /* immutable: and their group: a root
+	                               * daemon gives them what it makes */
+	struct sf_svrec **recs;       /* lock: the files saved, by path */
+	size_t nrecs, caprecs;
+	unsigned nwriters;            /* lock: open write handles, all files */
+	int64_t changed_ns;           /* lock: CLOCK_MONOTONIC of the last change */
+	char **stale;                 /* lock: the previous save's metadata
+	                               * files (no shard lies in them) that a
+	                               * re-save has not rewritten or removed
+	                               * yet: no seal while any is left */
+	size_t nstale, capstale;
+	int64_t tried_ns;             /* lock: changed_ns when last found
+	                               * incomplete (not tried again until a
+	                               * change) */
 };
 
 struct sf_fs_ckpt {
@@ -84,6 +130,9 @@ struct sf_fs_ckpt {
 	                               * when a writing checkpoint was opened */
 	struct sf_wckpt *w;           /* immutable; owned; non-NULL iff opened
 	                               * for writing (kept until freed) */
+	struct sf_fsave *sv;          /* immutable; holds a ref: saved through
+	                               * the mount (SPEC 8); with ck NULL it is
+	                               * being saved (SF_CK_SAVING) */
 	char *why;                    /* tree_lock; owned: last failed commit */
 	char *rm_why;                 /* tree_lock; owned: why the last delete
 	                               * asked for was refused (NULL: none) */
@@ -92,6 +141,9 @@ struct sf_fs_ckpt {
 	unsigned nopen;               /* tree_lock: open handles on its nodes;
 	                               * the only way payload reads happen */
 	bool busy;                    /* tree_lock: a commit or delete runs */
+	bool s1;                      /* tree_lock: shardfs/1's protocol was
+	                               * used in it (its tensors/ looked up):
+	                               * never a framework's save */
 	uint64_t ref;                 /* tree_lock: 1 per node of it + 1 while listed */
 	struct sf_fs_ckpt *next;      /* tree_lock: sf_fs.ckpts list */
 	/* immutable: who may see it, from its directory in the store
@@ -195,6 +247,10 @@ struct sf_fs_handle {
 	pthread_mutex_t lock;         /* guards wf and err (writable only) */
 	struct sf_wfile *wf;          /* lock; opened at the first write, closed
 	                               * at flush; counted in n->ck->nwfiles */
+	int fd;                       /* immutable: a saving checkpoint's file
+	                               * in the store (owned), else -1 */
+	struct sf_svrec *rec;         /* immutable: with fd, its record (holds
+	                               * one of its holds) */
 };
 
 /*
@@ -204,9 +260,12 @@ struct sf_fs_handle {
  *   sf_fs_notify.c kernel entry invalidations, from a thread of their own
  *   sf_fs_tree.c   nodes, committed checkpoints, lookups
  *   sf_fs_wtree.c  the nodes of checkpoints being written
+ *   sf_fs_svtree.c checkpoints a framework saves through the mount: nodes,
+ *                  store paths, write-time hashes
  *   sf_fs_reply.c  error and entry replies, stat
  *   sf_fs_declare.c  user.shardfs.declare: many declarations at once
  *   sf_fs_write.c  the write side's data path: new checkpoints, shards
+ *   sf_fs_save.c   the FUSE operations of a framework's save, completion
  *   sf_fs_commit.c commit, delete, state, the setxattr entry point
  *   sf_fs_live.c   the live store: checkpoints appearing and vanishing
  *   sf_fs_ops.c    the FUSE operations (sf_fs_ops)
@@ -353,6 +412,15 @@ static inline bool sf_node_is_w(const struct sf_node *n)
 	return n->ck && n->ck->w;
 }
 
+/* Is n part of a checkpoint a framework is saving through the mount? */
+static inline bool sf_node_is_sv(const struct sf_node *n)
+{
+	return n->ck && n->ck->sv && !n->ck->ck;
+}
+/* Drop one reference on sv; the last frees it and its records. Under
+ * tree_lock. NULL ok. */
+void sf_fs_sv_put(struct sf_fsave *sv);
+
 /* The tensor (or root file) name of writing node n: its path below
  * tensors/ (SLICE: its base's), or its name at the checkpoint root. No
  * lock: names and parents of linked-or-referenced nodes are immutable. */
@@ -391,6 +459,82 @@ int sf_fs_swap_committed(struct sf_fs *fs, struct sf_fs_ckpt *c,
 
 /* Unlink checkpoint c from the tree and mark it SF_CK_GONE. */
 void sf_fs_drop_ckpt(struct sf_fs *fs, struct sf_fs_ckpt *c);
+/* The same under tree_lock, to state `to` (GONE or REPLACED). */
+void sf_fs_retire_locked(struct sf_fs *fs, struct sf_fs_ckpt *c,
+			 enum sf_ckpt_state to);
+
+/* --- sf_fs_svtree.c: checkpoints saved through the mount (SPEC 8) --- */
+
+int64_t sf_fs_mono_ns(void);
+/* A name a framework may give a file or directory of its save (not one
+ * of shardfs's own beside it). */
+bool sf_fs_sv_name_ok(const char *name);
+/* n's path below its checkpoint directory (+ "/name"), or the store's
+ * absolute path of it. 0, -ENAMETOOLONG or -ENOENT. No lock: names and
+ * parents of a referenced node are immutable. */
+int sf_fs_sv_rel(const struct sf_node *n, const char *name, char *buf,
+		 size_t size);
+int sf_fs_sv_abs(const struct sf_node *n, const char *name, char *buf,
+		 size_t size);
+/* The size of saving node n's file in the store now. */
+uint64_t sf_fs_sv_size(const struct sf_node *n);
+/* The record of path (made if missing), with one hold for the caller
+ * (sf_fs_sv_rec_put). */
+int sf_fs_sv_rec_get(struct sf_fsave *sv, const char *path,
+		     struct sf_svrec **out);
+void sf_fs_sv_rec_put(struct sf_fsave *sv, struct sf_svrec *r);
+/* A change without bytes (mkdir, ...): the quiet period starts again. */
+void sf_fs_sv_touch(struct sf_fsave *sv);
+/* path (dir: everything below it) was removed; to replaced from. */
+void sf_fs_sv_rec_drop(struct sf_fsave *sv, const char *path, bool dir);
+int sf_fs_sv_rec_rename(struct sf_fsave *sv, const char *from, const char *to);
+/* A writer opens r (empty: the file holds nothing now, so writes from 0
+ * hash it in order); its writes; a truncate to size; its close (fd: the
+ * store file, read back when it was not written in order). */
+int sf_fs_sv_writer_open(struct sf_fsave *sv, struct sf_svrec *r, bool empty);
+void sf_fs_sv_wrote(struct sf_fsave *sv, struct sf_svrec *r, const void *buf,
+		    size_t n, uint64_t off);
+void sf_fs_sv_truncated(struct sf_fsave *sv, struct sf_svrec *r, uint64_t size);
+void sf_fs_sv_writer_close(struct sf_fsave *sv, struct sf_svrec *r, int fd);
+/* Close a saving handle's store file (its record's writer too). */
+void sf_fs_sv_close(struct sf_fs_handle *h);
+/* Show the framework's own files at the root of checkpoint name, complete
+ * and saved through a mount (with sv, or any sv when NULL), as
+ * SF_NODE_RAW (read-only) beside the views: every regular file at the top
+ * of its directory a view or a root file does not already show. Nothing
+ * for any other checkpoint. */
+void sf_fs_sv_show_raw(struct sf_fs *fs, struct sf_fsave *sv, const char *name);
+/* Open RAW node n's file beneath its checkpoint's directory, its bytes
+ * checked against the write-time hashes: the descriptor, or -EIO (logged)
+ * when they differ, or another negative errno. */
+int sf_fs_sv_open_raw(struct sf_node *n);
+/* The root's node of name when it is being saved (one reference taken),
+ * else NULL: where a request to a replaced node of it goes. */
+struct sf_node *sf_fs_sv_successor(struct sf_fs *fs, const char *name);
+/* Child name of kind under saving dir, found or made; one reference for
+ * the caller (a kernel lookup). -ENOTDIR/-EISDIR on a kind clash. */
+int sf_fs_sv_child(struct sf_fs *fs, struct sf_node *dir, const char *name,
+		   enum sf_node_kind kind, struct sf_node **out);
+void sf_fs_sv_unlink_child(struct sf_fs *fs, struct sf_node *dir,
+			   const char *name);
+/* Move file node name of from to newname of to (replacing it). */
+int sf_fs_sv_move(struct sf_fs *fs, struct sf_node *from, const char *name,
+		  struct sf_node *to, const char *newname);
+/* Show a saving checkpoint holding sv in place of replace (its name and
+ * directory), which is retired (GONE, or REPLACED when complete); with
+ * from_store its nodes are what the store directory holds. -EAGAIN when
+ * replace is no longer the one shown. */
+int sf_fs_add_saving(struct sf_fs *fs, struct sf_fs_ckpt *replace,
+		     struct sf_fsave *sv, bool from_store);
+/* Writing checkpoint c, with nothing declared or written, becomes a
+ * framework's save by user uid (0 also when another request did it). */
+int sf_fs_sv_convert(struct sf_fs *fs, struct sf_fs_ckpt *c, uid_t uid,
+		     gid_t gid);
+/* A root daemon gives what it made at path (fd >= 0: open on it) to the
+ * saver of sv, as a local disk would; otherwise nothing. */
+void sf_fs_sv_own(const struct sf_fsave *sv, const char *path, int fd);
+/* Complete saved checkpoint c goes back to saving (its saver changes it). */
+int sf_fs_sv_reopen(struct sf_fs *fs, struct sf_fs_ckpt *c);
 
 /* --- sf_fs_declare.c --- */
 
@@ -471,6 +615,50 @@ void sf_fs_w_setattr(fuse_req_t req, struct sf_node *n, struct stat *attr,
 int sf_fs_w_tensor_xattr(struct sf_fs *fs, struct sf_node *n,
 			 const char *name, char *buf, size_t size,
 			 size_t *len);
+/* --- sf_fs_save.c: the FUSE operations of a framework's save --- */
+
+enum sf_sv_op { SF_SV_CREATE, SF_SV_MKDIR, SF_SV_UNLINK, SF_SV_RMDIR,
+		SF_SV_CHANGE, SF_SV_READ };
+/* Where a request of kind op on entry name of dir goes: 1 with *out (a
+ * saving checkpoint's node, one reference for the caller) when a
+ * framework's save takes it (converting a writing checkpoint with nothing
+ * declared, or reopening a complete saved one, as needed); 2 for an
+ * unlink or rmdir of a derived view of a saved checkpoint (answer 0); 0
+ * when it is not a save's (the shardfs/1 and read-only paths); or a
+ * negative error (the user may not change it). */
+int sf_fs_sv_target(fuse_req_t req, struct sf_node *dir, const char *name,
+		    enum sf_sv_op op, struct sf_node **out);
+/* Directory dir of a checkpoint a save replaced: its counterpart in the
+ * saving checkpoint now shown (one reference), for lookups through an
+ * old inode the kernel still holds; -ENOENT when there is none. */
+int sf_fs_sv_redirect(struct sf_fs *fs, struct sf_node *dir,
+		      struct sf_node **out);
+/* The operations on saving nodes; each replies once. */
+void sf_fs_sv_create(fuse_req_t req, struct sf_node *dir, const char *name,
+		     struct fuse_file_info *fi);
+void sf_fs_sv_open(fuse_req_t req, struct sf_node *n, struct fuse_file_info *fi);
+void sf_fs_sv_write(fuse_req_t req, struct sf_fs_handle *h, const char *buf,
+		    size_t size, off_t off);
+void sf_fs_sv_read(fuse_req_t req, struct sf_fs_handle *h, size_t size,
+		   off_t off);
+void sf_fs_sv_setattr(fuse_req_t req, struct sf_node *n, struct stat *attr,
+		      int to_set);
+void sf_fs_sv_mkdir(fuse_req_t req, struct sf_node *dir, const char *name);
+void sf_fs_sv_unlink(fuse_req_t req, struct sf_node *dir, const char *name,
+		     bool is_rmdir);
+void sf_fs_sv_rename(fuse_req_t req, struct sf_node *dir, const char *name,
+		     struct sf_node *to, const char *newname, unsigned flags);
+/* fsync of a saving handle (0 for any other). */
+int sf_fs_sv_fsync(struct sf_fs_handle *h, int datasync);
+/* Remove saved checkpoint c (saving or complete) from the store and the
+ * mount; rmdir of it: only once its directory holds nothing of the
+ * framework's (-ENOTEMPTY). */
+int sf_fs_sv_remove(struct sf_fs *fs, struct sf_fs_ckpt *c);
+int sf_fs_sv_rmdir_ckpt(struct sf_fs *fs, struct sf_fs_ckpt *c);
+/* Seal the saving checkpoints that are complete (the live store's thread,
+ * every round). */
+void sf_fs_sv_tick(struct sf_fs *fs);
+
 /* --- sf_fs_commit.c --- */
 
 /* setxattr on any node (commit and delete of committed checkpoints too). */

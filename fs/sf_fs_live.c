@@ -233,6 +233,7 @@ static void cand_opened(void *arg, size_t i, struct sf_ckpt *ck, int err,
 		       sf_strerror(rc));
 		return;
 	}
+	sf_fs_sv_show_raw(fs, NULL, name); /* saved through a mount in an earlier life: its files */
 	if (union_of(fs))
 		shown_put(c->l, name, c->stamps[i]);
 	sf_info("store: %s appeared: shown (%s)", SF_QSTR(name), ck->fmt->name);
@@ -500,6 +501,7 @@ static void *live_main(void *arg)
 		struct timespec until;
 
 		pthread_mutex_unlock(&l->lock);
+		sf_fs_sv_tick(l->fs); /* saves through the mount completing */
 		scan_gone(l);
 		scan_new(l);
 		clock_gettime(CLOCK_MONOTONIC, &until);

@@ -71,9 +71,25 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 
 	after_init(fs);
 	rc = sf_fs_lookup(fs, sf_fs_node(fs, parent), name, &n);
+	if (rc == -ENOENT) {
+		/* a checkpoint a save replaced (SPEC 8): look in the save */
+		struct sf_node *d;
+
+		if (sf_fs_sv_redirect(fs, sf_fs_node(fs, parent), &d) == 0) {
+			rc = sf_fs_lookup(fs, d, name, &n);
+			sf_fs_unref(fs, d, 1);
+		}
+	}
 	if (rc) {
 		sf_fs_reply_err(req, rc);
 		return;
+	}
+	if (n->kind == SF_NODE_DIR && n->area == SF_AREA_TENSORS && n->ck &&
+	    n->ck->w && n->parent && n->parent->kind == SF_NODE_CKPT) {
+		/* `mkdir -p CKPT/tensors` (SPEC 4): shardfs/1, not a save */
+		pthread_mutex_lock(&fs->tree_lock);
+		n->ck->s1 = true;
+		pthread_mutex_unlock(&fs->tree_lock);
 	}
 	sf_fs_reply_entry(req, fs, n);
 }
@@ -115,7 +131,8 @@ static void op_access(fuse_req_t req, fuse_ino_t ino, int mask)
 	struct sf_fs *fs = fs_of(req);
 	struct sf_node *n = sf_fs_node(fs, ino);
 
-	if ((mask & W_OK) && !sf_node_is_w(n) && !(n == fs->root && !fs->single))
+	if ((mask & W_OK) && !sf_node_is_w(n) && !sf_node_is_sv(n) &&
+	    !(n == fs->root && !fs->single))
 		sf_fs_reply_err(req, -EROFS);
 	else if ((mask & X_OK) && !sf_node_is_dir(sf_fs_node(fs, ino)))
 		sf_fs_reply_err(req, -EACCES);
@@ -155,7 +172,8 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	fi->fh = (uint64_t)(uintptr_t)s;
 	/* Inside a checkpoint the listing never changes; the store root gains
 	 * checkpoints at runtime (the write path), so it is never cached. */
-	if (s->self->ck && !sf_node_is_w(s->self) && s->self->kind != SF_NODE_CKPT) {
+	if (s->self->ck && !sf_node_is_w(s->self) && !sf_node_is_sv(s->self) &&
+	    !(s->self->ck->sv) && s->self->kind != SF_NODE_CKPT) {
 		fi->cache_readdir = 1;
 		fi->keep_cache = 1;
 	}
@@ -297,6 +315,52 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		sf_fs_reply_err(req, -EISDIR);
 		return;
 	}
+	if (!fs->single && n->ck && n->ck->sv) {
+		/* saved through the mount: its files as the store holds them
+		 * (sf_fs_save.c), or a complete one read as committed */
+		struct sf_node *d = NULL, *f = NULL;
+
+		rc = sf_node_is_sv(n) ? 1 : !(writable || (fi->flags & O_TRUNC)) ? 0 :
+		     sf_fs_sv_target(req, n->parent, n->name, SF_SV_CHANGE, &d);
+		if (rc == 1 && !sf_node_is_sv(n)) {
+			rc = sf_fs_sv_child(fs, d, n->name, SF_NODE_FILE, &f);
+			sf_fs_unref(fs, d, 1);
+			if (!rc) {
+				sf_fs_sv_open(req, f, fi);
+				sf_fs_unref(fs, f, 1);
+				return;
+			}
+		} else if (rc == 1) {
+			if (writable || (fi->flags & O_TRUNC))
+				rc = sf_fs_may_change(req, fs, "open for writing", n->name);
+			if (!rc)
+				sf_fs_sv_open(req, n, fi);
+			else
+				sf_fs_reply_err(req, rc);
+			return;
+		}
+		if (rc) {
+			sf_fs_reply_err(req, rc < 0 ? rc : -EROFS);
+			return;
+		}
+	}
+	if (n->kind == SF_NODE_RAW) { /* read-only here: writes went above */
+		int fd = sf_fs_sv_open_raw(n);
+
+		rc = fd < 0 ? fd : sf_fs_handle_new(fs, n, false, &h);
+		if (rc) {
+			if (fd >= 0)
+				close(fd);
+			sf_fs_reply_err(req, rc);
+			return;
+		}
+		h->fd = fd;
+		fi->fh = (uint64_t)(uintptr_t)h;
+		fi->keep_cache = 1;
+		if (fuse_reply_open(req, fi) != 0)
+			sf_fs_handle_free(fs, h);
+		return;
+	}
 	if (fs->no_open && !writable && !(fi->flags & O_TRUNC)) {
 		/* The first open of the mount: from now on the kernel opens
 		 * files itself (keep_cache) and reads by inode. A read-only
@@ -344,8 +408,18 @@ static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 
 	if (!h) /* no_open: nothing to flush, and no FLUSH from now on */
 		sf_fs_reply_err(req, -ENOSYS);
+	else if (h->fd >= 0) /* a framework's save: written through already */
+		sf_fs_reply_err(req, 0);
 	else
 		sf_fs_reply_err(req, h->writable ? sf_fs_w_flush(fs_of(req), h, false) : 0);
+}
+
+static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
+		     struct fuse_file_info *fi)
+{
+	struct sf_fs_handle *h = (struct sf_fs_handle *)(uintptr_t)fi->fh;
+
+	sf_fs_reply_err(req, h ? sf_fs_sv_fsync(h, datasync) : 0);
 }
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -519,7 +593,11 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	size_t len;
 	int rc;
 
-	if (sf_node_is_w(n)) {
+	if (h && h->fd >= 0) { /* a framework's save: the store's bytes */
+		sf_fs_sv_read(req, h, size, off);
+		return;
+	}
+	if (sf_node_is_w(n) || sf_node_is_sv(n)) {
 		/* Not committed yet: nothing is assembled or verified. */
 		sf_fs_reply_err(req, -EBUSY);
 		return;
@@ -578,6 +656,8 @@ static int xattr_value(struct sf_fs *fs, struct sf_node *n, const char *name,
 		       bool *owned)
 {
 	*owned = false;
+	if (sf_node_is_sv(n) && n->kind != SF_NODE_CKPT)
+		return -ENODATA; /* a framework's file being saved */
 	if (n->kind == SF_NODE_CKPT && strcmp(name, XA_STATE) == 0) {
 		int rc = sf_fs_state(fs, n->ck, val, len);
 
@@ -673,7 +753,9 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 	const char *list = "";
 	size_t len = 0;
 
-	if (sf_node_is_w(n) && n->kind != SF_NODE_CKPT && !sf_node_is_dir(n)) {
+	if (sf_node_is_sv(n) && n->kind != SF_NODE_CKPT) {
+		/* a framework's file being saved: none */
+	} else if (sf_node_is_w(n) && n->kind != SF_NODE_CKPT && !sf_node_is_dir(n)) {
 		list = tensor_names;
 		len = sizeof(XA_DTYPE "\0" XA_SHAPE); /* no shards yet */
 	} else if (has_tensor_xattrs(n)) {
@@ -730,7 +812,9 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 	struct sf_fs *fs = fs_of(req);
 	struct sf_node *n = sf_fs_node(fs, ino);
 
-	if (sf_node_is_w(n))
+	if (sf_node_is_sv(n))
+		sf_fs_sv_setattr(req, n, attr, to_set);
+	else if (sf_node_is_w(n))
 		sf_fs_w_setattr(req, n, attr, to_set);
 	else
 		reply_no_change(req, "setattr", n, NULL);
@@ -746,8 +830,74 @@ static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
 		     mode_t mode)
 {
 	struct sf_fs *fs = fs_of(req);
+	struct sf_node *d;
+	int rc = sf_fs_sv_target(req, sf_fs_node(fs, parent), name, SF_SV_MKDIR, &d);
 
-	sf_fs_w_mkdir(req, sf_fs_node(fs, parent), name);
+	if (rc == 1) {
+		sf_fs_sv_mkdir(req, d, name);
+		sf_fs_unref(fs, d, 1);
+	} else if (rc) {
+		sf_fs_reply_err(req, rc < 0 ? rc : -EROFS);
+	} else {
+		sf_fs_w_mkdir(req, sf_fs_node(fs, parent), name);
+	}
+}
+
+/* unlink or rmdir in a framework's save (SPEC 8): true when answered. */
+static bool sv_unlink(fuse_req_t req, struct sf_node *p, const char *name,
+		      bool is_rmdir)
+{
+	struct sf_fs *fs = fs_of(req);
+	struct sf_node *d = NULL;
+	int rc;
+
+	if (is_rmdir && p == fs->root && !fs->single) {
+		struct sf_node *c;
+
+		if (sf_fs_lookup(fs, p, name, &c) != 0)
+			return false;
+		bool answered = false;
+
+		rc = c->ck && c->ck->sv ? 1 : 0;
+		if (rc)
+			rc = sf_fs_sv_target(req, c, ".", SF_SV_RMDIR, &d);
+		if (rc == 1) {
+			rc = sf_fs_sv_rmdir_ckpt(fs, d->ck);
+			sf_fs_unref(fs, d, 1);
+			sf_fs_reply_err(req, rc); /* the kernel drops the entry */
+			answered = true;
+		} else if (rc) {
+			sf_fs_reply_err(req, rc < 0 ? rc : 0);
+			answered = true;
+		}
+		sf_fs_unref(fs, c, 1);
+		return answered;
+	}
+	rc = sf_fs_sv_target(req, p, name, is_rmdir ? SF_SV_RMDIR : SF_SV_UNLINK, &d);
+	if (rc == 1) {
+		sf_fs_sv_unlink(req, d, name, is_rmdir);
+		sf_fs_unref(fs, d, 1);
+	} else if (rc) {
+		sf_fs_reply_err(req, rc == 2 ? 0 : rc);
+	}
+	return rc != 0;
+}
+
+static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct sf_fs *fs = fs_of(req);
+	struct sf_node *p = sf_fs_node(fs, parent);
+	int rc;
+
+	if (sv_unlink(req, p, name, true))
+		return;
+	rc = sf_fs_may_change(req, fs, "rmdir", name);
+	if (!rc)
+		rc = sf_node_is_w(p) || (p == fs->root && !fs->single) ?
+		     -EPERM : -SF_ECOMMITTED;
+	if (rc == -SF_ECOMMITTED)
+		sf_fs_log_refused(req, "rmdir", p, name, rc);
+	sf_fs_reply_err(req, rc);
 }
 
 /* Shards are never removed one by one: a checkpoint being written is
@@ -756,8 +906,11 @@ static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct sf_fs *fs = fs_of(req);
 	struct sf_node *p = sf_fs_node(fs, parent);
-	int rc = sf_fs_may_change(req, fs, "unlink", name);
+	int rc;
 
+	if (sv_unlink(req, p, name, false))
+		return;
+	rc = sf_fs_may_change(req, fs, "unlink", name);
 	if (!rc)
 		rc = sf_node_is_w(p) || (p == fs->root && !fs->single) ?
 		     -EPERM : -SF_ECOMMITTED;
@@ -770,7 +923,24 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 		      fuse_ino_t newparent, const char *newname,
 		      unsigned int flags)
 {
-	reply_no_change(req, "rename", sf_fs_node(fs_of(req), parent), name);
+	struct sf_fs *fs = fs_of(req);
+	struct sf_node *d = NULL, *to = NULL;
+	int rc = sf_fs_sv_target(req, sf_fs_node(fs, parent), name, SF_SV_CHANGE, &d);
+
+	if (rc == 1)
+		rc = sf_fs_sv_target(req, sf_fs_node(fs, newparent), newname,
+				     SF_SV_CHANGE, &to);
+	if (rc == 1) {
+		sf_fs_sv_rename(req, d, name, to, newname, flags);
+	} else if (rc == 0 && !d) {
+		reply_no_change(req, "rename", sf_fs_node(fs, parent), name);
+	} else {
+		sf_fs_reply_err(req, rc < 0 ? rc : -EXDEV);
+	}
+	if (d)
+		sf_fs_unref(fs, d, 1);
+	if (to)
+		sf_fs_unref(fs, to, 1);
 }
 
 static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent,
@@ -789,8 +959,17 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 		      mode_t mode, struct fuse_file_info *fi)
 {
 	struct sf_fs *fs = fs_of(req);
+	struct sf_node *d;
+	int rc = sf_fs_sv_target(req, sf_fs_node(fs, parent), name, SF_SV_CREATE, &d);
 
-	sf_fs_w_create(req, sf_fs_node(fs, parent), name, fi);
+	if (rc == 1) {
+		sf_fs_sv_create(req, d, name, fi);
+		sf_fs_unref(fs, d, 1);
+	} else if (rc) {
+		sf_fs_reply_err(req, rc < 0 ? rc : -EROFS);
+	} else {
+		sf_fs_w_create(req, sf_fs_node(fs, parent), name, fi);
+	}
 }
 
 static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
@@ -798,6 +977,11 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 {
 	if (!fi->fh) { /* no_open: opened by the kernel, never for writing */
 		sf_fs_reply_err(req, -EROFS);
+		return;
+	}
+	if (((struct sf_fs_handle *)(uintptr_t)fi->fh)->fd >= 0) {
+		sf_fs_sv_write(req, (struct sf_fs_handle *)(uintptr_t)fi->fh, buf,
+			       size, off);
 		return;
 	}
 	sf_fs_w_write(req, (struct sf_fs_handle *)(uintptr_t)fi->fh, buf, size,
@@ -828,7 +1012,8 @@ const struct fuse_lowlevel_ops sf_fs_ops = {
 	.mknod = op_mknod,
 	.mkdir = op_mkdir,
 	.unlink = op_unlink,
-	.rmdir = op_unlink,
+	.rmdir = op_rmdir,
+	.fsync = op_fsync,
 	.rename = op_rename,
 	.symlink = op_symlink,
 	.link = op_link,

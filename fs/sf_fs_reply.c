@@ -53,6 +53,8 @@ double sf_fs_node_timeout(struct sf_fs *fs, const struct sf_node *n)
 	 * every path walk: no GETATTR each time). */
 	if (fs->single && !sf_node_is_w(n))
 		return SF_FS_TIMEOUT;
+	if (sf_node_is_sv(n)) /* a framework's save: files change */
+		return sf_node_is_dir(n) ? SF_FS_CKPT_TIMEOUT : 0.0;
 	if (sf_node_is_w(n))
 		return n->kind == SF_NODE_CKPT || sf_node_is_dir(n) ||
 		       n->kind == SF_NODE_SLICE || n->kind == SF_NODE_TENSOR ||
@@ -65,6 +67,8 @@ double sf_fs_node_timeout(struct sf_fs *fs, const struct sf_node *n)
 /* How long the kernel may cache n's name. */
 static double entry_timeout(struct sf_fs *fs, const struct sf_node *n)
 {
+	if (sf_node_is_sv(n))
+		return n->kind == SF_NODE_CKPT ? 0.0 : SF_FS_CKPT_TIMEOUT;
 	if (!sf_node_is_w(n))
 		return sf_fs_node_timeout(fs, n);
 	return n->kind == SF_NODE_CKPT ? 0.0 : SF_FS_CKPT_TIMEOUT;
@@ -165,7 +169,11 @@ void sf_fs_log_refused(fuse_req_t req, const char *what,
  */
 void sf_fs_stat(struct sf_fs *fs, struct sf_node *n, struct stat *st)
 {
-	bool w = sf_node_is_w(n) || (n == fs->root && !fs->single);
+	/* a checkpoint saved through the mount: its saver removes it or
+	 * saves it again (its directories writable, as on a local disk) */
+	bool w = sf_node_is_w(n) || sf_node_is_sv(n) ||
+		 (n->ck && n->ck->sv && sf_node_is_dir(n)) ||
+		 (n == fs->root && !fs->single);
 	const struct sf_fs_ckpt *c = n->ck;
 	mode_t dmode = c ? c->dir_mode : fs->root_mode;
 	mode_t fmode = c ? c->file_mode : fs->root_mode;
@@ -184,7 +192,8 @@ void sf_fs_stat(struct sf_fs *fs, struct sf_node *n, struct stat *st)
 	} else {
 		st->st_mode = S_IFREG | (dmode & fmode & (w ? 0644 : 0444));
 		st->st_nlink = 1;
-		st->st_size = (off_t)(sf_node_is_w(n) ? sf_fs_w_size(fs, n) :
+		st->st_size = (off_t)(sf_node_is_sv(n) ? sf_fs_sv_size(n) :
+				      sf_node_is_w(n) ? sf_fs_w_size(fs, n) :
 				      n->size);
 	}
 	st->st_blksize = SF_FS_MAX_READ;

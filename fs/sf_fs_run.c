@@ -158,7 +158,8 @@ static int load_store(struct sf_fs *fs, const char *store)
 
 		l.cks[i] = NULL;
 		/* Failures are logged and leave that checkpoint out. */
-		(void)sf_fs_add_committed(fs, ck);
+		if (sf_fs_add_committed(fs, ck) == 0)
+			sf_fs_sv_show_raw(fs, NULL, ck->name); /* saved through a mount */
 	}
 	for (i = 0; i < l.nunc; i++) {
 		const char *name = l.unc[i];

@@ -21,8 +21,10 @@
 #include <sys/stat.h>
 
 #include "sf_array.h"
+#include "sf_checksum.h"
 #include "sf_error.h"
 #include "sf_log.h"
+#include "sf_save.h"
 #include "sf_views.h"
 #include "sf_fs_internal.h"
 
@@ -62,8 +64,27 @@ struct sf_node *sf_fs_node_new(struct sf_fs *fs, enum sf_node_kind kind,
 }
 
 /* Free checkpoint c and what it owns (its blocks leave the engine). */
+void sf_fs_sv_put(struct sf_fsave *sv)
+{
+	if (!sv || --sv->ref > 0)
+		return;
+	for (size_t i = 0; i < sv->nrecs; i++) {
+		sf_blockhash_destroy(sv->recs[i]->bh);
+		free(sv->recs[i]->sums);
+		free(sv->recs[i]->path);
+		free(sv->recs[i]);
+	}
+	free(sv->recs);
+	for (size_t i = 0; i < sv->nstale; i++)
+		free(sv->stale[i]);
+	free(sv->stale);
+	pthread_mutex_destroy(&sv->lock);
+	free(sv);
+}
+
 static void ckpt_free(struct sf_fs *fs, struct sf_fs_ckpt *c)
 {
+	sf_fs_sv_put(c->sv);
 	if (c->ck) {
 		if (fs->engine)
 			sf_engine_forget(fs->engine, &c->ck->ref);
@@ -612,6 +633,12 @@ int sf_fs_swap_committed(struct sf_fs *fs, struct sf_fs_ckpt *c,
 	return add_committed(fs, ck, c);
 }
 
+void sf_fs_retire_locked(struct sf_fs *fs, struct sf_fs_ckpt *c,
+			 enum sf_ckpt_state to)
+{
+	ckpt_retire(fs, c, to);
+}
+
 void sf_fs_drop_ckpt(struct sf_fs *fs, struct sf_fs_ckpt *c)
 {
 	pthread_mutex_lock(&fs->tree_lock);
@@ -625,7 +652,8 @@ bool sf_fs_has_ckpt(struct sf_fs *fs, const char *name)
 
 	pthread_mutex_lock(&fs->tree_lock);
 	for (struct sf_fs_ckpt *c = fs->ckpts; c && !has; c = c->next)
-		has = (c->state == SF_CK_COMMITTED || c->state == SF_CK_WRITING) &&
+		has = (c->state == SF_CK_COMMITTED || c->state == SF_CK_WRITING ||
+		       c->state == SF_CK_SAVING) &&
 		      strcmp(c->name, name) == 0;
 	pthread_mutex_unlock(&fs->tree_lock);
 	return has;
@@ -711,6 +739,24 @@ static int add_committed(struct sf_fs *fs, struct sf_ckpt *ck,
 	sf_fs_ckpt_perms(fs, c);
 
 	pthread_mutex_lock(&fs->tree_lock);
+	if (replace && replace->sv) { /* saved through the mount: complete */
+		c->sv = replace->sv;
+		c->sv->ref++;
+	} else if (!fs->single && !ck->fmt->writable) {
+		/* saved through a mount in an earlier life (its marker): its
+		 * saver may still remove it or save it again; its write-time
+		 * hashes are its index */
+		uid_t u;
+		gid_t g;
+
+		if (sf_save_marked(ck->dirfd, &u, &g) &&
+		    (c->sv = calloc(1, sizeof(*c->sv))) != NULL) {
+			pthread_mutex_init(&c->sv->lock, NULL);
+			c->sv->uid = u;
+			c->sv->gid = g;
+			c->sv->ref = 1;
+		}
+	}
 	c->ref = 1; /* listed */
 	c->next = fs->ckpts;
 	fs->ckpts = c;

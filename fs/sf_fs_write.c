@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "sf_checksum.h"
+#include "sf_confine.h"
 #include "sf_error.h"
 #include "sf_log.h"
 #include "sf_model.h"
@@ -134,7 +135,8 @@ int sf_fs_resume(struct sf_fs *fs, const char *name, const char *dir)
 /* --- mkdir and create --- */
 
 /* mkdir NAME at the store root: a new writing checkpoint. */
-static int new_ckpt(struct sf_fs *fs, const char *name, struct sf_node **out)
+static int new_ckpt(struct sf_fs *fs, const char *name, uid_t uid, gid_t gid,
+		    struct sf_node **out)
 {
 	struct sf_wckpt *w = NULL;
 	char *dir = NULL;
@@ -159,6 +161,17 @@ static int new_ckpt(struct sf_fs *fs, const char *name, struct sf_node **out)
 	if (rc) {
 		sf_err("mkdir %s: %s", dir, sf_strerror(rc));
 		goto out_free_dir;
+	}
+	if (geteuid() == 0 && uid != 0) {
+		/* made by a user through a root daemon: theirs, as mkdir on a
+		 * local disk makes it (a framework saves into it, SPEC 8) */
+		int dfd = sf_c_open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0);
+
+		if (dfd < 0 || fchown(dfd, uid, gid) != 0)
+			sf_warn_limited("mkdir %s: cannot give it to uid %u", SF_QSTR(name),
+					(unsigned)uid);
+		if (dfd >= 0)
+			close(dfd);
 	}
 	rc = sf_wckpt_open(dir, name, fs->rank, fs->world, SF_DEFAULT_BLOCK_SIZE,
 			   &w, &resumed);
@@ -185,7 +198,8 @@ void sf_fs_w_mkdir(fuse_req_t req, struct sf_node *parent, const char *name)
 	if ((rc = sf_fs_may_change(req, fs, "mkdir", name)) != 0) {
 		/* rc says why */
 	} else if (parent == fs->root && !fs->single) {
-		rc = new_ckpt(fs, name, &n);
+		rc = new_ckpt(fs, name, fuse_req_ctx(req)->uid,
+			      fuse_req_ctx(req)->gid, &n);
 	} else if (!sf_node_is_w(parent)) {
 		rc = -SF_ECOMMITTED;
 		sf_fs_log_refused(req, "mkdir", parent, name, rc);
@@ -264,6 +278,7 @@ int sf_fs_handle_new(struct sf_fs *fs, struct sf_node *n, bool writable,
 	}
 	h->n = n;
 	h->writable = writable;
+	h->fd = -1;
 	pthread_mutex_init(&h->lock, NULL);
 	sf_fs_ref(fs, n);
 	pthread_mutex_lock(&fs->handles_lock);
@@ -296,6 +311,8 @@ void sf_fs_handles_drop(struct sf_fs *fs)
 	/* no request runs any more: the nodes go with the tree */
 	for (h = fs->handles; h; h = next) {
 		next = h->hnext;
+		if (h->fd >= 0)
+			close(h->fd); /* its record goes with its checkpoint */
 		pthread_mutex_destroy(&h->lock);
 		free(h);
 	}
@@ -307,7 +324,9 @@ void sf_fs_handle_free(struct sf_fs *fs, struct sf_fs_handle *h)
 	if (!h)
 		return;
 	handle_unlist(fs, h);
-	if (h->writable)
+	if (h->fd >= 0)
+		sf_fs_sv_close(h);
+	else if (h->writable)
 		(void)sf_fs_w_flush(fs, h, true);
 	pthread_mutex_destroy(&h->lock);
 	if (h->n->ck)

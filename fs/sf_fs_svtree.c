@@ -1,0 +1,850 @@
+/*
+ * sf_fs_svtree.c - checkpoints a framework saves through the mount (SPEC
+ * 8): their nodes, their store paths and the write-time hashes of their
+ * files. A saving checkpoint (SF_CK_SAVING: sv set, ck NULL) is a plain
+ * directory tree whose files are the store's files of the same names;
+ * the FUSE operations on it are sf_fs_save.c's, above this file.
+ *
+ * How it starts (sf_fs_sv_convert): mkdir at the store root makes a
+ * shardfs/1 checkpoint being written (sf_fs_write.c); the first file
+ * created at its root, or a directory other than tensors/, before any
+ * shardfs/1 use (a declaration, a root file, a lookup of its tensors/ as
+ * `mkdir -p CKPT/tensors` does) makes it a framework's save: the shardfs/1 bookkeeping
+ * (marker, rank directory) leaves the store directory, SF_SAVE_MARKER
+ * takes its place, and a saving checkpoint of the same name replaces the
+ * writing one under one hold of tree_lock. A complete checkpoint saved
+ * through the mount goes back to saving the same way (sf_fs_sv_reopen)
+ * when its saver changes it (a re-save, a late marker, rm -rf), its
+ * files' records carried over.
+ *
+ * Invariants:
+ *  - every record is in sv->recs while its file exists under that path;
+ *    a handle holds its record (holds), so unlink or rename never frees
+ *    one a write is using;
+ *  - a record's sums are the hashes of the bytes the framework gave,
+ *    block by block, when the file was written in order; a file written
+ *    out of order (or truncated, or reopened with data) is rehashed from
+ *    the store when its last writer closes it;
+ *  - every change stamps sv->changed_ns: completion waits for quiet;
+ *  - lock order: tree_lock, then sv->lock.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "sf_array.h"
+#include "sf_checksum.h"
+#include "sf_confine.h"
+#include "sf_error.h"
+#include "sf_log.h"
+#include "sf_manifest.h"
+#include "sf_open.h"
+#include "sf_save.h"
+#include "sf_fs_internal.h"
+
+#define SF_SV_MAX_FILES 100000u   /* files of one saved checkpoint */
+#define SF_SV_MAX_DEPTH 16        /* directory levels read back at reopen */
+
+int64_t sf_fs_mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+bool sf_fs_sv_name_ok(const char *name)
+{
+	size_t n = strlen(name);
+
+	if (n == 0 || n > SF_MAX_COMPONENT || strcmp(name, ".") == 0 ||
+	    strcmp(name, "..") == 0 || strchr(name, '/'))
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)name[i] < 0x20 || name[i] == 0x7f)
+			return false;
+	/* shardfs's own files beside the framework's */
+	return strcmp(name, SF_SAVE_MARKER) != 0 &&
+	       strncmp(name, ".shardfs", 8) != 0 &&
+	       strcmp(name, "shardfs.index.json") != 0;
+}
+
+int sf_fs_sv_rel(const struct sf_node *n, const char *name, char *buf,
+		 size_t size)
+{
+	size_t at = size - 1, l;
+
+	buf[at] = '\0';
+	if (name) {
+		l = strlen(name);
+		if (l > at)
+			return -ENAMETOOLONG;
+		at -= l;
+		memcpy(buf + at, name, l);
+	}
+	for (; n && n->kind != SF_NODE_CKPT; n = n->parent) {
+		l = strlen(n->name);
+		if (l + 1 > at)
+			return -ENAMETOOLONG;
+		if (at < size - 1)
+			buf[--at] = '/';
+		at -= l;
+		memcpy(buf + at, n->name, l);
+	}
+	if (!n)
+		return -ENOENT;
+	memmove(buf, buf + at, size - at);
+	return 0;
+}
+
+int sf_fs_sv_abs(const struct sf_node *n, const char *name, char *buf,
+		 size_t size)
+{
+	char rel[SF_MAX_NAME + 1];
+	int rc = sf_fs_sv_rel(n, name, rel, sizeof(rel));
+
+	if (rc)
+		return rc;
+	if ((size_t)snprintf(buf, size, "%s%s%s", n->ck->dir, rel[0] ? "/" : "",
+			     rel) >= size)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+uint64_t sf_fs_sv_size(const struct sf_node *n)
+{
+	char path[PATH_MAX];
+	struct stat sb;
+
+	if (sf_fs_sv_abs(n, NULL, path, sizeof(path)) != 0 ||
+	    sf_c_lstat(path, &sb) != 0)
+		return 0;
+	return (uint64_t)sb.st_size;
+}
+
+/* --- records --- */
+
+static ptrdiff_t rec_find(const struct sf_fsave *sv, const char *path)
+{
+	for (size_t i = 0; i < sv->nrecs; i++)
+		if (strcmp(sv->recs[i]->path, path) == 0)
+			return (ptrdiff_t)i;
+	return -1;
+}
+
+/* path is rewritten or gone: no longer the previous save's. Under
+ * sv->lock. */
+static void stale_clear(struct sf_fsave *sv, const char *path)
+{
+	for (size_t i = sv->nstale; i-- > 0;) {
+		if (strcmp(sv->stale[i], path) != 0)
+			continue;
+		free(sv->stale[i]);
+		sv->stale[i] = sv->stale[--sv->nstale];
+	}
+}
+
+static void rec_free(struct sf_svrec *r)
+{
+	sf_blockhash_destroy(r->bh);
+	free(r->sums);
+	free(r->path);
+	free(r);
+}
+
+static void rec_unhold(struct sf_svrec *r)
+{
+	if (--r->holds == 0)
+		rec_free(r);
+}
+
+/* Take r out of sv->recs (its listing hold dropped). Under sv->lock. */
+static void rec_unlist_at(struct sf_fsave *sv, size_t i)
+{
+	struct sf_svrec *r = sv->recs[i];
+
+	memmove(sv->recs + i, sv->recs + i + 1,
+		(sv->nrecs - i - 1) * sizeof(*sv->recs));
+	sv->nrecs--;
+	rec_unhold(r);
+}
+
+int sf_fs_sv_rec_get(struct sf_fsave *sv, const char *path,
+		     struct sf_svrec **out)
+{
+	struct sf_svrec *r;
+	ptrdiff_t i;
+	int rc = 0;
+
+	pthread_mutex_lock(&sv->lock);
+	i = rec_find(sv, path);
+	if (i >= 0) {
+		r = sv->recs[i];
+		goto out_hold;
+	}
+	rc = sf_array_grow(&sv->recs, sv->nrecs, &sv->caprecs, sizeof(*sv->recs),
+			   16, SF_SV_MAX_FILES);
+	if (rc)
+		goto out_unlock;
+	r = calloc(1, sizeof(*r));
+	if (r)
+		r->path = strdup(path);
+	if (!r || !r->path) {
+		free(r);
+		rc = -ENOMEM;
+		goto out_unlock;
+	}
+	r->holds = 1; /* listed */
+	sv->recs[sv->nrecs++] = r;
+out_hold:
+	r->holds++;
+	*out = r;
+out_unlock:
+	pthread_mutex_unlock(&sv->lock);
+	return rc;
+}
+
+void sf_fs_sv_rec_put(struct sf_fsave *sv, struct sf_svrec *r)
+{
+	pthread_mutex_lock(&sv->lock);
+	rec_unhold(r);
+	pthread_mutex_unlock(&sv->lock);
+}
+
+void sf_fs_sv_touch(struct sf_fsave *sv)
+{
+	pthread_mutex_lock(&sv->lock);
+	sv->changed_ns = sf_fs_mono_ns();
+	pthread_mutex_unlock(&sv->lock);
+}
+
+/* path, or everything below it when dir: gone (unlink, rmdir). */
+void sf_fs_sv_rec_drop(struct sf_fsave *sv, const char *path, bool dir)
+{
+	size_t l = strlen(path);
+
+	pthread_mutex_lock(&sv->lock);
+	for (size_t i = sv->nrecs; i-- > 0;) {
+		const char *p = sv->recs[i]->path;
+
+		if (dir ? strncmp(p, path, l) == 0 && p[l] == '/' : strcmp(p, path) == 0)
+			rec_unlist_at(sv, i);
+	}
+	stale_clear(sv, path);
+	sv->changed_ns = sf_fs_mono_ns();
+	pthread_mutex_unlock(&sv->lock);
+}
+
+int sf_fs_sv_rec_rename(struct sf_fsave *sv, const char *from, const char *to)
+{
+	ptrdiff_t i, j;
+	char *p = strdup(to);
+
+	if (!p)
+		return -ENOMEM;
+	pthread_mutex_lock(&sv->lock);
+	stale_clear(sv, to);
+	stale_clear(sv, from);
+	j = rec_find(sv, to);
+	if (j >= 0) /* replaced */
+		rec_unlist_at(sv, (size_t)j);
+	i = rec_find(sv, from);
+	if (i >= 0) {
+		free(sv->recs[i]->path);
+		sv->recs[i]->path = p;
+		p = NULL;
+	}
+	sv->changed_ns = sf_fs_mono_ns();
+	pthread_mutex_unlock(&sv->lock);
+	free(p);
+	return 0;
+}
+
+/* Start (over) hashing r in order from byte 0. Under sv->lock. */
+static int rec_restart(struct sf_svrec *r)
+{
+	sf_blockhash_destroy(r->bh);
+	r->bh = sf_blockhash_create(SF_DEFAULT_BLOCK_SIZE);
+	r->next = 0;
+	r->ooo = false;
+	r->final = false;
+	free(r->sums);
+	r->sums = NULL;
+	r->nsums = 0;
+	return r->bh ? 0 : -ENOMEM;
+}
+
+int sf_fs_sv_writer_open(struct sf_fsave *sv, struct sf_svrec *r, bool empty)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&sv->lock);
+	if (empty)
+		stale_clear(sv, r->path); /* written anew */
+	if (r->writers == 0) {
+		rc = rec_restart(r);
+		/* data already there that no write of this open hashes */
+		r->ooo = !empty;
+	}
+	if (!rc) {
+		r->writers++;
+		sv->nwriters++;
+	}
+	sv->changed_ns = sf_fs_mono_ns();
+	pthread_mutex_unlock(&sv->lock);
+	return rc;
+}
+
+void sf_fs_sv_wrote(struct sf_fsave *sv, struct sf_svrec *r, const void *buf,
+		    size_t n, uint64_t off)
+{
+	pthread_mutex_lock(&sv->lock);
+	if (!r->ooo && r->bh && off == r->next) {
+		if (sf_blockhash_update(r->bh, buf, n) == 0)
+			r->next += n;
+		else
+			r->ooo = true;
+	} else {
+		r->ooo = true; /* rehashed at close */
+	}
+	sv->changed_ns = sf_fs_mono_ns();
+	pthread_mutex_unlock(&sv->lock);
+}
+
+void sf_fs_sv_truncated(struct sf_fsave *sv, struct sf_svrec *r, uint64_t size)
+{
+	pthread_mutex_lock(&sv->lock);
+	if (size == 0 && r->writers > 0) {
+		(void)rec_restart(r); /* hashed in order from here */
+	} else if (r->writers > 0) {
+		r->ooo = true;
+	} else if (size == 0) {
+		/* no writer will close it: an empty file's hashes now */
+		free(r->sums);
+		r->sums = NULL;
+		r->nsums = 0;
+		r->size = 0;
+		r->final = true;
+		r->ooo = false;
+	} else {
+		r->final = false; /* no writer open: hashed at the seal */
+	}
+	sv->changed_ns = sf_fs_mono_ns();
+	pthread_mutex_unlock(&sv->lock);
+}
+
+void sf_fs_sv_writer_close(struct sf_fsave *sv, struct sf_svrec *r, int fd)
+{
+	const uint64_t *s;
+	size_t n;
+
+	pthread_mutex_lock(&sv->lock);
+	sv->nwriters--;
+	sv->changed_ns = sf_fs_mono_ns();
+	if (--r->writers > 0)
+		goto out_unlock;
+	free(r->sums);
+	r->sums = NULL;
+	r->nsums = 0;
+	r->final = false;
+	if (!r->ooo && r->bh && sf_blockhash_final(r->bh, &s, &n) == 0) {
+		struct stat sb;
+
+		/* in order, and nothing past what was hashed */
+		if (fstat(fd, &sb) == 0 && (uint64_t)sb.st_size == r->next) {
+			r->sums = n ? malloc(n * sizeof(*s)) : NULL;
+			if (!n || r->sums) {
+				if (n)
+					memcpy(r->sums, s, n * sizeof(*s));
+				r->nsums = n;
+				r->size = r->next;
+				r->final = true;
+			}
+		}
+	}
+	if (!r->final) {
+		/* out of order: the bytes as they lie in the store now */
+		uint64_t size = 0;
+
+		if (sf_save_hash_fd(fd, SF_DEFAULT_BLOCK_SIZE, &r->sums, &r->nsums,
+				    &size) == 0) {
+			r->size = size;
+			r->final = true;
+		} else {
+			sf_warn("saving %s: cannot hash it: it will not be verified",
+				SF_QSTR(r->path));
+		}
+	}
+	sf_blockhash_destroy(r->bh);
+	r->bh = NULL;
+	r->ooo = false;
+out_unlock:
+	pthread_mutex_unlock(&sv->lock);
+}
+
+void sf_fs_sv_close(struct sf_fs_handle *h)
+{
+	struct sf_fsave *sv = h->n->ck->sv;
+
+	if (h->writable && h->rec)
+		sf_fs_sv_writer_close(sv, h->rec, h->fd);
+	close(h->fd);
+	h->fd = -1;
+	if (h->rec)
+		sf_fs_sv_rec_put(sv, h->rec);
+	h->rec = NULL;
+}
+
+void sf_fs_sv_show_raw(struct sf_fs *fs, struct sf_fsave *sv, const char *name)
+{
+	struct sf_node *cd = NULL, *n;
+	struct dirent *de;
+	ptrdiff_t i;
+	DIR *d;
+
+	pthread_mutex_lock(&fs->tree_lock);
+	i = fs->single ? -1 : sf_fs_child_find(fs->root, name, strlen(name));
+	if (i >= 0 && fs->root->children[i]->ck->sv && fs->root->children[i]->ck->ck &&
+	    (!sv || fs->root->children[i]->ck->sv == sv)) {
+		cd = fs->root->children[i];
+		cd->ref++;
+	}
+	pthread_mutex_unlock(&fs->tree_lock);
+	if (!cd)
+		return;
+	/* what the directory holds at its top, beneath the pinned descriptor */
+	d = sf_c_opendir(cd->ck->dir);
+	while (d && (de = readdir(d))) {
+		char path[PATH_MAX];
+		struct stat sb;
+
+		if (!sf_fs_sv_name_ok(de->d_name) ||
+		    (size_t)snprintf(path, sizeof(path), "%s/%s", cd->ck->dir, de->d_name) >=
+		    sizeof(path) || sf_c_lstat(path, &sb) != 0 || !S_ISREG(sb.st_mode))
+			continue;
+		pthread_mutex_lock(&fs->tree_lock);
+		/* a view's name, or a root file shown already, stays */
+		if (cd->linked && sf_fs_child_find(cd, de->d_name, strlen(de->d_name)) < 0 &&
+		    sf_fs_child_make(fs, cd, SF_NODE_RAW, de->d_name, strlen(de->d_name),
+				     true, &n) == 0)
+			n->size = (uint64_t)sb.st_size;
+		pthread_mutex_unlock(&fs->tree_lock);
+	}
+	if (d)
+		closedir(d);
+	sf_fs_unref(fs, cd, 1);
+}
+
+int sf_fs_sv_open_raw(struct sf_node *n)
+{
+	struct sf_fsave *sv = n->ck->sv;
+	uint64_t *sums = NULL, size = 0;
+	size_t nsums = 0;
+	bool same = false;
+	int fd, rc;
+	ptrdiff_t i;
+
+	if (n->ck->ck->dirfd < 0)
+		return -EIO;
+	fd = sf_open_beneath(n->ck->ck->dirfd, n->name, O_RDONLY | O_NONBLOCK);
+	if (fd < 0)
+		return fd;
+	rc = sf_save_hash_fd(fd, SF_DEFAULT_BLOCK_SIZE, &sums, &nsums, &size);
+	if (rc) {
+		close(fd);
+		return rc;
+	}
+	pthread_mutex_lock(&sv->lock);
+	i = rec_find(sv, n->name);
+	if (i >= 0 && sv->recs[i]->final) {
+		const struct sf_svrec *r = sv->recs[i];
+
+		same = r->size == size && r->nsums == nsums &&
+		       (!nsums || memcmp(r->sums, sums, nsums * sizeof(*sums)) == 0);
+	} else {
+		same = true; /* no write-time hashes here (an earlier life):
+			      * read as stored, as a foreign root file is */
+	}
+	pthread_mutex_unlock(&sv->lock);
+	free(sums);
+	if (!same) {
+		sf_err("checkpoint %s: file %s: its bytes in the store are not the ones saved through the mount (checksum mismatch)",
+		       SF_QSTR(n->ck->name), SF_QSTR(n->name));
+		close(fd);
+		return -EIO;
+	}
+	return fd;
+}
+
+/* --- nodes --- */
+
+struct sf_node *sf_fs_sv_successor(struct sf_fs *fs, const char *name)
+{
+	struct sf_node *n = NULL;
+	ptrdiff_t i;
+
+	pthread_mutex_lock(&fs->tree_lock);
+	i = sf_fs_child_find(fs->root, name, strlen(name));
+	if (i >= 0 && sf_node_is_sv(fs->root->children[i])) {
+		n = fs->root->children[i];
+		n->ref++;
+	}
+	pthread_mutex_unlock(&fs->tree_lock);
+	return n;
+}
+
+int sf_fs_sv_child(struct sf_fs *fs, struct sf_node *dir, const char *name,
+		   enum sf_node_kind kind, struct sf_node **out)
+{
+	ptrdiff_t i;
+	int rc = 0;
+
+	pthread_mutex_lock(&fs->tree_lock);
+	if (!dir->linked) {
+		rc = -ENOENT;
+		goto out_unlock;
+	}
+	i = sf_fs_child_find(dir, name, strlen(name));
+	if (i >= 0) {
+		*out = dir->children[i];
+		if ((*out)->kind != kind) {
+			rc = kind == SF_NODE_DIR ? -ENOTDIR : -EISDIR;
+			goto out_unlock;
+		}
+	} else {
+		rc = sf_fs_child_make(fs, dir, kind, name, strlen(name), true, out);
+		if (rc)
+			goto out_unlock;
+	}
+	(*out)->ref++; /* the caller's (a kernel lookup) */
+out_unlock:
+	pthread_mutex_unlock(&fs->tree_lock);
+	return rc;
+}
+
+/* Unlink child name of dir, the subtree below it too. Under tree_lock. */
+static void child_unlink_locked(struct sf_fs *fs, struct sf_node *dir,
+				const char *name)
+{
+	ptrdiff_t i = sf_fs_child_find(dir, name, strlen(name));
+	struct sf_node *c;
+
+	if (i < 0)
+		return;
+	c = dir->children[i];
+	if (sf_node_is_dir(c))
+		dir->nsubdirs--;
+	memmove(dir->children + i, dir->children + i + 1,
+		(dir->nchildren - (size_t)i - 1) * sizeof(*dir->children));
+	dir->nchildren--;
+	sf_fs_subtree_unlink(fs, c);
+}
+
+void sf_fs_sv_unlink_child(struct sf_fs *fs, struct sf_node *dir,
+			   const char *name)
+{
+	pthread_mutex_lock(&fs->tree_lock);
+	child_unlink_locked(fs, dir, name);
+	pthread_mutex_unlock(&fs->tree_lock);
+}
+
+int sf_fs_sv_move(struct sf_fs *fs, struct sf_node *from, const char *name,
+		  struct sf_node *to, const char *newname)
+{
+	struct sf_node *n;
+	ptrdiff_t i;
+	int rc;
+
+	pthread_mutex_lock(&fs->tree_lock);
+	i = sf_fs_child_find(from, name, strlen(name));
+	if (i < 0) {
+		rc = -ENOENT;
+		goto out_unlock;
+	}
+	if (sf_node_is_dir(from->children[i])) {
+		rc = -EXDEV; /* mv copies it instead */
+		goto out_unlock;
+	}
+	child_unlink_locked(fs, to, newname);
+	child_unlink_locked(fs, from, name);
+	rc = sf_fs_child_make(fs, to, SF_NODE_FILE, newname, strlen(newname),
+			      true, &n);
+out_unlock:
+	pthread_mutex_unlock(&fs->tree_lock);
+	return rc;
+}
+
+/* The nodes of what the store directory dirpath holds (a reopened save),
+ * below node d. Under tree_lock. */
+static int read_back(struct sf_fs *fs, struct sf_node *d, const char *dirpath,
+		     unsigned depth)
+{
+	struct dirent *de;
+	DIR *dh;
+	int rc = 0;
+
+	if (depth > SF_SV_MAX_DEPTH)
+		return 0;
+	dh = sf_c_opendir(dirpath);
+	if (!dh)
+		return -errno;
+	while (!rc && (de = readdir(dh))) {
+		char path[PATH_MAX];
+		struct stat sb;
+		struct sf_node *n;
+
+		if (!sf_fs_sv_name_ok(de->d_name))
+			continue;
+		if ((size_t)snprintf(path, sizeof(path), "%s/%s", dirpath, de->d_name) >=
+		    sizeof(path) || sf_c_lstat(path, &sb) != 0)
+			continue;
+		if (S_ISDIR(sb.st_mode)) {
+			rc = sf_fs_child_make(fs, d, SF_NODE_DIR, de->d_name,
+					      strlen(de->d_name), true, &n);
+			if (!rc)
+				rc = read_back(fs, n, path, depth + 1);
+		} else if (S_ISREG(sb.st_mode)) {
+			rc = sf_fs_child_make(fs, d, SF_NODE_FILE, de->d_name,
+					      strlen(de->d_name), true, &n);
+		}
+	}
+	closedir(dh);
+	return rc;
+}
+
+int sf_fs_add_saving(struct sf_fs *fs, struct sf_fs_ckpt *replace,
+		     struct sf_fsave *sv, bool from_store)
+{
+	struct sf_fs_ckpt *c;
+	struct sf_node *cd;
+	ptrdiff_t i;
+	int rc;
+
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->state = SF_CK_SAVING;
+	clock_gettime(CLOCK_REALTIME, &c->mtime);
+	c->name = strdup(replace->name);
+	c->dir = strdup(replace->dir);
+	if (!c->name || !c->dir) {
+		free(c->name);
+		free(c->dir);
+		free(c);
+		return -ENOMEM;
+	}
+	sf_fs_ckpt_perms(fs, c);
+
+	pthread_mutex_lock(&fs->tree_lock);
+	i = sf_fs_child_find(fs->root, c->name, strlen(c->name));
+	if (i < 0 || fs->root->children[i]->ck != replace ||
+	    replace->state == SF_CK_GONE || replace->state == SF_CK_REPLACED) {
+		rc = -EAGAIN; /* someone else changed it meanwhile */
+		pthread_mutex_unlock(&fs->tree_lock);
+		free(c->name);
+		free(c->dir);
+		free(c);
+		return rc;
+	}
+	c->sv = sv;
+	sv->ref++;
+	c->ref = 1; /* listed */
+	c->next = fs->ckpts;
+	fs->ckpts = c;
+	cd = sf_fs_node_new(fs, SF_NODE_CKPT, c->name, strlen(c->name), c, fs->root);
+	if (!cd) {
+		rc = -ENOMEM;
+		goto out_unlist;
+	}
+	cd->ref++; /* the build hold */
+	rc = from_store ? read_back(fs, cd, c->dir, 0) : 0;
+	if (rc) {
+		sf_fs_subtree_unlink(fs, cd);
+		goto out_unlist;
+	}
+	sf_fs_retire_locked(fs, replace, replace->ck ? SF_CK_REPLACED : SF_CK_GONE);
+	rc = sf_fs_child_link(fs->root, cd, true);
+	if (rc) {
+		sf_fs_subtree_unlink(fs, cd);
+		goto out_unlist;
+	}
+	sf_fs_unref_locked(fs, cd, 1); /* the build hold */
+	pthread_mutex_unlock(&fs->tree_lock);
+	return 0;
+
+out_unlist:
+	sf_fs_ckpt_unref(fs, c);
+	pthread_mutex_unlock(&fs->tree_lock);
+	return rc;
+}
+
+/* Count the entries of a writing checkpoint. */
+static void count_entry(void *arg, const char *name,
+			const struct sf_wentry_info *info)
+{
+	(void)name;
+	(void)info;
+	++*(size_t *)arg;
+}
+
+/* Write SF_SAVE_MARKER (who saves it) into dir. */
+static int write_marker(const char *dir, uid_t uid)
+{
+	char path[PATH_MAX], body[64];
+	int fd, len, rc = 0;
+
+	if ((size_t)snprintf(path, sizeof(path), "%s/" SF_SAVE_MARKER, dir) >=
+	    sizeof(path))
+		return -ENAMETOOLONG;
+	len = snprintf(body, sizeof(body), "{\"saved_by_uid\": %u}\n", (unsigned)uid);
+	fd = sf_c_open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return -errno;
+	if (geteuid() == 0 && uid != 0 && fchown(fd, uid, (gid_t)-1) != 0)
+		rc = -errno; /* the marker's owner names the saver (sf_save_marked) */
+	if (write(fd, body, (size_t)len) != len)
+		rc = -EIO;
+	close(fd);
+	return rc;
+}
+
+void sf_fs_sv_own(const struct sf_fsave *sv, const char *path, int fd)
+{
+	int dfd = fd;
+
+	if (geteuid() != 0 || sv->uid == 0)
+		return;
+	if (dfd < 0)
+		dfd = sf_c_open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0);
+	if (dfd < 0 || fchown(dfd, sv->uid, sv->gid) != 0)
+		sf_warn_limited("saving %s: cannot give it to uid %u: %s", SF_QSTR(path),
+				(unsigned)sv->uid, strerror(errno));
+	if (fd < 0 && dfd >= 0)
+		close(dfd);
+}
+
+int sf_fs_sv_convert(struct sf_fs *fs, struct sf_fs_ckpt *c, uid_t uid,
+		     gid_t gid)
+{
+	struct sf_fsave *sv;
+	char path[PATH_MAX];
+	size_t n = 0;
+	int rc;
+
+	bool s1;
+
+	if (!c->w)
+		return -EINVAL;
+	pthread_mutex_lock(&fs->tree_lock);
+	s1 = c->s1;
+	pthread_mutex_unlock(&fs->tree_lock);
+	if (!s1)
+		sf_wckpt_foreach(c->w, count_entry, &n);
+	if (s1 || n)
+		return -EINVAL; /* shardfs/1: declarations or files made */
+	sv = calloc(1, sizeof(*sv));
+	if (!sv)
+		return -ENOMEM;
+	pthread_mutex_init(&sv->lock, NULL);
+	sv->uid = uid;
+	sv->gid = gid;
+	sv->ref = 1; /* ours, until the saving checkpoint holds it */
+	sf_fs_sv_own(sv, c->dir, -1); /* its saver's, as on a local disk */
+	sv->changed_ns = sf_fs_mono_ns();
+	rc = sf_fs_add_saving(fs, c, sv, false);
+	pthread_mutex_lock(&fs->tree_lock);
+	sf_fs_sv_put(sv);
+	pthread_mutex_unlock(&fs->tree_lock);
+	if (rc)
+		return rc == -EAGAIN ? 0 : rc; /* another request converted it */
+	/* the shardfs/1 bookkeeping leaves the framework's directory */
+	if ((size_t)snprintf(path, sizeof(path), "%s/rank-%05u", c->dir,
+			     (unsigned)fs->rank) < sizeof(path))
+		(void)sf_c_remove_tree(path);
+	if ((size_t)snprintf(path, sizeof(path), "%s/" SF_SHARDFS_MARKER, c->dir) <
+	    sizeof(path))
+		(void)sf_c_unlink(path);
+	rc = write_marker(c->dir, uid);
+	if (rc)
+		sf_warn("checkpoint %s: cannot write " SF_SAVE_MARKER ": %s",
+			SF_QSTR(c->name), sf_strerror(rc));
+	sf_info("checkpoint %s: a framework's save (uid %u): its files go to the store as named",
+		SF_QSTR(c->name), (unsigned)uid);
+	return 0;
+}
+
+/* Is file a shard's of m (a tensor's, a root file's, an object's)? */
+static bool model_uses(const struct sf_model *m, const char *file)
+{
+	const struct sf_tensor *sets[3] = { m->tensors, m->files, m->objects };
+	const size_t ns[3] = { m->ntensors, m->nfiles, m->nobjects };
+
+	for (int k = 0; k < 3; k++)
+		for (size_t i = 0; i < ns[k]; i++)
+			for (size_t j = 0; j < sets[k][i].nshards; j++)
+				if (sets[k][i].shards[j].file &&
+				    strcmp(sets[k][i].shards[j].file, file) == 0)
+					return true;
+	return false;
+}
+
+/* The files at the top of complete checkpoint c that no shard lies in
+ * (its format's metadata: DCP's .metadata, Megatron's metadata.json, an
+ * index): a re-save is complete only once it rewrote or removed them,
+ * so a re-save killed midway never passes for the old save's. */
+static void mark_stale(struct sf_fs_ckpt *c)
+{
+	struct sf_fsave *sv = c->sv;
+	struct dirent *de;
+	DIR *d = sf_c_opendir(c->dir);
+
+	if (!d)
+		return;
+	pthread_mutex_lock(&sv->lock);
+	while ((de = readdir(d))) {
+		char path[PATH_MAX];
+		struct stat sb;
+		char *p;
+
+		if (!sf_fs_sv_name_ok(de->d_name) || model_uses(c->ck->m, de->d_name) ||
+		    (size_t)snprintf(path, sizeof(path), "%s/%s", c->dir, de->d_name) >=
+		    sizeof(path) || sf_c_lstat(path, &sb) != 0 || !S_ISREG(sb.st_mode))
+			continue;
+		if (sf_array_grow(&sv->stale, sv->nstale, &sv->capstale,
+				  sizeof(*sv->stale), 4, SF_SV_MAX_FILES) != 0 ||
+		    !(p = strdup(de->d_name)))
+			break;
+		sv->stale[sv->nstale++] = p;
+	}
+	pthread_mutex_unlock(&sv->lock);
+	closedir(d);
+}
+
+int sf_fs_sv_reopen(struct sf_fs *fs, struct sf_fs_ckpt *c)
+{
+	char path[PATH_MAX];
+	int rc;
+
+	if (!c->sv || !c->ck)
+		return -EINVAL;
+	mark_stale(c);
+	if ((size_t)snprintf(path, sizeof(path), "%s/shardfs.index.json", c->dir) <
+	    sizeof(path))
+		(void)sf_c_unlink(path); /* no longer what the files hold */
+	sf_fs_sv_touch(c->sv);
+	rc = sf_fs_add_saving(fs, c, c->sv, true);
+	if (rc == -EAGAIN)
+		return 0;
+	if (!rc)
+		sf_info("checkpoint %s: changed by its saver: saving again, not complete",
+			SF_QSTR(c->name));
+	return rc;
+}
