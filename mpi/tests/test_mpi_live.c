@@ -63,6 +63,23 @@ static int wait_state(struct sf_mpi *mp, const char *name, int held,
 	return -1;
 }
 
+/* Rank 0: read live1/a.bin bytes [off, off+100) of rank 1 through the
+ * source and check them. */
+static void read_a_bin(struct sf_mpi *mp, uint64_t off)
+{
+	struct sf_ckpt_ref ref = { .dir = "/nonexistent", .name = "live1" };
+	struct sf_source *src = sf_mpi_source(mp);
+	unsigned char buf[100];
+	bool same = true;
+
+	CHECK_EQ(src->ops->read(src->ctx, &ref, 1, "a.bin", off, buf, sizeof(buf)), 0);
+	for (size_t i = 0; i < sizeof(buf); i++)
+		same = same && buf[i] == tensor_byte("a", off + i);
+	CHECK(same);
+	if (src->ops->forget)
+		src->ops->forget(src->ctx, &ref);
+}
+
 int main(int argc, char **argv)
 {
 	struct sf_mpi *mp = NULL;
@@ -94,19 +111,8 @@ int main(int argc, char **argv)
 		printf("rank %d: live1 known after %d ms\n", rank, ms);
 		CHECK(stamp1 > 0);
 	}
-	if (rank == 0) {
-		struct sf_ckpt_ref ref = { .dir = "/nonexistent", .name = "live1" };
-		struct sf_source *src = sf_mpi_source(mp);
-		unsigned char buf[100];
-		bool same = true;
-
-		CHECK_EQ(src->ops->read(src->ctx, &ref, 1, "a.bin", 0, buf, 100), 0);
-		for (size_t i = 0; i < sizeof(buf); i++)
-			same = same && buf[i] == tensor_byte("a", i);
-		CHECK(same);
-		if (src->ops->forget)
-			src->ops->forget(src->ctx, &ref);
-	}
+	if (rank == 0)
+		read_a_bin(mp, 0);
 
 	/* 2. a SYNC round right after a write */
 	MPI_Barrier(MPI_COMM_WORLD);
@@ -141,19 +147,8 @@ int main(int argc, char **argv)
 		write_file(path, 200);
 	}
 	MPI_Barrier(MPI_COMM_WORLD);
-	if (rank == 0) {
-		struct sf_ckpt_ref ref = { .dir = "/nonexistent", .name = "live1" };
-		struct sf_source *src = sf_mpi_source(mp);
-		unsigned char buf[100];
-		bool same = true;
-
-		CHECK_EQ(src->ops->read(src->ctx, &ref, 1, "a.bin", 100, buf, 100), 0);
-		for (size_t i = 0; i < sizeof(buf); i++)
-			same = same && buf[i] == tensor_byte("a", 100 + i);
-		CHECK(same);
-		if (src->ops->forget)
-			src->ops->forget(src->ctx, &ref);
-	}
+	if (rank == 0)
+		read_a_bin(mp, 100);
 	if (rank != 1) {
 		ms = wait_state(mp, "live1", 1, "a.bin", 200, &stamp2);
 		CHECK(ms >= 0 && ms <= WITHIN_MS);
