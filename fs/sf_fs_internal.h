@@ -700,6 +700,12 @@ void sf_fs_log_refused(fuse_req_t req, const char *what,
 		       const struct sf_node *n, const char *name, int err);
 /* JSON list of ndim dims into buf (NUL-terminated, truncated to size);
  * its length. */
+/* user.shardfs.where of committed tensor n for the caller of req
+ * (sf_fs_where.c): *out malloc'd (the caller frees), *len its bytes.
+ * 0, -E2BIG past SF_FS_MAX_XATTR, -ENOMEM. */
+int sf_fs_where_json(struct sf_fs *fs, fuse_req_t req, struct sf_node *n,
+		     char **out, size_t *len);
+
 size_t sf_fs_shape_json(unsigned ndim, const uint64_t *dims, char *buf,
 			size_t size);
 

@@ -639,6 +639,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 #define XA_FORMAT "user.shardfs.format"
 #define XA_VERIFIED "user.shardfs.verified"
 #define XA_RM_ERROR "user.shardfs.rm_error" /* not listed: only when set */
+#define XA_WHERE "user.shardfs.where"       /* not listed: asked by loaders */
 
 static bool has_tensor_xattrs(const struct sf_node *n)
 {
@@ -730,8 +731,18 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	bool owned;
 	int rc;
 
-	rc = xattr_value(fs, sf_fs_node(fs, ino), name, small, sizeof(small),
-			 &val, &len, &owned);
+	struct sf_node *n = sf_fs_node(fs, ino);
+
+	if (strcmp(name, XA_WHERE) == 0) {
+		/* a committed (or foreign) checkpoint's tensor only */
+		owned = n->kind == SF_NODE_TENSOR && !sf_node_is_w(n) &&
+			!sf_node_is_sv(n) && n->ck && n->ck->ck;
+		rc = owned ? sf_fs_where_json(fs, req, n, &val, &len) : -ENODATA;
+		owned = owned && rc == 0;
+	} else {
+		rc = xattr_value(fs, n, name, small, sizeof(small), &val, &len,
+				 &owned);
+	}
 	if (rc)
 		sf_fs_reply_err(req, rc);
 	else if (size == 0)

@@ -41,11 +41,14 @@ __all__ = ["open", "open_safetensors", "Checkpoint", "SafetensorsFile", "Tensor"
            "write_file", "state", "commit", "save"]
 
 
-def open(path):  # noqa: A001 (shardfs.open, as the package's reader)
+def open(path, direct=None):  # noqa: A001 (shardfs.open, as the package's reader)
     """A mounted checkpoint directory (MOUNT/CKPT) as a Checkpoint, or a
-    safetensors file as a SafetensorsFile (close it, or use `with`)."""
+    safetensors file as a SafetensorsFile (close it, or use `with`).
+    direct: read this node's store files in process where the mount offers
+    them (default: yes when the xxhash module is there, SHARDFS_DIRECT=0
+    turns it off; see shardfs.direct)."""
     if _os.path.isdir(path):
-        return Checkpoint(path)
+        return Checkpoint(path, direct=direct)
     return SafetensorsFile(path)
 
 

@@ -6,6 +6,11 @@ each one's dtype and shape are its xattrs user.shardfs.dtype and
 user.shardfs.shape; its bytes are the file, row-major little-endian; a box
 is the file tensors/NAME@START:STOP,... that the daemon assembles. Nothing
 here writes (shardfs.save does).
+
+Whole tensors are read by the direct data path where the mount offers it
+(shardfs.direct: this node's store files read in process, checksums
+checked here) unless direct=False or SHARDFS_DIRECT=0; every byte it cannot
+read and check is read through the mount.
 """
 
 import builtins
@@ -27,7 +32,7 @@ class Checkpoint:
     safetensors() (its model.safetensors, a shardfs.SafetensorsFile),
     format, state."""
 
-    def __init__(self, path):
+    def __init__(self, path, direct=None):
         self.path = path
         self._tdir = os.path.join(path, "tensors")
         if not os.path.isdir(self._tdir):
@@ -39,6 +44,19 @@ class Checkpoint:
             raise ValueError("%s: no user.shardfs.format attribute (%s): not a "
                              "checkpoint of a shardfs mount" % (path, e.strerror)) from None
         self._names = None
+        self._mount_reader = _MountReader(self)
+        if direct is None:
+            direct = os.environ.get("SHARDFS_DIRECT", "1") != "0"
+        self._reader = self._mount_reader
+        if direct:
+            from . import direct as _direct
+            self._reader = _direct.DirectReader(self, self._mount_reader)
+
+    @property
+    def stats(self):
+        """Bytes read directly and through the mount, and why ({} when the
+        direct path is off)."""
+        return getattr(self._reader, "stats", {})
 
     def __repr__(self):
         return "<shardfs.Checkpoint %s (%s)>" % (self.path, self.format)
@@ -95,7 +113,7 @@ class Checkpoint:
         if not isinstance(shape, list) or not all(
                 isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
             raise ValueError("%s: user.shardfs.shape is not a list of sizes" % path)
-        return Tensor(name, dt, shape, _MountReader(self))
+        return Tensor(name, dt, shape, self._reader)
 
     __getitem__ = tensor
 

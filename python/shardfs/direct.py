@@ -1,0 +1,284 @@
+"""shardfs.direct - the direct data path (issue 29, 2): a tensor of a
+mounted checkpoint read straight from this node's store files, with the
+caller's own permissions, its bytes checked against the checkpoint's XXH3
+block checksums here, in process.
+
+The mount tells where the bytes lie: the xattr user.shardfs.where of
+tensors/NAME (SPEC section 3 addition) lists each shard with its geometry,
+file offset, length and checksums, and, where this node's store holds the
+file and the caller may read it, the file's absolute path and identity
+(dev, ino, size, mtime_ns). Such a shard is read here: the file opened
+with O_NOFOLLOW, its identity compared, each block hashed and compared.
+Everything else is read through the mount, as a plain read would: a shard
+without a path (another node's, no checksums, compressed, not readable by
+the caller), a file that changed since the daemon looked, an open that is
+denied, a block whose checksum differs (the mount then verifies it too and
+answers EIO where it is corrupt: never wrong bytes). Without the xxhash
+module nothing is read directly.
+
+Reads run in a few threads (os.preadv releases the GIL); `stats` counts
+the bytes each way and the reasons for the mount reads.
+"""
+
+import concurrent.futures
+import json
+import os
+
+from .dtypes import np
+
+WHERE_XATTR = "user.shardfs.where"
+WHERE_MAX = 1 << 16          # the daemon's bound on the value
+TASK_BYTES = 32 << 20        # one read task: this many bytes at most
+THREADS = 4
+
+try:
+    import xxhash as _xxhash
+    _xxh3 = _xxhash.xxh3_64_intdigest
+except (ImportError, AttributeError):   # the fallback: the mount
+    _xxh3 = None
+
+
+def available():
+    """True when this Python can check checksums (the xxhash module)."""
+    return _xxh3 is not None
+
+
+class _Fallback(Exception):
+    """These bytes are read through the mount instead (the reason)."""
+
+
+def _pread_into(fd, view, off, what):
+    done = 0
+    while done < len(view):
+        n = os.preadv(fd, [view[done:]], off + done)
+        if n <= 0:
+            raise _Fallback("%s: short read" % what)
+        done += n
+
+
+class DirectReader:
+    """Reads tensors of a Checkpoint: direct where offered, else through
+    `mount` (the checkpoint's plain reader)."""
+
+    def __init__(self, ck, mount, threads=THREADS):
+        self.ck = ck
+        self.mount = mount
+        self.threads = threads
+        self.stats = {"direct_bytes": 0, "mount_bytes": 0, "reasons": {}}
+
+    def _note(self, nbytes, reason=None):
+        if reason is None:
+            self.stats["direct_bytes"] += nbytes
+        else:
+            self.stats["mount_bytes"] += nbytes
+            r = self.stats["reasons"]
+            r[reason] = r.get(reason, 0) + 1
+
+    def memmap(self, t):
+        return self.mount.memmap(t)
+
+    def read_box(self, t, box):
+        return self.mount.read_box(t, box)
+
+    def _where(self, t):
+        try:
+            raw = os.getxattr(self.ck.tensor_path(t.name), WHERE_XATTR)
+        except OSError as e:
+            raise _Fallback("no where (%s)" % (e.strerror or e)) from None
+        if len(raw) > WHERE_MAX:
+            raise _Fallback("where too long")
+        try:
+            w = json.loads(raw)
+            bs = int(w["block_size"])
+            shards = list(w["shards"])
+        except (ValueError, KeyError, TypeError):
+            raise _Fallback("where unreadable") from None
+        if w.get("nbytes") != t.nbytes or bs <= 0:
+            raise _Fallback("where disagrees with the tensor")
+        return bs, shards
+
+    def read_into(self, t, buf):
+        """Fill buf (t.nbytes writable bytes) with tensor t."""
+        if _xxh3 is None:
+            self._note(t.nbytes, "no xxhash module")
+            return self.mount.read_into(t, buf)
+        try:
+            bs, shards = self._where(t)
+            plan = _plan(t, shards)
+        except _Fallback as e:
+            self._note(t.nbytes, str(e))
+            return self.mount.read_into(t, buf)
+        out = memoryview(buf).cast("B")
+        tasks = []
+        for ent, geo in plan:
+            tasks.extend(_tasks(ent, geo, bs))
+        if not tasks:
+            return None
+        if self.threads > 1 and len(tasks) > 1:
+            with concurrent.futures.ThreadPoolExecutor(
+                    min(self.threads, len(tasks))) as ex:
+                res = list(ex.map(lambda k: self._run(t, out, k), tasks))
+        else:
+            res = [self._run(t, out, k) for k in tasks]
+        # A shard read and checked whole is placed (boxes not one run of
+        # the tensor were read aside); any other goes through the mount.
+        failed = {}
+        for k, reason in zip(tasks, res):
+            if reason is not None:
+                failed.setdefault(id(k["geo"]), reason)
+        for _, geo in plan:
+            if geo["nbytes"] == 0:
+                continue
+            reason = failed.get(id(geo))
+            self._note(geo["nbytes"], reason)
+            if reason is not None:
+                self._mount_region(t, out, geo)
+            elif geo["dst"] is None:
+                _place(t, out, geo, geo["tmp"])
+            geo["tmp"] = None
+        return None
+
+    def _run(self, t, out, k):
+        """One task: None when read and checked, else the reason."""
+        geo, ent = k["geo"], k["ent"]
+        if "path" not in ent:
+            return str(ent.get("why", "not offered"))
+        try:
+            fd = os.open(ent["path"], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as e:
+            return "open: %s" % (e.strerror or e)
+        try:
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != (
+                    ent.get("dev"), ent.get("ino"), ent.get("size"),
+                    ent.get("mtime_ns")):
+                return "file changed"
+            lo, hi = k["lo"], k["hi"]          # shard bytes [lo, hi)
+            if geo["dst"] is not None:         # contiguous in the tensor
+                view = out[geo["dst"] + lo:geo["dst"] + hi]
+            else:
+                view = memoryview(geo["tmp"])[lo:hi]
+            _pread_into(fd, view, geo["file_offset"] + lo, ent["path"])
+            bs, sums = k["bs"], geo["xxh3"]
+            for b in range(lo // bs, (hi + bs - 1) // bs):
+                s, e = b * bs - lo, min((b + 1) * bs, hi) - lo
+                if b >= len(sums) or _xxh3(view[s:e]) != sums[b]:
+                    return "checksum differs"
+            return None
+        except _Fallback as e:
+            return str(e)
+        except OSError as e:
+            return "read: %s" % (e.strerror or e)
+        finally:
+            os.close(fd)
+
+    def _mount_region(self, t, out, geo):
+        """Read one shard's region of t through the mount into out."""
+        if geo["flat"] is not None:
+            off, n = geo["flat"]
+            fd = os.open(self.ck.tensor_path(t.name), os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                view, done = out[off:off + n], 0
+                while done < n:
+                    m = os.preadv(fd, [view[done:]], off + done)
+                    if m <= 0:
+                        raise OSError("%s: short read through the mount" % t.name)
+                    done += m
+            finally:
+                os.close(fd)
+            return
+        if not t.ndim:
+            self.mount.read_into(t, out)
+            return
+        box = [(a, a + n) for a, n in zip(geo["offsets"], geo["lengths"])]
+        arr = self.mount.read_box(t, box)
+        _place(t, out, geo, arr.reshape(-1).view(np().uint8))
+
+
+def _place(t, out, geo, data):
+    """Copy a box's row-major bytes into out (t's whole bytes)."""
+    whole = np().frombuffer(out, dtype=np().uint8).reshape(
+        tuple(t.shape) + (t.itemsize,))
+    sel = tuple(slice(a, a + n) for a, n in zip(geo["offsets"], geo["lengths"]))
+    whole[sel] = np().frombuffer(data, dtype=np().uint8).reshape(
+        tuple(geo["lengths"]) + (t.itemsize,))
+
+
+def _plan(t, shards):
+    """[(entry, geometry)] for t's shards, one of each set of replicas
+    (the same box or range), or _Fallback when they do not tile t exactly
+    once (partial overlaps are the mount's to resolve)."""
+    plan, total, seen = [], 0, {}
+    for ent in shards:
+        sh = ent.get("shard") if isinstance(ent, dict) else None
+        if not isinstance(sh, dict):
+            raise _Fallback("where unreadable")
+        try:
+            nbytes = int(sh["nbytes"])
+            sums = [int(x, 16) for x in sh.get("xxh3", [])]
+            geo = {"nbytes": nbytes, "file_offset": int(sh["file_offset"]),
+                   "xxh3": sums, "flat": None, "dst": None, "tmp": None}
+            if "flat" in sh:
+                off, n = (int(x) for x in sh["flat"])
+                if n != nbytes or off < 0 or off + n > t.nbytes:
+                    raise _Fallback("where disagrees with the tensor")
+                geo["flat"] = (off, n)
+                geo["dst"] = off
+            else:
+                offs = [int(x) for x in sh["offsets"]]
+                lens = [int(x) for x in sh["lengths"]]
+                if "strides" in sh or len(offs) != t.ndim or len(lens) != t.ndim:
+                    raise _Fallback("strided or odd shard")
+                numel = 1
+                for a, n, d in zip(offs, lens, t.shape):
+                    if a < 0 or n < 0 or a + n > d:
+                        raise _Fallback("where disagrees with the tensor")
+                    numel *= n
+                if numel * t.itemsize != nbytes:
+                    raise _Fallback("where disagrees with the tensor")
+                geo["offsets"], geo["lengths"] = offs, lens
+                geo["dst"] = _contiguous_at(t, offs, lens)
+        except (KeyError, TypeError, ValueError):
+            raise _Fallback("where unreadable") from None
+        key = ("f",) + geo["flat"] if geo["flat"] is not None else (
+            "b", tuple(geo["offsets"]), tuple(geo["lengths"]))
+        if key in seen:      # a replica: keep the one this node may read
+            i = seen[key]
+            if "path" in ent and "path" not in plan[i][0]:
+                plan[i] = (ent, geo)
+            continue
+        seen[key] = len(plan)
+        total += nbytes
+        plan.append((ent, geo))
+    if total != t.nbytes:
+        raise _Fallback("shards overlap or leave gaps")
+    return plan
+
+
+def _contiguous_at(t, offs, lens):
+    """The byte offset in t of a box that is one run of t's bytes (whole
+    in every dimension after the first it splits), else None."""
+    k = 0
+    while k < t.ndim and lens[k] == 1:
+        k += 1
+    # dims after k must be whole
+    for d in range(k + 1, t.ndim):
+        if offs[d] != 0 or lens[d] != t.shape[d]:
+            return None
+    off, stride = 0, t.itemsize
+    for d in range(t.ndim - 1, -1, -1):
+        off += offs[d] * stride
+        stride *= t.shape[d]
+    return off
+
+
+def _tasks(ent, geo, bs):
+    """Read tasks for one shard: runs of whole blocks, TASK_BYTES at most."""
+    n = geo["nbytes"]
+    if n == 0:
+        return []
+    if "path" in ent and geo["dst"] is None:
+        geo["tmp"] = bytearray(n)
+    step = max(bs, (TASK_BYTES // bs) * bs)
+    return [{"ent": ent, "geo": geo, "lo": lo, "hi": min(lo + step, n), "bs": bs}
+            for lo in range(0, n, step)]
