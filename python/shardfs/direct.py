@@ -33,9 +33,12 @@ THREADS = 4
 
 try:
     import xxhash as _xxhash
-    _xxh3 = _xxhash.xxh3_64_intdigest
+    _xxh3 = _xxhash.xxh3_64          # streaming: a block may span rows
+    _xxh3_int = _xxhash.xxh3_64_intdigest
 except (ImportError, AttributeError):   # the fallback: the mount
-    _xxh3 = None
+    _xxh3 = _xxh3_int = None
+SCATTER_RUN = 256 << 10      # runs this long are read in place (preadv)
+IOV_MAX = 1024               # buffers per preadv call
 
 
 def available():
@@ -47,15 +50,6 @@ class _Fallback(Exception):
     """These bytes are read through the mount instead (the reason)."""
 
 
-def _pread_into(fd, view, off, what):
-    done = 0
-    while done < len(view):
-        n = os.preadv(fd, [view[done:]], off + done)
-        if n <= 0:
-            raise _Fallback("%s: short read" % what)
-        done += n
-
-
 class DirectReader:
     """Reads tensors of a Checkpoint: direct where offered, else through
     `mount` (the checkpoint's plain reader)."""
@@ -65,6 +59,7 @@ class DirectReader:
         self.mount = mount
         self.threads = threads
         self.stats = {"direct_bytes": 0, "mount_bytes": 0, "reasons": {}}
+        self._pool = None
 
     def _note(self, nbytes, reason=None):
         if reason is None:
@@ -115,13 +110,12 @@ class DirectReader:
         if not tasks:
             return None
         if self.threads > 1 and len(tasks) > 1:
-            with concurrent.futures.ThreadPoolExecutor(
-                    min(self.threads, len(tasks))) as ex:
-                res = list(ex.map(lambda k: self._run(t, out, k), tasks))
+            if self._pool is None:   # one pool for the reader's life
+                self._pool = concurrent.futures.ThreadPoolExecutor(self.threads)
+            res = list(self._pool.map(lambda k: self._run(t, out, k), tasks))
         else:
             res = [self._run(t, out, k) for k in tasks]
-        # A shard read and checked whole is placed (boxes not one run of
-        # the tensor were read aside); any other goes through the mount.
+        # A shard not read and checked whole goes through the mount.
         failed = {}
         for k, reason in zip(tasks, res):
             if reason is not None:
@@ -133,9 +127,6 @@ class DirectReader:
             self._note(geo["nbytes"], reason)
             if reason is not None:
                 self._mount_region(t, out, geo)
-            elif geo["dst"] is None:
-                _place(t, out, geo, geo["tmp"])
-            geo["tmp"] = None
         return None
 
     def _run(self, t, out, k):
@@ -154,16 +145,41 @@ class DirectReader:
                     ent.get("mtime_ns")):
                 return "file changed"
             lo, hi = k["lo"], k["hi"]          # shard bytes [lo, hi)
-            if geo["dst"] is not None:         # contiguous in the tensor
-                view = out[geo["dst"] + lo:geo["dst"] + hi]
-            else:
-                view = memoryview(geo["tmp"])[lo:hi]
-            _pread_into(fd, view, geo["file_offset"] + lo, ent["path"])
+            pos = geo["file_offset"] + lo
             bs, sums = k["bs"], geo["xxh3"]
-            for b in range(lo // bs, (hi + bs - 1) // bs):
-                s, e = b * bs - lo, min((b + 1) * bs, hi) - lo
-                if b >= len(sums) or _xxh3(view[s:e]) != sums[b]:
-                    return "checksum differs"
+            if geo["run"] < SCATTER_RUN and len(geo["rows"]) > 1:
+                # short runs: one read aside, hashed, then spread out
+                data = memoryview(np().empty(hi - lo, dtype=np().uint8))
+                if os.preadv(fd, [data], pos) != hi - lo:
+                    return "short read"
+                for b in range(lo // bs, (hi + bs - 1) // bs):
+                    s, e = b * bs - lo, min((b + 1) * bs, hi) - lo
+                    if b >= len(sums) or _xxh3_int(data[s:e]) != sums[b]:
+                        return "checksum differs"
+                _scatter(out, geo, lo, hi, data)
+                return None
+            segs = _segments(out, geo, lo, hi)
+            for i in range(0, len(segs), IOV_MAX):
+                batch = segs[i:i + IOV_MAX]
+                want = sum(len(v) for v in batch)
+                if os.preadv(fd, batch, pos) != want:
+                    return "short read"
+                pos += want
+            h, p, b = _xxh3(), lo, lo // bs
+            end = min((b + 1) * bs, hi)
+            for v in segs:
+                i, n = 0, len(v)
+                while i < n:
+                    take = min(n - i, end - p)
+                    h.update(v[i:i + take])
+                    i += take
+                    p += take
+                    if p == end:
+                        if b >= len(sums) or h.intdigest() != sums[b]:
+                            return "checksum differs"
+                        h.reset()
+                        b += 1
+                        end = min((b + 1) * bs, hi)
             return None
         except _Fallback as e:
             return str(e)
@@ -196,12 +212,27 @@ class DirectReader:
 
 
 def _place(t, out, geo, data):
-    """Copy a box's row-major bytes into out (t's whole bytes)."""
-    whole = np().frombuffer(out, dtype=np().uint8).reshape(
-        tuple(t.shape) + (t.itemsize,))
-    sel = tuple(slice(a, a + n) for a, n in zip(geo["offsets"], geo["lengths"]))
-    whole[sel] = np().frombuffer(data, dtype=np().uint8).reshape(
-        tuple(geo["lengths"]) + (t.itemsize,))
+    """Copy a box's row-major bytes (data) into out (t's whole bytes): one
+    contiguous run per index of the box's outer dimensions, copied as
+    bytes (the trailing dimensions the box holds whole join its run)."""
+    shape, offs, lens = list(t.shape), geo["offsets"], geo["lengths"]
+    inner, d = t.itemsize, t.ndim
+    while d > 1 and offs[d - 1] == 0 and lens[d - 1] == shape[d - 1]:
+        inner *= shape[d - 1]
+        d -= 1
+    run = lens[d - 1] * inner
+    strides = [0] * d
+    acc = inner
+    for j in range(d - 1, -1, -1):
+        strides[j] = acc
+        acc *= shape[j]
+    base = sum(o * st for o, st in zip(offs[:d], strides))
+    whole = np().frombuffer(out, dtype=np().uint8)
+    dst = np().lib.stride_tricks.as_strided(
+        whole[base:], shape=tuple(lens[:d - 1]) + (run,),
+        strides=tuple(strides[:d - 1]) + (1,), writeable=True)
+    dst[...] = np().frombuffer(data, dtype=np().uint8).reshape(
+        tuple(lens[:d - 1]) + (run,))
 
 
 def _plan(t, shards):
@@ -217,13 +248,13 @@ def _plan(t, shards):
             nbytes = int(sh["nbytes"])
             sums = [int(x, 16) for x in sh.get("xxh3", [])]
             geo = {"nbytes": nbytes, "file_offset": int(sh["file_offset"]),
-                   "xxh3": sums, "flat": None, "dst": None, "tmp": None}
+                   "xxh3": sums, "flat": None}
             if "flat" in sh:
                 off, n = (int(x) for x in sh["flat"])
                 if n != nbytes or off < 0 or off + n > t.nbytes:
                     raise _Fallback("where disagrees with the tensor")
                 geo["flat"] = (off, n)
-                geo["dst"] = off
+                geo["run"], geo["rows"], geo["stride"] = max(n, 1), [off], None
             else:
                 offs = [int(x) for x in sh["offsets"]]
                 lens = [int(x) for x in sh["lengths"]]
@@ -237,7 +268,7 @@ def _plan(t, shards):
                 if numel * t.itemsize != nbytes:
                     raise _Fallback("where disagrees with the tensor")
                 geo["offsets"], geo["lengths"] = offs, lens
-                geo["dst"] = _contiguous_at(t, offs, lens)
+                geo["run"], geo["rows"], geo["stride"] = _rows(t, offs, lens)
         except (KeyError, TypeError, ValueError):
             raise _Fallback("where unreadable") from None
         key = ("f",) + geo["flat"] if geo["flat"] is not None else (
@@ -255,21 +286,67 @@ def _plan(t, shards):
     return plan
 
 
-def _contiguous_at(t, offs, lens):
-    """The byte offset in t of a box that is one run of t's bytes (whole
-    in every dimension after the first it splits), else None."""
-    k = 0
-    while k < t.ndim and lens[k] == 1:
-        k += 1
-    # dims after k must be whole
-    for d in range(k + 1, t.ndim):
-        if offs[d] != 0 or lens[d] != t.shape[d]:
-            return None
-    off, stride = 0, t.itemsize
-    for d in range(t.ndim - 1, -1, -1):
-        off += offs[d] * stride
-        stride *= t.shape[d]
-    return off
+def _rows(t, offs, lens):
+    """(run, rows, stride): a box of t as the runs of t's bytes it holds,
+    in its own row-major order: each run bytes long, at the byte offsets
+    rows (the trailing dimensions the box holds whole join its run);
+    stride: the distance between runs when it is one, else None."""
+    shape = list(t.shape)
+    inner, d = t.itemsize, t.ndim
+    while d > 1 and offs[d - 1] == 0 and lens[d - 1] == shape[d - 1]:
+        inner *= shape[d - 1]
+        d -= 1
+    if d == 0:
+        return max(inner, 1), [0], None
+    strides, acc = [0] * d, inner
+    for j in range(d - 1, -1, -1):
+        strides[j] = acc
+        acc *= shape[j]
+    base = sum(o * st for o, st in zip(offs[:d], strides))
+    run = max(lens[d - 1] * inner, 1)
+    rows = np().zeros([1], dtype=np().int64) + base
+    for j in range(d - 1):   # outer dimensions, slowest first
+        rows = (rows[:, None] + np().arange(lens[j], dtype=np().int64) *
+                strides[j]).reshape(-1)
+    # one outer dimension: the runs are evenly spaced
+    return run, rows.tolist(), strides[0] if d == 2 else None
+
+
+def _segments(out, geo, lo, hi):
+    """The views of out that shard bytes [lo, hi) go to, in order."""
+    run, rows = geo["run"], geo["rows"]
+    segs = []
+    for r in range(lo // run, (hi + run - 1) // run):
+        a, b = max(lo - r * run, 0), min(hi - r * run, run)
+        d = rows[r]
+        segs.append(out[d + a:d + b])
+    return segs
+
+
+def _scatter(out, geo, lo, hi, data):
+    """Copy shard bytes [lo, hi) (data) to their runs in out."""
+    run, rows = geo["run"], geo["rows"]
+    r, p, i = lo // run, lo, 0
+    if p > r * run:                                   # a run's tail
+        a = p - r * run
+        take = min(run - a, hi - p)
+        out[rows[r] + a:rows[r] + a + take] = data[:take]
+        i, p, r = take, p + take, r + 1
+    nfull = (hi - p) // run
+    if nfull and geo["stride"] is not None:           # evenly spaced runs
+        whole = np().frombuffer(out, dtype=np().uint8)
+        dst = np().lib.stride_tricks.as_strided(
+            whole[rows[r]:], shape=(nfull, run), strides=(geo["stride"], 1),
+            writeable=True)
+        dst[...] = np().frombuffer(data[i:i + nfull * run],
+                                   dtype=np().uint8).reshape(nfull, run)
+    else:
+        for k in range(nfull):
+            d = rows[r + k]
+            out[d:d + run] = data[i + k * run:i + (k + 1) * run]
+    i, p, r = i + nfull * run, p + nfull * run, r + nfull
+    if p < hi:                                        # a run's head
+        out[rows[r]:rows[r] + hi - p] = data[i:i + hi - p]
 
 
 def _tasks(ent, geo, bs):
@@ -277,8 +354,6 @@ def _tasks(ent, geo, bs):
     n = geo["nbytes"]
     if n == 0:
         return []
-    if "path" in ent and geo["dst"] is None:
-        geo["tmp"] = bytearray(n)
     step = max(bs, (TASK_BYTES // bs) * bs)
     return [{"ent": ent, "geo": geo, "lo": lo, "hi": min(lo + step, n), "bs": bs}
             for lo in range(0, n, step)]

@@ -7,7 +7,8 @@ the Python package's direct reader (python/shardfs/direct.py).
   shards with this store's absolute paths and identities; read with the
   direct path every tensor equals the reference and equals a read through
   the mount, all of its bytes read directly (stats), none through the
-  mount; the same for a DCP checkpoint written by torch 1.13 once
+  mount (also with every block a task of its own, rows cut at the task
+  edges, short runs read aside or in place); the same for a DCP checkpoint written by torch 1.13 once
   `shardctl index` gave it checksums (before the index: no path, "no
   checksums", every byte through the mount, still equal);
 - where is not offered on a checkpoint's directory (ENODATA) nor on a
@@ -62,7 +63,7 @@ def check_equal_ref(ck, got, ref, label):
     ck.eq(bad[:5], [], "%s: tensors that differ from the reference" % label)
 
 
-def part_basic(env, ck, store, ref):
+def part_basic(env, ck, store, ref, ref2):
     with sm.Mount(env, store, ["-o", "allow_other"], name="basic") as m:
         root = os.path.join(m.mnt, "step-1")
         total = sum(ref.nbytes(n) for n in ref.tensors)
@@ -96,6 +97,21 @@ def part_basic(env, ck, store, ref):
               "no byte through the mount")
         _, mgot = read_all(root, False)
         ck.ok(mgot == got, "direct reads equal reads through the mount")
+        # every block its own task (runs cut at task edges), short runs
+        # read aside or every run read in place; step-2 (llama) splits
+        # matrices by columns: many runs per shard
+        saved = (direct.TASK_BYTES, direct.SCATTER_RUN)
+        for ckname, cref in (("step-1", ref), ("step-2", ref2)):
+            ctotal = sum(cref.nbytes(n) for n in cref.tensors)
+            for scatter in (1 << 30, 1):
+                direct.TASK_BYTES, direct.SCATTER_RUN = 65536, scatter
+                try:
+                    sck, sgot = read_all(os.path.join(m.mnt, ckname), True)
+                finally:
+                    direct.TASK_BYTES, direct.SCATTER_RUN = saved
+                label = "%s, one block per task, scatter run %d" % (ckname, scatter)
+                check_equal_ref(ck, sgot, cref, label)
+                ck.eq(sck.stats["direct_bytes"], ctotal, label + ": every byte directly")
         ck.raises((errno.ENODATA,), lambda: os.getxattr(root, WHERE),
                   "where on the checkpoint directory")
         wt = os.path.join(m.mnt, "being-written", "tensors")
@@ -286,7 +302,9 @@ def test(env, ck):
     store = env.path("store")
     ref = env.gen(os.path.join(store, "step-1"), layout="mixed", ranks=2, size="3M",
                   block_size="64K")
-    part_basic(env, ck, store, ref)
+    ref2 = env.gen(os.path.join(store, "step-2"), layout="llama", ranks=2, size="3M",
+                   block_size="64K")
+    part_basic(env, ck, store, ref, ref2)
     part_faults(env, ck, store, ref)
     part_dcp(env, ck)
 
