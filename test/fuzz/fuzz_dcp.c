@@ -115,7 +115,9 @@ static bool is_plain_file(const struct cdir *c, const char *name)
 
 static void setup(void)
 {
-	/* map_min 1: any plain block would be mapped if the engine allowed it */
+	/* map_min 1: any plain block would be mapped if the engine allowed
+	 * it (DCP's, unverified: without a lease, map_live, so the guarded
+	 * copy out of such a mapping is reached too) */
 	struct sf_engine_opts o = { .cache_bytes = 8u << 20, .verify = true,
 				    .map_min = 1 };
 
