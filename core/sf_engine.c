@@ -67,7 +67,9 @@
  * Mapped blocks (when the source has map(), unless no_map): a plain
  * (uncoded) block of map_min bytes or more of a checkpoint in the format
  * shardfs writes (shardfs/1: immutable once committed, never rewritten by
- * a framework; native()) is not copied into a pool
+ * a framework; native()), or an unverified one of a framework's files
+ * (mapped without a lease, map_live: its bytes follow the file, the copy
+ * out of it is guarded, and its fid drops it as above), is not copied into a pool
  * buffer but mapped by the source (the local source: a leased MAP_SHARED
  * view of the payload's page cache whose bytes stay as they were when it
  * was mapped, sf_local_source.c), hashed there under a SIGBUS guard
@@ -127,6 +129,8 @@ struct sf_block {
 					 * unverified block: kept only while
 					 * the file keeps it) */
 	bool fid_ok;
+	bool live;                      /* map_token from map_live: no lease,
+					 * copies out of it guarded */
 	size_t len;                     /* payload bytes */
 	size_t cap;                     /* buffer bytes, as accounted */
 	enum blk_state state;
@@ -617,12 +621,13 @@ static bool unverified_id(const struct read_ctx *c, const struct sf_shard *s,
 	       src->ops->file_id(src->ctx, c->ck, s->rank, s->file, id) == 0;
 }
 
-/* Whether blocks of model m may be source mappings: the format shardfs
- * writes only (immutable once committed). A foreign checkpoint's files
- * are its framework's, which may rewrite them at any time (a re-save of
- * the same step): a mapping would have to be leased, and a lease delays
- * the framework's open for writing or truncation until it is broken and
- * fails its O_NONBLOCK open with EAGAIN (issue 30, 7). */
+/* Whether blocks of model m may be leased source mappings: the format
+ * shardfs writes only (immutable once committed). A foreign checkpoint's
+ * files are its framework's, which may rewrite them at any time (a re-save
+ * of the same step): a lease delays the framework's open for writing or
+ * truncation until it is broken and fails its O_NONBLOCK open with EAGAIN
+ * (issue 30, 7); its unverified blocks are mapped without one (map_live),
+ * its verified ones copied (hashed bytes must stay the served ones). */
 static bool native(const struct sf_model *m)
 {
 	return strcmp(m->format, "shardfs/1") == 0;
@@ -690,9 +695,9 @@ static int fetch_mapped(struct read_ctx *c, const struct sf_shard *s,
 	int ret = 0;
 
 	ids = vmap_id(c, s, idx, &id0);
-	if (ops->map(e->src->ctx, c->ck, s->rank, s->file,
-		     s->file_offset + idx * c->m->block_size, b->len, &addr,
-		     &tok) < 0)
+	if ((b->live ? ops->map_live : ops->map)(e->src->ctx, c->ck, s->rank,
+		s->file, s->file_offset + idx * c->m->block_size, b->len,
+		&addr, &tok) < 0)
 		return -EAGAIN;
 	/* page tables filled in one call, not a fault per 64 KiB; a page
 	 * it cannot read is left to the guarded hash (or the copy) */
@@ -858,15 +863,17 @@ static int pin(struct read_ctx *c, const struct sf_shard *s, uint64_t idx,
 	e->cached += b->cap;
 	e->st.misses++;
 	/* A mapped block takes no pool buffer; its cap counts all the same. */
-	mapped = e->map && native(c->m) && s->codec == SF_CODEC_NONE &&
-		 b->len >= e->map_min;
+	b->live = !native(c->m);
+	mapped = e->map && s->codec == SF_CODEC_NONE &&
+		 b->len >= e->map_min && (!b->live || (e->src->ops->map_live &&
+						     (!e->verify || !s->xxh3)));
 	ret = mapped ? 0 : blk_alloc(e, b);
 	pthread_mutex_unlock(&e->lock);
 
 	if (mapped) {
 		ret = fetch_mapped(c, s, idx, b, &hashed, &trusted, &faulted);
 		if (ret == -EAGAIN) {
-			mapped = false;
+			mapped = b->live = false;
 			hashed = false;
 			pthread_mutex_lock(&e->lock);
 			ret = blk_alloc(e, b);
@@ -879,7 +886,8 @@ static int pin(struct read_ctx *c, const struct sf_shard *s, uint64_t idx,
 	pthread_mutex_lock(&e->lock);
 	e->st.hashed += hashed;
 	e->st.hash_skips += trusted;
-	e->st.mapped += mapped && ret == 0;
+	e->st.mapped += mapped && !b->live && ret == 0;
+	e->st.live_mapped += mapped && b->live && ret == 0;
 	e->st.map_faults += faulted;
 	if (ret < 0) {
 		b->state = BLK_FAILED;
@@ -939,6 +947,10 @@ static int copy_payload(struct read_ctx *c, const struct sf_shard *s,
 				c->iov[c->niov].iov_base = b->data + boff;
 				c->iov[c->niov++].iov_len = (size_t)k;
 			}
+		} else if (b->live && b->map_token) {
+			/* the file shrank under it: as a short read */
+			if (sf_map_copy(c->buf + doff, b->data + boff, (size_t)k))
+				return -SF_ESHORT;
 		} else {
 			memcpy(c->buf + doff, b->data + boff, (size_t)k);
 		}

@@ -139,6 +139,8 @@ struct sf_engine_stats {
 				  * verified blocks (source file_id) */
 	uint64_t mapped;         /* fetched blocks served from a source
 				  * mapping (source map: no copy) */
+	uint64_t live_mapped;    /* ... from one without a lease (map_live:
+				  * a framework's unverified blocks) */
 	uint64_t map_stale;      /* cached mapped blocks dropped because the
 				  * source said their bytes may have changed
 				  * (then fetched and verified anew) */

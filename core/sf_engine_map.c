@@ -1,11 +1,13 @@
 /*
- * sf_engine_map.c - the guarded hash of a mapped block (sf_engine_map.h).
+ * sf_engine_map.c - the guarded hash (and copy) of a mapped block
+ * (sf_engine_map.h).
  *
  * A source mapping (sf_source_ops.map) is a MAP_SHARED view of a payload
  * file: a page that can no longer be read (the file was truncated under
  * the mapping, or the disk failed) raises SIGBUS at the access. The engine
  * touches a mapped block's bytes from user space only to hash them, inside
- * sf_map_hash: the thread marks the range it is about to read and a jump
+ * sf_map_hash, or to copy them out of a mapping without a lease, inside
+ * sf_map_copy: the thread marks the range it is about to read and a jump
  * buffer (thread-local, set only for the call), and the process's SIGBUS
  * handler, when the faulting address lies in the marked range of the
  * faulting thread, jumps back out with the hash abandoned. Everything
@@ -14,9 +16,10 @@
  * restored and the faulting access runs again.
  *
  * Invariants: the handler only reads thread-local state that its own
- * thread set (async-signal-safe); the jump leaves xxhash's one-shot hash,
- * which holds no lock and allocates nothing. Bytes are served only after a
- * hash that returned: a block whose hash faulted is never served.
+ * thread set (async-signal-safe); the jump leaves xxhash's one-shot hash
+ * or memcpy, which hold no lock and allocate nothing. Bytes are served
+ * only after a hash that returned: a block whose hash faulted is never
+ * served.
  */
 #include "sf_engine_map.h"
 #include "sf_checksum.h"
@@ -106,5 +109,21 @@ int sf_map_hash(const void *p, size_t len, uint64_t *out)
 	h = sf_xxh3(p, len);
 	guard_jb = NULL;
 	*out = h;
+	return 0;
+}
+
+int sf_map_copy(void *dst, const void *src, size_t len)
+{
+	sigjmp_buf jb;
+
+	if (sigsetjmp(jb, 1)) {
+		guard_jb = NULL;
+		return -EFAULT;
+	}
+	guard_lo = src;
+	guard_hi = (const char *)src + len;
+	guard_jb = &jb;
+	memcpy(dst, src, len);
+	guard_jb = NULL;
 	return 0;
 }

@@ -1,7 +1,7 @@
 /*
  * sf_engine_map.h - touching a file mapping without dying of it: the
- * engine's guarded hash of a block that lies in a source mapping
- * (sf_source_ops.map). Engine-private: only sf_engine.c calls it.
+ * engine's guarded hash (and copy) of a block that lies in a source
+ * mapping (sf_source_ops.map, map_live). Engine-private: only sf_engine.c calls it.
  */
 #ifndef SF_ENGINE_MAP_H
 #define SF_ENGINE_MAP_H
@@ -29,5 +29,11 @@ int sf_map_populate(const void *p, size_t len);
  * the handler that was there before (by default: the process dies).
  */
 int sf_map_hash(const void *p, size_t len, uint64_t *out);
+
+/* Copy the len bytes at src (inside a file mapping) to dst under the same
+ * guard: 0, or -EFAULT when touching them raised SIGBUS (dst then holds
+ * some of them). For mappings without a lease (map_live), whose file may
+ * shrink under them at any time. */
+int sf_map_copy(void *dst, const void *src, size_t len);
 
 #endif

@@ -60,7 +60,10 @@
  * engine maps, the payload files of checkpoints in the format shardfs
  * writes (shardfs/1: immutable once committed; sf_engine.c, native()). A
  * framework's files (every foreign format, indexed or saved through the
- * mount) are never mapped and never leased: read() copies them with pread.
+ * mount) are never leased: read() copies them with pread, or, for blocks
+ * the engine serves unverified (no checksum, or verify off), map_live()
+ * maps them without a lease (the file's bytes as they are at each access;
+ * leases_break() never copies such a mapping).
  * A lease cannot stay out of a framework's way: while one is held, an
  * open for writing or a truncation waits until it is dropped (here: after
  * the copies, which cannot come first, since pinned replies are being
@@ -148,6 +151,7 @@ struct lmap {
 	uint64_t off;                   /* file offset of base */
 	struct fd_ent *fe;              /* the file (kept while nmaps > 0) */
 	bool anon;                      /* replaced by an anonymous copy */
+	bool live;                      /* map_live(): no lease, never copied */
 	uint64_t id;                    /* the file's identity (stat_id) when
 					 * mapped, under the lease */
 	_Atomic bool stale;             /* the copy was made after the file
@@ -600,7 +604,8 @@ static int lmap_to_anon(struct lmap *lm)
 static void leases_break(struct local_src *ls)
 {
 	for (struct lmap *lm = ls->maps; lm; lm = lm->next) {
-		if (lm->anon || fcntl(lm->fe->fd, F_GETLEASE) == F_RDLCK)
+		if (lm->anon || lm->live ||
+		    fcntl(lm->fe->fd, F_GETLEASE) == F_RDLCK)
 			continue;
 		if (lmap_to_anon(lm) < 0) {
 			/* the bytes cannot be kept: once the kernel revokes
@@ -785,6 +790,66 @@ out_unlock:
 	return ret;
 }
 
+/*
+ * Map bytes [off, off+len) of ck->dir/file without a lease (sf_source.h,
+ * map_live): the file's bytes as they are at each access, for blocks
+ * served unverified; a framework rewriting the file never waits for it.
+ * -ENOTSUP where the file has no table descriptor; -EAGAIN where it is
+ * shorter than the range, or mmap fails; -ENOMEM.
+ */
+static int local_map_live(void *ctx, const struct sf_ckpt_ref *ck,
+			  uint32_t rank, const char *file, uint64_t off,
+			  size_t len, const void **addr, void **token)
+{
+	struct local_src *ls = ctx;
+	uint64_t pg = (uint64_t)sysconf(_SC_PAGESIZE);
+	uint64_t base = off & ~(pg - 1);
+	size_t delta = (size_t)(off - base);
+	struct fd_ent *fe;
+	struct lmap *lm;
+	struct stat st;
+	bool owned;
+	void *p;
+	int fd, ret;
+
+	(void)rank;
+	if (len == 0)
+		return -ENOTSUP;
+	ret = get_fd_ent(ls, ck, file, &fd, &owned, &fe);
+	if (ret)
+		return ret;
+	if (owned) {
+		close(fd);
+		return -ENOTSUP;
+	}
+	if (fstat(fd, &st) < 0 || (uint64_t)st.st_size < off + len)
+		return -EAGAIN;
+	lm = calloc(1, sizeof(*lm));
+	if (!lm)
+		return -ENOMEM;
+	p = mmap(NULL, len + delta, PROT_READ, MAP_SHARED, fd, (off_t)base);
+	if (p == MAP_FAILED) {
+		free(lm);
+		return -EAGAIN;
+	}
+	lm->base = p;
+	lm->len = len + delta;
+	lm->off = base;
+	lm->fe = fe;
+	lm->live = true;
+	lm->id = stat_id(&st);
+	pthread_mutex_lock(&ls->lock);
+	lm->next = ls->maps;
+	if (ls->maps)
+		ls->maps->prev = lm;
+	ls->maps = lm;
+	fe->nmaps++;
+	pthread_mutex_unlock(&ls->lock);
+	*addr = (unsigned char *)p + delta;
+	*token = lm;
+	return 0;
+}
+
 /* Whether lm's bytes may have changed since map() (see lmap.stale). */
 static bool local_map_stale(void *ctx, void *token)
 {
@@ -807,7 +872,7 @@ static void local_unmap(void *ctx, void *token)
 		ls->maps = lm->next;
 	if (lm->next)
 		lm->next->prev = lm->prev;
-	if (!lm->anon && --fe->nleased == 0)
+	if (!lm->anon && !lm->live && --fe->nleased == 0)
 		(void)fcntl(fe->fd, F_SETLEASE, F_UNLCK);
 	if (--fe->nmaps == 0) {
 		for (struct fd_ent **pp = &ls->zombies; *pp; pp = &(*pp)->next) {
@@ -912,6 +977,7 @@ static const struct sf_source_ops local_ops = {
 	.advise = local_advise,
 	.file_id = local_file_id,
 	.map = local_map,
+	.map_live = local_map_live,
 	.map_stale = local_map_stale,
 	.unmap = local_unmap,
 	.destroy = local_destroy,

@@ -118,13 +118,28 @@ struct sf_source_ops {
 	 * or cannot be leased). Must be thread-safe. May be NULL (no
 	 * mapping: MPI and remote sources). The engine asks only for blocks
 	 * of checkpoints in the format shardfs writes (shardfs/1): a
-	 * framework's files are never mapped, so never leased (a lease
-	 * delays a framework rewriting them, and fails its O_NONBLOCK open
-	 * for writing with EAGAIN).
+	 * framework's files are never leased (a lease delays a framework
+	 * rewriting them, and fails its O_NONBLOCK open for writing with
+	 * EAGAIN); see map_live.
 	 */
 	int (*map)(void *ctx, const struct sf_ckpt_ref *ck, uint32_t rank,
 		   const char *file, uint64_t off, size_t len,
 		   const void **addr, void **token);
+	/*
+	 * As map(), but without a lease: the len bytes at *addr are the
+	 * file's bytes as they are at each access (a write shows at once;
+	 * past a truncation a touch raises SIGBUS and the kernel's copies
+	 * fail with EFAULT), so nobody writing the file ever waits for it.
+	 * For blocks served unverified (no checksum, or verify off: nothing
+	 * checked has to stay as it was) of a framework's files, which the
+	 * engine otherwise copies (issue 29: the copy cost a third of the
+	 * daemon's CPU on a DCP model.safetensors). -EAGAIN when the file is
+	 * shorter than the range. Dropped with unmap(); map_stale() is false
+	 * for it. May be NULL (copied instead).
+	 */
+	int (*map_live)(void *ctx, const struct sf_ckpt_ref *ck, uint32_t rank,
+			const char *file, uint64_t off, size_t len,
+			const void **addr, void **token);
 	/* Drop a mapping map() made (after its last use). Any thread; never
 	 * called for a token twice. NULL exactly when map is. */
 	void (*unmap)(void *ctx, void *token);

@@ -678,8 +678,8 @@ static void mpi_src_advise(void *ctx, const struct sf_ckpt_ref *ck,
 
 /*
  * Mappings (sf_source.h): a block of a file held here is mapped by the
- * local source, under its read lease, exactly as in a single-process
- * mount (no copy); a file held by a peer has none (the local source finds
+ * local source, under its read lease (a framework's unverified blocks:
+ * without one, map_live), exactly as in a single-process mount (no copy); a file held by a peer has none (the local source finds
  * no file: the engine then reads the block, over MPI). Tokens are the
  * local source's.
  */
@@ -693,6 +693,20 @@ static int mpi_src_map(void *ctx, const struct sf_ckpt_ref *ck, uint32_t rank,
 		return -ENOTSUP;
 	return mp->local->ops->map(mp->local->ctx, ck, rank, file, off, len,
 				   addr, token);
+}
+
+/* As mpi_src_map, without a lease (sf_source.h map_live): a framework's
+ * unverified blocks of a file held here. */
+static int mpi_src_map_live(void *ctx, const struct sf_ckpt_ref *ck,
+			    uint32_t rank, const char *file, uint64_t off,
+			    size_t len, const void **addr, void **token)
+{
+	struct sf_mpi *mp = ctx;
+
+	if (!mp->local->ops->map_live || !sf_relpath_valid(file))
+		return -ENOTSUP;
+	return mp->local->ops->map_live(mp->local->ctx, ck, rank, file, off,
+					len, addr, token);
 }
 
 static void mpi_src_unmap(void *ctx, void *token)
@@ -761,6 +775,7 @@ const struct sf_source_ops sf_mpi_src_ops = {
 	.peer_ckpts = mpi_src_peer_ckpts,
 	.advise = mpi_src_advise,
 	.map = mpi_src_map,
+	.map_live = mpi_src_map_live,
 	.unmap = mpi_src_unmap,
 	.map_stale = mpi_src_map_stale,
 	.destroy = NULL, /* owned by the handle: freed by sf_mpi_finalize */

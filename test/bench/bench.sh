@@ -19,8 +19,11 @@
 #
 # Generates one checkpoint, reads every payload file once so the page cache
 # is warm for both sides, then times (best of --reps runs, on this machine):
-#   raw      the payload files with dd bs=1M, summed across files, and
-#            with readfiles.py (the reader of every row below)
+#   raw      the payload files with dd bs=1M, one after another, and with
+#            one cat of them all (the reader of every row below: one
+#            process for a row's files, so a row of many files pays no
+#            start of a program per file); every row's two ratios are to
+#            these two rows of the same run
 #   hash     `shardctl verify`: every payload block read and hashed on one
 #            thread; its user CPU is what checksums cost, and under the
 #            table the ceiling plus that CPU bounds a verified first read
@@ -50,14 +53,17 @@
 #            each side `sync; echo 3 > /proc/sys/vm/drop_caches`, then the
 #            reader's own programs read back in (untimed); dd bs=1M of the
 #            payload files one after another (the reference) and all at
-#            once (what the disk gives several streams), and tensors/,
-#            model.safetensors and the dim-1 slices through a fresh mount;
-#            their ratios are to the cold one-after-another dd row of the
-#            same run
+#            once (what the disk gives several streams), cat of them cold,
+#            and tensors/, model.safetensors and the dim-1 slices through a
+#            fresh mount; their ratios are to the cold dd and cat rows of
+#            the same run
 # Before every fresh mount of the page-cache rows the payload files are
 # read once more, untimed (memory left untouched for minutes costs more to
-# touch again on this VM). Prints a markdown table (what, bytes, seconds,
-# GB/s, ratio vs raw), each fresh-mount row's ratio to the FUSE ceiling
+# touch again on this VM). No special memory settings unless
+# BENCH_STEADY_MEMORY=1 (benchlib.sh; the title line says which). Prints
+# a markdown table (what, bytes, seconds, GB/s, ratio vs dd, ratio vs cat,
+# and for a row below its target, 0.8 of dd or 0.95 of the cold dd, the
+# one sentence why: benchlib.sh bench_why), each fresh-mount row's ratio to the FUSE ceiling
 # and to the hashed ceilings of the payload's bytes, then each mount's
 # start-up time (start to mountpoint ready), the daemon's peak RSS (VmHWM)
 # and its CPU time (user + system): the smallest start-up time and CPU
@@ -159,10 +165,11 @@ keep_mount() {
 	MBEST[$what]="$ms|$rss|$cpu"
 }
 
-# timed_read WHAT LISTFILE: read the listed files, add a table row
+# timed_read WHAT LISTFILE [dd]: read the listed files with one cat of them
+# all (with dd bs=1M, one after another), add a table row
 timed_read() {
 	local what=$1 list=$2 res
-	res=$($PY "$HERE/readfiles.py" <"$list") ||
+	if [[ ${3:-} == dd ]]; then res=$(bench_dd_list "$list"); else res=$(bench_cat_list "$list"); fi ||
 		{ echo "bench.sh: reading $what failed" >&2; exit 1; }
 	keep_row "$what" "${res% *}" "${res#* }"
 }
@@ -205,15 +212,14 @@ backed() {
 }
 rewarm
 
-# raw: dd bs=1M over every payload file
+# raw: dd bs=1M over every payload file, and one cat of them all
+RAW_DD="raw payload files (dd bs=1M)"
+RAW_CAT="raw payload files (cat)"
 rawbytes=0
 while read -r f; do rawbytes=$((rawbytes + $(stat -c %s "$f"))); done <"$WORK/payloads"
 for _ in $(seq "$REPS"); do
-	t0=$(now)
-	while read -r f; do dd if="$f" of=/dev/null bs=1M status=none; done <"$WORK/payloads"
-	t1=$(now)
-	keep_row "raw payload files (dd bs=1M)" "$rawbytes" "$(echo "$t1 - $t0" | bc)"
-	timed_read "raw payload files (readfiles.py)" "$WORK/payloads"
+	timed_read "$RAW_DD" "$WORK/payloads" dd
+	timed_read "$RAW_CAT" "$WORK/payloads"
 done
 
 # What checksums cost alone: shardctl verify reads (pread) and hashes
@@ -335,12 +341,15 @@ done
 # side. drop_caches also drops the programs, so they are read back in
 # before the clock starts.
 COLD_RAW="raw payload files (dd bs=1M), cold"
+COLD_CAT="raw payload files (cat), cold"
 drop_caches() {
 	sync
 	echo 3 >/proc/sys/vm/drop_caches
 	$PY -c 'import os, sys, time' </dev/null
-	cat "$HERE/readfiles.py" >/dev/null
 	dd --version >/dev/null
+	cat --version >/dev/null
+	xargs --version >/dev/null
+	bc </dev/null
 }
 if [[ ${BENCH_COLD:-0} == 1 ]]; then
 	if [[ ! -w /proc/sys/vm/drop_caches ]]; then
@@ -348,10 +357,9 @@ if [[ ${BENCH_COLD:-0} == 1 ]]; then
 	else
 		for _ in $(seq "$REPS"); do
 			drop_caches
-			t0=$(now)
-			while read -r f; do dd if="$f" of=/dev/null bs=1M status=none; done <"$WORK/payloads"
-			t1=$(now)
-			keep_row "$COLD_RAW" "$rawbytes" "$(echo "$t1 - $t0" | bc)"
+			timed_read "$COLD_RAW" "$WORK/payloads" dd
+			drop_caches
+			timed_read "$COLD_CAT" "$WORK/payloads"
 			drop_caches
 			t0=$(now)
 			pids=()
@@ -378,22 +386,34 @@ if [[ ${BENCH_COLD:-0} == 1 ]]; then
 	fi
 fi
 
-rawgbs=$(echo "${BEST[${ROWS[0]}]}" | awk -F'|' '{printf "%.6f", $1 / $2 / 1e9}')
+rowgbs() { awk -F'|' '{printf "%.6f", $1 / $2 / 1e9}' <<<"${BEST[$1]}"; }
+rawgbs=$(rowgbs "$RAW_DD")
+catgbs=$(rowgbs "$RAW_CAT")
 coldgbs=$rawgbs
-[[ -z ${BEST[$COLD_RAW]+set} ]] ||
-	coldgbs=$(echo "${BEST[$COLD_RAW]}" | awk -F'|' '{printf "%.6f", $1 / $2 / 1e9}')
+coldcat=$catgbs
+if [[ -n ${BEST[$COLD_RAW]+set} ]]; then
+	coldgbs=$(rowgbs "$COLD_RAW")
+	coldcat=$(rowgbs "$COLD_CAT")
+fi
+ceilr=""
+[[ -z ${BEST[$CEILING_ROW]+set} ]] ||
+	ceilr=$(awk -v g="$(rowgbs "$CEILING_ROW")" -v r="$rawgbs" 'BEGIN {printf "%.2f", g / r}')
 echo
-echo "shardfs read benchmark: llama $SIZE, 4 ranks, $(nproc) cores, $(uname -r), best of $REPS"
+echo "shardfs read benchmark: llama $SIZE, 4 ranks, $(nproc) cores, $(uname -r), best of $REPS, $(bench_memory_label)"
 echo "(load average at the start: $LOAD0; at the end: $(cut -d' ' -f1-3 /proc/loadavg))"
+echo "(every row but the dd ones read by one cat of its files; ratios to dd bs=1M and to cat of the raw payload files in this run, the cold rows' to their cold runs; a row below its target, 0.8 of dd or 0.95 of the cold dd, says why)"
 echo
-echo "| what | bytes | seconds | GB/s | ratio vs raw |"
-echo "|---|---:|---:|---:|---:|"
+echo "| what | bytes | seconds | GB/s | ratio vs dd | ratio vs cat | why below the target |"
+echo "|---|---:|---:|---:|---:|---:|---|"
 for what in "${ROWS[@]}"; do
 	IFS='|' read -r bytes secs <<<"${BEST[$what]}"
 	raw=$rawgbs
-	[[ $what != *", cold" ]] || raw=$coldgbs
-	awk -v w="$what" -v b="$bytes" -v s="$secs" -v raw="$raw" \
-		'BEGIN { g = b / s / 1e9; printf "| %s | %d | %.3f | %.2f | %.2f |\n", w, b, s, g, g / raw }'
+	cat=$catgbs
+	if [[ $what == *", cold" ]]; then raw=$coldgbs; cat=$coldcat; fi
+	r=$(awk -v b="$bytes" -v s="$secs" -v raw="$raw" 'BEGIN {printf "%.2f", b / s / 1e9 / raw}')
+	awk -v w="$what" -v b="$bytes" -v s="$secs" -v raw="$raw" -v cat="$cat" \
+		-v why="$(bench_why "$what" "$r" "$ceilr")" \
+		'BEGIN { g = b / s / 1e9; printf "| %s | %d | %.3f | %.2f | %.2f | %.2f | %s |\n", w, b, s, g, g / raw, g / cat, why }'
 done
 echo
 if [[ -n $CEILING_SKIP ]]; then
@@ -437,7 +457,7 @@ else
 		printf "checksums alone: %.3f s of CPU to hash every block; ceiling + hash = %.3f s, %.2f of the ceiling: what a verified first read reaches if the hash overlaps nothing\n", h, c + h, c / (c + h) }'
 fi
 [[ -z ${BEST[$COLD_RAW]+set} ]] ||
-	echo "(rows ending in \"cold\": ratio to the cold raw row; page cache dropped before each)"
+	echo "(rows ending in \"cold\": ratios to the cold raw rows; page cache dropped before each)"
 echo
 echo "| mount | start-up ms | daemon peak RSS MiB | daemon CPU s (its reads) |"
 echo "|---|---:|---:|---:|"

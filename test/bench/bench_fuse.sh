@@ -16,13 +16,16 @@
 #   BENCH_FUSE_ONLY=ceiling|shardfs|folios: one part of the table only
 #
 # Needs root: a row raises fs.fuse.max_pages_limit, one fs.pipe-max-size
-# for the run (both restored at the end), passthrough needs CAP_SYS_ADMIN,
-# and free page reporting to the host is paused for the run (benchlib.sh
-# bench_steady_memory).
+# for the run (both restored at the end), passthrough needs CAP_SYS_ADMIN;
+# free page reporting to the host is paused for the run only with
+# BENCH_STEADY_MEMORY=1 (benchlib.sh bench_steady_memory; the title says).
 #
 # Generates one checkpoint, reads every payload file once so the page cache
-# is warm, and times with fuse_reader.py (1 MiB reads unless a row says):
-#   raw       the payload files: dd bs=1M (the ratio base), fuse_reader
+# is warm, and times each row with one cat of its files, or, where a row
+# names a way of reading cat has not (O_DIRECT, an mmap reader, another
+# read size), with fuse_reader.py:
+#   raw       the payload files: dd bs=1M and cat (the ratio bases), and
+#             fuse_reader (1 MiB and 16 MiB reads, for its own rows)
 #   ceiling   fuse_ceiling (a daemon that does no work) serving files of
 #             the tensor files' sizes with shardfs's transfer settings, and
 #             with each experiment of fuse_ceiling -x: notify_store pushing
@@ -44,8 +47,10 @@
 #             checkpoints: an OPEN, RELEASE and GETATTR for every file), and
 #             4096 files of 64 KiB through fuse_ceiling with and without
 #             those round trips
-# Prints a markdown table: what, bytes, seconds, GB/s, ratio vs raw (dd)
-# and vs the FUSE ceiling row (fresh mount) of this run, and the average
+# Prints a markdown table: what, bytes, seconds, GB/s, ratio vs dd and vs
+# cat of the payload files and vs the FUSE ceiling row (fresh mount) of
+# this run, a note, and for a row below its target (0.8 of dd) the one
+# sentence why (benchlib.sh bench_why), and the average
 # folio size (pages) of the page cache behind the folio rows. Not a ctest
 # test. Always unmounts, stops the daemon, restores the sysctl and (unless
 # --keep) removes its temporary data, also on ^C.
@@ -111,11 +116,18 @@ keep_row() {
 	BEST[$what]="$bytes|$secs"
 }
 
-# timed_read WHAT LISTFILE [READER OPTIONS]
+# timed_read WHAT LISTFILE [READER OPTIONS]: one cat of the files, or
+# fuse_reader.py with the options given (dd: dd bs=1M file after file)
 timed_read() {
 	local what=$1 list=$2 res
 	shift 2
-	res=$($READER "$@" <"$list") || { echo "$ME: reading $what failed" >&2; exit 1; }
+	if [[ $# == 0 ]]; then
+		res=$(bench_cat_list "$list")
+	elif [[ $1 == dd ]]; then
+		res=$(bench_dd_list "$list")
+	else
+		res=$($READER "$@" <"$list")
+	fi || { echo "$ME: reading $what failed" >&2; exit 1; }
 	keep_row "$what" "${res% *}" "${res#* }"
 }
 
@@ -239,11 +251,11 @@ cat $(cat "$WORK/payloads") >/dev/null
 rawbytes=0
 while read -r f; do rawbytes=$((rawbytes + $(stat -c %s "$f"))); done <"$WORK/payloads"
 RAW="raw payload files (dd bs=1M)"
+RAW_CAT="raw payload files (cat)"
 for _ in $(seq "$REPS"); do
-	t0=$(now)
-	while read -r f; do dd if="$f" of=/dev/null bs=1M status=none; done <"$WORK/payloads"
-	keep_row "$RAW" "$rawbytes" "$(echo "$(now) - $t0" | bc)"
-	timed_read "raw payload files (fuse_reader)" "$WORK/payloads"
+	timed_read "$RAW" "$WORK/payloads" dd
+	timed_read "$RAW_CAT" "$WORK/payloads"
+	timed_read "raw payload files (fuse_reader)" "$WORK/payloads" --bs $((1 << 20))
 	timed_read "raw payload files (fuse_reader, 16 MiB reads)" "$WORK/payloads" --bs $((16 << 20))
 done
 
@@ -378,26 +390,35 @@ for i in range(4096):
 fi
 
 rawgbs=$(echo "${BEST[$RAW]}" | awk -F'|' '{printf "%.6f", $1 / $2 / 1e9}')
+catgbs=$(echo "${BEST[$RAW_CAT]}" | awk -F'|' '{printf "%.6f", $1 / $2 / 1e9}')
 cgbs=""
-[[ -z ${BEST[$CEIL]+set} ]] ||
+ceilr=""
+if [[ -n ${BEST[$CEIL]+set} ]]; then
 	cgbs=$(echo "${BEST[$CEIL]}" | awk -F'|' '{printf "%.6f", $1 / $2 / 1e9}')
+	ceilr=$(awk -v c="$cgbs" -v r="$rawgbs" 'BEGIN {printf "%.2f", c / r}')
+fi
 echo
 echo "FUSE limit experiments: llama $SIZE, 4 ranks, $(nproc) cores, $(uname -r)," \
-	"best of $REPS, load $(cut -d' ' -f1-3 /proc/loadavg)"
+	"best of $REPS, load $(cut -d' ' -f1-3 /proc/loadavg), $(bench_memory_label)"
+echo "(rows read by one cat of their files unless they name another reader (fuse_reader.py); ratios to dd bs=1M and to cat of the payload files in this run; a row below 0.8 of dd says why)"
 echo
-echo "| what | bytes | seconds | GB/s | ratio vs raw | ratio vs ceiling | note |"
-echo "|---|---:|---:|---:|---:|---:|---|"
+echo "| what | bytes | seconds | GB/s | ratio vs dd | ratio vs cat | ratio vs ceiling | note | why below the target |"
+echo "|---|---:|---:|---:|---:|---:|---:|---|---|"
 for what in "${ROWS[@]}"; do
 	[[ -n $what ]] || continue
 	if [[ -z ${BEST[$what]+set} ]]; then
-		echo "| $what | - | - | - | - | - | ${NOTE[$what]:-} |"
+		echo "| $what | - | - | - | - | - | - | ${NOTE[$what]:-} | |"
 		continue
 	fi
 	IFS='|' read -r bytes secs <<<"${BEST[$what]}"
-	awk -v w="$what" -v b="$bytes" -v s="$secs" -v raw="$rawgbs" -v c="$cgbs" \
-		-v note="${NOTE[$what]:-}" 'BEGIN { g = b / s / 1e9;
+	r=$(awk -v b="$bytes" -v s="$secs" -v raw="$rawgbs" 'BEGIN {printf "%.2f", b / s / 1e9 / raw}')
+	why=$(bench_why "$what" "$r" "$ceilr")
+	[[ $what != ceiling* && $what != passthrough* ]] ||
+		why=$(bench_why "FUSE ceiling" "$r")
+	awk -v w="$what" -v b="$bytes" -v s="$secs" -v raw="$rawgbs" -v cat="$catgbs" -v c="$cgbs" \
+		-v note="${NOTE[$what]:-}" -v why="$why" 'BEGIN { g = b / s / 1e9;
 		cr = c == "" ? "-" : sprintf("%.2f", g / c);
-		printf "| %s | %d | %.3f | %.2f | %.2f | %s | %s |\n", w, b, s, g, g / raw, cr, note }'
+		printf "| %s | %d | %.3f | %.2f | %.2f | %.2f | %s | %s | %s |\n", w, b, s, g, g / raw, g / cat, cr, note, why }'
 done
 if grep -qiE 'error|AddressSanitizer' "$WORK/daemon.log"; then
 	echo; echo "daemon log has errors:"; grep -iE 'error|AddressSanitizer' "$WORK/daemon.log" | head

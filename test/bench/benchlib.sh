@@ -91,6 +91,66 @@ bench_need_tools() {
 
 mounted() { grep -q " $1 fuse" /proc/mounts; }
 
+# The reader of every row and its references (issue 29, 4): each ratio is
+# to dd bs=1M and to cat of the raw payload files read in the same run,
+# by the same programs a user would run, never by a Python reader.
+# bench_dd_list LIST: dd bs=1M of every file named in LIST (one path a
+# line), one after another; prints "BYTES SECONDS" (BYTES: the files'
+# sizes, read after the clock stops); exit 1 if a dd fails (an EIO).
+bench_dd_list() {
+	local f t0 t1 bytes=0
+	t0=$(now)
+	while IFS= read -r f; do
+		[[ -z $f ]] || dd if="$f" of=/dev/null bs=1M status=none || return 1
+	done <"$1"
+	t1=$(now)
+	while IFS= read -r f; do
+		[[ -z $f ]] || bytes=$((bytes + $(stat -c %s "$f")))
+	done <"$1"
+	echo "$bytes $(echo "$t1 - $t0" | bc)"
+}
+
+# bench_cat_list LIST: as bench_dd_list, with one cat of all the files.
+bench_cat_list() {
+	local f t0 t1 bytes=0
+	t0=$(now)
+	xargs -d '\n' -a "$1" cat >/dev/null || return 1
+	t1=$(now)
+	while IFS= read -r f; do
+		[[ -z $f ]] || bytes=$((bytes + $(stat -c %s "$f")))
+	done <"$1"
+	echo "$bytes $(echo "$t1 - $t0" | bc)"
+}
+
+# bench_why WHAT RATIO [CEILING_RATIO]: the one sentence a row below its
+# target gets (empty at or above it). Targets: 0.95 of the cold dd for a
+# cold row, 0.8 of dd otherwise (issue 29's loader goals). CEILING_RATIO:
+# the FUSE ceiling's ratio to dd in the same run, when measured.
+bench_why() {
+	local what=$1 r=$2 c=${3:-} target=0.8
+	[[ $what != *cold* ]] || target=0.95
+	[[ $(echo "$r < $target" | bc -l) == 1 ]] || return 0
+	local cs=""
+	[[ -z $c ]] || cs=" (the FUSE ceiling here: $c of dd)"
+	case $what in
+	raw*readfiles*|raw*fuse_reader*)
+		echo "a Python reader, kept to compare with older tables: not a target row" ;;
+	raw*) echo "the raw reference itself, read another way" ;;
+	*"shardctl verify"*)
+		echo "XXH3 of every block on one thread: the cost of checksums, not a read" ;;
+	"FUSE ceiling"*)
+		echo "FUSE's own limit: a daemon that does no work still pays a copy into each reply and one into the mount's page cache, per request of at most 1 MiB" ;;
+	*cold*)
+		echo "a cold read through FUSE waits for the disk one request of at most 1 MiB at a time per reader, behind the same copies as a first read$cs" ;;
+	*direct-io*again*|*O_DIRECT*again*)
+		echo "direct I/O: the kernel caches nothing, so a re-read crosses FUSE to the daemon as a first read does$cs" ;;
+	*"again"*)
+		echo "re-read from the mount's own page cache, the kernel's copy alone as for dd: below the target only in a disturbed run (rerun it quiet)" ;;
+	*)
+		echo "a first read crosses FUSE: every byte is copied into a reply and again into the mount's page cache, in requests of at most 1 MiB, so it cannot reach dd of the page cache$cs" ;;
+	esac
+}
+
 # wait_mounted MNT PID SECONDS [LOG]: until MNT is a FUSE mount; 1 (with
 # LOG's tail) if PID exits first or SECONDS pass.
 wait_mounted() {
@@ -153,7 +213,9 @@ bench_remove_work() {
 }
 
 # bench_steady_memory: keep the guest's free memory backed by the host for
-# the run. On a VM whose balloon device reports free pages to the host
+# the run, only when BENCH_STEADY_MEMORY=1 is in the environment (a special
+# setting: the main tables are taken without it, and a table taken with
+# it says so; bench_memory_label). Otherwise one line says it was not. On a VM whose balloon device reports free pages to the host
 # (virtio-balloon free page reporting: this machine's kernel reports any
 # freed 2 MiB block almost at once), every page a fresh mount's page cache
 # takes from the free lists may first cost the host a fault and a zeroing;
@@ -167,6 +229,10 @@ PRO=/sys/module/page_reporting/parameters/page_reporting_order
 PRO_OLD=""
 bench_steady_memory() {
 	local me=$1 free_kb
+	if [[ ${BENCH_STEADY_MEMORY:-0} != 1 ]]; then
+		echo "$me: memory as it is (no special settings; BENCH_STEADY_MEMORY=1 pauses free page reporting for a labelled table)" >&2
+		return 0
+	fi
 	if [[ ! -w $PRO ]]; then
 		echo "$me: free page reporting left as it is (no writable $PRO): rows may vary with the host's memory" >&2
 		return 0
@@ -182,6 +248,16 @@ for i in range(0, n, 4096):
     m[i] = 1' "$((free_kb - 1048576))" || true
 	fi
 	echo "$me: free page reporting to the host paused for the run (page_reporting_order $PRO_OLD -> 11; restored at exit)" >&2
+}
+
+# bench_memory_label: the memory settings a table was taken with, for its
+# title line.
+bench_memory_label() {
+	if [[ -n $PRO_OLD ]]; then
+		echo "with free page reporting paused (BENCH_STEADY_MEMORY=1)"
+	else
+		echo "no special memory settings"
+	fi
 }
 
 bench_restore_memory() {

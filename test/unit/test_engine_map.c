@@ -9,8 +9,13 @@
  * block (map_min 1), with and without checksums, caches of one byte (every
  * read maps again, and the map of verified blocks is used) or of plenty,
  * copy and zero-copy reads; every read is compared with the model (a
- * checkpoint in a framework's format is never mapped: its files are never
- * leased, issue 30, 7). Then:
+ * checkpoint in a framework's format is never leased, issue 30, 7: its
+ * unverified blocks are mapped without a lease, map_live, its verified
+ * ones copied). Then:
+ *  - the guarded copy: sf_map_copy out of a mapping of a file truncated
+ *    under it returns -EFAULT, and the process goes on; an engine's copy
+ *    read of a framework's file truncated under its live-mapped blocks
+ *    gives the model's bytes or an error, never others;
  *  - the SIGBUS guard: hashing a mapping of a file truncated under it
  *    returns -EFAULT, and the process goes on;
  *  - a file truncated by another process while its blocks are mapped,
@@ -249,6 +254,13 @@ static void test_model(bool *leases)
 				CHECK(st.mapped > 0);
 			if (o.no_map || foreign)
 				CHECK_EQ(st.mapped, 0);
+			/* a framework's unverified blocks: mapped without a
+			 * lease; its verified ones and shardfs/1's never so */
+			if (!o.no_map && foreign && !o.verify)
+				CHECK(st.live_mapped > 0);
+			else if (!foreign || o.no_map ||
+				 !(flags & KIT_UNVERIFIED))
+				CHECK_EQ(st.live_mapped, 0);
 			/* one-byte cache: the second pass trusted the map */
 			if (*leases && o.verify && o.cache_bytes == 1 &&
 			    !(flags & KIT_UNVERIFIED))
@@ -295,6 +307,15 @@ static void test_guard(void)
 	CHECK_EQ(sf_map_hash(p + 8192, 4096, &h), -EFAULT);
 	CHECK_EQ(sf_map_hash(p, 4096, &h), 0);
 	CHECK_EQ(h, XXH3_64bits(buf, 4096));
+	/* the guarded copy likewise */
+	unsigned char *cp = malloc(len);
+
+	if (CHECK(cp != NULL)) {
+		CHECK_EQ(sf_map_copy(cp, p, len), -EFAULT);
+		CHECK_EQ(sf_map_copy(cp, p, 4096), 0);
+		CHECK(memcmp(cp, buf, 4096) == 0);
+	}
+	free(cp);
 	/* an unguarded touch of the same page still ends a process */
 	pid = fork();
 	if (pid == 0) {
@@ -447,6 +468,100 @@ out_hold:
 			sf_engine_forget(e, &ref);
 		}
 		CHECK_EQ(stats(e).map_faults, 0);
+out_engine:
+		sf_engine_destroy(e);
+out_src:
+		sf_source_destroy(src);
+		kit_destroy(k);
+	}
+}
+
+/*
+ * A framework's file (a format other than shardfs/1, verify off) whose
+ * blocks are mapped without a lease (map_live), cached and one of them
+ * pinned, truncated or overwritten in place by another process: the
+ * change never waits for the daemon; the tensor read afterwards gives the
+ * file's bytes as they now are or an error (truncated: -SF_ESHORT;
+ * overwritten: the new byte), never the old bytes, and the process lives.
+ */
+static void test_live(enum change how)
+{
+	for (int round = 0; round < 4; round++) {
+		struct kit *k;
+		struct sf_source *src;
+		struct sf_engine *e;
+		struct sf_ckpt_ref ref = { 0 };
+		char dir[128], path[512];
+		const struct sf_tensor *t = NULL;
+		const struct sf_shard *s = NULL;
+		unsigned char got[2];
+		size_t ti = 0;
+
+		if (!CHECK_EQ(kit_create_ex(sf_rand(), 2 + sf_rand_below(4),
+					    KIT_EXCLUSIVE, &k), 0))
+			continue;
+		if (!CHECK_EQ(kit_to_disk(k, dir, sizeof(dir), &ref), 0) ||
+		    !CHECK_EQ(sf_local_source_create(&src), 0)) {
+			kit_destroy(k);
+			continue;
+		}
+		sf_model_set_format(k->m, "torch-dcp 1.0.0");
+		struct sf_engine_opts o = { .cache_bytes = 64u << 20,
+					    .verify = false, .map_min = 1 };
+		if (!CHECK_EQ(sf_engine_create(&o, src, &e), 0))
+			goto out_src;
+		for (size_t i = 0; i < k->ntensors && !s; i++) {
+			const struct sf_tensor *ti_t = k->tensors[i].t;
+
+			for (size_t j = 0; j < ti_t->nshards && !s; j++) {
+				uint64_t pos, run;
+
+				if (ti_t->shards[j].nbytes >= 2 &&
+				    sf_shard_locate(ti_t, &ti_t->shards[j], 0, &pos, &run) &&
+				    pos == 0 && run >= 2) {
+					s = &ti_t->shards[j];
+					t = ti_t;
+					ti = i;
+				}
+			}
+		}
+		if (!s)
+			goto out_engine;
+		for (size_t i = 0; i < k->ntensors; i++) {
+			bool wrong = false;
+
+			CHECK_EQ(read_tensor(e, k, &ref, i, i % 2, &wrong), 0);
+			CHECK(!wrong);
+		}
+		CHECK(stats(e).live_mapped > 0);
+		CHECK_EQ(stats(e).mapped, 0);
+		struct iovec iov[4];
+		struct sf_engine_hold hold = { .n = 0 };
+
+		CHECK_EQ(sf_engine_readv(e, &ref, k->m, t, NULL, 0, 2, iov, 4,
+					 &hold), 1);
+		snprintf(path, sizeof(path), "%s/%s", dir, s->file);
+		double took = change_file(path, how, how == TRUNCATE ?
+					  s->file_offset / 2 : s->file_offset);
+
+		CHECK(took >= 0);
+		CHECK(took < 1); /* no lease to wait for */
+		sf_engine_release(e, &hold);
+		if (how == TRUNCATE) {
+			bool wrong = false;
+
+			CHECK_EQ(read_tensor(e, k, &ref, ti, false, &wrong), -SF_ESHORT);
+			CHECK(!wrong);
+			CHECK(read_tensor(e, k, &ref, ti, true, &wrong) < 0);
+			CHECK(!wrong);
+		} else {
+			CHECK_EQ(sf_engine_read(e, &ref, k->m, t, NULL, 0, got, 2), 0);
+			CHECK_EQ(got[0], k->tensors[ti].bytes[0] ^ 0x5a);
+			CHECK_EQ(got[1], k->tensors[ti].bytes[1]);
+		}
+		CHECK(stats(e).file_changed > 0);
+		CHECK_EQ(stats(e).map_faults, 0);
+		sf_engine_forget(e, &ref);
 out_engine:
 		sf_engine_destroy(e);
 out_src:
@@ -640,6 +755,8 @@ int main(void)
 		       "the lease checks are skipped\n", PROG);
 	test_change(TRUNCATE, leases);
 	test_change(OVERWRITE, leases);
+	test_live(TRUNCATE);
+	test_live(OVERWRITE);
 	test_rebreak(leases);
 	test_break_one(leases);
 	{
