@@ -148,7 +148,9 @@ int sf_store_scan_fd(int storefd, const char *store, struct sf_source *src,
  * The names of the store that may be checkpoints, as a scan sees them:
  * each directory (hidden names and symlinks skipped), a Hugging Face hub
  * repository's directory (sf_hub.h) as the names of its snapshots
- * ("ORG/NAME", "ORG/NAME@REV"). fn(arg, name, mtime) once each, mtime
+ * ("ORG/NAME", "ORG/NAME@REV"), and after a DeepSpeed checkpoint's
+ * directory DIR each of its tag directories other than the one `latest`
+ * names as "DIR@TAG" (sf_dstags.h). fn(arg, name, mtime) once each, mtime
  * what changes when the checkpoint may have (the directory's; for the
  * snapshot refs/main names, the later of it and refs/main's). 0, fn's
  * first non-zero result, or -errno.
@@ -159,7 +161,7 @@ int sf_store_names(int storefd, sf_store_name_fn fn, void *arg);
 
 /* What name (as sf_store_names gives it) is in the store now: 0 and the
  * identity of its directory (for a hub name, the snapshot refs/main names
- * now); -ENOENT gone, -ELOOP a symlink, -ENOTDIR not a directory, or
+ * now; for DIR@TAG, TAG's, -ENOENT once latest names TAG); -ENOENT gone, -ELOOP a symlink, -ENOTDIR not a directory, or
  * another -errno. Never follows a symlink. */
 int sf_store_ident(int storefd, const char *name, uint64_t *dev,
 		   uint64_t *ino);

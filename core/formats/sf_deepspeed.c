@@ -36,8 +36,9 @@
  * With tensor parallel (mp_rank_XX up to NN), every mp rank is read as a
  * ZeRO checkpoint of its own and its tensors are shown under
  * mp_rank_XX/ (the split axis is in no file: nothing is merged).
- * Not shown yet: the other tags beside the one latest names (one info
- * line), objects/.
+ * The other tags beside the one latest names are not this adapter's: the
+ * store shows each as a checkpoint "DIR@TAG", a bare tag directory
+ * (sf_dstags.h); here one info line counts them. Not shown yet: objects/.
  *
  * Universal checkpoints (deepspeed.checkpoint.ds_to_universal):
  * DIR/latest_universal names TAG (or the directory is TAG, holding zero/);
@@ -1053,8 +1054,8 @@ static bool own_name(void *arg, const char *name)
 	       ends_with(name, "_model_states.pt");
 }
 
-/* One info line when directories beside the tag latest names are not
- * shown (other global_stepN/: SPEC 7's DIR@global_stepN, not yet). */
+/* One info line when directories lie beside the tag latest names (other
+ * global_stepN/: a store shows each as DIR@TAG, sf_dstags.h). */
 static void note_other_tags(struct ds *d, const struct sf_dirlist *ls)
 {
 	size_t n = 0;
@@ -1064,7 +1065,7 @@ static void note_other_tags(struct ds *d, const struct sf_dirlist *ls)
 	for (size_t i = 0; i < ls->n; i++)
 		n += ls->is_dir[i] && strcmp(ls->names[i], d->tag) != 0;
 	if (n)
-		sf_info("checkpoint %s: %s shown (latest names it); %zu other director%s beside it not shown",
+		sf_info("checkpoint %s: %s shown (latest names it); %zu other director%s beside it, a store lists each tag as NAME@TAG",
 			SF_QSTR(d->k.name), SF_QSTR(d->tag), n, n == 1 ? "y" : "ies");
 }
 

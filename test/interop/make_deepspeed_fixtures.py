@@ -44,6 +44,10 @@ and beside each NAME/ the references, written by DeepSpeed's own code:
                           torch.load gives them from the model states
                           (stage 3 stores none)
   NAME.json               {"deepspeed", "torch", "stage", "world"}
+  NAME@TAG.fp32.safetensors  for each other tag beside the one latest
+                          names (zero2-2r's global_step1): zero_to_fp32's
+                          get_fp32_state_dict_from_zero_checkpoint(NAME,
+                          tag=TAG), what the mount shows as NAME@TAG
 
 The model has parameters whose sizes do not divide by the world size (so
 partitions are uneven and padded) and one frozen-free buffer. Seeded: a
@@ -98,6 +102,19 @@ def module_ref(ckpt, stage):
         ref.update({pre + k: v for k, v in sd["module"].items()
                     if k not in sd["buffer_names"]})
     st_write(ckpt + ".module.safetensors", ref)
+
+
+def tag_refs(ckpt):
+    """NAME@TAG.fp32.safetensors: zero_to_fp32 of every tag directory of
+    NAME other than the one latest names."""
+    from deepspeed.utils.zero_to_fp32 import \
+        get_fp32_state_dict_from_zero_checkpoint
+    with open(os.path.join(ckpt, "latest")) as f:
+        latest = f.read().strip()
+    for tag in sorted(os.listdir(ckpt)):
+        if tag != latest and os.path.isdir(os.path.join(ckpt, tag)):
+            st_write("%s@%s.fp32.safetensors" % (ckpt, tag),
+                     get_fp32_state_dict_from_zero_checkpoint(ckpt, tag=tag))
 
 
 def worker(out, name, stage, steps):
@@ -201,6 +218,12 @@ def main():
                     module_ref(os.path.join(sys.argv[2], meta[:-5]),
                                json.load(f)["stage"])
         return
+    if len(sys.argv) == 3 and sys.argv[1] == "--tag-refs":
+        # the other tags' references alone, for checkpoints already written
+        for meta in sorted(os.listdir(sys.argv[2])):
+            if meta.endswith(".json") and "universal" not in meta:
+                tag_refs(os.path.join(sys.argv[2], meta[:-5]))
+        return
     if len(sys.argv) == 5 and sys.argv[1] == "--worker":
         worker(sys.argv[2], sys.argv[3], int(sys.argv[4]),
                int(os.environ["SF_STEPS"]))
@@ -230,6 +253,8 @@ def main():
             sd = get_fp32_state_dict_from_zero_checkpoint(ckpt)
             st_write(ckpt + ".fp32.safetensors", sd)
         module_ref(ckpt, stage)
+        if not name.endswith("-tp2"):
+            tag_refs(ckpt)
         with open(ckpt + ".json", "w") as f:
             json.dump({"deepspeed": deepspeed.__version__,
                        "torch": torch.__version__.split("+")[0],

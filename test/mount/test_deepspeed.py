@@ -12,7 +12,9 @@ against its own gathered weights and moments), the ZeRO-2 one converted
 by ds_to_universal (its tensors must equal
 zero_to_fp32's of the original), each in the HF
 Trainer's layout (NAME/latest + NAME/global_stepN/), and one tag directory
-on its own (bare). Checked through one mount: every tensors/NAME
+on its own (bare); zero2-2r's global_step1 (beside the global_step2
+latest names) as zero2-2r@global_step1, against zero_to_fp32's of that
+tag (zero2-2r@global_step1.fp32.safetensors). Checked through one mount: every tensors/NAME
 byte for byte against zero_to_fp32's own output (NAME.fp32.safetensors),
 optimizer/exp_avg/NAME and optimizer/exp_avg_sq/NAME against DeepSpeed's
 safe_get_full_optimizer_state (NAME.optim.safetensors), the
@@ -26,7 +28,9 @@ left out with a line naming it), a parameter whose shape claims more
 elements than the partitions hold (that parameter alone left out), a
 parameter name with '/..' (left out), `latest` naming a path out of the
 checkpoint (left out), an optimizer archive that is a symlink out (left
-out); in the universal one, a fp32.pt linked out and a parameter
+out), a global_step1 that is a symlink to a tag directory outside (not
+listed, not reachable as DIR@global_step1; DIR still shown), `latest`
+naming ../ lists no DIR@TAG either; in the universal one, a fp32.pt linked out and a parameter
 directory "a@b" (each left out alone). The store is byte-for-byte
 unchanged at the end.
 """
@@ -138,6 +142,15 @@ def make_hostile(store, src2):
     os.remove(opt)
     os.symlink(outside, opt)
     out["symlink"] = d
+    # global_step1 (not the tag latest names) a symlink to a directory
+    # outside the store holding the real files
+    d = os.path.join(store, "h-tagsym")
+    shutil.copytree(src2, d)
+    outside = os.path.join(os.path.dirname(store), "outside-tag")
+    shutil.copytree(os.path.join(d, "global_step1"), outside)
+    shutil.rmtree(os.path.join(d, "global_step1"))
+    os.symlink(outside, os.path.join(d, "global_step1"))
+    out["tagsym"] = d
     return out
 
 
@@ -210,6 +223,37 @@ def check_case(env, ck, root, name, fx, stage):
     check_views(env, ck, root, name)
 
 
+def check_other_tag(ck, mnt, listed, name, fx, tag):
+    """NAME@TAG: the tag beside the one latest names, shown as a checkpoint
+    of its own, byte for byte zero_to_fp32's of that tag."""
+    shown = name + "@" + tag
+    ref = fx + "@" + tag + ".fp32.safetensors"
+    if not ck.ok(os.path.exists(ref), "%s: reference %s" % (shown, ref)):
+        return
+    if not ck.ok(shown in listed, "%s is listed beside %s" % (shown, name)):
+        return
+    root = os.path.join(mnt, shown)
+    fp32 = st_read(ref)
+    latest = st_read(fx + ".fp32.safetensors")
+    ck.ok(any(fp32[k][1] != latest[k][1] for k in fp32),
+          "%s: its reference differs from latest's" % shown)
+    ck.eq(os.getxattr(root, "user.shardfs.format").decode(),
+          "deepspeed zero-2 0.19.8", "%s: format xattr" % shown)
+    for k, (h, data) in sorted(fp32.items()):
+        p = sm.tensor_path(root, k)
+        ck.eq(sm.read_file(p) if os.path.exists(p) else None, data,
+              "%s: tensors/%s is zero_to_fp32's of %s" % (shown, k, tag))
+    buf = sm.read_file(os.path.join(root, "model.safetensors"))
+    hdr, base = sm.parse_safetensors(buf)
+    ck.eq(sorted(hdr), sorted(sm.parse_safetensors(sm.read_file(
+        os.path.join(mnt, name, "model.safetensors")))[0]),
+          "%s: the same entries as %s" % (shown, name))
+    for k, (h, data) in sorted(fp32.items()):
+        e = hdr.get(k)
+        ck.eq(buf[base + e["data_offsets"][0]:base + e["data_offsets"][1]]
+              if e else None, data, "%s: model.safetensors %s" % (shown, k))
+
+
 def test(env, ck):
     store = env.path("store")
     os.makedirs(store)
@@ -259,8 +303,26 @@ def test(env, ck):
               b'{"hidden_size": 7}\n', "a root file beside latest")
         check_readonly(env, ck, mnt, cases[0][0])
         log = m.log_text()
-        ck.ok('"global_step2" shown (latest names it); 1 other directory beside it not shown'
-              in log, "zero2-2r: one info line says global_step1 is not shown")
+        ck.ok('"global_step2" shown (latest names it); 1 other directory beside it, a store lists each tag as NAME@TAG'
+              in log, "zero2-2r: one info line says where global_step1 is shown")
+        if src2:
+            check_other_tag(ck, mnt, listed, "zero2-2r", src2[0][1], "global_step1")
+        ck.eq(sorted(n for n in listed if "@" in n),
+              sorted("%s@global_step1" % h for h in
+                     ("zero2-2r", "h-short", "h-dotdot", "h-global", "h-symlink")),
+              "the other tags listed: zero2-2r's and its copies' (not h-latest's, not h-tagsym's link)")
+        ck.ok("h-latest@global_step1" not in listed,
+              "latest naming ../: no DIR@TAG listed either")
+        ck.ok("h-tagsym" in listed and "h-tagsym@global_step1" not in listed,
+              "a tag directory that is a symlink out: not listed, latest's still shown")
+        for bad in ("h-tagsym@global_step1", "h-latest@global_step1",
+                    "zero2-2r@global_step2", "zero2-2r@..", "zero2-2r@nothere",
+                    "@global_step1"):
+            try:
+                os.stat(os.path.join(mnt, bad))
+                ck.ok(False, "%s: not reachable by its name" % bad)
+            except FileNotFoundError:
+                ck.ok(True, "%s: not reachable by its name" % bad)
         # hostile
         ck.ok("h-global" not in listed, "a pickle naming posix.system: left out")
         ck.ok("posix.system" in log and "not allowed" in log,
