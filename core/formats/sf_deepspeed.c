@@ -38,7 +38,11 @@
  * mp_rank_XX/ (the split axis is in no file: nothing is merged).
  * The other tags beside the one latest names are not this adapter's: the
  * store shows each as a checkpoint "DIR@TAG", a bare tag directory
- * (sf_dstags.h); here one info line counts them. Not shown yet: objects/.
+ * (sf_dstags.h); here one info line counts them. The non-tensor entries
+ * of mp rank 0's model states and rank 0's optimizer states (step counts,
+ * the loss scaler, ds_config, ...) are manifest.json's "deepspeed" key
+ * (sf_deepspeed_obj.h), not objects/: they lie inside data.pkl, with no
+ * byte range of their own that torch.load could read.
  *
  * Universal checkpoints (deepspeed.checkpoint.ds_to_universal):
  * DIR/latest_universal names TAG (or the directory is TAG, holding zero/);
@@ -57,6 +61,7 @@
  * does not hold leaves the checkpoint out with a line.
  */
 #include "sf_deepspeed.h"
+#include "sf_deepspeed_obj.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -125,6 +130,7 @@ struct ds {
 	unsigned nmfr;
 	struct seg *seg;         /* [kind][rank][group] */
 	char ver[32];
+	json_t *extra;           /* manifest.json's "deepspeed" (owned) */
 };
 
 static struct seg *seg_at(struct ds *d, int kind, unsigned r, unsigned g)
@@ -972,6 +978,26 @@ static void close_mp(struct ds *d)
 	d->nmfr = 0;
 }
 
+/* The non-tensor entries of mp rank 0's model states and rank 0's
+ * optimizer states (step counts, the loss scaler, ds_config, ...), as
+ * manifest.json's "deepspeed": {"tag", "model_states", "optim_states"}
+ * (sf_deepspeed_obj.h; decoded by the pickle reader, nothing run). 0 or
+ * -ENOMEM. */
+static int add_objects(struct ds *d, const struct sf_pk *root)
+{
+	static const char *const skip_model[] = {
+		"module", "frozen_param_fragments", NULL /* tensors: shown */
+	};
+	json_t *ms = sf_ds_obj_json(d->model.doc, root, skip_model);
+	json_t *os = sf_ds_obj_json(d->opt[0].doc, sf_ts_doc_root(d->opt[0].doc),
+				    NULL);
+
+	d->extra = json_pack("{s:{s:s*, s:o*, s:o*}}", SF_DEEPSPEED_FORMAT,
+			     "tag", d->tag[0] ? d->tag : NULL,
+			     "model_states", ms, "optim_states", os);
+	return d->extra ? 0 : -ENOMEM;
+}
+
 /* One mp rank's tensors (d->mp, d->pfx set). */
 static int build_mp(struct ds *d, const struct sf_dirlist *ls)
 {
@@ -1003,6 +1029,8 @@ static int build_mp(struct ds *d, const struct sf_dirlist *ls)
 			  d->stage <= 2 ? get(d->opt[0].osd, "param_alignment_paddings") : NULL);
 	if (!rc)
 		rc = build_module(d, root);
+	if (!rc && d->mp == 0)
+		rc = add_objects(d, root);
 	return rc;
 }
 
@@ -1092,6 +1120,11 @@ static int ds_open(const struct sf_cdir *cd, struct sf_format_result *out,
 		rc = sf_kit_add_root_files(&d.k, d.m, own_name, &d);
 	if (!rc)
 		rc = sf_kit_finish(&d.k, d.m);
+	if (!rc) {
+		out->extra = d.extra;
+		d.extra = NULL;
+	}
+	json_decref(d.extra);
 	/* the model copies the file names it keeps: the archives can go */
 	rc = sf_kit_end(&d.k, rc, d.m, out);
 	close_mp(&d);

@@ -44,6 +44,10 @@ and beside each NAME/ the references, written by DeepSpeed's own code:
                           torch.load gives them from the model states
                           (stage 3 stores none)
   NAME.json               {"deepspeed", "torch", "stage", "world"}
+  NAME.objects.json       the non-tensor entries of the model states
+                          (mp rank 0) and rank 0's optimizer states as
+                          torch.load gives them (manifest.json's
+                          "deepspeed" shows them)
   NAME@TAG.fp32.safetensors  for each other tag beside the one latest
                           names (zero2-2r's global_step1): zero_to_fp32's
                           get_fp32_state_dict_from_zero_checkpoint(NAME,
@@ -115,6 +119,43 @@ def tag_refs(ckpt):
         if tag != latest and os.path.isdir(os.path.join(ckpt, tag)):
             st_write("%s@%s.fp32.safetensors" % (ckpt, tag),
                      get_fp32_state_dict_from_zero_checkpoint(ckpt, tag=tag))
+
+
+def plain(v):
+    """v as JSON: what torch.load gives, tensors as {"tensor", "shape"}."""
+    import torch
+    if isinstance(v, torch.Tensor):
+        return {"tensor": str(v.dtype), "shape": list(v.shape)}
+    if isinstance(v, dict):
+        return {str(k): plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple, torch.Size)):
+        return [plain(x) for x in v]
+    if isinstance(v, (bool, int, float, str)) or v is None:
+        return v
+    return {"class": type(v).__module__ + "." + type(v).__name__,
+            "value": int(v) if hasattr(v, "__int__") else
+            {k: plain(x) for k, x in sorted(vars(v).items())}}
+
+
+def object_refs(ckpt):
+    """NAME.objects.json: the non-tensor entries of the model states (mp
+    rank 0) and of rank 0's optimizer states of the checkpoint latest
+    names, as torch.load gives them (what manifest.json's "deepspeed"
+    shows)."""
+    import glob
+    import torch
+    with open(os.path.join(ckpt, "latest")) as f:
+        tag = os.path.join(ckpt, f.read().strip())
+    ms = sorted(glob.glob(os.path.join(tag, "*mp_rank_00_model_states.pt")))[0]
+    os_ = glob.glob(os.path.join(tag, "*zero_pp_rank_0_mp_rank_00_optim_states.pt"))[0]
+    m = torch.load(ms, map_location="cpu", weights_only=False)
+    o = torch.load(os_, map_location="cpu", weights_only=False)
+    ref = {"model_states": {k: plain(v) for k, v in m.items()
+                            if k not in ("module", "frozen_param_fragments")},
+           "optim_states": plain(o)}
+    with open(ckpt + ".objects.json", "w") as f:
+        json.dump(ref, f, indent=1, sort_keys=True)
+        f.write("\n")
 
 
 def worker(out, name, stage, steps):
@@ -213,15 +254,22 @@ def main():
     if len(sys.argv) == 3 and sys.argv[1] == "--module-refs":
         # the module references alone, for checkpoints already written
         for meta in sorted(os.listdir(sys.argv[2])):
-            if meta.endswith(".json"):
+            if meta.endswith(".json") and ".objects." not in meta:
                 with open(os.path.join(sys.argv[2], meta)) as f:
                     module_ref(os.path.join(sys.argv[2], meta[:-5]),
                                json.load(f)["stage"])
         return
+    if len(sys.argv) == 3 and sys.argv[1] == "--object-refs":
+        for meta in sorted(os.listdir(sys.argv[2])):
+            if meta.endswith(".json") and ".objects." not in meta and \
+                    "universal" not in meta:
+                object_refs(os.path.join(sys.argv[2], meta[:-5]))
+        return
     if len(sys.argv) == 3 and sys.argv[1] == "--tag-refs":
         # the other tags' references alone, for checkpoints already written
         for meta in sorted(os.listdir(sys.argv[2])):
-            if meta.endswith(".json") and "universal" not in meta:
+            if meta.endswith(".json") and ".objects." not in meta and \
+                    "universal" not in meta:
                 tag_refs(os.path.join(sys.argv[2], meta[:-5]))
         return
     if len(sys.argv) == 5 and sys.argv[1] == "--worker":
@@ -255,6 +303,7 @@ def main():
         module_ref(ckpt, stage)
         if not name.endswith("-tp2"):
             tag_refs(ckpt)
+        object_refs(ckpt)
         with open(ckpt + ".json", "w") as f:
             json.dump({"deepspeed": deepspeed.__version__,
                        "torch": torch.__version__.split("+")[0],

@@ -22,9 +22,14 @@ model.safetensors view's entries against zero_to_fp32's, module/NAME
 (stage 1/2: the bf16 weights) against torch.load's (NAME.module.safetensors), the format and verified xattrs, the other
 views (npy/, slices), a root file beside latest, read-only.
 
+manifest.json's "deepspeed" key against torch.load's values of the
+non-tensor entries (NAME.objects.json: step counts, ds_config, the loss
+scaler, param groups, ...).
+
 Hostile variants, made at test time from the real files: a pickle naming
-another global (posix.system) in an optimizer archive (the checkpoint is
-left out with a line naming it), a parameter whose shape claims more
+another global (posix.system) in an optimizer archive, and in the model
+states where its OrderedDicts were (each checkpoint left out with a line
+naming it), a parameter whose shape claims more
 elements than the partitions hold (that parameter alone left out), a
 parameter name with '/..' (left out), `latest` naming a path out of the
 checkpoint (left out), an optimizer archive that is a symlink out (left
@@ -106,6 +111,13 @@ def make_hostile(store, src2):
     rewrite_pickle(opt, b"cdeepspeed.runtime.fp16.loss_scaler\nLossScaler\n",
                    b"cposix\nsystem\n")
     out["global"] = d
+    # the model states' OrderedDicts (module, frozen_param_shapes: the
+    # non-tensor entries manifest.json shows) named as posix.system
+    d = os.path.join(store, "h-global-ms")
+    shutil.copytree(src2, d)
+    rewrite_pickle(os.path.join(tag_dir(d), "mp_rank_00_model_states.pt"),
+                   b"ccollections\nOrderedDict\n", b"cposix\nsystem\n")
+    out["global-ms"] = d
     # fc2.bias (the last parameter, 5 elements) claims 99: past the
     # partitions' end
     d = os.path.join(store, "h-short")
@@ -223,6 +235,54 @@ def check_case(env, ck, root, name, fx, stage):
     check_views(env, ck, root, name)
 
 
+def norm_obj(v):
+    """manifest.json's rendering of a value, in the reference's shape
+    (NAME.objects.json: torch.load's values; tensors by dtype and shape;
+    an int enum as its int; another object's class and attributes)."""
+    if isinstance(v, dict):
+        if "tensor" in v and set(v) == {"tensor", "shape"}:
+            return {"tensor": v["tensor"], "shape": v["shape"]}
+        if "class" in v:
+            if "args" in v and "state" not in v:
+                return norm_obj(v["args"][0])
+            return {"class": v["class"], "value": norm_obj(v.get("state"))}
+        return {k: norm_obj(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [norm_obj(x) for x in v]
+    return v
+
+
+TORCH_DT = {"torch.float32": "F32", "torch.bfloat16": "BF16", "torch.float16": "F16",
+            "torch.int64": "I64"}
+
+
+def norm_ref(v):
+    if isinstance(v, dict):
+        if "tensor" in v and set(v) == {"tensor", "shape"}:
+            return {"tensor": TORCH_DT.get(v["tensor"], v["tensor"]), "shape": v["shape"]}
+        return {k: norm_ref(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [norm_ref(x) for x in v]
+    return v
+
+
+def check_objects(ck, root, name, fx):
+    """manifest.json's "deepspeed": every non-tensor entry of the model
+    states and rank 0's optimizer states as torch.load gives it."""
+    ref_path = fx + ".objects.json"
+    if not os.path.exists(ref_path):
+        return
+    with open(ref_path) as f:
+        ref = json.load(f)
+    with open(os.path.join(root, "manifest.json")) as f:
+        got = json.load(f).get("deepspeed")
+    if not ck.ok(isinstance(got, dict), "%s: manifest.json has \"deepspeed\"" % name):
+        return
+    for part in ("model_states", "optim_states"):
+        ck.eq(norm_obj(got.get(part)), norm_ref(ref[part]),
+              "%s: manifest.json deepspeed.%s is torch.load's" % (name, part))
+
+
 def check_other_tag(ck, mnt, listed, name, fx, tag):
     """NAME@TAG: the tag beside the one latest names, shown as a checkpoint
     of its own, byte for byte zero_to_fp32's of that tag."""
@@ -260,6 +320,8 @@ def test(env, ck):
     cases = []
     for vdir in sorted(glob.glob(os.path.join(FIXTURES, "deepspeed-*"))):
         for meta in sorted(glob.glob(os.path.join(vdir, "*.json"))):
+            if meta.endswith(".objects.json"):
+                continue  # a reference, not a case
             src = meta[:-len(".json")]
             with open(meta) as f:
                 info = json.load(f)
@@ -299,6 +361,8 @@ def test(env, ck):
             root = os.path.join(mnt, name)
             if ck.ok(name in listed, "%s is mounted" % name):
                 check_case(env, ck, root, name, src, stage)
+                if stage != "universal" and name == os.path.basename(src):
+                    check_objects(ck, root, name, src)
         ck.eq(sm.read_file(os.path.join(mnt, first, "config.json")),
               b'{"hidden_size": 7}\n', "a root file beside latest")
         check_readonly(env, ck, mnt, cases[0][0])
@@ -309,7 +373,8 @@ def test(env, ck):
             check_other_tag(ck, mnt, listed, "zero2-2r", src2[0][1], "global_step1")
         ck.eq(sorted(n for n in listed if "@" in n),
               sorted("%s@global_step1" % h for h in
-                     ("zero2-2r", "h-short", "h-dotdot", "h-global", "h-symlink")),
+                     ("zero2-2r", "h-short", "h-dotdot", "h-global", "h-global-ms",
+                      "h-symlink")),
               "the other tags listed: zero2-2r's and its copies' (not h-latest's, not h-tagsym's link)")
         ck.ok("h-latest@global_step1" not in listed,
               "latest naming ../: no DIR@TAG listed either")
@@ -327,6 +392,11 @@ def test(env, ck):
         ck.ok("h-global" not in listed, "a pickle naming posix.system: left out")
         ck.ok("posix.system" in log and "not allowed" in log,
               "the log names the refused global")
+        ck.ok("h-global-ms" not in listed,
+              "model states whose OrderedDicts name posix.system: left out")
+        ck.ok('"h-global-ms" left out' in log or
+              ("h-global-ms" in log and log.count("posix.system") >= 2),
+              "the log says why h-global-ms is left out")
         ck.ok("h-latest" not in listed, "latest naming ../: left out")
         ck.ok("latest names" in log, "the log says latest names no directory of it")
         if ck.ok("h-short" in listed, "a short partition leaves one tensor out"):
