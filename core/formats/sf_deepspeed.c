@@ -86,6 +86,9 @@ static const struct sf_pk_global ds_allow[] = {
 	{ "deepspeed.runtime.zero.config", "ZeroStageEnum" },
 	{ "deepspeed.runtime.fp16.loss_scaler", "LossScaler" },
 	{ "deepspeed.runtime.fp16.loss_scaler", "DynamicLossScaler" },
+	{ "torch", "float16" },  /* DynamicLossScaler's dtype (fp16) */
+	{ "torch", "bfloat16" },
+	{ "torch", "float32" },
 	{ "deepspeed.utils.tensor_fragment", "fragment_address" },
 	{ "torch", "Size" },
 	{ "torch._tensor", "_rebuild_from_type_v2" },

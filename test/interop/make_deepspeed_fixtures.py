@@ -1,5 +1,5 @@
 """make_deepspeed_fixtures - DeepSpeed ZeRO checkpoints written by a real
-DeepSpeed on CPU (DS_ACCELERATOR=cpu, gloo, torch_adam, bf16 on).
+DeepSpeed on CPU (DS_ACCELERATOR=cpu, gloo, torch_adam, bf16 on; fp16 for the -fp16 cases).
 
     PY make_deepspeed_fixtures.py OUTDIR [NAME...]
 
@@ -27,6 +27,14 @@ out: NAME/latest + NAME/global_stepN/*) for
              rank's gathered fp32 weights and moments, from
              safe_get_full_fp32_param / safe_get_full_optimizer_state in
              the training processes, as mp_rank_0T/NAME
+
+  zero2-fp16, zero3-fp16  ZeRO stage 2 (saved at steps 1 and 2) and 3,
+             2 ranks, fp16 with fp32 master weights and dynamic loss
+             scaling (initial scale 2**4). deepspeed 0.19.8 refuses fp16
+             on a CPU without mkldnn fp16 (AVX512-FP16/AMX-FP16): "Type
+             fp16 is not supported on your device." (engine
+             _do_sanity_check); the script bypasses that one check
+             (get_accelerator().is_fp16_supported), nothing else
 
   universal-zero2  zero2-2r converted by DeepSpeed's ds_to_universal
              (--inject_missing_state): NAME/latest_universal +
@@ -67,7 +75,8 @@ import sys
 HERE = os.path.abspath(__file__)
 CASES = [("zero1-2r", 1, 2, 1), ("zero2-2r", 2, 2, 2), ("zero3-2r", 3, 2, 1),
          ("zero3-3r", 3, 3, 1), ("zero2-tied", 2, 2, 1), ("zero2-tp2", 2, 4, 1),
-         ("zero2-frozen", 2, 2, 1), ("zero3-frozen", 3, 2, 1)]
+         ("zero2-frozen", 2, 2, 1), ("zero3-frozen", 3, 2, 1),
+         ("zero2-fp16", 2, 2, 2), ("zero3-fp16", 3, 2, 1)]
 
 
 def st_write(path, tensors):
@@ -126,6 +135,8 @@ def plain(v):
     import torch
     if isinstance(v, torch.Tensor):
         return {"tensor": str(v.dtype), "shape": list(v.shape)}
+    if isinstance(v, torch.dtype):  # pickled as the global torch.NAME
+        return {"global": str(v)}
     if isinstance(v, dict):
         return {str(k): plain(x) for k, x in v.items()}
     if isinstance(v, (list, tuple, torch.Size)):
@@ -164,6 +175,15 @@ def worker(out, name, stage, steps):
     from deepspeed.utils import (safe_get_full_fp32_param,
                                  safe_get_full_optimizer_state)
 
+    fp16 = name.endswith("-fp16")
+    if fp16:
+        # deepspeed 0.19.8's CPU accelerator offers fp16 only where
+        # torch.ops.mkldnn._is_mkldnn_fp16_supported() (AVX512-FP16/AMX-FP16
+        # CPUs); elsewhere engine init refuses: "Type fp16 is not supported
+        # on your device." The check alone is bypassed; the training step,
+        # the loss scaler and save_checkpoint are DeepSpeed's own.
+        from deepspeed.accelerator import get_accelerator
+        get_accelerator().is_fp16_supported = lambda: True
     deepspeed.init_distributed(dist_backend="gloo")
     dist = torch.distributed
     rank = dist.get_rank()
@@ -211,10 +231,13 @@ def worker(out, name, stage, steps):
         "gradient_accumulation_steps": 1,
         "optimizer": {"type": "AdamW",
                       "params": {"lr": 0.05, "torch_adam": True}},
-        "bf16": {"enabled": True},
         "zero_optimization": {"stage": stage},
         "steps_per_print": 1000,
     }
+    if fp16:  # dynamic loss scaling from 2**4: no step skipped
+        cfg["fp16"] = {"enabled": True, "initial_scale_power": 4}
+    else:
+        cfg["bf16"] = {"enabled": True}
     model = Tiny()
     if name.endswith("-frozen"):
         model.norm.weight.requires_grad_(False)
