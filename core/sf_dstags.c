@@ -15,7 +15,10 @@
  *  - only tags without '@' are listed (the last '@' of a shown name
  *    splits it), and only names of at most 255 bytes (one FUSE entry);
  *  - listing costs one openat of DIR/latest per store entry; the tag
- *    directories are read only where latest exists.
+ *    directories are read only where latest exists;
+ *  - a directory with a valid latest is identified by the tag directory
+ *    latest names (sf_dstags_latest_ident): the live store opens DIR
+ *    again when latest names another tag.
  */
 #include "sf_dstags.h"
 #include "sf_open.h"
@@ -214,5 +217,19 @@ int sf_dstags_open(int storefd, const char *name, struct sf_dstags_tag *out)
 	out->ino = (uint64_t)sb.st_ino;
 	out->mtime = sb.st_mtim;
 	snprintf(out->rel, sizeof(out->rel), "%s/%s", dir, tag);
+	return 0;
+}
+
+int sf_dstags_latest_ident(int dirfd, uint64_t *dev, uint64_t *ino)
+{
+	char latest[SF_DSTAGS_LATEST_MAX + 1];
+	struct stat sb;
+
+	if (read_latest(dirfd, latest, sizeof(latest)) ||
+	    fstatat(dirfd, latest, &sb, AT_SYMLINK_NOFOLLOW) != 0 ||
+	    !S_ISDIR(sb.st_mode))
+		return -ENOENT;
+	*dev = (uint64_t)sb.st_dev;
+	*ino = (uint64_t)sb.st_ino;
 	return 0;
 }

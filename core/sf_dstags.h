@@ -35,6 +35,15 @@ typedef int (*sf_dstags_fn)(void *arg, const char *name,
 			    const struct timespec *mtime);
 int sf_dstags_list(int storefd, const char *dir, sf_dstags_fn fn, void *arg);
 
+/*
+ * The identity of the tag directory that checkpoint directory dirfd's
+ * `latest` names (a regular file naming one plain component that is a
+ * directory, reached without a symlink): 0 and *dev, *ino; -ENOENT when
+ * there is none. The store takes it as a DeepSpeed directory's identity,
+ * so that a new `latest` reads as another directory (opened again).
+ */
+int sf_dstags_latest_ident(int dirfd, uint64_t *dev, uint64_t *ino);
+
 /* A tag directory opened for checkpoint name "DIR@TAG". */
 struct sf_dstags_tag {
 	int dirfd;             /* DIR/TAG, reached without a symlink; the

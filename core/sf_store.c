@@ -93,6 +93,8 @@ static int ckpt_open_fd(int dirfd, int blobsfd, const char *dir,
 		ck->mtime = sb.st_mtim;
 		ck->dev = (uint64_t)sb.st_dev;
 		ck->ino = (uint64_t)sb.st_ino;
+		/* a DeepSpeed directory is the tag its latest names */
+		(void)sf_dstags_latest_ident(dirfd, &ck->dev, &ck->ino);
 	} else {
 		clock_gettime(CLOCK_REALTIME, &ck->mtime);
 	}
@@ -802,6 +804,13 @@ int sf_store_ident(int storefd, const char *name, uint64_t *dev,
 			return -ENOTDIR;
 		*dev = (uint64_t)sb.st_dev;
 		*ino = (uint64_t)sb.st_ino;
+		/* a DeepSpeed directory: the tag latest names now (a new
+		 * latest is another directory) */
+		rc = sf_open_ckpt_dir(storefd, name, NULL, NULL);
+		if (rc >= 0) {
+			(void)sf_dstags_latest_ident(rc, dev, ino);
+			close(rc);
+		}
 		return 0;
 	}
 	if (!strchr(name, '/') && errno != ENOENT)

@@ -33,7 +33,9 @@ struct sf_ckpt {
 				    * scanned (owned), or -1 when this daemon
 				    * holds none of it (MPI: peers' files) */
 	uint64_t dev, ino;         /* dirfd's identity at open (the live store
-				    * compares the name's with it) */
+				    * compares the name's with it); for a
+				    * DeepSpeed directory, the tag directory's
+				    * its latest named (sf_dstags.h) */
 	const struct sf_format *fmt; /* the adapter that opened it (static) */
 	struct sf_model *m;        /* owned */
 	char *manifest_json;       /* manifest.json as the mount shows it (owned),
@@ -161,7 +163,9 @@ int sf_store_names(int storefd, sf_store_name_fn fn, void *arg);
 
 /* What name (as sf_store_names gives it) is in the store now: 0 and the
  * identity of its directory (for a hub name, the snapshot refs/main names
- * now; for DIR@TAG, TAG's, -ENOENT once latest names TAG); -ENOENT gone, -ELOOP a symlink, -ENOTDIR not a directory, or
+ * now; for DIR@TAG, TAG's, -ENOENT once latest names TAG; for a
+ * DeepSpeed DIR, the tag directory its latest names now, as the
+ * checkpoint's dev and ino are); -ENOENT gone, -ELOOP a symlink, -ENOTDIR not a directory, or
  * another -errno. Never follows a symlink. */
 int sf_store_ident(int storefd, const char *name, uint64_t *dev,
 		   uint64_t *ino);

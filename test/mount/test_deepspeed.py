@@ -436,6 +436,42 @@ def test(env, ck):
             ck.ok('"a@b" left out' in m.log_text(), "h-universal: the log says so")
     ck.eq(sm.snapshot_diff(before, sm.store_snapshot(store)), [],
           "the store is unchanged")
+    if src2:
+        check_live_latest(env, ck, src2[0][1])
+
+
+def wait_for(pred, secs=10):
+    import time
+    end = time.time() + secs
+    while time.time() < end:
+        if pred():
+            return True
+        time.sleep(0.1)
+    return pred()
+
+
+def check_live_latest(env, ck, src):
+    """While mounted, `latest` is rewritten to name global_step1 (as a
+    save names its new tag): within seconds DIR shows global_step1's
+    weights and DIR@global_step2 replaces DIR@global_step1."""
+    store = env.path("store-live")
+    os.makedirs(store)
+    d = os.path.join(store, "ck")
+    shutil.copytree(src, d)
+    step1 = st_read(src + "@global_step1.fp32.safetensors")
+    step2 = st_read(src + ".fp32.safetensors")
+    with sm.Mount(env, store, ["--log-level", "info"]) as m:
+        w = sm.tensor_path(os.path.join(m.mnt, "ck"), "fc2.weight")
+        ck.eq(sm.read_file(w), step2["fc2.weight"][1], "live: ck is global_step2")
+        ck.eq(sorted(os.listdir(m.mnt)), ["ck", "ck@global_step1"], "live: the tags listed")
+        with open(os.path.join(d, "latest.tmp"), "w") as f:
+            f.write("global_step1")
+        os.replace(os.path.join(d, "latest.tmp"), os.path.join(d, "latest"))
+        ck.ok(wait_for(lambda: sorted(os.listdir(m.mnt)) == ["ck", "ck@global_step2"]),
+              "live: a new latest lists ck@global_step2 instead (got %s)" % os.listdir(m.mnt))
+        ck.ok(wait_for(lambda: os.path.exists(w) and
+                       sm.read_file(w) == step1["fc2.weight"][1]),
+              "live: ck is global_step1's now")
 
 
 if __name__ == "__main__":
