@@ -12,6 +12,7 @@
 #include "sf_store.h"
 #include "sf_array.h"
 #include "sf_budget.h"
+#include "sf_dstags.h"
 #include "sf_error.h"
 #include "sf_formats.h"
 #include "sf_hub.h"
@@ -92,6 +93,8 @@ static int ckpt_open_fd(int dirfd, int blobsfd, const char *dir,
 		ck->mtime = sb.st_mtim;
 		ck->dev = (uint64_t)sb.st_dev;
 		ck->ino = (uint64_t)sb.st_ino;
+		/* a DeepSpeed directory is the tag its latest names */
+		(void)sf_dstags_latest_ident(dirfd, &ck->dev, &ck->ino);
 	} else {
 		clock_gettime(CLOCK_REALTIME, &ck->mtime);
 	}
@@ -258,6 +261,20 @@ static int open_at(int storefd, const char *store, const char *name,
 			snprintf(path, sizeof(path), "%s/%s", store, hs.rel);
 			return ckpt_open_fd(hs.dirfd, hs.blobsfd, path, name,
 					    NULL, deadline_ns, out, err, errlen);
+		}
+		if (rc != -ENOENT)
+			fd = rc;
+	}
+	if (fd == -ENOENT || fd == -EINVAL) {
+		/* another tag of a DeepSpeed checkpoint: DIR@TAG, this store's
+		 * alone (as a hub snapshot) */
+		struct sf_dstags_tag dt;
+		int rc = sf_dstags_open(storefd, name, &dt);
+
+		if (rc == 0) {
+			snprintf(path, sizeof(path), "%s/%s", store, dt.rel);
+			return ckpt_open_fd(dt.dirfd, -1, path, name, NULL,
+					    deadline_ns, out, err, errlen);
 		}
 		if (rc != -ENOENT)
 			fd = rc;
@@ -444,9 +461,13 @@ static const struct sf_format *probe_dir(int storefd, const char *dir,
 		/* a Hugging Face hub snapshot (names only: blobs/ unneeded) */
 		struct sf_hub_snap hs;
 
+		struct sf_dstags_tag dt;
+
 		if (sf_hub_open(storefd, name, &hs) == 0) {
 			close(hs.blobsfd);
 			cd.dirfd = hs.dirfd;
+		} else if (sf_dstags_open(storefd, name, &dt) == 0) {
+			cd.dirfd = dt.dirfd; /* a DeepSpeed checkpoint's other tag */
 		}
 	}
 	if (cd.dirfd < 0 && !(src && cd.dirfd == -ENOENT))
@@ -755,6 +776,9 @@ static int store_names(int storefd, bool log, sf_store_name_fn fn, void *arg)
 			continue;
 		}
 		ret = fn(arg, de->d_name, &sb.st_mtim);
+		/* a DeepSpeed checkpoint's tags beside the one latest names */
+		if (!ret)
+			ret = sf_dstags_list(storefd, de->d_name, fn, arg);
 	}
 	closedir(d);
 	return ret;
@@ -780,10 +804,31 @@ int sf_store_ident(int storefd, const char *name, uint64_t *dev,
 			return -ENOTDIR;
 		*dev = (uint64_t)sb.st_dev;
 		*ino = (uint64_t)sb.st_ino;
+		/* a DeepSpeed directory: the tag latest names now (a new
+		 * latest is another directory) */
+		rc = sf_open_ckpt_dir(storefd, name, NULL, NULL);
+		if (rc >= 0) {
+			(void)sf_dstags_latest_ident(rc, dev, ino);
+			close(rc);
+		}
 		return 0;
 	}
 	if (!strchr(name, '/') && errno != ENOENT)
 		return -errno;
+	if (!strchr(name, '/')) {
+		/* DIR@TAG: gone once latest names TAG (then shown as DIR) */
+		struct sf_dstags_tag dt;
+
+		rc = sf_dstags_open(storefd, name, &dt);
+		if (rc == 0) {
+			close(dt.dirfd);
+			*dev = dt.dev;
+			*ino = dt.ino;
+			return 0;
+		}
+		if (rc != -ENOENT)
+			return rc;
+	}
 	rc = sf_hub_open(storefd, name, &hs);
 	if (rc)
 		return rc;
@@ -806,6 +851,18 @@ int sf_store_mtime(int storefd, const char *name, struct timespec *mtime)
 	    fstatat(storefd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0) {
 		*mtime = sb.st_mtim;
 		return 0;
+	}
+	if (!strchr(name, '/')) {
+		struct sf_dstags_tag dt;
+
+		rc = sf_dstags_open(storefd, name, &dt);
+		if (rc == 0) {
+			close(dt.dirfd);
+			*mtime = dt.mtime;
+			return 0;
+		}
+		if (rc != -ENOENT)
+			return rc;
 	}
 	rc = sf_hub_open(storefd, name, &hs);
 	if (rc)

@@ -33,7 +33,9 @@ struct sf_ckpt {
 				    * scanned (owned), or -1 when this daemon
 				    * holds none of it (MPI: peers' files) */
 	uint64_t dev, ino;         /* dirfd's identity at open (the live store
-				    * compares the name's with it) */
+				    * compares the name's with it); for a
+				    * DeepSpeed directory, the tag directory's
+				    * its latest named (sf_dstags.h) */
 	const struct sf_format *fmt; /* the adapter that opened it (static) */
 	struct sf_model *m;        /* owned */
 	char *manifest_json;       /* manifest.json as the mount shows it (owned),
@@ -148,7 +150,9 @@ int sf_store_scan_fd(int storefd, const char *store, struct sf_source *src,
  * The names of the store that may be checkpoints, as a scan sees them:
  * each directory (hidden names and symlinks skipped), a Hugging Face hub
  * repository's directory (sf_hub.h) as the names of its snapshots
- * ("ORG/NAME", "ORG/NAME@REV"). fn(arg, name, mtime) once each, mtime
+ * ("ORG/NAME", "ORG/NAME@REV"), and after a DeepSpeed checkpoint's
+ * directory DIR each of its tag directories other than the one `latest`
+ * names as "DIR@TAG" (sf_dstags.h). fn(arg, name, mtime) once each, mtime
  * what changes when the checkpoint may have (the directory's; for the
  * snapshot refs/main names, the later of it and refs/main's). 0, fn's
  * first non-zero result, or -errno.
@@ -159,7 +163,9 @@ int sf_store_names(int storefd, sf_store_name_fn fn, void *arg);
 
 /* What name (as sf_store_names gives it) is in the store now: 0 and the
  * identity of its directory (for a hub name, the snapshot refs/main names
- * now); -ENOENT gone, -ELOOP a symlink, -ENOTDIR not a directory, or
+ * now; for DIR@TAG, TAG's, -ENOENT once latest names TAG; for a
+ * DeepSpeed DIR, the tag directory its latest names now, as the
+ * checkpoint's dev and ino are); -ENOENT gone, -ELOOP a symlink, -ENOTDIR not a directory, or
  * another -errno. Never follows a symlink. */
 int sf_store_ident(int storefd, const char *name, uint64_t *dev,
 		   uint64_t *ino);

@@ -36,8 +36,13 @@
  * With tensor parallel (mp_rank_XX up to NN), every mp rank is read as a
  * ZeRO checkpoint of its own and its tensors are shown under
  * mp_rank_XX/ (the split axis is in no file: nothing is merged).
- * Not shown yet: the other tags beside the one latest names (one info
- * line), objects/.
+ * The other tags beside the one latest names are not this adapter's: the
+ * store shows each as a checkpoint "DIR@TAG", a bare tag directory
+ * (sf_dstags.h); here one info line counts them. The non-tensor entries
+ * of mp rank 0's model states and rank 0's optimizer states (step counts,
+ * the loss scaler, ds_config, ...) are manifest.json's "deepspeed" key
+ * (sf_deepspeed_obj.h), not objects/: they lie inside data.pkl, with no
+ * byte range of their own that torch.load could read.
  *
  * Universal checkpoints (deepspeed.checkpoint.ds_to_universal):
  * DIR/latest_universal names TAG (or the directory is TAG, holding zero/);
@@ -56,6 +61,7 @@
  * does not hold leaves the checkpoint out with a line.
  */
 #include "sf_deepspeed.h"
+#include "sf_deepspeed_obj.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -80,6 +86,9 @@ static const struct sf_pk_global ds_allow[] = {
 	{ "deepspeed.runtime.zero.config", "ZeroStageEnum" },
 	{ "deepspeed.runtime.fp16.loss_scaler", "LossScaler" },
 	{ "deepspeed.runtime.fp16.loss_scaler", "DynamicLossScaler" },
+	{ "torch", "float16" },  /* DynamicLossScaler's dtype (fp16) */
+	{ "torch", "bfloat16" },
+	{ "torch", "float32" },
 	{ "deepspeed.utils.tensor_fragment", "fragment_address" },
 	{ "torch", "Size" },
 	{ "torch._tensor", "_rebuild_from_type_v2" },
@@ -124,6 +133,7 @@ struct ds {
 	unsigned nmfr;
 	struct seg *seg;         /* [kind][rank][group] */
 	char ver[32];
+	json_t *extra;           /* manifest.json's "deepspeed" (owned) */
 };
 
 static struct seg *seg_at(struct ds *d, int kind, unsigned r, unsigned g)
@@ -971,6 +981,26 @@ static void close_mp(struct ds *d)
 	d->nmfr = 0;
 }
 
+/* The non-tensor entries of mp rank 0's model states and rank 0's
+ * optimizer states (step counts, the loss scaler, ds_config, ...), as
+ * manifest.json's "deepspeed": {"tag", "model_states", "optim_states"}
+ * (sf_deepspeed_obj.h; decoded by the pickle reader, nothing run). 0 or
+ * -ENOMEM. */
+static int add_objects(struct ds *d, const struct sf_pk *root)
+{
+	static const char *const skip_model[] = {
+		"module", "frozen_param_fragments", NULL /* tensors: shown */
+	};
+	json_t *ms = sf_ds_obj_json(d->model.doc, root, skip_model);
+	json_t *os = sf_ds_obj_json(d->opt[0].doc, sf_ts_doc_root(d->opt[0].doc),
+				    NULL);
+
+	d->extra = json_pack("{s:{s:s*, s:o*, s:o*}}", SF_DEEPSPEED_FORMAT,
+			     "tag", d->tag[0] ? d->tag : NULL,
+			     "model_states", ms, "optim_states", os);
+	return d->extra ? 0 : -ENOMEM;
+}
+
 /* One mp rank's tensors (d->mp, d->pfx set). */
 static int build_mp(struct ds *d, const struct sf_dirlist *ls)
 {
@@ -1002,6 +1032,8 @@ static int build_mp(struct ds *d, const struct sf_dirlist *ls)
 			  d->stage <= 2 ? get(d->opt[0].osd, "param_alignment_paddings") : NULL);
 	if (!rc)
 		rc = build_module(d, root);
+	if (!rc && d->mp == 0)
+		rc = add_objects(d, root);
 	return rc;
 }
 
@@ -1053,8 +1085,8 @@ static bool own_name(void *arg, const char *name)
 	       ends_with(name, "_model_states.pt");
 }
 
-/* One info line when directories beside the tag latest names are not
- * shown (other global_stepN/: SPEC 7's DIR@global_stepN, not yet). */
+/* One info line when directories lie beside the tag latest names (other
+ * global_stepN/: a store shows each as DIR@TAG, sf_dstags.h). */
 static void note_other_tags(struct ds *d, const struct sf_dirlist *ls)
 {
 	size_t n = 0;
@@ -1064,7 +1096,7 @@ static void note_other_tags(struct ds *d, const struct sf_dirlist *ls)
 	for (size_t i = 0; i < ls->n; i++)
 		n += ls->is_dir[i] && strcmp(ls->names[i], d->tag) != 0;
 	if (n)
-		sf_info("checkpoint %s: %s shown (latest names it); %zu other director%s beside it not shown",
+		sf_info("checkpoint %s: %s shown (latest names it); %zu other director%s beside it, a store lists each tag as NAME@TAG",
 			SF_QSTR(d->k.name), SF_QSTR(d->tag), n, n == 1 ? "y" : "ies");
 }
 
@@ -1091,6 +1123,11 @@ static int ds_open(const struct sf_cdir *cd, struct sf_format_result *out,
 		rc = sf_kit_add_root_files(&d.k, d.m, own_name, &d);
 	if (!rc)
 		rc = sf_kit_finish(&d.k, d.m);
+	if (!rc) {
+		out->extra = d.extra;
+		d.extra = NULL;
+	}
+	json_decref(d.extra);
 	/* the model copies the file names it keeps: the archives can go */
 	rc = sf_kit_end(&d.k, rc, d.m, out);
 	close_mp(&d);

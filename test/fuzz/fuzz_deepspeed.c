@@ -13,17 +13,20 @@
  * directory (a bare tag directory, no `latest`; under /dev/shm, else
  * $TMPDIR, else /tmp, made once per process) that the adapter then opens;
  * before each input the directory holds exactly the files of its parts.
- * Seeds: the committed fixtures deepspeed 0.19.8 wrote
- * (deepspeed_seeds.py).
+ * Seeds: the committed fixtures deepspeed 0.19.8 wrote, each tag
+ * directory (deepspeed_seeds.py).
  *
  * For any input, open either fails with a domain error or -ENOMEM (with a
  * one-line message but for -ENOMEM) and no model, or gives a finished
  * model of format "deepspeed ..." in which every shard names one of the
  * files written and lies inside it, and every tensor's bytes are covered
- * by shards that do not overlap. The first and last payload bytes of each
- * shard are read back. Any violation aborts.
+ * by shards that do not overlap, and whose extra holds a "deepspeed"
+ * object (the archives' non-tensor entries, sf_deepspeed_obj.c). The
+ * first and last payload bytes of each shard are read back. Any
+ * violation aborts.
  */
 #include <errno.h>
+#include <jansson.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -177,6 +180,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (!res.model || res.meta ||
 	    strncmp(res.model->format, SF_DEEPSPEED_FORMAT " ", strlen(SF_DEEPSPEED_FORMAT) + 1) != 0)
 		fuzz_die("success without a deepspeed model, or with a dump (the seam's)", NULL);
+	{
+		/* the non-tensor entries: manifest.json's "deepspeed", an
+		 * object, its archives' parts objects when present */
+		json_t *ds = res.extra ? json_object_get(res.extra, SF_DEEPSPEED_FORMAT) : NULL;
+		json_t *ms = ds ? json_object_get(ds, "model_states") : NULL;
+		json_t *os = ds ? json_object_get(ds, "optim_states") : NULL;
+
+		if (!json_is_object(res.extra) || !json_is_object(ds) ||
+		    (ms && !json_is_object(ms)) || (os && !json_is_object(os)))
+			fuzz_die("no \"deepspeed\" object in the extra", NULL);
+	}
 	rc = sf_format_result_dump(&res); /* over SF_MAX_MANIFEST_BYTES: refused */
 	if (rc ? rc != -SF_ETOOBIG : !res.meta)
 		fuzz_die("the model does not dump", sf_strerror(rc));

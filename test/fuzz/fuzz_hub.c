@@ -18,7 +18,11 @@
  *     "models--A--B" whose parts hold no '/', '@' or control byte, do not
  *     start with '.', and gives "A" or "A/B";
  *   - sf_hub_open of the name as a shown name succeeds only for
- *     "o/n" or "o/n@R", with rel "models--o--n/snapshots/R".
+ *     "o/n" or "o/n@R", with rel "models--o--n/snapshots/R";
+ *   - sf_dstags_open (core/sf_dstags.c) of the name succeeds only for
+ *     "ds@t1", with rel "ds/t1", in a DeepSpeed directory
+ *     store/ds/{latest (t2), t1/, t2/, t3/ (no model states), ln -> t1};
+ *     and sf_dstags_list of ds lists "ds@t1" alone (checked once).
  * Any violation aborts.
  */
 #include <errno.h>
@@ -32,6 +36,7 @@
 #include <unistd.h>
 
 #include "fuzz_util.h"
+#include "sf_dstags.h"
 #include "sf_hub.h"
 #include "sf_open.h"
 
@@ -72,6 +77,18 @@ static void cleanup(void)
 		fprintf(stderr, "%s: %s left behind\n", fuzz_target, top);
 }
 
+/* sf_dstags_list's callback: the one name (a second one dies). */
+static int one_tag(void *arg, const char *name, const struct timespec *mt)
+{
+	char *listed = arg;
+
+	(void)mt;
+	if (listed[0] || strlen(name) >= 64)
+		fuzz_die("sf_dstags_list listed more than ds@t1", name);
+	strcpy(listed, name);
+	return 0;
+}
+
 static void setup(void)
 {
 	char p[256];
@@ -91,6 +108,16 @@ static void setup(void)
 	put("store/models--o--n/blobs/good", "blob");
 	put("store/models--o--n/refs/main", "R");
 	put("outside", "secret");
+	dir("store/ds");
+	dir("store/ds/t1");
+	dir("store/ds/t2");
+	dir("store/ds/t3");
+	put("store/ds/latest", "t2\n");
+	put("store/ds/t1/mp_rank_00_model_states.pt", "x");
+	put("store/ds/t2/mp_rank_00_model_states.pt", "x");
+	snprintf(p, sizeof(p), "%s/store/ds/ln", top);
+	if (symlink("t1", p) != 0)
+		fuzz_die("setup", p);
 	snprintf(p, sizeof(p), "%s/store/models--o--n/blobs/lnk", top);
 	if (symlink("good", p) != 0)
 		fuzz_die("setup", p);
@@ -103,6 +130,13 @@ static void setup(void)
 	if (storefd < 0 || snapfd < 0 || blobsfd < 0 ||
 	    fstatat(blobsfd, "good", &good, 0) != 0)
 		fuzz_die("setup", "open");
+	{
+		char listed[64] = "";
+
+		if (sf_dstags_list(storefd, "ds", one_tag, listed) != 0 ||
+		    strcmp(listed, "ds@t1") != 0)
+			fuzz_die("sf_dstags_list of ds is not ds@t1 alone", listed);
+	}
 }
 
 static void check_link(bool sub, const char *text)
@@ -180,6 +214,18 @@ static void check_name(const char *name)
 			fuzz_die("sf_hub_open opened another name", name);
 	} else if (strcmp(name, "o/n") == 0 || strcmp(name, "o/n@R") == 0) {
 		fuzz_die("sf_hub_open refused the snapshot", name);
+	}
+	{
+		struct sf_dstags_tag dt;
+
+		rc = sf_dstags_open(storefd, name, &dt);
+		if (rc == 0) {
+			close(dt.dirfd);
+			if (strcmp(name, "ds@t1") != 0 || strcmp(dt.rel, "ds/t1") != 0)
+				fuzz_die("sf_dstags_open opened another name", name);
+		} else if (strcmp(name, "ds@t1") == 0) {
+			fuzz_die("sf_dstags_open refused ds@t1", name);
+		}
 	}
 }
 

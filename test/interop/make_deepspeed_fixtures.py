@@ -1,5 +1,5 @@
 """make_deepspeed_fixtures - DeepSpeed ZeRO checkpoints written by a real
-DeepSpeed on CPU (DS_ACCELERATOR=cpu, gloo, torch_adam, bf16 on).
+DeepSpeed on CPU (DS_ACCELERATOR=cpu, gloo, torch_adam, bf16 on; fp16 for the -fp16 cases).
 
     PY make_deepspeed_fixtures.py OUTDIR [NAME...]
 
@@ -28,6 +28,14 @@ out: NAME/latest + NAME/global_stepN/*) for
              safe_get_full_fp32_param / safe_get_full_optimizer_state in
              the training processes, as mp_rank_0T/NAME
 
+  zero2-fp16, zero3-fp16  ZeRO stage 2 (saved at steps 1 and 2) and 3,
+             2 ranks, fp16 with fp32 master weights and dynamic loss
+             scaling (initial scale 2**4). deepspeed 0.19.8 refuses fp16
+             on a CPU without mkldnn fp16 (AVX512-FP16/AMX-FP16): "Type
+             fp16 is not supported on your device." (engine
+             _do_sanity_check); the script bypasses that one check
+             (get_accelerator().is_fp16_supported), nothing else
+
   universal-zero2  zero2-2r converted by DeepSpeed's ds_to_universal
              (--inject_missing_state): NAME/latest_universal +
              NAME/global_step2_universal/zero/PARAM/{fp32,exp_avg,exp_avg_sq,
@@ -44,6 +52,14 @@ and beside each NAME/ the references, written by DeepSpeed's own code:
                           torch.load gives them from the model states
                           (stage 3 stores none)
   NAME.json               {"deepspeed", "torch", "stage", "world"}
+  NAME.objects.json       the non-tensor entries of the model states
+                          (mp rank 0) and rank 0's optimizer states as
+                          torch.load gives them (manifest.json's
+                          "deepspeed" shows them)
+  NAME@TAG.fp32.safetensors  for each other tag beside the one latest
+                          names (zero2-2r's global_step1): zero_to_fp32's
+                          get_fp32_state_dict_from_zero_checkpoint(NAME,
+                          tag=TAG), what the mount shows as NAME@TAG
 
 The model has parameters whose sizes do not divide by the world size (so
 partitions are uneven and padded) and one frozen-free buffer. Seeded: a
@@ -59,7 +75,8 @@ import sys
 HERE = os.path.abspath(__file__)
 CASES = [("zero1-2r", 1, 2, 1), ("zero2-2r", 2, 2, 2), ("zero3-2r", 3, 2, 1),
          ("zero3-3r", 3, 3, 1), ("zero2-tied", 2, 2, 1), ("zero2-tp2", 2, 4, 1),
-         ("zero2-frozen", 2, 2, 1), ("zero3-frozen", 3, 2, 1)]
+         ("zero2-frozen", 2, 2, 1), ("zero3-frozen", 3, 2, 1),
+         ("zero2-fp16", 2, 2, 2), ("zero3-fp16", 3, 2, 1)]
 
 
 def st_write(path, tensors):
@@ -100,12 +117,73 @@ def module_ref(ckpt, stage):
     st_write(ckpt + ".module.safetensors", ref)
 
 
+def tag_refs(ckpt):
+    """NAME@TAG.fp32.safetensors: zero_to_fp32 of every tag directory of
+    NAME other than the one latest names."""
+    from deepspeed.utils.zero_to_fp32 import \
+        get_fp32_state_dict_from_zero_checkpoint
+    with open(os.path.join(ckpt, "latest")) as f:
+        latest = f.read().strip()
+    for tag in sorted(os.listdir(ckpt)):
+        if tag != latest and os.path.isdir(os.path.join(ckpt, tag)):
+            st_write("%s@%s.fp32.safetensors" % (ckpt, tag),
+                     get_fp32_state_dict_from_zero_checkpoint(ckpt, tag=tag))
+
+
+def plain(v):
+    """v as JSON: what torch.load gives, tensors as {"tensor", "shape"}."""
+    import torch
+    if isinstance(v, torch.Tensor):
+        return {"tensor": str(v.dtype), "shape": list(v.shape)}
+    if isinstance(v, torch.dtype):  # pickled as the global torch.NAME
+        return {"global": str(v)}
+    if isinstance(v, dict):
+        return {str(k): plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple, torch.Size)):
+        return [plain(x) for x in v]
+    if isinstance(v, (bool, int, float, str)) or v is None:
+        return v
+    return {"class": type(v).__module__ + "." + type(v).__name__,
+            "value": int(v) if hasattr(v, "__int__") else
+            {k: plain(x) for k, x in sorted(vars(v).items())}}
+
+
+def object_refs(ckpt):
+    """NAME.objects.json: the non-tensor entries of the model states (mp
+    rank 0) and of rank 0's optimizer states of the checkpoint latest
+    names, as torch.load gives them (what manifest.json's "deepspeed"
+    shows)."""
+    import glob
+    import torch
+    with open(os.path.join(ckpt, "latest")) as f:
+        tag = os.path.join(ckpt, f.read().strip())
+    ms = sorted(glob.glob(os.path.join(tag, "*mp_rank_00_model_states.pt")))[0]
+    os_ = glob.glob(os.path.join(tag, "*zero_pp_rank_0_mp_rank_00_optim_states.pt"))[0]
+    m = torch.load(ms, map_location="cpu", weights_only=False)
+    o = torch.load(os_, map_location="cpu", weights_only=False)
+    ref = {"model_states": {k: plain(v) for k, v in m.items()
+                            if k not in ("module", "frozen_param_fragments")},
+           "optim_states": plain(o)}
+    with open(ckpt + ".objects.json", "w") as f:
+        json.dump(ref, f, indent=1, sort_keys=True)
+        f.write("\n")
+
+
 def worker(out, name, stage, steps):
     import torch
     import deepspeed
     from deepspeed.utils import (safe_get_full_fp32_param,
                                  safe_get_full_optimizer_state)
 
+    fp16 = name.endswith("-fp16")
+    if fp16:
+        # deepspeed 0.19.8's CPU accelerator offers fp16 only where
+        # torch.ops.mkldnn._is_mkldnn_fp16_supported() (AVX512-FP16/AMX-FP16
+        # CPUs); elsewhere engine init refuses: "Type fp16 is not supported
+        # on your device." The check alone is bypassed; the training step,
+        # the loss scaler and save_checkpoint are DeepSpeed's own.
+        from deepspeed.accelerator import get_accelerator
+        get_accelerator().is_fp16_supported = lambda: True
     deepspeed.init_distributed(dist_backend="gloo")
     dist = torch.distributed
     rank = dist.get_rank()
@@ -153,10 +231,13 @@ def worker(out, name, stage, steps):
         "gradient_accumulation_steps": 1,
         "optimizer": {"type": "AdamW",
                       "params": {"lr": 0.05, "torch_adam": True}},
-        "bf16": {"enabled": True},
         "zero_optimization": {"stage": stage},
         "steps_per_print": 1000,
     }
+    if fp16:  # dynamic loss scaling from 2**4: no step skipped
+        cfg["fp16"] = {"enabled": True, "initial_scale_power": 4}
+    else:
+        cfg["bf16"] = {"enabled": True}
     model = Tiny()
     if name.endswith("-frozen"):
         model.norm.weight.requires_grad_(False)
@@ -196,10 +277,23 @@ def main():
     if len(sys.argv) == 3 and sys.argv[1] == "--module-refs":
         # the module references alone, for checkpoints already written
         for meta in sorted(os.listdir(sys.argv[2])):
-            if meta.endswith(".json"):
+            if meta.endswith(".json") and ".objects." not in meta:
                 with open(os.path.join(sys.argv[2], meta)) as f:
                     module_ref(os.path.join(sys.argv[2], meta[:-5]),
                                json.load(f)["stage"])
+        return
+    if len(sys.argv) == 3 and sys.argv[1] == "--object-refs":
+        for meta in sorted(os.listdir(sys.argv[2])):
+            if meta.endswith(".json") and ".objects." not in meta and \
+                    "universal" not in meta:
+                object_refs(os.path.join(sys.argv[2], meta[:-5]))
+        return
+    if len(sys.argv) == 3 and sys.argv[1] == "--tag-refs":
+        # the other tags' references alone, for checkpoints already written
+        for meta in sorted(os.listdir(sys.argv[2])):
+            if meta.endswith(".json") and ".objects." not in meta and \
+                    "universal" not in meta:
+                tag_refs(os.path.join(sys.argv[2], meta[:-5]))
         return
     if len(sys.argv) == 5 and sys.argv[1] == "--worker":
         worker(sys.argv[2], sys.argv[3], int(sys.argv[4]),
@@ -230,6 +324,9 @@ def main():
             sd = get_fp32_state_dict_from_zero_checkpoint(ckpt)
             st_write(ckpt + ".fp32.safetensors", sd)
         module_ref(ckpt, stage)
+        if not name.endswith("-tp2"):
+            tag_refs(ckpt)
+        object_refs(ckpt)
         with open(ckpt + ".json", "w") as f:
             json.dump({"deepspeed": deepspeed.__version__,
                        "torch": torch.__version__.split("+")[0],

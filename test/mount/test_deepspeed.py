@@ -6,13 +6,16 @@ The store holds the checkpoints deepspeed 0.19.8 wrote
 test/interop/make_deepspeed_fixtures.py; committed): ZeRO 1, 2 (two tags
 beside `latest`) and 3 on 2 ranks, ZeRO 3 on 3 ranks, ZeRO 2 with tied
 weights (shared_params: out.weight shown as zero_to_fp32 gives it),
+ZeRO 2 and 3 in fp16 (a DynamicLossScaler; ZeRO 2 with two tags),
 ZeRO 2 and 3 with frozen parameters (served as stored, 16-bit, as
 zero_to_fp32 gives them), ZeRO 2 with 2 tensor-parallel ranks (each mp rank under mp_rank_0T/,
 against its own gathered weights and moments), the ZeRO-2 one converted
 by ds_to_universal (its tensors must equal
 zero_to_fp32's of the original), each in the HF
 Trainer's layout (NAME/latest + NAME/global_stepN/), and one tag directory
-on its own (bare). Checked through one mount: every tensors/NAME
+on its own (bare); zero2-2r's global_step1 (beside the global_step2
+latest names) as zero2-2r@global_step1, against zero_to_fp32's of that
+tag (zero2-2r@global_step1.fp32.safetensors). Checked through one mount: every tensors/NAME
 byte for byte against zero_to_fp32's own output (NAME.fp32.safetensors),
 optimizer/exp_avg/NAME and optimizer/exp_avg_sq/NAME against DeepSpeed's
 safe_get_full_optimizer_state (NAME.optim.safetensors), the
@@ -20,13 +23,20 @@ model.safetensors view's entries against zero_to_fp32's, module/NAME
 (stage 1/2: the bf16 weights) against torch.load's (NAME.module.safetensors), the format and verified xattrs, the other
 views (npy/, slices), a root file beside latest, read-only.
 
+manifest.json's "deepspeed" key against torch.load's values of the
+non-tensor entries (NAME.objects.json: step counts, ds_config, the loss
+scaler, param groups, ...).
+
 Hostile variants, made at test time from the real files: a pickle naming
-another global (posix.system) in an optimizer archive (the checkpoint is
-left out with a line naming it), a parameter whose shape claims more
+another global (posix.system) in an optimizer archive, and in the model
+states where its OrderedDicts were (each checkpoint left out with a line
+naming it), a parameter whose shape claims more
 elements than the partitions hold (that parameter alone left out), a
 parameter name with '/..' (left out), `latest` naming a path out of the
 checkpoint (left out), an optimizer archive that is a symlink out (left
-out); in the universal one, a fp32.pt linked out and a parameter
+out), a global_step1 that is a symlink to a tag directory outside (not
+listed, not reachable as DIR@global_step1; DIR still shown), `latest`
+naming ../ lists no DIR@TAG either; in the universal one, a fp32.pt linked out and a parameter
 directory "a@b" (each left out alone). The store is byte-for-byte
 unchanged at the end.
 """
@@ -102,6 +112,13 @@ def make_hostile(store, src2):
     rewrite_pickle(opt, b"cdeepspeed.runtime.fp16.loss_scaler\nLossScaler\n",
                    b"cposix\nsystem\n")
     out["global"] = d
+    # the model states' OrderedDicts (module, frozen_param_shapes: the
+    # non-tensor entries manifest.json shows) named as posix.system
+    d = os.path.join(store, "h-global-ms")
+    shutil.copytree(src2, d)
+    rewrite_pickle(os.path.join(tag_dir(d), "mp_rank_00_model_states.pt"),
+                   b"ccollections\nOrderedDict\n", b"cposix\nsystem\n")
+    out["global-ms"] = d
     # fc2.bias (the last parameter, 5 elements) claims 99: past the
     # partitions' end
     d = os.path.join(store, "h-short")
@@ -138,6 +155,15 @@ def make_hostile(store, src2):
     os.remove(opt)
     os.symlink(outside, opt)
     out["symlink"] = d
+    # global_step1 (not the tag latest names) a symlink to a directory
+    # outside the store holding the real files
+    d = os.path.join(store, "h-tagsym")
+    shutil.copytree(src2, d)
+    outside = os.path.join(os.path.dirname(store), "outside-tag")
+    shutil.copytree(os.path.join(d, "global_step1"), outside)
+    shutil.rmtree(os.path.join(d, "global_step1"))
+    os.symlink(outside, os.path.join(d, "global_step1"))
+    out["tagsym"] = d
     return out
 
 
@@ -210,12 +236,93 @@ def check_case(env, ck, root, name, fx, stage):
     check_views(env, ck, root, name)
 
 
+def norm_obj(v):
+    """manifest.json's rendering of a value, in the reference's shape
+    (NAME.objects.json: torch.load's values; tensors by dtype and shape;
+    an int enum as its int; another object's class and attributes)."""
+    if isinstance(v, dict):
+        if "tensor" in v and set(v) == {"tensor", "shape"}:
+            return {"tensor": v["tensor"], "shape": v["shape"]}
+        if "class" in v:
+            if "args" in v and "state" not in v:
+                return norm_obj(v["args"][0])
+            return {"class": v["class"], "value": norm_obj(v.get("state"))}
+        return {k: norm_obj(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [norm_obj(x) for x in v]
+    return v
+
+
+TORCH_DT = {"torch.float32": "F32", "torch.bfloat16": "BF16", "torch.float16": "F16",
+            "torch.int64": "I64"}
+
+
+def norm_ref(v):
+    if isinstance(v, dict):
+        if "tensor" in v and set(v) == {"tensor", "shape"}:
+            return {"tensor": TORCH_DT.get(v["tensor"], v["tensor"]), "shape": v["shape"]}
+        return {k: norm_ref(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [norm_ref(x) for x in v]
+    return v
+
+
+def check_objects(ck, root, name, fx):
+    """manifest.json's "deepspeed": every non-tensor entry of the model
+    states and rank 0's optimizer states as torch.load gives it."""
+    ref_path = fx + ".objects.json"
+    if not os.path.exists(ref_path):
+        return
+    with open(ref_path) as f:
+        ref = json.load(f)
+    with open(os.path.join(root, "manifest.json")) as f:
+        got = json.load(f).get("deepspeed")
+    if not ck.ok(isinstance(got, dict), "%s: manifest.json has \"deepspeed\"" % name):
+        return
+    for part in ("model_states", "optim_states"):
+        ck.eq(norm_obj(got.get(part)), norm_ref(ref[part]),
+              "%s: manifest.json deepspeed.%s is torch.load's" % (name, part))
+
+
+def check_other_tag(ck, mnt, listed, name, fx, tag):
+    """NAME@TAG: the tag beside the one latest names, shown as a checkpoint
+    of its own, byte for byte zero_to_fp32's of that tag."""
+    shown = name + "@" + tag
+    ref = fx + "@" + tag + ".fp32.safetensors"
+    if not ck.ok(os.path.exists(ref), "%s: reference %s" % (shown, ref)):
+        return
+    if not ck.ok(shown in listed, "%s is listed beside %s" % (shown, name)):
+        return
+    root = os.path.join(mnt, shown)
+    fp32 = st_read(ref)
+    latest = st_read(fx + ".fp32.safetensors")
+    ck.ok(any(fp32[k][1] != latest[k][1] for k in fp32),
+          "%s: its reference differs from latest's" % shown)
+    ck.ok(os.getxattr(root, "user.shardfs.format").decode().startswith("deepspeed zero-"),
+          "%s: format xattr" % shown)
+    for k, (h, data) in sorted(fp32.items()):
+        p = sm.tensor_path(root, k)
+        ck.eq(sm.read_file(p) if os.path.exists(p) else None, data,
+              "%s: tensors/%s is zero_to_fp32's of %s" % (shown, k, tag))
+    buf = sm.read_file(os.path.join(root, "model.safetensors"))
+    hdr, base = sm.parse_safetensors(buf)
+    ck.eq(sorted(hdr), sorted(sm.parse_safetensors(sm.read_file(
+        os.path.join(mnt, name, "model.safetensors")))[0]),
+          "%s: the same entries as %s" % (shown, name))
+    for k, (h, data) in sorted(fp32.items()):
+        e = hdr.get(k)
+        ck.eq(buf[base + e["data_offsets"][0]:base + e["data_offsets"][1]]
+              if e else None, data, "%s: model.safetensors %s" % (shown, k))
+
+
 def test(env, ck):
     store = env.path("store")
     os.makedirs(store)
     cases = []
     for vdir in sorted(glob.glob(os.path.join(FIXTURES, "deepspeed-*"))):
         for meta in sorted(glob.glob(os.path.join(vdir, "*.json"))):
+            if meta.endswith(".objects.json"):
+                continue  # a reference, not a case
             src = meta[:-len(".json")]
             with open(meta) as f:
                 info = json.load(f)
@@ -255,16 +362,48 @@ def test(env, ck):
             root = os.path.join(mnt, name)
             if ck.ok(name in listed, "%s is mounted" % name):
                 check_case(env, ck, root, name, src, stage)
+                if stage != "universal" and name == os.path.basename(src):
+                    check_objects(ck, root, name, src)
         ck.eq(sm.read_file(os.path.join(mnt, first, "config.json")),
               b'{"hidden_size": 7}\n', "a root file beside latest")
         check_readonly(env, ck, mnt, cases[0][0])
         log = m.log_text()
-        ck.ok('"global_step2" shown (latest names it); 1 other directory beside it not shown'
-              in log, "zero2-2r: one info line says global_step1 is not shown")
+        ck.ok('"global_step2" shown (latest names it); 1 other directory beside it, a store lists each tag as NAME@TAG'
+              in log, "zero2-2r: one info line says where global_step1 is shown")
+        tags = []  # (NAME, TAG) of every NAME@TAG reference
+        for name, src, stage in cases:
+            if name == os.path.basename(src):
+                for ref in sorted(glob.glob(glob.escape(src) + "@*.fp32.safetensors")):
+                    tags.append((name, ref[len(src) + 1:-len(".fp32.safetensors")]))
+        ck.ok(("zero2-2r", "global_step1") in tags, "zero2-2r@global_step1's reference found")
+        for name, tag in tags:
+            check_other_tag(ck, mnt, listed, name, dict((c[0], c[1]) for c in cases)[name], tag)
+        ck.eq(sorted(n for n in listed if "@" in n),
+              sorted(["%s@%s" % t for t in tags] +
+                     ["%s@global_step1" % h for h in
+                      ("h-short", "h-dotdot", "h-global", "h-global-ms", "h-symlink")]),
+              "the other tags listed: zero2-2r's and its copies' (not h-latest's, not h-tagsym's link)")
+        ck.ok("h-latest@global_step1" not in listed,
+              "latest naming ../: no DIR@TAG listed either")
+        ck.ok("h-tagsym" in listed and "h-tagsym@global_step1" not in listed,
+              "a tag directory that is a symlink out: not listed, latest's still shown")
+        for bad in ("h-tagsym@global_step1", "h-latest@global_step1",
+                    "zero2-2r@global_step2", "zero2-2r@..", "zero2-2r@nothere",
+                    "@global_step1"):
+            try:
+                os.stat(os.path.join(mnt, bad))
+                ck.ok(False, "%s: not reachable by its name" % bad)
+            except FileNotFoundError:
+                ck.ok(True, "%s: not reachable by its name" % bad)
         # hostile
         ck.ok("h-global" not in listed, "a pickle naming posix.system: left out")
         ck.ok("posix.system" in log and "not allowed" in log,
               "the log names the refused global")
+        ck.ok("h-global-ms" not in listed,
+              "model states whose OrderedDicts name posix.system: left out")
+        ck.ok(any('"h-global-ms" left out' in ln and "mp_rank_00_model_states.pt" in ln
+                  and "posix.system is not allowed" in ln for ln in log.splitlines()),
+              "the log says why h-global-ms is left out (the global, the file)")
         ck.ok("h-latest" not in listed, "latest naming ../: left out")
         ck.ok("latest names" in log, "the log says latest names no directory of it")
         if ck.ok("h-short" in listed, "a short partition leaves one tensor out"):
@@ -297,6 +436,42 @@ def test(env, ck):
             ck.ok('"a@b" left out' in m.log_text(), "h-universal: the log says so")
     ck.eq(sm.snapshot_diff(before, sm.store_snapshot(store)), [],
           "the store is unchanged")
+    if src2:
+        check_live_latest(env, ck, src2[0][1])
+
+
+def wait_for(pred, secs=10):
+    import time
+    end = time.time() + secs
+    while time.time() < end:
+        if pred():
+            return True
+        time.sleep(0.1)
+    return pred()
+
+
+def check_live_latest(env, ck, src):
+    """While mounted, `latest` is rewritten to name global_step1 (as a
+    save names its new tag): within seconds DIR shows global_step1's
+    weights and DIR@global_step2 replaces DIR@global_step1."""
+    store = env.path("store-live")
+    os.makedirs(store)
+    d = os.path.join(store, "ck")
+    shutil.copytree(src, d)
+    step1 = st_read(src + "@global_step1.fp32.safetensors")
+    step2 = st_read(src + ".fp32.safetensors")
+    with sm.Mount(env, store, ["--log-level", "info"]) as m:
+        w = sm.tensor_path(os.path.join(m.mnt, "ck"), "fc2.weight")
+        ck.eq(sm.read_file(w), step2["fc2.weight"][1], "live: ck is global_step2")
+        ck.eq(sorted(os.listdir(m.mnt)), ["ck", "ck@global_step1"], "live: the tags listed")
+        with open(os.path.join(d, "latest.tmp"), "w") as f:
+            f.write("global_step1")
+        os.replace(os.path.join(d, "latest.tmp"), os.path.join(d, "latest"))
+        ck.ok(wait_for(lambda: sorted(os.listdir(m.mnt)) == ["ck", "ck@global_step2"]),
+              "live: a new latest lists ck@global_step2 instead (got %s)" % os.listdir(m.mnt))
+        ck.ok(wait_for(lambda: os.path.exists(w) and
+                       sm.read_file(w) == step1["fc2.weight"][1]),
+              "live: ck is global_step1's now")
 
 
 if __name__ == "__main__":
