@@ -560,6 +560,25 @@ int sf_mpi_wait_req(MPI_Request *req, uint64_t deadline, MPI_Status *st)
 	}
 }
 
+int sf_mpi_wait_peer(struct sf_mpi *mp, MPI_Request *req, int peer,
+		     unsigned downs0, uint64_t deadline, MPI_Status *st)
+{
+	unsigned us = 10;
+	int done = 0;
+
+	for (;;) {
+		if (MPI_Test(req, &done, st) != MPI_SUCCESS)
+			return -SF_EPEER;
+		if (done)
+			return 0;
+		if (sf_mpi_peer_downs(mp, peer) != downs0)
+			return -EHOSTDOWN;
+		if (sf_mpi_now_ns() >= deadline)
+			return -ETIMEDOUT;
+		sf_mpi_backoff(&us, SF_MPI_WAIT_POLL_US);
+	}
+}
+
 /* Finish or cancel whatever is still pending, waiting at most drain_ms for
  * sends; abandoned receives are cancelled. */
 void sf_mpi_pend_drain(struct sf_mpi *mp, unsigned drain_ms)
@@ -606,6 +625,16 @@ bool sf_mpi_peer_down(const struct sf_mpi *mp, int peer)
 	return atomic_load(&mp->live[peer].down);
 }
 
+bool sf_mpi_peer_silent(const struct sf_mpi *mp, int peer)
+{
+	return atomic_load(&mp->live[peer].silent);
+}
+
+unsigned sf_mpi_peer_downs(const struct sf_mpi *mp, int peer)
+{
+	return atomic_load(&mp->live[peer].downs);
+}
+
 int sf_mpi_first_down(const struct sf_mpi *mp)
 {
 	for (int p = 0; p < mp->size; p++)
@@ -621,17 +650,39 @@ void sf_mpi_mark_down(struct sf_mpi *mp, int peer, const char *what,
 
 	atomic_store(&l->probe_ns, sf_mpi_now_ns() +
 		     (uint64_t)SF_MPI_PROBE_EVERY_MS * 1000000u);
-	if (!atomic_exchange(&l->down, true))
-		sf_err("mpi: rank %d did not answer %s%s%s (%s): marked down; "
-		       "reads that need only it fail at once until it answers a probe "
-		       "(one every %d ms), commits and deletes fail while it is down",
-		       peer, what, file ? " " : "", file ? SF_QSTR(file) : "", why,
-		       SF_MPI_PROBE_EVERY_MS);
+	if (atomic_exchange(&l->down, true))
+		return;
+	atomic_fetch_add(&l->downs, 1); /* wakes the reads waiting on it */
+	sf_err("mpi: rank %d did not answer %s%s%s (%s): marked down; "
+	       "reads that need only it fail at once until it answers a probe "
+	       "(one every %d ms), commits and deletes fail while it is down",
+	       peer, what, file ? " " : "", file ? SF_QSTR(file) : "", why,
+	       SF_MPI_PROBE_EVERY_MS);
+}
+
+/* The heartbeat found peer silent for silent_ns: down, and the heartbeat
+ * takes it back (reads do not probe it meanwhile). */
+void sf_mpi_mark_silent(struct sf_mpi *mp, int peer, uint64_t silent_ns)
+{
+	struct peer_live *l = &mp->live[peer];
+
+	atomic_store(&l->silent, true);
+	if (atomic_exchange(&l->down, true))
+		return; /* down already (a read timed out): no new episode */
+	atomic_fetch_add(&l->downs, 1); /* wakes the reads waiting on it */
+	sf_err("mpi: rank %d not heard for %.1f s (no heartbeat): marked down; "
+	       "reads that need only it fail at once until it is heard again, "
+	       "commits and deletes fail while it is down",
+	       peer, (double)(silent_ns / 1000000u) / 1000.0);
 }
 
 void sf_mpi_mark_up(struct sf_mpi *mp, int peer)
 {
-	if (atomic_load(&mp->live[peer].down) &&
-	    atomic_exchange(&mp->live[peer].down, false))
+	struct peer_live *l = &mp->live[peer];
+
+	atomic_store(&l->heard_ns, sf_mpi_now_ns());
+	if (atomic_load(&l->down) && atomic_exchange(&l->down, false)) {
+		atomic_store(&l->silent, false);
 		sf_err("mpi: rank %d answers again: marked up", peer);
+	}
 }
