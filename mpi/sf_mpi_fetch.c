@@ -180,12 +180,11 @@ static int post_read(struct sf_mpi *mp, int peer, const char *name,
 		sf_mpi_fail("MPI_Irecv", rc);
 		goto out_free_head;
 	}
-	/* Requests are small: the send completes locally (eager). */
-	rc = MPI_Send(sb->data, (int)sb->len, MPI_BYTE, peer, SF_TAG_REQ,
-		      mp->comm);
-	free(sb);
-	if (rc != MPI_SUCCESS) {
-		sf_mpi_fail("MPI_Send", rc);
+	/* Requests are small: the send completes locally (eager), unless the
+	 * peer took none for a while (dead, stopped: MPI's slots for it are
+	 * full); then the pending list holds it, never this thread. */
+	if (sf_mpi_send_nowait(mp, peer, SF_TAG_REQ, sb) < 0) {
+		free(sb);
 		rd_cancel(mp, rd);
 		return -SF_EPEER;
 	}

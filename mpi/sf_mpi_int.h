@@ -406,6 +406,11 @@ struct sbuf *sf_mpi_req_build(struct sf_mpi_wire_req *r, const char *name,
 			      const char *file);
 struct sbuf *sf_mpi_reply_build(int64_t status, const void *data, size_t len);
 int sf_mpi_send_async(struct sf_mpi *mp, int dest, int tag, struct sbuf *sb);
+/* Send sb (refs 0, malloc'd: sf_mpi_sbuf_new) to dest without blocking and
+ * without pend_lock when it completes at once (an eager send): sb is then
+ * freed; else it goes on the pending list, freed when the send completes.
+ * 0, or -SF_EPEER when MPI refused it (sb is still the caller's). */
+int sf_mpi_send_nowait(struct sf_mpi *mp, int dest, int tag, struct sbuf *sb);
 int sf_mpi_send_part(struct sf_mpi *mp, int dest, int tag, struct sbuf *sb,
 		     size_t off, size_t len);
 int sf_mpi_send_ptr(struct sf_mpi *mp, int dest, int tag, struct sbuf *sb,

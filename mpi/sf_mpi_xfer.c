@@ -320,6 +320,37 @@ int sf_mpi_send_ptr(struct sf_mpi *mp, int dest, int tag, struct sbuf *sb,
 	return 0;
 }
 
+int sf_mpi_send_nowait(struct sf_mpi *mp, int dest, int tag, struct sbuf *sb)
+{
+	MPI_Request req;
+	struct pend *p;
+	int rc, done = 0;
+
+	rc = MPI_Isend(sb->data, (int)sb->len, MPI_BYTE, dest, tag, mp->comm,
+		       &req);
+	if (rc != MPI_SUCCESS)
+		return sf_mpi_fail("MPI_Isend", rc);
+	if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done) {
+		free(sb);
+		return 0;
+	}
+	p = calloc(1, sizeof(*p));
+	if (!p) {
+		/* MPI still reads sb: let the request go, keep sb (leaked) */
+		sf_err("mpi: out of memory tracking a send to rank %d", dest);
+		MPI_Request_free(&req);
+		return 0;
+	}
+	sb->refs = 1;
+	p->req = req;
+	p->sb = sb;
+	pthread_mutex_lock(&mp->pend_lock);
+	p->next = mp->pend;
+	mp->pend = p;
+	pthread_mutex_unlock(&mp->pend_lock);
+	return 0;
+}
+
 /*
  * Sending one sbuf to several ranks: the sender holds its own reference
  * (refs = 1 before the first sf_mpi_send_async) for the whole loop, because any
