@@ -65,7 +65,9 @@
  *  - a collective (commit, commit-done, a committed checkpoint's delete)
  *    needs every rank: a rank marked down fails it within
  *    SF_MPI_QUICK_PROBE_MS (unless a quick probe finds it back), one that
- *    stops answering fails it within the read timeout (rank 0 probes the
+ *    dies or stops fails it within SF_MPI_QUICK_PROBE_MS of the heartbeat
+ *    marking it down, one that is alive and does not answer fails it
+ *    within the read timeout (rank 0 probes the
  *    ranks a round waits for; the others probe rank 0 while they wait),
  *    and the commit timeout bounds everything.
  *
