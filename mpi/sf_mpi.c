@@ -243,6 +243,7 @@ int sf_mpi_start(struct sf_mpi *mp, const char *store, int single)
 	mp->started = true;
 	sf_info("mpi: %zu local payload files indexed, %lld inventory bytes from %d ranks",
 		ib.nfiles, total, mp->size);
+	(void)sf_mpi_hb_start(mp); /* logs why not */
 	(void)sf_mpi_live_start(mp, &ib); /* logs why not */
 	goto out_free_all;
 
@@ -287,10 +288,18 @@ static void ranks_are(const bool *flag, int n, char *buf, size_t cap)
 	snprintf(buf + pos, cap - pos, count == 1 ? " is" : " are");
 }
 
+/* A probe's limit once its rank is marked down: SF_MPI_QUICK_PROBE_MS. */
+static uint64_t quick_limit(uint64_t limit_ns)
+{
+	uint64_t q = (uint64_t)SF_MPI_QUICK_PROBE_MS * 1000000u;
+
+	return limit_ns < q ? limit_ns : q;
+}
+
 /*
  * Ask the other ranks in want[] "are you there?", all at once, and wait: a
- * rank marked down has SF_MPI_QUICK_PROBE_MS to answer, any other the read
- * timeout. One that answers is marked up; one that does not (or that
+ * rank marked down (before or while it is asked: the heartbeat) has
+ * SF_MPI_QUICK_PROBE_MS to answer, any other the read timeout. One that answers is marked up; one that does not (or that
  * cannot be asked) is marked down and flagged in dead[]. Returns how many
  * did not answer (*slowest_ms: the longest limit among them), or -ENOMEM.
  * Any thread; blocks at most the read timeout.
@@ -330,6 +339,10 @@ static int probe_ranks(struct sf_mpi *mp, const bool *want, bool *dead,
 			if (!pr[p].posted)
 				continue;
 			MPI_Test(&pr[p].req, &done, MPI_STATUS_IGNORE);
+			/* marked down meanwhile (the heartbeat found it
+			 * silent): the quick limit */
+			if (!done && sf_mpi_peer_down(mp, p))
+				pr[p].limit_ns = quick_limit(pr[p].limit_ns);
 			if (done) {
 				free(pr[p].rbuf);
 				sf_mpi_mark_up(mp, p);
@@ -423,7 +436,7 @@ static int commit_precheck(struct sf_mpi *mp, const char *ckpt, char *err,
 
 /* While a rank other than 0 waits for a verdict, it asks rank 0 "are you
  * there?" every SF_MPI_REPROBE_MS: one that does not answer within the read
- * timeout is marked down, and the wait ends (-SF_EPEER) instead of lasting
+ * timeout (SF_MPI_QUICK_PROBE_MS once it is marked down) is marked down, and the wait ends (-SF_EPEER) instead of lasting
  * the whole commit timeout. *pr is the caller's; 0 while rank 0 answers. */
 static int coord_probe(struct sf_mpi *mp, struct peer_probe *pr)
 {
@@ -452,6 +465,8 @@ static int coord_probe(struct sf_mpi *mp, struct peer_probe *pr)
 		sf_mpi_mark_up(mp, 0);
 		return 0;
 	}
+	if (sf_mpi_peer_down(mp, 0)) /* the heartbeat found it silent */
+		pr->limit_ns = quick_limit(pr->limit_ns);
 	if (now - pr->sent_ns <= pr->limit_ns)
 		return 0;
 	sf_mpi_recv_abandon(mp, &pr->req, pr->rbuf);
@@ -749,6 +764,8 @@ int sf_mpi_finalize(struct sf_mpi *mp)
 			sf_err("mpi: cannot tell the peers that this rank leaves: %s",
 			       sf_strerror(ret));
 		pthread_join(mp->thread, NULL);
+		/* every peer left (or is gone): no one needs heartbeats now */
+		sf_mpi_hb_stop(mp);
 		sf_mpi_pend_drain(mp, SF_MPI_SEND_DRAIN_MS);
 		for (struct round *r = mp->rounds, *next; r; r = next) {
 			next = r->next;

@@ -134,9 +134,10 @@ typedef int (*sf_merge_fn)(void *arg, const char *ckpt,
  * A rank that is down fails both calls sooner, with -SF_EPEER and a reason
  * naming it: within SF_MPI_QUICK_PROBE_MS when this rank or rank 0 marked
  * it down already (a read or probe timed out; a quick probe that it
- * answers marks it up and the commit goes on), within the read timeout
- * when it stops answering rank 0's probes during the round (or, for rank
- * 0 itself, the waiting rank's), and never later than timeout_ms.
+ * answers marks it up and the commit goes on) or of the heartbeat marking
+ * it down (1.5 s after it died or stopped), within the read timeout when
+ * it is alive but stops answering rank 0's probes during the round (or,
+ * for rank 0 itself, the waiting rank's), and never later than timeout_ms.
  */
 int sf_mpi_commit(struct sf_mpi *mp, const char *ckpt, const char *part,
 		  size_t partlen, sf_merge_fn merge, void *merge_arg,

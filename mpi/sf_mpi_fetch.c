@@ -45,13 +45,15 @@
 /* Peer liveness (sf_mpi_peer_down and friends) lives in sf_mpi_xfer.c:
  * the service thread and the commit calls share it. */
 /* May this read probe down peer `peer` now? At most one at a time, one
- * every SF_MPI_PROBE_EVERY_MS. */
+ * every SF_MPI_PROBE_EVERY_MS, and none while the heartbeat finds it
+ * silent (its next heartbeat takes it back). */
 static bool probe_claim(struct sf_mpi *mp, int peer)
 {
 	struct peer_live *l = &mp->live[peer];
 	bool no = false;
 
-	return sf_mpi_now_ns() >= atomic_load(&l->probe_ns) &&
+	return !sf_mpi_peer_silent(mp, peer) &&
+	       sf_mpi_now_ns() >= atomic_load(&l->probe_ns) &&
 	       atomic_compare_exchange_strong(&l->probing, &no, true);
 }
 
@@ -178,12 +180,11 @@ static int post_read(struct sf_mpi *mp, int peer, const char *name,
 		sf_mpi_fail("MPI_Irecv", rc);
 		goto out_free_head;
 	}
-	/* Requests are small: the send completes locally (eager). */
-	rc = MPI_Send(sb->data, (int)sb->len, MPI_BYTE, peer, SF_TAG_REQ,
-		      mp->comm);
-	free(sb);
-	if (rc != MPI_SUCCESS) {
-		sf_mpi_fail("MPI_Send", rc);
+	/* Requests are small: the send completes locally (eager), unless the
+	 * peer took none for a while (dead, stopped: MPI's slots for it are
+	 * full); then the pending list holds it, never this thread. */
+	if (sf_mpi_send_nowait(mp, peer, SF_TAG_REQ, sb) < 0) {
+		free(sb);
 		rd_cancel(mp, rd);
 		return -SF_EPEER;
 	}
@@ -212,17 +213,18 @@ int sf_mpi_post_probe(struct sf_mpi *mp, int peer, unsigned char **rbuf,
 	return ret;
 }
 
-/* Wait for a chunk's reply until deadline: its head, then (status 0) its
+/* Wait for a chunk's reply until deadline, or until its peer is marked
+ * down after downs0 (sf_mpi_wait_peer): its head, then (status 0) its
  * body, which must be exactly rd->len bytes. Consumes rd: on any failure
  * nothing is left writing into the body's buffer. */
 static int finish_read(struct sf_mpi *mp, struct rd *rd, const char *file,
-		       uint64_t deadline)
+		       unsigned downs0, uint64_t deadline)
 {
 	struct sf_mpi_wire_reply rp;
 	MPI_Status st;
 	int count = 0, ret;
 
-	ret = sf_mpi_wait_req(&rd->hreq, deadline, &st);
+	ret = sf_mpi_wait_peer(mp, &rd->hreq, rd->peer, downs0, deadline, &st);
 	if (ret == 0) {
 		MPI_Get_count(&st, MPI_BYTE, &count);
 		/* the head is a read reply without payload */
@@ -231,13 +233,14 @@ static int finish_read(struct sf_mpi *mp, struct rd *rd, const char *file,
 		free(rd->head);
 		rd->head = NULL;
 		if (ret == 0 && rd->breq != MPI_REQUEST_NULL) {
-			ret = sf_mpi_wait_req(&rd->breq, deadline, &st);
+			ret = sf_mpi_wait_peer(mp, &rd->breq, rd->peer, downs0,
+					       deadline, &st);
 			if (ret == 0) {
 				MPI_Get_count(&st, MPI_BYTE, &count);
 				if (count < 0 || (size_t)count != rd->len)
 					ret = -SF_EPEER;
 				rd->breq = MPI_REQUEST_NULL;
-			} else if (ret == -ETIMEDOUT) {
+			} else if (ret == -ETIMEDOUT || ret == -EHOSTDOWN) {
 				goto out_timeout;
 			}
 		}
@@ -250,9 +253,11 @@ static int finish_read(struct sf_mpi *mp, struct rd *rd, const char *file,
 	}
 out_timeout:
 	sf_debug("mpi: rank %d did not answer a read of %s (%s)", rd->peer,
-		 SF_QSTR(file), ret == -ETIMEDOUT ? "timed out" : "MPI error");
-	sf_mpi_mark_down(mp, rd->peer, "a read of", file,
-			 ret == -ETIMEDOUT ? "timed out" : "MPI error");
+		 SF_QSTR(file), ret == -ETIMEDOUT ? "timed out" :
+		 ret == -EHOSTDOWN ? "marked down meanwhile" : "MPI error");
+	if (ret != -EHOSTDOWN) /* else it is marked down (logged) already */
+		sf_mpi_mark_down(mp, rd->peer, "a read of", file,
+				 ret == -ETIMEDOUT ? "timed out" : "MPI error");
 	rd_cancel(mp, rd);
 	return -SF_EPEER;
 }
@@ -284,9 +289,10 @@ static void pf_start(struct sf_mpi *mp, const struct pf_plan *pl,
 /* Read [off, off+len) of a remote file straight into buf, pipelining chunk
  * requests; the prefetches of pl (may be NULL) are asked for right after
  * the first chunks, so that the peer serves them next. */
-static int fetch_remote(struct sf_mpi *mp, int peer, const char *name,
-			const char *file, uint64_t off, unsigned char *buf,
-			size_t len, int timeout_ms, const struct pf_plan *pl)
+static int fetch_remote(struct sf_mpi *mp, int peer, unsigned downs0,
+			const char *name, const char *file, uint64_t off,
+			unsigned char *buf, size_t len, int timeout_ms,
+			const struct pf_plan *pl)
 {
 	struct rd q[SF_MPI_INFLIGHT];
 	size_t posted = 0, head = 0, tail = 0; /* q ring indexes (mod) */
@@ -316,10 +322,11 @@ static int fetch_remote(struct sf_mpi *mp, int peer, const char *name,
 		if (ret == -SF_EPEER)
 			rd_cancel(mp, &q[head % SF_MPI_INFLIGHT]);
 		else if (ret)
-			finish_read(mp, &q[head % SF_MPI_INFLIGHT], file, deadline);
+			finish_read(mp, &q[head % SF_MPI_INFLIGHT], file, downs0,
+				    deadline);
 		else
 			ret = finish_read(mp, &q[head % SF_MPI_INFLIGHT], file,
-					  deadline);
+					  downs0, deadline);
 		head++;
 	}
 	return ret;
@@ -506,8 +513,8 @@ static int pf_issue(struct sf_mpi *mp, const struct sf_ckpt_ref *ck,
 /* Serve [off, off+len) from a claimed prefetch slot: its body is received
  * straight into buf when the read wants exactly the slot's range, else
  * into a cached buffer and copied out. Frees the slot. */
-static int pf_consume(struct sf_mpi *mp, struct pf_slot *s, uint64_t off,
-		      void *buf, size_t len)
+static int pf_consume(struct sf_mpi *mp, struct pf_slot *s, unsigned downs0,
+		      uint64_t off, void *buf, size_t len)
 {
 	uint64_t deadline = sf_mpi_now_ns() +
 		(uint64_t)atomic_load(&mp->read_timeout_ms) * 1000000u;
@@ -522,7 +529,7 @@ static int pf_consume(struct sf_mpi *mp, struct pf_slot *s, uint64_t off,
 		rd_orphan(mp, &s->rd);
 		ret = -SF_EPEER;
 	} else {
-		ret = finish_read(mp, &s->rd, s->file, deadline);
+		ret = finish_read(mp, &s->rd, s->file, downs0, deadline);
 	}
 	if (ret == 0 && !exact)
 		memcpy(buf, stage + (off - s->off), len);
@@ -557,6 +564,7 @@ static int mpi_src_read(void *ctx, const struct sf_ckpt_ref *ck, uint32_t rank,
 	struct pf_plan plan, *pl = NULL;
 	struct pf_slot *s;
 	uint64_t t0;
+	unsigned downs0;
 	int peer, ret;
 
 	if (!sf_relpath_valid(file) ||
@@ -578,13 +586,15 @@ static int mpi_src_read(void *ctx, const struct sf_ckpt_ref *ck, uint32_t rank,
 	peer = pick_peer(mp, name, file, rank, off + len);
 	if (peer < 0)
 		return -SF_ESHORT;
+	/* before the check: a marking down from now on wakes this read */
+	downs0 = sf_mpi_peer_downs(mp, peer);
 	if (sf_mpi_peer_down(mp, peer)) {
 		/* No live holder: fail at once, or be the one probe. */
 		int t = atomic_load(&mp->read_timeout_ms);
 
 		if (!probe_claim(mp, peer))
 			return -SF_EPEER;
-		ret = fetch_remote(mp, peer, name, file, off, buf, len,
+		ret = fetch_remote(mp, peer, downs0, name, file, off, buf, len,
 				   t < SF_MPI_PROBE_TIMEOUT_MS ? t : SF_MPI_PROBE_TIMEOUT_MS,
 				   NULL);
 		probe_release(mp, peer);
@@ -615,7 +625,7 @@ static int mpi_src_read(void *ctx, const struct sf_ckpt_ref *ck, uint32_t rank,
 		if (pl && !s->hint)
 			pf_start(mp, pl, name, file, peer);
 		atomic_fetch_add(&mp->st_claims, 1);
-		ret = pf_consume(mp, s, off, buf, len);
+		ret = pf_consume(mp, s, downs0, off, buf, len);
 		/* a peer that did not answer in time is not asked again now */
 		if (ret == 0 || (ret == -SF_EPEER && sf_mpi_peer_down(mp, peer))) {
 			atomic_fetch_add(&mp->st_claim_ns, sf_mpi_now_ns() - t0);
@@ -624,7 +634,7 @@ static int mpi_src_read(void *ctx, const struct sf_ckpt_ref *ck, uint32_t rank,
 		pl = NULL;
 	}
 	atomic_fetch_add(&mp->st_demand, 1);
-	ret = fetch_remote(mp, peer, name, file, off, buf, len,
+	ret = fetch_remote(mp, peer, downs0, name, file, off, buf, len,
 			   atomic_load(&mp->read_timeout_ms), pl);
 	atomic_fetch_add(&mp->st_demand_ns, sf_mpi_now_ns() - t0);
 	return ret;

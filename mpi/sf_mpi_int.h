@@ -16,6 +16,10 @@
  *   sf_mpi_inv.c    the inventory: which rank holds which file -> xfer
  *   sf_mpi_xfer.c   tags, send buffers, pending requests, waits, and which
  *                   peers are marked down
+ *   sf_mpi_hb.c     the heartbeat thread: a tiny message to every peer
+ *                   every SF_MPI_HB_EVERY_MS on its own tag; a peer not
+ *                   heard for SF_MPI_HB_SILENCE_MS is marked down, and
+ *                   taken back when it is heard again    -> xfer
  *
  * Threads and messages. All traffic runs on a private duplicate of
  * MPI_COMM_WORLD (errors return, never abort). Requests to a daemon go to
@@ -61,7 +65,9 @@
  *  - a collective (commit, commit-done, a committed checkpoint's delete)
  *    needs every rank: a rank marked down fails it within
  *    SF_MPI_QUICK_PROBE_MS (unless a quick probe finds it back), one that
- *    stops answering fails it within the read timeout (rank 0 probes the
+ *    dies or stops fails it within SF_MPI_QUICK_PROBE_MS of the heartbeat
+ *    marking it down, one that is alive and does not answer fails it
+ *    within the read timeout (rank 0 probes the
  *    ranks a round waits for; the others probe rank 0 while they wait),
  *    and the commit timeout bounds everything.
  *
@@ -95,6 +101,7 @@
 
 
 #define SF_TAG_REQ 1
+#define SF_TAG_HB 2                       /* heartbeats (sf_mpi_hb.c) */
 #define SF_MPI_CHUNK (4u << 20)           /* bytes per read message */
 #define SF_MPI_INFLIGHT 8                 /* chunk requests in flight per read */
 #define SF_MPI_PF_SLOTS 32                /* ranges asked ahead per daemon
@@ -126,6 +133,14 @@
 #define SF_MPI_INV_BUCKETS 4096
 #define SF_MPI_LIVE_MS 250                /* this rank's store scanned again */
 #define SF_MPI_LIVE_MAX_CKPTS 100000      /* checkpoints a rank tells of */
+#define SF_MPI_HB_EVERY_MS 250            /* a heartbeat to every peer */
+#define SF_MPI_HB_SILENCE_MS 1500         /* a peer not heard this long is
+					   * marked down (a dead daemon's
+					   * reads fail within 2 s) */
+#define SF_MPI_HB_POLL_MS 20              /* the heartbeat thread looks */
+#define SF_MPI_HB_STALL_MS 500            /* a gap this long in its own loop:
+					   * it did not run (stopped, starved),
+					   * and judges nobody by it */
 
 /* A send buffer shared by several MPI_Isend (refcount under pend_lock). */
 struct sbuf {
@@ -253,16 +268,25 @@ struct merge_reg {
 };
 
 /*
- * A peer as reads and collectives see it. A read, or a probe, that gets no
- * answer in time marks it down (one log line); while it is down, reads that
- * need only it fail at once, except one read every SF_MPI_PROBE_EVERY_MS
- * that tries it with a short deadline (the probe), and a collective fails
- * unless a quick probe (SF_MPI_QUICK_PROBE_MS) finds it back; any answer,
- * or any request from it, marks it up again (one log line). Atomics only:
- * every thread shares the verdict.
+ * A peer as reads and collectives see it. The heartbeat thread marks it
+ * down when it was not heard for SF_MPI_HB_SILENCE_MS (silent), a read or
+ * a probe that gets no answer in time marks it down too (one log line
+ * either way); a marking down wakes every read waiting on it (downs
+ * changes: sf_mpi_wait_peer). While it is down, reads that need only it
+ * fail at once; one that is down but not silent (its heartbeat comes, its
+ * service does not answer) is also tried by one read every
+ * SF_MPI_PROBE_EVERY_MS with a short deadline (the probe). A collective
+ * fails unless a quick probe (SF_MPI_QUICK_PROBE_MS) finds it back. Any
+ * answer, any request from it, and for a silent one its next heartbeat,
+ * marks it up again (one log line). Atomics only: every thread shares the
+ * verdict.
  */
 struct peer_live {
 	atomic_bool down;
+	atomic_bool silent;              /* down by the heartbeat's silence:
+					  * the heartbeat takes it back */
+	atomic_uint downs;               /* times marked down */
+	atomic_uint_least64_t heard_ns;  /* last sign of life (sf_mpi_now_ns) */
 	atomic_uint_least64_t probe_ns;  /* down: earliest next probe (sf_mpi_now_ns) */
 	atomic_bool probing;             /* down: one read is probing it */
 };
@@ -284,6 +308,7 @@ struct peer_probe {
 };
 
 struct pbuf; /* a free large buffer: sf_mpi_xfer.c's alone */
+struct hb_state; /* sf_mpi_hb.c's alone */
 
 struct sf_mpi {
 	MPI_Comm comm;                   /* private duplicate; set by init */
@@ -322,6 +347,10 @@ struct sf_mpi {
 
 	pthread_t thread;                /* service thread */
 	bool started;                    /* thread running (main thread only) */
+	pthread_t hb_thread;             /* heartbeat thread (sf_mpi_hb.c) */
+	struct hb_state *hb;             /* its state; owned; main thread */
+	bool hb_running;                 /* main thread only */
+	atomic_bool hb_stop;
 	atomic_bool leaving;             /* finalize called on this rank */
 
 	pthread_mutex_t pend_lock;       /* protects pend, zombies and bufs */
@@ -379,6 +408,11 @@ struct sbuf *sf_mpi_req_build(struct sf_mpi_wire_req *r, const char *name,
 			      const char *file);
 struct sbuf *sf_mpi_reply_build(int64_t status, const void *data, size_t len);
 int sf_mpi_send_async(struct sf_mpi *mp, int dest, int tag, struct sbuf *sb);
+/* Send sb (refs 0, malloc'd: sf_mpi_sbuf_new) to dest without blocking and
+ * without pend_lock when it completes at once (an eager send): sb is then
+ * freed; else it goes on the pending list, freed when the send completes.
+ * 0, or -SF_EPEER when MPI refused it (sb is still the caller's). */
+int sf_mpi_send_nowait(struct sf_mpi *mp, int dest, int tag, struct sbuf *sb);
 int sf_mpi_send_part(struct sf_mpi *mp, int dest, int tag, struct sbuf *sb,
 		     size_t off, size_t len);
 int sf_mpi_send_ptr(struct sf_mpi *mp, int dest, int tag, struct sbuf *sb,
@@ -403,17 +437,36 @@ void sf_mpi_recv_orphan_read(struct sf_mpi *mp, MPI_Request *hreq,
 			     void *head, size_t len);
 unsigned sf_mpi_pend_poll(struct sf_mpi *mp);
 int sf_mpi_wait_req(MPI_Request *req, uint64_t deadline, MPI_Status *st);
+/* sf_mpi_wait_req for a reply from peer, that also ends, with -EHOSTDOWN
+ * (req still active), once peer was marked down after downs0 was read
+ * (sf_mpi_peer_downs): a read waiting on a peer found dead is woken. */
+int sf_mpi_wait_peer(struct sf_mpi *mp, MPI_Request *req, int peer,
+		     unsigned downs0, uint64_t deadline, MPI_Status *st);
 void sf_mpi_pend_drain(struct sf_mpi *mp, unsigned drain_ms);
 
 /* Peer liveness (struct peer_live), from any thread. mark_down logs once
  * per episode: "rank P did not answer WHAT[ FILE] (WHY): marked down"
- * (file may be NULL); mark_up logs when the peer was down. first_down is
- * the lowest other rank marked down, or -1. */
+ * (file may be NULL); mark_silent (the heartbeat thread) "rank P not heard
+ * for S s: marked down"; mark_up logs when the peer was down, and notes
+ * it heard (a sign of life). first_down is the lowest other rank marked
+ * down, or -1; downs, how often peer was marked down. */
 bool sf_mpi_peer_down(const struct sf_mpi *mp, int peer);
+bool sf_mpi_peer_silent(const struct sf_mpi *mp, int peer);
+unsigned sf_mpi_peer_downs(const struct sf_mpi *mp, int peer);
 int sf_mpi_first_down(const struct sf_mpi *mp);
 void sf_mpi_mark_down(struct sf_mpi *mp, int peer, const char *what,
 		      const char *file, const char *why);
+void sf_mpi_mark_silent(struct sf_mpi *mp, int peer, uint64_t silent_ns);
 void sf_mpi_mark_up(struct sf_mpi *mp, int peer);
+
+/* --- sf_mpi_hb.c: the heartbeat --- */
+
+/* sf_mpi_start: every peer heard now; start the heartbeat thread (none
+ * with one rank). 0 or a negative errno (logged: dead peers are then
+ * found by the read timeout only). */
+int sf_mpi_hb_start(struct sf_mpi *mp);
+/* sf_mpi_finalize, after the service thread ended: stop and join it. */
+void sf_mpi_hb_stop(struct sf_mpi *mp);
 
 /* --- sf_mpi_fetch.c --- */
 

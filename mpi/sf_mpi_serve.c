@@ -586,8 +586,9 @@ static bool round_waits_for(const struct sf_mpi *mp, int p)
  * Probe the peers someone waits for (struct peer_probe): while leaving,
  * those that have not left (no answer within the read timeout: gone, not
  * waited for); on rank 0, those a round waits for (no answer within the
- * read timeout, or SF_MPI_QUICK_PROBE_MS for one marked down already: it
- * is marked down and every round that waits for it fails). A peer marked
+ * read timeout, or SF_MPI_QUICK_PROBE_MS for one marked down, already or
+ * meanwhile (the heartbeat): it is marked down and every round that waits
+ * for it fails). A peer marked
  * down is probed at once when a round starts waiting for it, so a commit
  * with a dead rank fails in well under a second. Any answer marks the peer
  * up. Probes nobody needs any more are left to complete on the pending
@@ -639,6 +640,11 @@ static void probe_peers(struct sf_mpi *mp)
 			sf_mpi_mark_up(mp, p);
 			continue;
 		}
+		/* a round's peer marked down meanwhile (the heartbeat found
+		 * it silent): it has the quick probe's time, no more */
+		if (!leaving && down &&
+		    lp->limit_ns > (uint64_t)SF_MPI_QUICK_PROBE_MS * 1000000u)
+			lp->limit_ns = (uint64_t)SF_MPI_QUICK_PROBE_MS * 1000000u;
 		if (now - lp->sent_ns <= lp->limit_ns)
 			continue;
 		sf_mpi_recv_abandon(mp, &lp->req, lp->rbuf);

@@ -404,3 +404,27 @@ out_bad:
 		*bad_at = pos;
 	return -SF_EPEER;
 }
+
+void sf_mpi_wire_hb_encode(unsigned char out[SF_MPI_WIRE_HB_LEN], uint64_t seq)
+{
+	uint32_t magic = SF_MPI_WIRE_HB_MAGIC, pad = 0;
+
+	memcpy(out, &magic, 4);
+	memcpy(out + 4, &pad, 4);
+	memcpy(out + 8, &seq, 8);
+}
+
+int sf_mpi_wire_hb_decode(const void *msg, size_t len, uint64_t *seq)
+{
+	const unsigned char *p = msg;
+	uint32_t magic, pad;
+
+	if (!msg || len != SF_MPI_WIRE_HB_LEN)
+		return -SF_EPEER;
+	memcpy(&magic, p, 4);
+	memcpy(&pad, p + 4, 4);
+	if (magic != SF_MPI_WIRE_HB_MAGIC || pad != 0)
+		return -SF_EPEER;
+	memcpy(seq, p + 8, 8);
+	return 0;
+}

@@ -19,6 +19,8 @@
  *             exactly the bytes asked for, nothing else (so that the
  *             requester receives it straight into its own buffer)
  *   inventory records [u16 name_len][u16 file_len][u64 size][name][file]
+ *   heartbeat [u32 SF_MPI_WIRE_HB_MAGIC][u32 0][u64 seq], alone on its own
+ *             tag (sf_mpi_hb.c): "this rank is alive", nothing else
  *
  * Trust: the decoders take untrusted bytes and a length, check every
  * length and offset against that length and against its cap before using
@@ -257,5 +259,16 @@ typedef int (*sf_mpi_wire_inv_fn)(void *arg,
 				  const struct sf_mpi_wire_inv_rec *rec);
 int sf_mpi_wire_inv_parse(const void *p, size_t len, sf_mpi_wire_inv_fn fn,
 			  void *arg, size_t *bad_at);
+
+/*
+ * A heartbeat (SF_MPI_WIRE_HB_LEN bytes): encode writes seq into out;
+ * decode takes untrusted bytes and returns 0 with *seq set, or -SF_EPEER
+ * for anything but exactly that length, magic and a zero pad. A decoded
+ * heartbeat re-encodes to the same bytes.
+ */
+#define SF_MPI_WIRE_HB_MAGIC 0x53464842u      /* "SFHB" */
+#define SF_MPI_WIRE_HB_LEN 16
+void sf_mpi_wire_hb_encode(unsigned char out[SF_MPI_WIRE_HB_LEN], uint64_t seq);
+int sf_mpi_wire_hb_decode(const void *msg, size_t len, uint64_t *seq);
 
 #endif

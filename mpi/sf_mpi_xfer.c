@@ -320,6 +320,37 @@ int sf_mpi_send_ptr(struct sf_mpi *mp, int dest, int tag, struct sbuf *sb,
 	return 0;
 }
 
+int sf_mpi_send_nowait(struct sf_mpi *mp, int dest, int tag, struct sbuf *sb)
+{
+	MPI_Request req;
+	struct pend *p;
+	int rc, done = 0;
+
+	rc = MPI_Isend(sb->data, (int)sb->len, MPI_BYTE, dest, tag, mp->comm,
+		       &req);
+	if (rc != MPI_SUCCESS)
+		return sf_mpi_fail("MPI_Isend", rc);
+	if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done) {
+		free(sb);
+		return 0;
+	}
+	p = calloc(1, sizeof(*p));
+	if (!p) {
+		/* MPI still reads sb: let the request go, keep sb (leaked) */
+		sf_err("mpi: out of memory tracking a send to rank %d", dest);
+		MPI_Request_free(&req);
+		return 0;
+	}
+	sb->refs = 1;
+	p->req = req;
+	p->sb = sb;
+	pthread_mutex_lock(&mp->pend_lock);
+	p->next = mp->pend;
+	mp->pend = p;
+	pthread_mutex_unlock(&mp->pend_lock);
+	return 0;
+}
+
 /*
  * Sending one sbuf to several ranks: the sender holds its own reference
  * (refs = 1 before the first sf_mpi_send_async) for the whole loop, because any
@@ -560,6 +591,25 @@ int sf_mpi_wait_req(MPI_Request *req, uint64_t deadline, MPI_Status *st)
 	}
 }
 
+int sf_mpi_wait_peer(struct sf_mpi *mp, MPI_Request *req, int peer,
+		     unsigned downs0, uint64_t deadline, MPI_Status *st)
+{
+	unsigned us = 10;
+	int done = 0;
+
+	for (;;) {
+		if (MPI_Test(req, &done, st) != MPI_SUCCESS)
+			return -SF_EPEER;
+		if (done)
+			return 0;
+		if (sf_mpi_peer_downs(mp, peer) != downs0)
+			return -EHOSTDOWN;
+		if (sf_mpi_now_ns() >= deadline)
+			return -ETIMEDOUT;
+		sf_mpi_backoff(&us, SF_MPI_WAIT_POLL_US);
+	}
+}
+
 /* Finish or cancel whatever is still pending, waiting at most drain_ms for
  * sends; abandoned receives are cancelled. */
 void sf_mpi_pend_drain(struct sf_mpi *mp, unsigned drain_ms)
@@ -606,6 +656,16 @@ bool sf_mpi_peer_down(const struct sf_mpi *mp, int peer)
 	return atomic_load(&mp->live[peer].down);
 }
 
+bool sf_mpi_peer_silent(const struct sf_mpi *mp, int peer)
+{
+	return atomic_load(&mp->live[peer].silent);
+}
+
+unsigned sf_mpi_peer_downs(const struct sf_mpi *mp, int peer)
+{
+	return atomic_load(&mp->live[peer].downs);
+}
+
 int sf_mpi_first_down(const struct sf_mpi *mp)
 {
 	for (int p = 0; p < mp->size; p++)
@@ -621,17 +681,39 @@ void sf_mpi_mark_down(struct sf_mpi *mp, int peer, const char *what,
 
 	atomic_store(&l->probe_ns, sf_mpi_now_ns() +
 		     (uint64_t)SF_MPI_PROBE_EVERY_MS * 1000000u);
-	if (!atomic_exchange(&l->down, true))
-		sf_err("mpi: rank %d did not answer %s%s%s (%s): marked down; "
-		       "reads that need only it fail at once until it answers a probe "
-		       "(one every %d ms), commits and deletes fail while it is down",
-		       peer, what, file ? " " : "", file ? SF_QSTR(file) : "", why,
-		       SF_MPI_PROBE_EVERY_MS);
+	if (atomic_exchange(&l->down, true))
+		return;
+	atomic_fetch_add(&l->downs, 1); /* wakes the reads waiting on it */
+	sf_err("mpi: rank %d did not answer %s%s%s (%s): marked down; "
+	       "reads that need only it fail at once until it answers a probe "
+	       "(one every %d ms), commits and deletes fail while it is down",
+	       peer, what, file ? " " : "", file ? SF_QSTR(file) : "", why,
+	       SF_MPI_PROBE_EVERY_MS);
+}
+
+/* The heartbeat found peer silent for silent_ns: down, and the heartbeat
+ * takes it back (reads do not probe it meanwhile). */
+void sf_mpi_mark_silent(struct sf_mpi *mp, int peer, uint64_t silent_ns)
+{
+	struct peer_live *l = &mp->live[peer];
+
+	atomic_store(&l->silent, true);
+	if (atomic_exchange(&l->down, true))
+		return; /* down already (a read timed out): no new episode */
+	atomic_fetch_add(&l->downs, 1); /* wakes the reads waiting on it */
+	sf_err("mpi: rank %d not heard for %.1f s (no heartbeat): marked down; "
+	       "reads that need only it fail at once until it is heard again, "
+	       "commits and deletes fail while it is down",
+	       peer, (double)(silent_ns / 1000000u) / 1000.0);
 }
 
 void sf_mpi_mark_up(struct sf_mpi *mp, int peer)
 {
-	if (atomic_load(&mp->live[peer].down) &&
-	    atomic_exchange(&mp->live[peer].down, false))
+	struct peer_live *l = &mp->live[peer];
+
+	atomic_store(&l->heard_ns, sf_mpi_now_ns());
+	if (atomic_load(&l->down) && atomic_exchange(&l->down, false)) {
+		atomic_store(&l->silent, false);
 		sf_err("mpi: rank %d answers again: marked up", peer);
+	}
 }

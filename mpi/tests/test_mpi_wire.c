@@ -1070,6 +1070,41 @@ static int write_file(const char *dir, const char *name, const void *p,
 	return ok ? 0 : -1;
 }
 
+/* Heartbeats: exactly HB_LEN bytes with the magic and a zero pad, every
+ * other length, magic or pad refused; a decoded one re-encodes. */
+static void test_hb(void)
+{
+	unsigned char m[SF_MPI_WIRE_HB_LEN + 1], again[SF_MPI_WIRE_HB_LEN];
+	uint64_t seq = 0;
+
+	sf_mpi_wire_hb_encode(m, 0x0102030405060708ull);
+	if (CHECK_EQ(sf_mpi_wire_hb_decode(m, SF_MPI_WIRE_HB_LEN, &seq), 0)) {
+		CHECK(seq == 0x0102030405060708ull);
+		sf_mpi_wire_hb_encode(again, seq);
+		CHECK(memcmp(again, m, SF_MPI_WIRE_HB_LEN) == 0);
+	}
+	for (size_t k = 0; k <= SF_MPI_WIRE_HB_LEN + 1; k++)
+		if (k != SF_MPI_WIRE_HB_LEN)
+			CHECK_EQ(sf_mpi_wire_hb_decode(m, k, &seq), -SF_EPEER);
+	CHECK_EQ(sf_mpi_wire_hb_decode(NULL, SF_MPI_WIRE_HB_LEN, &seq), -SF_EPEER);
+	for (size_t i = 0; i < 8; i++) {
+		memcpy(again, m, SF_MPI_WIRE_HB_LEN);
+		again[i] ^= 0x40; /* magic or pad */
+		CHECK_EQ(sf_mpi_wire_hb_decode(again, SF_MPI_WIRE_HB_LEN, &seq),
+			 -SF_EPEER);
+	}
+	/* a request is no heartbeat */
+	{
+		size_t n;
+		unsigned char *r = encode_req(&samples[0], &n);
+
+		if (r && n >= SF_MPI_WIRE_HB_LEN)
+			CHECK_EQ(sf_mpi_wire_hb_decode(r, SF_MPI_WIRE_HB_LEN, &seq),
+				 -SF_EPEER);
+		free(r);
+	}
+}
+
 static int write_seeds(const char *dir)
 {
 	static const char manifest[] = "{\"format\":\"shardfs/1\",\"name\":\"s\"}";
@@ -1109,6 +1144,8 @@ static int write_seeds(const char *dir)
 	m = encode_inv(&n);
 	ret |= !m || write_file(dir, "inventory.bin", m, n);
 	free(m);
+	sf_mpi_wire_hb_encode(buf, 7);
+	ret |= write_file(dir, "heartbeat.bin", buf, SF_MPI_WIRE_HB_LEN);
 	if (ret)
 		fprintf(stderr, "test_mpi_wire: cannot write every seed to %s\n",
 			dir);
@@ -1133,5 +1170,6 @@ int main(int argc, char **argv)
 	test_verdicts();
 	test_inv();
 	test_inv_caps();
+	test_hb();
 	return sf_test_done("test_mpi_wire");
 }

@@ -3,9 +3,9 @@
  * (mpi/sf_mpi_wire.c): the bytes a peer daemon sends, without MPI.
  *
  * Every input goes through every decoder, as a request (with two reply-tag
- * bounds), a read reply (for two expected sizes), a commit verdict and an
- * inventory. For each, either the decoder refuses it with its documented
- * error (-SF_EPEER; a read reply may also give the peer's own error) and
+ * bounds), a read reply (for two expected sizes), a commit verdict, an
+ * inventory and a heartbeat. For each, either the decoder refuses it with
+ * its documented error (-SF_EPEER; a read reply may also give the peer's own error) and
  * a consistent reason, or it returns a view whose every pointer and length
  * lies inside the input, whose fields keep their caps, and whose
  * re-encoding gives back the input byte for byte; the status a COMMIT_DONE
@@ -223,8 +223,29 @@ static void check_inventory(const uint8_t *data, size_t size)
 	sf_mpi_wire_inv_release(&c.again);
 }
 
+/* A heartbeat: refused with -SF_EPEER, or exactly HB_LEN bytes that
+ * re-encode to the input. */
+static void check_hb(const uint8_t *data, size_t size)
+{
+	unsigned char again[SF_MPI_WIRE_HB_LEN];
+	uint64_t seq = 0;
+	int ret = sf_mpi_wire_hb_decode(data, size, &seq);
+
+	if (ret < 0) {
+		if (ret != -SF_EPEER)
+			fuzz_die("heartbeat", "undocumented error");
+		return;
+	}
+	if (ret != 0 || size != SF_MPI_WIRE_HB_LEN)
+		fuzz_die("heartbeat", "accepted a wrong length");
+	sf_mpi_wire_hb_encode(again, seq);
+	if (memcmp(again, data, size) != 0)
+		fuzz_die("heartbeat", "does not re-encode to the input");
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+	check_hb(data, size);
 	check_req(data, size, 32767);
 	check_req(data, size, INT32_MAX);
 	check_read_reply(data, size, 0);

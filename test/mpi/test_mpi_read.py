@@ -14,10 +14,11 @@ root files and only its own rank-0000R/ payloads) and served by
      them fail with EIO on every daemon within a bound, the rest read
      correctly, no daemon dies;
   4. rank 3 stopped (SIGSTOP): a read on rank 0 that needs rank 3's bytes
-     fails with EIO within --peer-timeout plus slack; rank 3 is then marked
-     down, so the next read that needs it fails in well under a second; a
-     read that does not need rank 3 succeeds meanwhile, and after SIGCONT
-     (the next probe marks rank 3 up) the same tensors read correctly.
+     fails with EIO within DEAD_BOUND_S (the heartbeat marks rank 3 down
+     1.5 s after it went silent, whatever --peer-timeout says); the next
+     read that needs it fails in well under a second; a read that does not
+     need rank 3 succeeds meanwhile, and after SIGCONT (its next heartbeat
+     marks rank 3 up) the same tensors read correctly.
 """
 
 import os
@@ -31,6 +32,10 @@ import sfmpi  # noqa: E402
 from sfmpi import sm  # noqa: E402
 
 PEER_TIMEOUT_S = 3
+DEAD_BOUND_S = 2.5      # a read of a stopped rank's bytes: SPEC's 2 s from
+                        # the stop; this one is timed from its own start,
+                        # with 0.5 s for the reader process to start on a
+                        # loaded machine
 FAIL_BOUND_S = 20       # a failing read must end within this (several
                         # kernel requests may each wait one peer timeout)
 
@@ -166,10 +171,10 @@ def part_damage(env, ck):
                 name, res, val, dt))
             ck.eq((res, val), ("errno", 5),
                   "rank 3 stopped: rank 0 read of %s fails with EIO" % name)
-            ck.ok(PEER_TIMEOUT_S * 0.8 <= dt < FAIL_BOUND_S,
-                  "rank 3 stopped: the read failed after %.1fs, want about "
-                  "the %ds peer timeout (< %ds)" % (dt, PEER_TIMEOUT_S,
-                                                    FAIL_BOUND_S))
+            ck.ok(dt < DEAD_BOUND_S,
+                  "rank 3 stopped: the read failed after %.1fs (< %.1fs: the "
+                  "heartbeat, not the %ds peer timeout)" % (dt, DEAD_BOUND_S,
+                                                           PEER_TIMEOUT_S))
             if len(broken) > 1:
                 # the peer is marked down: the next read that needs only it
                 # fails at once (or after one short probe), not after
@@ -190,7 +195,7 @@ def part_damage(env, ck):
         finally:
             os.kill(pid, signal.SIGCONT)
         for name in broken[:3]:
-            # marked up again by the next probe (one a second)
+            # marked up again by its next heartbeat
             deadline = time.monotonic() + 6
             while True:
                 try:
@@ -206,7 +211,7 @@ def part_damage(env, ck):
                 continue
             ck.bytes_eq(got, ref.tensor_bytes(name),
                         "after SIGCONT: rank 0 reads %s" % name)
-        ck.ok(c.alive(), "every daemon alive after the peer timeout")
+        ck.ok(c.alive(), "every daemon alive after rank 3 was stopped")
 
 
 def run(env, ck):
