@@ -194,18 +194,29 @@ static bool int_attr(const struct sf_pk *o, const char *name, int64_t *out)
 	return sf_pk_int(sf_pk_attr(o, name), out);
 }
 
-/* v is a DTensor: its (None, state) dict, else NULL. */
+/* v is a call that rebuilds a DTensor (whatever its arguments hold). */
+static bool is_dtensor(const struct sf_pk *v)
+{
+	const struct sf_pk *c;
+
+	if (!sf_pk_is_obj(v, "torch._tensor", "_rebuild_from_type_v2"))
+		return false;
+	c = sf_pk_item(v->u.obj.args, 1);
+	return sf_pk_is_global(c, "torch.distributed.tensor", "DTensor") ||
+	       sf_pk_is_global(c, "torch.distributed.tensor._api", "DTensor");
+}
+
+/* A DTensor's (None, state) dict, or NULL (no DTensor, or not one as
+ * torch 2.x pickles it). */
 static const struct sf_pk *dtensor_state(const struct sf_pk *v)
 {
 	const struct sf_pk *a;
 
-	if (!sf_pk_is_obj(v, "torch._tensor", "_rebuild_from_type_v2"))
+	if (!is_dtensor(v))
 		return NULL;
 	a = v->u.obj.args;
 	if (sf_pk_len(a) != 4 ||
-	    !sf_pk_is_global(sf_pk_item(a, 0), "torch._utils", "_rebuild_wrapper_subclass") ||
-	    !(sf_pk_is_global(sf_pk_item(a, 1), "torch.distributed.tensor", "DTensor") ||
-	      sf_pk_is_global(sf_pk_item(a, 1), "torch.distributed.tensor._api", "DTensor")))
+	    !sf_pk_is_global(sf_pk_item(a, 0), "torch._utils", "_rebuild_wrapper_subclass"))
 		return NULL;
 	return state_dict(sf_pk_item(a, 3));
 }
@@ -218,9 +229,9 @@ static int read_mesh(struct dt *d, unsigned rank, const struct sf_pk *mesh,
 {
 	const struct sf_pk *axes = sf_pk_attr(sf_pk_attr(mesh, "_layout"), "axes");
 	const struct sf_pk *rmap = sf_pk_attr(mesh, "_flatten_rank_map");
-	uint64_t stride[DT_MAX_MESH_NDIM], total = 1, idx = 0;
+	uint64_t stride[DT_MAX_MESH_NDIM], total = 1, idx = 0, x0;
 	unsigned nc;
-	int64_t r, x;
+	int64_t r = -1, x;
 
 	if (!sf_pk_is_obj(mesh, "torch.distributed.device_mesh", "DeviceMesh") ||
 	    !axes || axes->kind != SF_PK_TUPLE || sf_pk_len(axes) == 0 ||
@@ -264,7 +275,9 @@ static int read_mesh(struct dt *d, unsigned rank, const struct sf_pk *mesh,
 				       "%s: mesh coordinate %llu of a dimension of %llu",
 				       d->f[rank].name, (unsigned long long)t->coord[i],
 				       (unsigned long long)t->msize[i]);
-		idx += t->coord[i] * stride[i];
+		if (__builtin_mul_overflow(t->coord[i], stride[i], &x0) ||
+		    __builtin_add_overflow(idx, x0, &idx))
+			idx = UINT64_MAX;
 	}
 	/* a whole mesh: the rank map at the coordinate is the rank (a
 	 * submesh's map is its root's: the rank must be in it) */
@@ -363,8 +376,12 @@ static int read_dtensor(struct dt *d, unsigned rank, const char *key,
 	int rc;
 
 	memset(t, 0, sizeof(*t));
-	if (!st)
+	if (!is_dtensor(v))
 		return 2;
+	if (!st) {
+		snprintf(why, wl, "rank %u: a DTensor pickled in a way shardfs does not read", rank);
+		return 1;
+	}
 	spec = sf_pk_get(st, "_spec");
 	meta = sf_pk_attr(spec, "tensor_meta");
 	wargs = sf_pk_item(v->u.obj.args, 2);
@@ -523,6 +540,8 @@ static int add_boxes(struct dt *d, unsigned rank, const struct dtv *t,
 			return 1;
 		}
 		nbox *= nruns[k];
+		if (nbox == 0)
+			return 0; /* an empty chunk: nothing of the tensor here */
 		if (nbox > DT_MAX_BOXES) {
 			snprintf(why, wl, "more than %d boxes on rank %u", DT_MAX_BOXES, rank);
 			return 1;
@@ -829,7 +848,7 @@ static int build(struct dt *d)
 			d->nobjects++;
 			continue;
 		}
-		if (dtensor_state(v)) {
+		if (is_dtensor(v)) {
 			rc = add_dtensor(d, key);
 			continue;
 		}

@@ -24,6 +24,7 @@ that lies (7 rows claimed as 9 on every rank: left out) and a wrapper
 size that disagrees with tensor_meta (left out); Replicate changed to
 Partial (left out). Nothing wrong is served: every tensor still shown
 equals the reference. The store is byte-for-byte unchanged at the end.
+On copies, shardctl index + verify: every replica equals the copy served.
 """
 
 import glob
@@ -272,6 +273,22 @@ def test(env, ck):
                   "h-partial: the log says why")
     ck.eq(sm.snapshot_diff(before, sm.store_snapshot(store)), [],
           "the store is unchanged")
+
+    # shardctl index + verify: every replica (Replicate, and a box two
+    # ranks hold) equals the copy served; an empty chunk is no replica
+    vstore = env.path("vstore")
+    os.makedirs(vstore)
+    for name, src, info in cases:
+        d = os.path.join(vstore, name)
+        shutil.copytree(src, d)
+        r = env.shardctl_run("index", d, check=False)
+        ck.eq(r.returncode, 0, "%s: shardctl index: %r" % (name, r.stderr[-500:]))
+        r = env.shardctl_run("verify", d, check=False)
+        outv = r.stdout.decode(errors="replace")
+        ck.eq(r.returncode, 0, "%s: verify passes: %s" % (name, outv))
+        ck.ok("REPLICA DIFFERS" not in outv and "replicas equal" in outv and
+              " 0 replicas" not in outv, "%s: verify compared its replicas: %s"
+              % (name, outv))
 
 
 if __name__ == "__main__":
