@@ -514,6 +514,48 @@ out_many:
 	return 1;
 }
 
+/* The box off/len (of local's ndim dimensions, none empty) of rank
+ * rank's local tensor, from its element loc (relative to its storage
+ * offset), as a shard of mt: row-major when the local strides make it so,
+ * else strided. 0, 1 with why, -ENOMEM. */
+static int add_box(struct dt *d, unsigned rank, const struct sf_ts_tensor *local,
+		   const uint64_t *off, const uint64_t *len, uint64_t loc,
+		   struct sf_tensor *mt, char *why, size_t wl)
+{
+	size_t isz = sf_dtype_size(local->dtype);
+	struct sf_shard sh = { 0 };
+	uint64_t expect = 1;
+	bool contig = true;
+	int rc;
+
+	for (unsigned k = local->ndim; k-- > 0;) {
+		if (len[k] > 1 && local->stride[k] != expect)
+			contig = false;
+		expect *= len[k];
+	}
+	sh.off = local->ndim ? off : NULL;
+	sh.len = local->ndim ? len : NULL;
+	sh.file = d->f[rank].name;
+	sh.file_offset = local->data_off + (local->storage_offset + loc) * isz;
+	if (contig) {
+		sh.nbytes = expect * isz;
+	} else {
+		sh.strides = (uint64_t *)local->stride;
+		if (sf_strided_span(local->ndim, len, local->stride, isz, &sh.nbytes)) {
+			snprintf(why, wl, "rank %u: a box too large", rank);
+			return 1;
+		}
+	}
+	rc = sf_tensor_add_shard(d->m, mt, &sh);
+	if (rc == -ENOMEM)
+		return rc;
+	if (rc) {
+		snprintf(why, wl, "rank %u: %s", rank, sf_model_why(d->m));
+		return 1;
+	}
+	return 0;
+}
+
 /* Every box of rank rank's local tensor t into the tensor mt: the
  * cartesian product of its runs, each pointing into the rank's storage.
  * 0, 1 with why, -ENOMEM. */
@@ -523,7 +565,6 @@ static int add_boxes(struct dt *d, unsigned rank, const struct dtv *t,
 {
 	struct run (*runs)[DT_MAX_RUNS] = sc->runs;
 	size_t nruns[SF_MAX_NDIM], at[SF_MAX_NDIM] = { 0 }, nbox = 1;
-	size_t isz = sf_dtype_size(t->dtype);
 	int rc;
 
 	if (rank_runs(t, sc, nruns, why, wl))
@@ -548,9 +589,8 @@ static int add_boxes(struct dt *d, unsigned rank, const struct dtv *t,
 		}
 	}
 	for (;;) {
-		uint64_t off[SF_MAX_NDIM], len[SF_MAX_NDIM], loc = 0, expect = 1;
-		bool empty = false, contig = true;
-		struct sf_shard sh = { 0 };
+		uint64_t off[SF_MAX_NDIM], len[SF_MAX_NDIM], loc = 0;
+		bool empty = false;
 		unsigned k;
 
 		for (k = 0; k < t->ndim; k++) {
@@ -563,34 +603,10 @@ static int add_boxes(struct dt *d, unsigned rank, const struct dtv *t,
 			empty |= len[k] == 0;
 			loc += lo * t->local.stride[k];
 		}
-		for (k = t->ndim; k-- > 0;) {
-			if (len[k] > 1 && t->local.stride[k] != expect)
-				contig = false;
-			expect *= len[k];
-		}
 		if (!empty) {
-			sh.off = t->ndim ? off : NULL;
-			sh.len = t->ndim ? len : NULL;
-			sh.file = d->f[rank].name;
-			sh.file_offset = t->local.data_off +
-					 (t->local.storage_offset + loc) * isz;
-			if (contig) {
-				sh.nbytes = expect * isz;
-			} else {
-				sh.strides = (uint64_t *)t->local.stride;
-				if (sf_strided_span(t->ndim, len, t->local.stride, isz,
-						    &sh.nbytes)) {
-					snprintf(why, wl, "rank %u: a box too large", rank);
-					return 1;
-				}
-			}
-			rc = sf_tensor_add_shard(d->m, mt, &sh);
-			if (rc == -ENOMEM)
+			rc = add_box(d, rank, &t->local, off, len, loc, mt, why, wl);
+			if (rc)
 				return rc;
-			if (rc) {
-				snprintf(why, wl, "rank %u: %s", rank, sf_model_why(d->m));
-				return 1;
-			}
 		}
 		/* the next box (odometer over the dimensions, last fastest) */
 		for (k = t->ndim; k-- > 0;) {
