@@ -32,6 +32,17 @@
  * 0's); one that differs is left out with a line. Non-tensor values are
  * counted in one info line (objects/ for pickled values: not yet).
  *
+ * ShardedTensor values (FSDP1's SHARDED_STATE_DICT, and LOCAL_STATE_DICT's
+ * `_flat_param`, torch.save'd per rank the same way) are
+ *   _rebuild_from_type_v2(_rebuild_wrapper_subclass, ShardedTensor,
+ *       (ShardedTensor, dtype, global size, ...),
+ *       (local shards, ShardedTensorMetadata, ProcessGroupState, spec, rrefs))
+ * each local Shard holding its tensor and a ShardMetadata (shard_offsets,
+ * shard_sizes, placement: a _remote_device with _rank): each local shard
+ * is the box its metadata gives, the same rules after (overlap rule,
+ * coverage). The process group's global_rank and every local shard's
+ * placement must be the file's rank (else the checkpoint is left out).
+ *
  * Left out with one line (that tensor alone): Partial placements
  * (unreduced sums), a shard_order other than torch's default (mesh
  * dimensions in ascending order per tensor dimension), a key that is not
@@ -43,7 +54,7 @@
  * (_rank), or a coordinate that is not that rank's place in the mesh.
  *
  * Invariants: the pickles are decoded with the torch tensor names plus
- * exactly the DTensor classes below (nothing executed); every shard lies
+ * exactly the DTensor and ShardedTensor classes below (nothing executed); every shard lies
  * inside its rank's storage entry (sf_ts_doc_tensor checks the view, each
  * box is inside the view); every file is one plain name, opened beneath the
  * checkpoint directory with sf_cfile_open.
@@ -69,6 +80,7 @@
 
 #define PT "torch.distributed.tensor.placement_types"
 #define SPEC "torch.distributed.tensor._dtensor_spec"
+#define ST "torch.distributed._shard.sharded_tensor"
 
 /* The classes a DTensor state dict names beyond a tensor's (torch 2.15):
  * inert data here, never resolved. */
@@ -91,6 +103,18 @@ static const struct sf_pk_global dt_allow[] = {
 	{ PT, "Replicate" },
 	{ PT, "_StridedShard" },
 	{ PT, "Partial" },
+	/* ShardedTensor (FSDP1's SHARDED_STATE_DICT and LOCAL_STATE_DICT) */
+	{ ST ".api", "ShardedTensor" },
+	{ ST ".shard", "Shard" },
+	{ ST ".metadata", "ShardedTensorMetadata" },
+	{ ST ".metadata", "TensorProperties" },
+	{ ST ".metadata", "MEM_FORMAT_ENCODING" },
+	{ "torch.distributed._shard.metadata", "ShardMetadata" },
+	{ "torch.distributed._shard.sharding_spec.chunk_sharding_spec", "ChunkShardingSpec" },
+	{ "torch.distributed.remote_device", "_remote_device" },
+	/* ShardedTensor.ProcessGroupState is pickled as getattr(ShardedTensor,
+	 * "ProcessGroupState"): a name here, never called */
+	{ "__builtin__", "getattr" },
 };
 #define NDT_ALLOW (sizeof(dt_allow) / sizeof(dt_allow[0]))
 
@@ -705,6 +729,170 @@ static int add_dtensor(struct dt *d, const char *key)
 	return rc;
 }
 
+/* --- ShardedTensor --- */
+
+/* v is a call that rebuilds a ShardedTensor. */
+static bool is_sharded(const struct sf_pk *v)
+{
+	return sf_pk_is_obj(v, "torch._tensor", "_rebuild_from_type_v2") &&
+	       sf_pk_is_global(sf_pk_item(v->u.obj.args, 1), ST ".api", "ShardedTensor");
+}
+
+/* The dtype a wrapper's arguments name (torch.<dtype>), or INVALID. */
+static enum sf_dtype wrapper_dtype(const struct sf_pk *wargs)
+{
+	const struct sf_pk *g = sf_pk_item(wargs, 1);
+
+	return g && g->kind == SF_PK_GLOBAL && strcmp(g->u.global.module, "torch") == 0 ?
+	       sf_torch_dtype(g->u.global.name) : SF_DT_INVALID;
+}
+
+/* Rank rank's ShardedTensor v: its global shape and dtype into *t (for
+ * r > 0 checked against *t0), its local shards into mt. 0, 1 with why,
+ * -ENOMEM, or a checkpoint error (a shard or process group of another
+ * rank than the file's). */
+static int sharded_rank(struct dt *d, unsigned rank, const char *key,
+			const struct sf_pk *v, struct dtv *t, const struct dtv *t0,
+			struct sf_tensor **mt, char *why, size_t wl)
+{
+	const struct sf_pk *a = v->u.obj.args, *wargs = sf_pk_item(a, 2);
+	const struct sf_pk *st = sf_pk_item(a, 3), *shards, *meta, *pg;
+	uint64_t wshape[SF_MAX_NDIM];
+	unsigned wn;
+	int64_t x = -1;
+	int rc;
+
+	memset(t, 0, sizeof(*t));
+	shards = sf_pk_item(st, 0);
+	meta = sf_pk_item(st, 1);
+	pg = sf_pk_item(st, 2);
+	if (!st || st->kind != SF_PK_TUPLE || !shards || shards->kind != SF_PK_LIST ||
+	    !sf_pk_is_obj(meta, ST ".metadata", "ShardedTensorMetadata") ||
+	    !sf_pk_uints(sf_pk_attr(meta, "size"), SF_PK_UINTS_SIZE, t->shape,
+			 SF_MAX_NDIM, &t->ndim)) {
+		snprintf(why, wl, "rank %u: a ShardedTensor pickled in a way shardfs does not read", rank);
+		return 1;
+	}
+	t->dtype = wrapper_dtype(wargs);
+	if (t->dtype == SF_DT_INVALID) {
+		snprintf(why, wl, "a dtype shardfs does not serve");
+		return 1;
+	}
+	if (!sf_pk_uints(sf_pk_item(wargs, 2), SF_PK_UINTS_SIZE | SF_PK_UINTS_LIST,
+			 wshape, SF_MAX_NDIM, &wn) || wn != t->ndim ||
+	    memcmp(wshape, t->shape, wn * sizeof(*wshape)) != 0) {
+		snprintf(why, wl, "its size and its metadata's size differ");
+		return 1;
+	}
+	if (pg && pg->kind != SF_PK_NONE &&
+	    (!int_attr(pg, "global_rank", &x) || x != (int64_t)rank))
+		return sf_fail(&d->k.w, -SF_EFORMAT, "%s: its process group says rank %lld",
+			       d->f[rank].name, (long long)x);
+	if (rank == 0) {
+		rc = sf_model_add_tensor(d->m, false, key, t->dtype, t->ndim, t->shape, mt);
+		if (rc == -ENOMEM)
+			return rc;
+		if (rc) {
+			snprintf(why, wl, "%s", sf_model_why(d->m));
+			return 1;
+		}
+	} else if (t->dtype != t0->dtype || t->ndim != t0->ndim ||
+		   memcmp(t->shape, t0->shape, t->ndim * sizeof(t->shape[0])) != 0) {
+		snprintf(why, wl, "rank %u has another shape or dtype than rank 0", rank);
+		return 1;
+	}
+	if (sf_pk_len(shards) > DT_MAX_BOXES) {
+		snprintf(why, wl, "more than %d shards on rank %u", DT_MAX_BOXES, rank);
+		return 1;
+	}
+	for (size_t i = 0; i < sf_pk_len(shards); i++) {
+		const struct sf_pk *sh = sf_pk_item(shards, i);
+		const struct sf_pk *md = sf_pk_attr(sh, "metadata");
+		uint64_t off[SF_MAX_NDIM], len[SF_MAX_NDIM];
+		unsigned no, nl;
+		bool empty = false;
+
+		if (!sf_pk_is_obj(sh, ST ".shard", "Shard") ||
+		    !sf_pk_is_obj(md, "torch.distributed._shard.metadata", "ShardMetadata") ||
+		    !sf_pk_uints(sf_pk_attr(md, "shard_offsets"), SF_PK_UINTS_LIST, off,
+				 SF_MAX_NDIM, &no) ||
+		    !sf_pk_uints(sf_pk_attr(md, "shard_sizes"), SF_PK_UINTS_LIST, len,
+				 SF_MAX_NDIM, &nl) || no != t->ndim || nl != t->ndim) {
+			snprintf(why, wl, "rank %u: shard %zu: no offsets and sizes shardfs reads", rank, i);
+			return 1;
+		}
+		x = -1;
+		if (!int_attr(sf_pk_attr(md, "placement"), "_rank", &x) || x != (int64_t)rank)
+			return sf_fail(&d->k.w, -SF_EFORMAT,
+				       "%s: %s: a local shard placed on rank %lld",
+				       d->f[rank].name, SF_QSTR(key), (long long)x);
+		rc = sf_ts_doc_tensor(d->f[rank].doc, sf_pk_attr(sh, "tensor"), key,
+				      &t->local, why, wl);
+		if (rc == 1)
+			snprintf(why, wl, "rank %u: shard %zu holds no tensor", rank, i);
+		if (rc)
+			return 1;
+		if (t->local.dtype != t->dtype || t->local.ndim != t->ndim ||
+		    memcmp(t->local.shape, len, t->ndim * sizeof(len[0])) != 0) {
+			snprintf(why, wl, "rank %u: shard %zu: its tensor is not of its metadata's sizes and the dtype",
+				 rank, i);
+			return 1;
+		}
+		for (unsigned k = 0; k < t->ndim; k++)
+			empty |= len[k] == 0;
+		if (empty)
+			continue;
+		rc = add_box(d, rank, &t->local, off, len, 0, *mt, why, wl);
+		if (rc)
+			return rc;
+	}
+	return sf_budget_check(d->k.b);
+}
+
+/* ShardedTensor key: every rank's local shards, each a box its metadata
+ * places. 0, -ENOMEM, -SF_EBUDGET or a checkpoint error; any other
+ * failure leaves it out with a line. */
+static int add_sharded(struct dt *d, const char *key)
+{
+	struct dtv *t = malloc(2 * sizeof(*t));
+	struct sf_tensor *mt = NULL;
+	char why[512] = "";
+	int rc = 0;
+
+	if (!t)
+		return -ENOMEM;
+	for (unsigned r = 0; r < d->world && !rc; r++) {
+		const struct sf_pk *v = sf_pk_get(d->f[r].root, key);
+
+		if (!is_sharded(v)) {
+			snprintf(why, sizeof(why), "not a ShardedTensor on rank %u", r);
+			rc = 1;
+			break;
+		}
+		rc = sharded_rank(d, r, key, v, r ? &t[1] : &t[0], &t[0], &mt, why,
+				  sizeof(why));
+	}
+	if (!rc && mt) {
+		rc = sf_overlap_rule(&d->k.w, mt);
+		if (!rc)
+			rc = sf_cover_check(&d->k.w, mt);
+		if (rc && rc != -ENOMEM && rc != -SF_EBUDGET) {
+			sf_model_drop_last(d->m, SF_ENTRY_TENSOR);
+			sf_kit_leave_out_err(&d->k, key, rc);
+			rc = 0;
+		}
+		mt = NULL;
+	}
+	if (rc == 1) {
+		if (mt)
+			sf_model_drop_last(d->m, SF_ENTRY_TENSOR);
+		sf_kit_leave_out(&d->k, key, "%s", why);
+		rc = 0;
+	}
+	free(t);
+	return rc;
+}
+
 /* --- plain tensors --- */
 
 /* The bytes of a contiguous tensor of rank r and of rank 0 are equal. 0
@@ -866,6 +1054,10 @@ static int build(struct dt *d)
 		}
 		if (is_dtensor(v)) {
 			rc = add_dtensor(d, key);
+			continue;
+		}
+		if (is_sharded(v)) {
+			rc = add_sharded(d, key);
 			continue;
 		}
 		rc = sf_ts_doc_tensor(d->f[0].doc, v, key, &t, why, sizeof(why));

@@ -4,8 +4,9 @@
  * saved with torch.save per rank): a directory holding
  * model_world_size_W_rank_R.pt for every R in 0..W-1, each a torch.save
  * of a dict whose values are DTensors (their local shard, mesh and
- * placements), plain tensors and other values. Every DTensor whose
- * placements tile it is shown whole (sf_dtensor.c says how).
+ * placements; or FSDP1's ShardedTensors with their shard metadata), plain
+ * tensors and other values. Every tensor whose ranks' shards tile it is
+ * shown whole (sf_dtensor.c says how).
  */
 #ifndef SF_DTENSOR_H
 #define SF_DTENSOR_H

@@ -2,7 +2,7 @@
 dicts, as verl (model_world_size_W_rank_R.pt) and FSDP2 (+ tensor
 parallel) users save them, written by a real torch on CPU (gloo).
 
-    PY make_dtensor_fixtures.py OUTDIR
+    PY make_dtensor_fixtures.py OUTDIR [NAME...]
 
 Writes OUTDIR/torch-X.Y/NAME/model_world_size_W_rank_R.pt for
 
@@ -17,6 +17,14 @@ Writes OUTDIR/torch-X.Y/NAME/model_world_size_W_rank_R.pt for
        distribute_tensor with [Shard(0), Shard(1)] (bf16, uneven),
        [Replicate(), Shard(0)] and [_StridedShard(0, split_factor=2),
        Shard(0)] (f32; torch distributes a _StridedShard evenly only)
+
+  fsdp1-sharded  FSDP1 (FullyShardedDataParallel) over a two-layer MLP of
+       odd sizes, its SHARDED_STATE_DICT (ShardedTensors: each rank's
+       chunk of every parameter, offsets and sizes in their metadata);
+       reference: the FULL_STATE_DICT of the same model
+  fsdp1-local    the same model's LOCAL_STATE_DICT (`_flat_param`, a 1-D
+       ShardedTensor of each rank's padded flat parameter); reference: the
+       ranks' local flat parameters, all-gathered and concatenated
 
 and beside each NAME/ the reference NAME.safetensors: every DTensor's
 full_tensor() and every plain tensor (rank 0's), by key, plus NAME.json
@@ -33,12 +41,15 @@ import sys
 HERE = os.path.abspath(__file__)
 
 
-def launch(out):
+def launch(out, only):
     import torch
     ver = ".".join(torch.__version__.split(".")[:2])
     root = os.path.join(out, "torch-" + ver)
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    for name, world in (("w2", 2), ("w4", 4)):
+    for name, world in (("w2", 2), ("w4", 4), ("fsdp1-sharded", 2),
+                        ("fsdp1-local", 2)):
+        if only and name not in only:
+            continue
         d = os.path.join(root, name)
         os.makedirs(d, exist_ok=True)
         for f in os.listdir(d):
@@ -49,15 +60,18 @@ def launch(out):
     print("wrote", root)
 
 
-def save(d, sd, world, r, mesh_shape, differs):
+def save(d, sd, world, r, mesh_shape, differs, full=None):
     import torch
     import torch.distributed as dist
     from torch.distributed.tensor import DTensor
     from safetensors.torch import save_file
     torch.save(sd, os.path.join(d, "model_world_size_%d_rank_%d.pt" % (world, r)))
+    ref = full
     full = {}
-    for k, v in sd.items():
-        if isinstance(v, DTensor):
+    for k, v in (ref or sd).items():
+        if ref is not None:
+            full[k] = v.contiguous()
+        elif isinstance(v, DTensor):
             full[k] = v.full_tensor().contiguous()
         elif isinstance(v, torch.Tensor):
             full[k] = v.contiguous()
@@ -84,7 +98,30 @@ def rank_main(d, name):
     def rnd(*shape, dtype=torch.float32):
         return torch.randn(*shape, generator=g).to(dtype)
 
-    if name == "w2":
+    if name.startswith("fsdp1"):
+        import torch.nn as nn
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        from torch.distributed.fsdp import StateDictType
+        model = FSDP(nn.Sequential(nn.Linear(5, 7), nn.ReLU(), nn.Linear(7, 3)),
+                     device_id=torch.device("cpu"))
+        with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT):
+            whole = {k: v.clone() for k, v in model.state_dict().items()}
+        if name == "fsdp1-sharded":
+            with FSDP.state_dict_type(model, StateDictType.SHARDED_STATE_DICT):
+                sd = model.state_dict()
+            full = whole
+        else:
+            with FSDP.state_dict_type(model, StateDictType.LOCAL_STATE_DICT):
+                sd = model.state_dict()
+            full = {}
+            for k, v in sd.items():
+                if hasattr(v, "local_shards"):
+                    loc = v.local_shards()[0].tensor.contiguous()
+                    parts = [torch.empty_like(loc) for _ in range(world)]
+                    dist.all_gather(parts, loc)
+                    full[k] = torch.cat(parts)
+        save(d, sd, world, r, [world], [], full)
+    elif name == "w2":
         mesh = init_device_mesh("cpu", (2,))
         sd = {
             "rows7": distribute_tensor(rnd(7, 3), mesh, [Shard(0)]),
@@ -122,7 +159,7 @@ def rank_main(d, name):
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "--rank":
         rank_main(sys.argv[2], sys.argv[3])
-    elif len(sys.argv) == 2:
-        launch(sys.argv[1])
+    elif len(sys.argv) >= 2:
+        launch(sys.argv[1], sys.argv[2:])
     else:
         sys.exit(__doc__)
