@@ -1,7 +1,8 @@
 /*
  * fuzz_dtensor.c - libFuzzer target for the per-rank DTensor pickle adapter
  * (core/formats/sf_dtensor.c): its reading of every rank's DTensors (mesh,
- * coordinate, placements, the boxes torch's chunking gives) and through it
+ * coordinate, placements, the boxes torch's chunking gives) and FSDP1
+ * ShardedTensors (local shards at their metadata's offsets), and through it
  * the torch.save archive reader (sf_torchsave.c's sf_ts_doc), the zip
  * reader and the restricted pickle reader on the paths these files take.
  *
