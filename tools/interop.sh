@@ -59,7 +59,7 @@ done
 fx=$(mktemp -d /tmp/shardfs-interop-XXXXXX)
 cleanup() { if [[ ${KEEP:-0} == 1 ]]; then echo "kept: $fx"; else rm -rf "$fx"; fi; }
 trap cleanup EXIT
-mkdir -p "$fx/dcp" "$fx/hf" "$fx/hf-hub" "$fx/paddle" "$fx/megatron" "$fx/deepspeed"
+mkdir -p "$fx/dcp" "$fx/hf" "$fx/hf-hub" "$fx/paddle" "$fx/megatron" "$fx/deepspeed" "$fx/dtensor"
 status=0
 gen() { # gen LABEL COMMAND...: run one generator; a failure is reported
 	echo "-- $1"
@@ -79,6 +79,8 @@ gen "HF hub cache, huggingface_hub's own hf_hub_download" "$venvs/torch2/bin/pyt
 gen "PaddlePaddle" "$venvs/paddle/bin/python" "$i/make_paddle_fixtures.py" "$fx/paddle"
 gen "DeepSpeed ZeRO 1/2/3" env DS_ACCELERATOR=cpu "$venvs/deepspeed/bin/python" \
 	"$i/make_deepspeed_fixtures.py" "$fx/deepspeed"
+gen "per-rank DTensor pickles (verl, FSDP2 + TP)" "$venvs/torch2/bin/python" \
+	"$i/make_dtensor_fixtures.py" "$fx/dtensor"
 gen "Megatron-Core, current" "$venvs/torch2/bin/python" "$i/make_megatron_fixtures.py" "$fx/megatron"
 gen "Megatron-Core 0.15.3" "$venvs/mc015/bin/python" "$i/make_megatron_fixtures.py" "$fx/megatron"
 d=$(ls -d "$fx"/megatron/mcore-0.15*/distopt 2>/dev/null | head -1)
@@ -90,7 +92,7 @@ fi
 stage "mount tests against them"
 [[ -x $build/tools/shardfs ]] || { cmake -S "$top" -B "$build" && cmake --build "$build" -j "$(nproc)"; }
 (cd "$build" && SHARDFS_FIXTURES=$fx ctest --output-on-failure \
-	-R 'mount_(dcp|hf|paddle|megatron|deepspeed|index|live)|mpi_mount_foreign') || status=1
+	-R 'mount_(dcp|hf|paddle|megatron|deepspeed|dtensor|index|live)|mpi_mount_foreign') || status=1
 stage "result"
 [[ $status == 0 ]] && echo "interop: all generators and tests passed" ||
 	echo "interop: FAILED (see above)"

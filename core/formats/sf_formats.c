@@ -9,6 +9,7 @@
 #include "sf_formats.h"
 #include "sf_dcp.h"
 #include "sf_deepspeed.h"
+#include "sf_dtensor.h"
 #include "sf_hf.h"
 #include "sf_megatron.h"
 #include "sf_paddle.h"
@@ -21,6 +22,7 @@ const struct sf_format *const sf_formats[] = {
 	&sf_format_megatron,    /* before DCP: its files are DCP's + metadata.json */
 	&sf_format_dcp,
 	&sf_format_paddle,
+	&sf_format_dtensor,
 	&sf_format_deepspeed, /* before HF: a Trainer checkpoint-N may hold both */
 	&sf_format_hf,  /* last: its single-file rule is the broadest */
 	NULL,

@@ -1,0 +1,184 @@
+/*
+ * fuzz_dtensor.c - libFuzzer target for the per-rank DTensor pickle adapter
+ * (core/formats/sf_dtensor.c): its reading of every rank's DTensors (mesh,
+ * coordinate, placements, the boxes torch's chunking gives) and FSDP1
+ * ShardedTensors (local shards at their metadata's offsets), and through it
+ * the torch.save archive reader (sf_torchsave.c's sf_ts_doc), the zip
+ * reader and the restricted pickle reader on the paths these files take.
+ *
+ * Input: parts, each a 4-byte little-endian length then that many bytes
+ * (at most 8; a length past the end takes what is left). With N parts,
+ * part R becomes model_world_size_N_rank_R.pt in a directory (under
+ * /dev/shm, else $TMPDIR, else /tmp, made once per process) that the
+ * adapter then opens; before each input the directory holds exactly the
+ * files of its parts. Seeds: the committed fixtures torch 2.15 wrote
+ * (dtensor_seeds.py).
+ *
+ * For any input, open either fails with a domain error or -ENOMEM (with a
+ * one-line message but for -ENOMEM) and no model, or gives a finished
+ * model of format "torch-dtensor" in which every shard names one of the
+ * files written and lies inside it, every tensor's bytes are covered by
+ * shards that do not overlap, and every replica has its kept copy's box.
+ * The first and last payload bytes of each shard are read back. Any
+ * violation aborts.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fuzz_util.h"
+#include "sf_error.h"
+#include "sf_dtensor.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+const char fuzz_target[] = "fuzz_dtensor";
+
+#define MAX_PARTS 8
+
+static char dir[512];
+static char names[MAX_PARTS][64]; /* this input's (or the last one's) */
+static int dfd = -1;              /* dir, open for the process's life */
+static int nwritten;              /* names[0..nwritten) are in dir */
+
+static void cleanup(void)
+{
+	for (int i = 0; i < nwritten; i++)
+		unlinkat(dfd, names[i], 0);
+	close(dfd);
+	rmdir(dir);
+}
+
+static void setup(void)
+{
+	const char *bases[] = { "/dev/shm", getenv("TMPDIR"), "/tmp" };
+
+	for (size_t i = 0; i < 3; i++) {
+		if (!bases[i])
+			continue;
+		snprintf(dir, sizeof(dir), "%s/fuzz_dtensor.XXXXXX", bases[i]);
+		if (mkdtemp(dir))
+			break;
+		dir[0] = '\0';
+	}
+	if (!dir[0])
+		fuzz_die("no temporary directory", NULL);
+	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		fuzz_die("cannot open the directory", dir);
+	atexit(cleanup);
+}
+
+/* fds[i] is part i's file, open (nparts of them). */
+static void check_shard(const int *fds, int nparts, const struct sf_tensor *t,
+			const struct sf_shard *s)
+{
+	struct stat sb;
+	unsigned char b;
+	int k = 0;
+
+	while (k < nparts && strcmp(s->file, names[k]) != 0)
+		k++;
+	if (k == nparts)
+		fuzz_die("a shard names a file not written", s->file);
+	if (fstat(fds[k], &sb) != 0)
+		fuzz_die("cannot stat a part", s->file);
+	if (s->file_offset > (uint64_t)sb.st_size ||
+	    s->nbytes > (uint64_t)sb.st_size - s->file_offset)
+		fuzz_die("a shard lies past its file's end", t->name);
+	if (s->xxh3)
+		fuzz_die("a dtensor shard with checksums", t->name);
+	if (s->nbytes == 0)
+		return;
+	if (pread(fds[k], &b, 1, (off_t)s->file_offset) != 1 ||
+	    pread(fds[k], &b, 1, (off_t)(s->file_offset + s->nbytes - 1)) != 1)
+		fuzz_die("a shard's bytes are unreadable", t->name);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	struct sf_format_result res = { 0 };
+	int fds[MAX_PARTS];
+	size_t lens[MAX_PARTS], offs[MAX_PARTS], at = 0;
+	char err[256];
+	int nparts = 0, rc;
+
+	if (!dir[0])
+		setup();
+	while (nparts < MAX_PARTS && size - at >= 4) {
+		size_t n = (size_t)fuzz_le(data + at, 4);
+
+		at += 4;
+		if (n > size - at)
+			n = size - at;
+		offs[nparts] = at;
+		lens[nparts++] = n;
+		at += n;
+	}
+	/* the previous input's files go: their names carry its world size */
+	for (int i = 0; i < nwritten; i++)
+		if (unlinkat(dfd, names[i], 0) != 0)
+			fuzz_die("cannot remove a part", names[i]);
+	for (int i = 0; i < nparts; i++) {
+		snprintf(names[i], sizeof(names[i]), "model_world_size_%d_rank_%d.pt",
+			 nparts, i);
+		fds[i] = openat(dfd, names[i], O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		if (fds[i] < 0 || (lens[i] && write(fds[i], data + offs[i], lens[i]) !=
+						(ssize_t)lens[i]))
+			fuzz_die("cannot write a part", names[i]);
+	}
+	nwritten = nparts;
+	fuzz_poison(err, sizeof(err));
+	{
+		struct sf_cdir cd = { .dirfd = dfd, .dir = dir, .name = "fz",
+				      .ref = { .dir = dir, .name = "fz" } };
+
+		rc = sf_format_dtensor.open(&cd, &res, err, sizeof(err));
+	}
+	if (rc) {
+		if (res.model || res.meta)
+			fuzz_die("result on failure", NULL);
+		if (rc != -ENOMEM && rc != -SF_EFORMAT && rc != -SF_EREFUSED &&
+		    rc != -SF_ETOOBIG && rc != -SF_ESHORT && rc != -ENOENT &&
+		    rc != -SF_EMANIFEST && rc != -SF_EGAP && rc != -SF_ERANGE)
+			fuzz_die("unexpected error code", sf_strerror(rc));
+		if (rc != -ENOMEM)
+			fuzz_check_message(err, sizeof(err));
+		goto out_close_parts;
+	}
+	if (!res.model || res.meta || strcmp(res.model->format, SF_DTENSOR_FORMAT) != 0)
+		fuzz_die("success without a dtensor model, or with a dump (the seam's)", NULL);
+	rc = sf_format_result_dump(&res); /* over SF_MAX_MANIFEST_BYTES: refused */
+	if (rc ? rc != -SF_ETOOBIG : !res.meta)
+		fuzz_die("the model does not dump", sf_strerror(rc));
+	for (size_t i = 0; i < res.model->ntensors; i++) {
+		const struct sf_tensor *t = &res.model->tensors[i];
+		char why[256];
+
+		for (size_t j = 0; j < t->nshards; j++)
+			check_shard(fds, nparts, t, &t->shards[j]);
+		if (sf_tensor_check_coverage(t, why, sizeof(why)) != 0)
+			fuzz_die("a tensor not covered", t->name);
+		if (sf_tensor_shard_bytes(t) != t->nbytes)
+			fuzz_die("a tensor's shards overlap", t->name);
+		for (size_t j = 0; j < t->nreplicas; j++) {
+			const struct sf_replica *r = &t->replicas[j];
+
+			check_shard(fds, nparts, t, &r->copy);
+			for (unsigned d = 0; d < t->ndim; d++)
+				if (r->copy.flat || r->kept.flat || r->copy.off[d] != r->kept.off[d] ||
+				    r->copy.len[d] != r->kept.len[d])
+					fuzz_die("a replica of another box", t->name);
+		}
+	}
+	sf_format_result_clear(&res);
+out_close_parts:
+	for (int i = 0; i < nparts; i++)
+		close(fds[i]);
+	return 0;
+}
