@@ -20,7 +20,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <dirent.h>
+
+#include "sf_array.h"
 #include "sf_checksum.h"
+#include "sf_source.h"
+#include "sf_model.h"
 #include "sf_error.h"
 #include "sf_index.h"
 #include "sf_io.h"
@@ -175,4 +180,329 @@ int sf_save_seal(int storefd, const char *store, const char *name,
 out_close:
 	sf_ckpt_close(ck);
 	return rc;
+}
+
+/* --- a save through several daemons' mounts (MPI) --- */
+
+#define SF_SAVE_MAX_PARTS 4096 /* parts of one checkpoint (one per rank) */
+
+_Static_assert(sizeof(SF_SAVE_PART_PREFIX) == sizeof(SF_INDEX_PART_PREFIX),
+	       "a save's part is the index's (sf_index.h)");
+
+struct part_names {
+	char **v;
+	uint64_t *size;
+	size_t n, cap, caps;
+	const char *prefix;
+};
+
+static int part_add(void *arg, const char *file, uint64_t size)
+{
+	struct part_names *p = arg;
+	size_t l = strlen(p->prefix);
+
+	if (strncmp(file, p->prefix, l) != 0 || !file[l] || strchr(file, '/'))
+		return 0;
+	for (size_t i = 0; i < p->n; i++)
+		if (strcmp(p->v[i], file) == 0)
+			return 0;
+	if (sf_array_grow(&p->v, p->n, &p->cap, sizeof(*p->v), 8, SF_SAVE_MAX_PARTS) ||
+	    sf_array_grow(&p->size, p->n, &p->caps, sizeof(*p->size), 8, SF_SAVE_MAX_PARTS))
+		return -ENOMEM;
+	if (!(p->v[p->n] = strdup(file)))
+		return -ENOMEM;
+	p->size[p->n++] = size;
+	return 0;
+}
+
+static void parts_free(struct part_names *p)
+{
+	for (size_t i = 0; i < p->n; i++)
+		free(p->v[i]);
+	free(p->v);
+	free(p->size);
+}
+
+/* The names of the parts (prefix) this store and the peers hold of ref. */
+static int parts_list(struct sf_source *src, const struct sf_ckpt_ref *ref,
+		      const char *prefix, struct part_names *p)
+{
+	struct dirent *de;
+	DIR *d = NULL;
+	int fd, rc = 0;
+
+	memset(p, 0, sizeof(*p));
+	p->prefix = prefix;
+	if (ref->dirfd >= 0 && (fd = openat(ref->dirfd, ".", O_RDONLY | O_DIRECTORY |
+					    O_CLOEXEC)) >= 0 && !(d = fdopendir(fd)))
+		close(fd);
+	while (d && !rc && (de = readdir(d))) {
+		struct stat sb;
+
+		if (strncmp(de->d_name, prefix, strlen(prefix)) == 0 &&
+		    fstatat(ref->dirfd, de->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    S_ISREG(sb.st_mode))
+			rc = part_add(p, de->d_name, (uint64_t)sb.st_size);
+	}
+	if (d)
+		closedir(d);
+	if (!rc && src && src->ops->peer_files)
+		rc = src->ops->peer_files(src->ctx, ref, part_add, p);
+	return rc < 0 ? rc : 0;
+}
+
+static bool held_here(void *arg, const char *file)
+{
+	struct stat sb;
+
+	return fstatat(*(int *)arg, file, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
+	       S_ISREG(sb.st_mode);
+}
+
+/* Read and parse part `file` (size bytes) of ref: here, or through src. */
+static int part_read(struct sf_source *src, const struct sf_ckpt_ref *ref,
+		     const char *file, uint64_t size, struct sf_index **out,
+		     char *why, size_t whylen)
+{
+	char *buf;
+	int rc;
+
+	if (size == 0 || size > SF_INDEX_MAX_BYTES) {
+		snprintf(why, whylen, "%s: %" PRIu64 " bytes", file, size);
+		return -SF_EMANIFEST;
+	}
+	buf = malloc((size_t)size);
+	if (!buf)
+		return -ENOMEM;
+	if (ref->dirfd >= 0 && held_here((void *)&ref->dirfd, file)) {
+		int fd = sf_open_beneath(ref->dirfd, file, O_RDONLY | O_NONBLOCK);
+
+		rc = fd < 0 ? fd : sf_pread_full(fd, buf, (size_t)size, 0);
+		if (fd >= 0)
+			close(fd);
+		rc = rc < 0 ? rc : 0;
+	} else if (src) {
+		/* the rank that wrote it: the number after the prefix */
+		rc = src->ops->read(src->ctx, ref,
+				    (uint32_t)strtoul(strrchr(file, '-') + 1, NULL, 10),
+				    file, 0, buf, (size_t)size);
+	} else {
+		rc = -ENOENT;
+	}
+	if (!rc)
+		rc = sf_index_parse(buf, (size_t)size, out, why, whylen);
+	else
+		snprintf(why, whylen, "%s: %s", file, sf_strerror(rc));
+	free(buf);
+	return rc;
+}
+
+/* This rank's files part: the write-time hashes of files[0..n). */
+static int write_files_part(int dirfd, const char *adapter, uint32_t rank,
+			    const struct sf_save_file *files, size_t n,
+			    char *why, size_t whylen)
+{
+	struct sf_index ix = { .block_size = SF_DEFAULT_BLOCK_SIZE };
+	char name[64];
+	int rc = -ENOMEM;
+
+	snprintf(ix.adapter, sizeof(ix.adapter), "%s", adapter);
+	snprintf(ix.format, sizeof(ix.format), "write-time hashes");
+	ix.files = calloc(n + 1, sizeof(*ix.files));
+	ix.shards = calloc(n + 1, sizeof(*ix.shards));
+	if (!ix.files || !ix.shards)
+		goto out_free;
+	for (size_t i = 0; i < n; i++) {
+		struct stat sb;
+
+		if (fstatat(dirfd, files[i].path, &sb, AT_SYMLINK_NOFOLLOW) != 0)
+			continue;
+		ix.files[ix.nfiles] = (struct sf_index_file){ (char *)files[i].path,
+			files[i].size, (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec };
+		ix.shards[ix.nshards++] = (struct sf_index_shard){ SF_ENTRY_FILE,
+			(char *)files[i].path, (char *)files[i].path, 0, files[i].size,
+			(uint64_t *)files[i].xxh3, files[i].nblocks };
+		ix.nfiles++;
+	}
+	snprintf(name, sizeof(name), SF_SAVE_FILES_PREFIX "%u", (unsigned)rank);
+	rc = sf_index_write_as(dirfd, name, &ix, why, whylen);
+out_free:
+	free(ix.files); /* the strings and sums are the caller's */
+	free(ix.shards);
+	return rc;
+}
+
+static int name_cmp(const void *key, const void *elem)
+{
+	return strcmp(key, ((const struct sf_index_file *)elem)->name);
+}
+
+/* A file of model m that no file of ix names, or NULL. */
+static const char *uncovered(const struct sf_model *m, const struct sf_index *ix)
+{
+	const struct sf_tensor *sets[3] = { m->tensors, m->files, m->objects };
+	const size_t ns[3] = { m->ntensors, m->nfiles, m->nobjects };
+
+	for (int k = 0; k < 3; k++)
+		for (size_t i = 0; i < ns[k]; i++)
+			for (size_t j = 0; j < sets[k][i].nshards; j++) {
+				const struct sf_shard *s = &sets[k][i].shards[j];
+
+				if (s->codec == SF_CODEC_NONE && s->file &&
+				    !bsearch(s->file, ix->files, ix->nfiles,
+					     sizeof(*ix->files), name_cmp))
+					return s->file;
+			}
+	return NULL;
+}
+
+void sf_save_unpart(int dirfd, uint32_t rank)
+{
+	char name[64];
+
+	if (dirfd < 0)
+		return;
+	snprintf(name, sizeof(name), SF_SAVE_PART_PREFIX "%u", (unsigned)rank);
+	(void)unlinkat(dirfd, name, 0);
+	snprintf(name, sizeof(name), SF_SAVE_FILES_PREFIX "%u", (unsigned)rank);
+	(void)unlinkat(dirfd, name, 0);
+	(void)unlinkat(dirfd, SF_INDEX_NAME, 0);
+}
+
+int sf_save_seal_union(int storefd, const char *store, const char *name,
+		       struct sf_source *src, uint32_t rank,
+		       const struct sf_save_file *files, size_t n,
+		       struct sf_ckpt **out, char *why, size_t whylen)
+{
+	struct sf_index *mine = NULL, *merged = NULL, **parts = NULL;
+	struct part_names pn = { 0 };
+	struct sf_ckpt *ck = NULL;
+	const char *missing;
+	char pname[64], fname[64];
+	size_t nparts = 0;
+	int rc;
+
+	why[0] = '\0';
+	{
+		int dfd = sf_open_beneath(storefd, name, O_RDONLY | O_DIRECTORY);
+
+		if (dfd >= 0) {
+			(void)unlinkat(dfd, SF_INDEX_NAME, 0);
+			close(dfd);
+		}
+	}
+	rc = sf_ckpt_open_at(storefd, store, name, src, &ck, why, whylen);
+	if (rc)
+		return rc;
+	if (ck->fmt->writable || ck->dirfd < 0) {
+		snprintf(why, whylen, "%s", ck->dirfd < 0 ? "no file of it here" :
+			 "a shardfs/1 checkpoint is not saved as plain files");
+		rc = -EINVAL;
+		goto out_close;
+	}
+	/* this daemon's parts: its shards' index, its files' hashes (once
+	 * per state of its files: any change here removes them) */
+	snprintf(pname, sizeof(pname), SF_SAVE_PART_PREFIX "%u", (unsigned)rank);
+	snprintf(fname, sizeof(fname), SF_SAVE_FILES_PREFIX "%u", (unsigned)rank);
+	if (held_here(&ck->dirfd, pname) && held_here(&ck->dirfd, fname))
+		goto gather;
+	for (size_t i = 0; i < n; i++) {
+		rc = check_file(ck->dirfd, SF_DEFAULT_BLOCK_SIZE, &files[i], why, whylen);
+		if (rc)
+			goto out_close;
+	}
+	rc = sf_index_build_some(ck->dirfd, ck->m, ck->fmt->name,
+				 ck->m->block_size ? ck->m->block_size : SF_DEFAULT_BLOCK_SIZE,
+				 held_here, &ck->dirfd, NULL, NULL, &mine, why, whylen);
+	if (!rc)
+		rc = sf_index_write_as(ck->dirfd, pname, mine, why, whylen);
+	if (!rc)
+		rc = write_files_part(ck->dirfd, ck->fmt->name, rank, files, n, why, whylen);
+	if (rc)
+		goto out_close;
+gather:
+	/* every daemon's part */
+	rc = parts_list(src, &ck->ref, SF_SAVE_PART_PREFIX, &pn);
+	if (!rc && !(parts = calloc(pn.n + 1, sizeof(*parts))))
+		rc = -ENOMEM;
+	for (size_t i = 0; !rc && i < pn.n; i++) {
+		rc = part_read(src, &ck->ref, pn.v[i], pn.size[i], &parts[nparts], why, whylen);
+		if (!rc)
+			nparts++;
+		else if (rc != -ENOMEM)
+			rc = 0; /* being rewritten, or gone: waited for below */
+	}
+	if (!rc)
+		rc = sf_index_merge((const struct sf_index *const *)parts, nparts, &merged,
+				    why, whylen);
+	if (rc)
+		goto out_close;
+	missing = uncovered(ck->m, merged);
+	if (missing) {
+		snprintf(why, whylen, "no daemon's index part names %s yet", missing);
+		rc = -ENOENT;
+		goto out_close;
+	}
+	rc = sf_index_write(ck->dirfd, merged, why, whylen);
+	if (rc)
+		goto out_close;
+	sf_ckpt_close(ck);
+	ck = NULL;
+	rc = sf_ckpt_open_at(storefd, store, name, src, &ck, why, whylen);
+	if (rc)
+		goto out_close;
+	if (!sf_model_verified(ck->m)) {
+		snprintf(why, whylen, "its index was not applied");
+		rc = -SF_EMANIFEST;
+		goto out_close;
+	}
+	*out = ck;
+	ck = NULL;
+out_close:
+	sf_ckpt_close(ck);
+	for (size_t i = 0; i < nparts; i++)
+		sf_index_free(parts[i]);
+	free(parts);
+	parts_free(&pn);
+	sf_index_free(mine);
+	sf_index_free(merged);
+	return rc;
+}
+
+int sf_save_file_hashes(struct sf_source *src, const struct sf_ckpt_ref *ref,
+			const char *file, uint64_t *size, uint64_t **sums,
+			size_t *nsums)
+{
+	struct part_names pn;
+	char why[256];
+	int rc, found = -ENOENT;
+
+	*sums = NULL;
+	*nsums = 0;
+	rc = parts_list(src, ref, SF_SAVE_FILES_PREFIX, &pn);
+	for (size_t i = 0; !rc && i < pn.n && found; i++) {
+		struct sf_index *ix = NULL;
+
+		if (part_read(src, ref, pn.v[i], pn.size[i], &ix, why, sizeof(why)) != 0)
+			continue;
+		for (size_t j = 0; j < ix->nshards && found; j++) {
+			const struct sf_index_shard *sh = &ix->shards[j];
+
+			if (strcmp(sh->file, file) != 0 || ix->block_size != SF_DEFAULT_BLOCK_SIZE)
+				continue;
+			*sums = sh->nblocks ? malloc(sh->nblocks * sizeof(**sums)) : NULL;
+			if (sh->nblocks && !*sums) {
+				found = -ENOMEM;
+				break;
+			}
+			if (sh->nblocks)
+				memcpy(*sums, sh->xxh3, sh->nblocks * sizeof(**sums));
+			*nsums = sh->nblocks;
+			*size = sh->nbytes;
+			found = 0;
+		}
+		sf_index_free(ix);
+	}
+	parts_free(&pn);
+	return rc ? rc : found;
 }

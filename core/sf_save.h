@@ -48,6 +48,45 @@ int sf_save_seal(int storefd, const char *store, const char *name,
 		 uint64_t block_size, const struct sf_save_file *files,
 		 size_t n, struct sf_ckpt **out, char *why, size_t whylen);
 
+/*
+ * Under MPI, a save through several daemons' mounts (each rank's files in
+ * its own node's store). Each daemon seals its part: the checkpoint opens
+ * over the union through src (the format's rule over every store's
+ * files), its own files (files[0..n), this daemon's write-time hashes)
+ * match the store, and it writes, beside them, the part of the index of
+ * the shards that lie in them (SF_SAVE_PART_PREFIX + rank) and those
+ * files' write-time hashes (SF_SAVE_FILES_PREFIX + rank, an sf_index
+ * whose shards are whole files of kind "file"). Both names are hidden
+ * from probes and the mount (the index's temporary prefix) and fetched by
+ * peers like any file of the checkpoint. Once the parts of every daemon
+ * holding a file of it cover every shard of its model, they are merged
+ * into this store's shardfs.index.json and the checkpoint is opened
+ * again, verified, into *out. -ENOENT (not complete yet: a part is
+ * missing, the format's rule does not hold) or another error, with a
+ * reason in why. The engine then checks every byte read from a peer
+ * against the hashes its holder took.
+ */
+#define SF_SAVE_PART_PREFIX ".shardfs.index.json.part-"
+#define SF_SAVE_FILES_PREFIX ".shardfs.index.json.files-"
+struct sf_source;
+int sf_save_seal_union(int storefd, const char *store, const char *name,
+		       struct sf_source *src, uint32_t rank,
+		       const struct sf_save_file *files, size_t n,
+		       struct sf_ckpt **out, char *why, size_t whylen);
+
+/* Drop this rank's parts from the checkpoint directory dirfd (its files
+ * change again: a re-save). */
+void sf_save_unpart(int dirfd, uint32_t rank);
+
+/* The write-time hashes of file `file` of checkpoint ref (block size
+ * SF_DEFAULT_BLOCK_SIZE), from the files part of the rank that holds it,
+ * read through src: *size, *sums (malloc'd, caller frees), *nsums.
+ * -ENOENT when no part names it. */
+struct sf_ckpt_ref;
+int sf_save_file_hashes(struct sf_source *src, const struct sf_ckpt_ref *ref,
+			const char *file, uint64_t *size, uint64_t **sums,
+			size_t *nsums);
+
 /* Does the checkpoint directory open as dirfd carry SF_SAVE_MARKER (saved
  * through a mount)? Its saver's uid and gid then (the marker file's
  * owner, as the daemon gave it). */

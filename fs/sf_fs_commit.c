@@ -269,8 +269,9 @@ static int do_delete(struct sf_fs *fs, struct sf_fs_ckpt *c,
 		sf_warn_limited("delete: the store is this one checkpoint; delete it outside the mount");
 		return -EPERM;
 	}
-	if (c->sv) /* saved through the mount (SPEC 8) */
-		return sf_fs_sv_remove(fs, c);
+	if (c->sv) /* saved through the mount (SPEC 8): on every node */
+		return origin == RM_USER ? sf_fs_sv_remove_all(fs, c) :
+					   sf_fs_sv_remove(fs, c);
 	if (c->ck && !c->ck->fmt->writable) {
 		/* c->ck is immutable: a foreign checkpoint stays foreign */
 		sf_warn_limited("checkpoint %s: not deleted: a %s checkpoint, which shardfs only reads",

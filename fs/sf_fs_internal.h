@@ -119,6 +119,9 @@ struct sf_fsave {
 	int64_t tried_ns;             /* lock: changed_ns when last found
 	                               * incomplete (not tried again until a
 	                               * change) */
+	uint64_t tried_peers;         /* lock: under MPI, the peers' stamp of it
+				       * then (union_state): tried again when
+				       * that changes */
 };
 
 struct sf_fs_ckpt {
@@ -293,6 +296,7 @@ struct sf_fs_cident {
 	char *dir;                      /* owned */
 	bool local;
 	bool writable;                  /* its format is shardfs/1's */
+	bool saved;                     /* saved through a mount (SPEC 8) */
 	uint64_t dev, ino;
 };
 /* The committed checkpoints: *out (malloc'd, free each name and dir and
@@ -506,8 +510,22 @@ void sf_fs_sv_close(struct sf_fs_handle *h);
 void sf_fs_sv_show_raw(struct sf_fs *fs, struct sf_fsave *sv, const char *name);
 /* Open RAW node n's file beneath its checkpoint's directory, its bytes
  * checked against the write-time hashes: the descriptor, or -EIO (logged)
- * when they differ, or another negative errno. */
-int sf_fs_sv_open_raw(struct sf_node *n);
+ * when they differ, or another negative errno. Under MPI, a file only a
+ * peer holds is fetched whole and checked against its holder's hashes. */
+int sf_fs_sv_open_raw(struct sf_fs *fs, struct sf_node *n);
+/* File n of a save that was sealed since the kernel looked it up (its
+ * checkpoint replaced): the complete checkpoint's root file of that name
+ * (one reference), so a read is checked as any of its reads is. -ENOENT
+ * when there is none (n still saving, or below the root). */
+int sf_fs_sv_sealed_raw(struct sf_fs *fs, struct sf_node *n, struct sf_node **out);
+/* Under MPI, a lookup through the kernel's entry of a complete save that
+ * went back to saving here (`rm -rf` unlinked a file of this store), in
+ * its successor's root d, that found nothing: a file a peer holds there
+ * (not this store) as a root file node (one reference), so `rm -rf`
+ * reaches it (unlinking it answers 0: it goes with the checkpoint, on
+ * every node, at the rmdir). -ENOENT otherwise. */
+int sf_fs_sv_peer_node(struct sf_fs *fs, struct sf_node *d, const char *name,
+		       struct sf_node **out);
 /* The root's node of name when it is being saved (one reference taken),
  * else NULL: where a request to a replaced node of it goes. */
 struct sf_node *sf_fs_sv_successor(struct sf_fs *fs, const char *name);
@@ -590,6 +608,15 @@ int sf_fs_resume(struct sf_fs *fs, const char *name, const char *dir);
  * request that concerns a writing checkpoint (or creates one). Each
  * replies exactly once. */
 void sf_fs_w_mkdir(fuse_req_t req, struct sf_node *parent, const char *name);
+/* Under MPI, a lookup of name at the root that found nothing: when a peer
+ * is saving a checkpoint of that name through its mount (a framework's
+ * save there; asked again after a union sync, and while a peer holds a
+ * directory of that name a mount just made, for at most 1.2 s), this
+ * daemon joins it as mkdir would (a framework's ranks on other nodes open
+ * their files in a directory only its coordinator made: torch's
+ * FileSystemWriter). A shardfs/1 checkpoint being written is never
+ * joined. 0 and *out (one reference) or -ENOENT. */
+int sf_fs_w_join(fuse_req_t req, const char *name, struct sf_node **out);
 void sf_fs_w_create(fuse_req_t req, struct sf_node *parent, const char *name,
 		    struct fuse_file_info *fi);
 /* An open file handle on n (takes a node reference); free closes a
@@ -654,6 +681,9 @@ int sf_fs_sv_fsync(struct sf_fs_handle *h, int datasync);
  * mount; rmdir of it: only once its directory holds nothing of the
  * framework's (-ENOTEMPTY). */
 int sf_fs_sv_remove(struct sf_fs *fs, struct sf_fs_ckpt *c);
+/* sf_fs_sv_remove, then (MPI) the peers are told to remove their files
+ * of it (the cluster's removed(); sf_fs_remove on each). A user's rm. */
+int sf_fs_sv_remove_all(struct sf_fs *fs, struct sf_fs_ckpt *c);
 int sf_fs_sv_rmdir_ckpt(struct sf_fs *fs, struct sf_fs_ckpt *c);
 /* Seal the saving checkpoints that are complete (the live store's thread,
  * every round). */

@@ -418,7 +418,9 @@ static bool union_gone(struct sf_fs_live *l, const char *name)
  * they left every store. Of a read-only format, or from peers' files
  * only: changed when what the peers hold of it changed since it was
  * opened (a committed shardfs/1 checkpoint is every store's own copy,
- * kept as it is). */
+ * kept as it is; so is a save through the mounts sealed here: a change
+ * by its saver through any mount reopens it there, a removal reaches
+ * every daemon). */
 static const char *union_changed(struct sf_fs_live *l,
 				 const struct sf_fs_cident *c, bool *gone)
 {
@@ -431,8 +433,9 @@ static const char *union_changed(struct sf_fs_live *l,
 		*gone = true;
 		return "gone";
 	}
-	if (c->local && c->writable)
-		return NULL;
+	if (c->local && (c->writable || c->saved))
+		return NULL; /* its own copy; a save: sealed from every
+			      * daemon's hashes, its index its parts' */
 	s = shown_find(l, c->name);
 	if (stamp == (s ? s->stamp : 0))
 		return NULL;

@@ -77,7 +77,12 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 
 		if (sf_fs_sv_redirect(fs, sf_fs_node(fs, parent), &d) == 0) {
 			rc = sf_fs_lookup(fs, d, name, &n);
+			if (rc == -ENOENT)
+				rc = sf_fs_sv_peer_node(fs, d, name, &n);
 			sf_fs_unref(fs, d, 1);
+		} else if (parent == FUSE_ROOT_ID) {
+			/* a save a peer's framework rank started (SPEC 8) */
+			rc = sf_fs_w_join(req, name, &n);
 		}
 	}
 	if (rc) {
@@ -302,6 +307,28 @@ static void op_releasedir(fuse_req_t req, fuse_ino_t ino,
 
 /* --- files --- */
 
+/* Open root file n of a complete saved checkpoint, checked against its
+ * write-time hashes (sf_fs_sv_open_raw). */
+static void open_raw(fuse_req_t req, struct sf_fs *fs, struct sf_node *n,
+		     struct fuse_file_info *fi)
+{
+	struct sf_fs_handle *h;
+	int fd = sf_fs_sv_open_raw(fs, n);
+	int rc = fd < 0 ? fd : sf_fs_handle_new(fs, n, false, &h);
+
+	if (rc) {
+		if (fd >= 0)
+			close(fd);
+		sf_fs_reply_err(req, rc);
+		return;
+	}
+	h->fd = fd;
+	fi->fh = (uint64_t)(uintptr_t)h;
+	fi->keep_cache = 1;
+	if (fuse_reply_open(req, fi) != 0)
+		sf_fs_handle_free(fs, h);
+}
+
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct sf_fs *fs = fs_of(req);
@@ -314,6 +341,17 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (sf_node_is_dir(n)) {
 		sf_fs_reply_err(req, -EISDIR);
 		return;
+	}
+	if (!fs->single && sf_node_is_sv(n) && !writable && !(fi->flags & O_TRUNC)) {
+		/* the kernel's entry of a save sealed since: its file as the
+		 * complete checkpoint serves it (checked) */
+		struct sf_node *r;
+
+		if (sf_fs_sv_sealed_raw(fs, n, &r) == 0) {
+			open_raw(req, fs, r, fi);
+			sf_fs_unref(fs, r, 1);
+			return;
+		}
 	}
 	if (!fs->single && n->ck && n->ck->sv) {
 		/* saved through the mount: its files as the store holds them
@@ -345,20 +383,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		}
 	}
 	if (n->kind == SF_NODE_RAW) { /* read-only here: writes went above */
-		int fd = sf_fs_sv_open_raw(n);
-
-		rc = fd < 0 ? fd : sf_fs_handle_new(fs, n, false, &h);
-		if (rc) {
-			if (fd >= 0)
-				close(fd);
-			sf_fs_reply_err(req, rc);
-			return;
-		}
-		h->fd = fd;
-		fi->fh = (uint64_t)(uintptr_t)h;
-		fi->keep_cache = 1;
-		if (fuse_reply_open(req, fi) != 0)
-			sf_fs_handle_free(fs, h);
+		open_raw(req, fs, n, fi);
 		return;
 	}
 	if (fs->no_open && !writable && !(fi->flags & O_TRUNC)) {

@@ -49,10 +49,12 @@
 #include "sf_io.h"
 #include "sf_log.h"
 #include "sf_save.h"
+#include "sf_source.h"
 #include "sf_fs_internal.h"
 
 #define SF_FS_SV_QUIET_MS 1000    /* no change this long before a seal */
 #define SF_FS_SV_MAX_SEAL 64      /* saving checkpoints looked at per round */
+#define SF_FS_SV_SYNC_MS 1200     /* longest wait for the peers' scans (MPI) */
 
 /* May the user behind req change saved checkpoint sv? */
 static int may_change_sv(fuse_req_t req, struct sf_fs *fs, struct sf_fsave *sv,
@@ -69,6 +71,48 @@ static int may_change_sv(fuse_req_t req, struct sf_fs *fs, struct sf_fsave *sv,
 		return -EACCES;
 	}
 	return 0;
+}
+
+/* The cluster's source when the daemons keep a live union (MPI), else
+ * NULL: a save is then sealed over every store's files. */
+static struct sf_source *union_src(const struct sf_fs *fs)
+{
+	const struct sf_fs_cluster *cl = fs->cfg->cluster;
+
+	return cl && cl->source && cl->source->ops->peer_files && cl->union_state &&
+	       cl->union_sync && cl->union_synced ? cl->source : NULL;
+}
+
+/* Under MPI: checkpoint c changes here again, so this daemon's parts of
+ * its index leave the store (a peer never seals it from stale ones). */
+static void sv_unpart(struct sf_fs *fs, const struct sf_fs_ckpt *c)
+{
+	int dfd;
+
+	if (!union_src(fs))
+		return;
+	dfd = sf_c_open(c->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0);
+	if (dfd >= 0) {
+		sf_save_unpart(dfd, fs->rank);
+		close(dfd);
+	}
+}
+
+/* Under MPI: is root file name of checkpoint c held by a peer and not by
+ * this store (nothing of it here to remove: its node removes it)? */
+static bool remote_file(struct sf_fs *fs, const struct sf_fs_ckpt *c,
+			const struct sf_node *dir, const char *name)
+{
+	struct sf_source *src = union_src(fs);
+	struct sf_ckpt_ref ref = { .dir = c->dir, .name = c->name, .dirfd = -1 };
+	char path[PATH_MAX];
+	uint64_t size;
+
+	if (!src || dir->kind != SF_NODE_CKPT || !sf_fs_sv_name_ok(name) ||
+	    (size_t)snprintf(path, sizeof(path), "%s/%s", c->dir, name) >= sizeof(path) ||
+	    sf_c_exists(path) != 0)
+		return false;
+	return src->ops->peer_size(src->ctx, &ref, name, &size) == 0;
 }
 
 /* Node of the saving checkpoint root `sroot` at the relative path of old
@@ -180,6 +224,8 @@ int sf_fs_sv_target(fuse_req_t req, struct sf_node *dir, const char *name,
 		rc = may_change_sv(req, fs, c->sv, "change", name);
 		if (rc)
 			return rc;
+		if ((op == SF_SV_UNLINK || op == SF_SV_RMDIR) && remote_file(fs, c, dir, name))
+			return 2; /* a peer's file: gone with the checkpoint (rmdir) */
 		/* the kernel keeps the old entries below it (rm -rf unlinks
 		 * the views it listed: answered 0); its own entry lasts
 		 * SF_FS_CKPT_TIMEOUT, then path walks find the save */
@@ -210,14 +256,56 @@ int sf_fs_sv_target(fuse_req_t req, struct sf_node *dir, const char *name,
 			*out = NULL;
 			return 2; /* a view: nothing of the store to remove */
 		}
+	} else if (!rc && (op == SF_SV_UNLINK || op == SF_SV_RMDIR) &&
+		   remote_file(fs, c, dir, name)) {
+		sf_fs_unref(fs, *out, 1);
+		*out = NULL;
+		return 2; /* a peer's file: gone with the checkpoint (rmdir) */
 	}
 	if (rc == -ENOENT && (op == SF_SV_UNLINK || op == SF_SV_RMDIR) &&
-	    is_view(dir, name))
+	    (is_view(dir, name) || remote_file(fs, c, dir, name)))
 		return 2; /* a view of the complete checkpoint: nothing to remove */
 	return rc ? rc : 1;
 }
 
 /* --- files --- */
+
+int sf_fs_sv_peer_node(struct sf_fs *fs, struct sf_node *d, const char *name,
+		       struct sf_node **out)
+{
+	int rc = -ENOENT;
+
+	if (!d->ck || !d->ck->sv || !remote_file(fs, d->ck, d, name))
+		return -ENOENT;
+	pthread_mutex_lock(&fs->tree_lock);
+	if (d->linked && sf_fs_child_find(d, name, strlen(name)) < 0 &&
+	    (rc = sf_fs_child_make(fs, d, SF_NODE_RAW, name, strlen(name), true, out)) == 0)
+		(*out)->ref++;
+	pthread_mutex_unlock(&fs->tree_lock);
+	return rc;
+}
+
+int sf_fs_sv_sealed_raw(struct sf_fs *fs, struct sf_node *n, struct sf_node **out)
+{
+	struct sf_node *root, *r = NULL;
+	ptrdiff_t i, j;
+
+	*out = NULL;
+	if (n->kind != SF_NODE_FILE || !n->parent || n->parent->kind != SF_NODE_CKPT)
+		return -ENOENT;
+	pthread_mutex_lock(&fs->tree_lock);
+	if (n->ck->state != SF_CK_SAVING &&
+	    (i = sf_fs_child_find(fs->root, n->ck->name, strlen(n->ck->name))) >= 0 &&
+	    (root = fs->root->children[i])->ck && root->ck->sv && root->ck->ck &&
+	    (j = sf_fs_child_find(root, n->name, strlen(n->name))) >= 0 &&
+	    root->children[j]->kind == SF_NODE_RAW) {
+		r = root->children[j];
+		r->ref++;
+	}
+	pthread_mutex_unlock(&fs->tree_lock);
+	*out = r;
+	return r ? 0 : -ENOENT;
+}
 
 static int sf_fs_ck_writable_sv(struct sf_fs_ckpt *c)
 {
@@ -254,6 +342,8 @@ static int sv_open_file(struct sf_fs *fs, struct sf_node *n, int flags,
 	}
 	if ((flags & O_CREAT) && sb.st_uid != sv->uid)
 		sf_fs_sv_own(sv, path, fd);
+	if (writable || (flags & O_TRUNC))
+		sv_unpart(fs, n->ck);
 	rc = sf_fs_sv_rec_get(sv, rel, &r);
 	if (rc)
 		goto out_close;
@@ -413,6 +503,7 @@ void sf_fs_sv_setattr(fuse_req_t req, struct sf_node *n, struct stat *attr,
 	int rc = 0, fd;
 
 	if ((to_set & FUSE_SET_ATTR_SIZE) && !sf_node_is_dir(n)) {
+		sv_unpart(fs, n->ck);
 		rc = sf_fs_sv_abs(n, NULL, path, sizeof(path));
 		if (!rc)
 			rc = sf_fs_sv_rel(n, NULL, rel, sizeof(rel));
@@ -476,8 +567,11 @@ void sf_fs_sv_unlink(fuse_req_t req, struct sf_node *dir, const char *name,
 
 	if (!rc)
 		rc = sf_fs_sv_rel(dir, name, rel, sizeof(rel));
+	sv_unpart(fs, dir->ck);
 	if (!rc && (is_rmdir ? sf_c_rmdir(path) : sf_c_unlink(path)) != 0)
 		rc = -errno;
+	if (rc == -ENOENT && !is_rmdir && remote_file(fs, dir->ck, dir, name))
+		rc = 0; /* a peer's file: gone with the checkpoint (rmdir) */
 	if (!rc || rc == -ENOENT) {
 		sf_fs_sv_rec_drop(dir->ck->sv, rel, is_rmdir);
 		sf_fs_sv_unlink_child(fs, dir, name);
@@ -512,6 +606,8 @@ void sf_fs_sv_rename(fuse_req_t req, struct sf_node *dir, const char *name,
 		else if (S_ISDIR(sb.st_mode))
 			rc = -EXDEV; /* directories: mv copies them instead */
 	}
+	if (!rc)
+		sv_unpart(fs, dir->ck);
 	if (!rc && sf_c_rename(from, dest, flags) != 0)
 		rc = -errno;
 	if (!rc) {
@@ -563,10 +659,35 @@ int sf_fs_sv_rmdir_ckpt(struct sf_fs *fs, struct sf_fs_ckpt *c)
 		    sf_fs_sv_name_ok(de->d_name))
 			rc = -ENOTEMPTY;
 	closedir(d);
-	return rc ? rc : sf_fs_sv_remove(fs, c);
+	return rc ? rc : sf_fs_sv_remove_all(fs, c);
+}
+
+int sf_fs_sv_remove_all(struct sf_fs *fs, struct sf_fs_ckpt *c)
+{
+	const struct sf_fs_cluster *cl = fs->cfg->cluster;
+	int rc = sf_fs_sv_remove(fs, c);
+
+	/* under MPI its files on the other nodes go too (sf_fs_remove there) */
+	if (!rc && cl && cl->removed)
+		cl->removed(cl->ctx, c->name);
+	return rc;
 }
 
 /* --- completion --- */
+
+/* Under MPI, before a seal: every peer looks at its store once more, so
+ * that the union is judged as it is now (bounded: a dead peer never
+ * answers). */
+static void union_settle(struct sf_fs *fs)
+{
+	const struct sf_fs_cluster *cl = fs->cfg->cluster;
+	int64_t t0 = sf_fs_mono_ns();
+	uint64_t seq = cl->union_sync(cl->ctx);
+
+	while (!cl->union_synced(cl->ctx, seq) &&
+	       sf_fs_mono_ns() - t0 < (int64_t)SF_FS_SV_SYNC_MS * 1000000)
+		usleep(5000);
+}
 
 /* Seal saving checkpoint c if it is complete. */
 static void try_seal(struct sf_fs *fs, struct sf_fs_ckpt *c)
@@ -576,13 +697,22 @@ static void try_seal(struct sf_fs *fs, struct sf_fs_ckpt *c)
 	struct sf_ckpt *ck = NULL;
 	char why[512];
 	int64_t stamp, now = sf_fs_mono_ns();
+	uint64_t peers = 0;
 	size_t n = 0;
 	int rc;
 
+	if (union_src(fs)) {
+		const struct sf_fs_cluster *cl = fs->cfg->cluster;
+		int held = 0;
+
+		/* complete over the union: a peer's change may complete it */
+		if (cl->union_state(cl->ctx, c->name, &peers, &held) != 0)
+			peers = 0;
+	}
 	pthread_mutex_lock(&sv->lock);
 	stamp = sv->changed_ns;
 	if (sv->nwriters > 0 || now - stamp < (int64_t)SF_FS_SV_QUIET_MS * 1000000 ||
-	    sv->tried_ns == stamp || sv->nstale > 0) {
+	    (sv->tried_ns == stamp && sv->tried_peers == peers) || sv->nstale > 0) {
 		pthread_mutex_unlock(&sv->lock);
 		return;
 	}
@@ -609,9 +739,16 @@ static void try_seal(struct sf_fs *fs, struct sf_fs_ckpt *c)
 	if (!files)
 		return;
 
+	if (union_src(fs))
+		union_settle(fs);
 	pthread_mutex_lock(&fs->commit_lock);
-	rc = sf_save_seal(fs->store_fd, fs->store_abs, c->name, SF_DEFAULT_BLOCK_SIZE,
-			  files, n, &ck, why, sizeof(why));
+	if (union_src(fs))
+		rc = sf_save_seal_union(fs->store_fd, fs->store_abs, c->name,
+					union_src(fs), fs->rank, files, n, &ck, why,
+					sizeof(why));
+	else
+		rc = sf_save_seal(fs->store_fd, fs->store_abs, c->name,
+				  SF_DEFAULT_BLOCK_SIZE, files, n, &ck, why, sizeof(why));
 	if (!rc) {
 		bool same;
 
@@ -627,8 +764,10 @@ static void try_seal(struct sf_fs *fs, struct sf_fs_ckpt *c)
 		}
 	} else {
 		pthread_mutex_lock(&sv->lock);
-		if (sv->changed_ns == stamp)
+		if (sv->changed_ns == stamp) {
 			sv->tried_ns = stamp;
+			sv->tried_peers = peers;
+		}
 		pthread_mutex_unlock(&sv->lock);
 		if (rc == -SF_ECHECKSUM)
 			sf_err("checkpoint %s: not shown as complete: %s", SF_QSTR(c->name), why);

@@ -36,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -47,11 +48,14 @@
 #include "sf_log.h"
 #include "sf_manifest.h"
 #include "sf_open.h"
+#include "sf_io.h"
 #include "sf_save.h"
+#include "sf_source.h"
 #include "sf_fs_internal.h"
 
 #define SF_SV_MAX_FILES 100000u   /* files of one saved checkpoint */
 #define SF_SV_MAX_DEPTH 16        /* directory levels read back at reopen */
+#define SF_SV_MAX_REMOTE_RAW (2ull << 30) /* a peer's root file fetched whole */
 
 int64_t sf_fs_mono_ns(void)
 {
@@ -403,6 +407,119 @@ void sf_fs_sv_close(struct sf_fs_handle *h)
 	h->rec = NULL;
 }
 
+/* The cluster's source that reaches the peers' stores, or NULL. */
+static struct sf_source *src_of(const struct sf_fs *fs)
+{
+	const struct sf_fs_cluster *cl = fs->cfg->cluster;
+
+	return cl && cl->source && cl->source->ops->peer_files &&
+	       cl->source->ops->peer_size ? cl->source : NULL;
+}
+
+struct raw_peer {
+	struct sf_fs *fs;
+	struct sf_node *cd;
+};
+
+/* peer_files' callback: a file at the top a peer holds, as a root file. */
+static int raw_peer_add(void *arg, const char *file, uint64_t size)
+{
+	struct raw_peer *rp = arg;
+	struct sf_node *n;
+
+	if (strchr(file, '/') || !sf_fs_sv_name_ok(file))
+		return 0;
+	pthread_mutex_lock(&rp->fs->tree_lock);
+	if (rp->cd->linked && sf_fs_child_find(rp->cd, file, strlen(file)) < 0 &&
+	    sf_fs_child_make(rp->fs, rp->cd, SF_NODE_RAW, file, strlen(file), true,
+			     &n) == 0)
+		n->size = size;
+	pthread_mutex_unlock(&rp->fs->tree_lock);
+	return 0;
+}
+
+/* Root file n of a saved checkpoint that only peers hold: fetched whole
+ * through the cluster's source into an anonymous file, block by block
+ * checked against the write-time hashes its holder published
+ * (sf_save_file_hashes); a descriptor of it, or -EIO when a byte differs
+ * or no holder published hashes of it (never unverified bytes). */
+static int open_remote_raw(struct sf_fs *fs, struct sf_node *n)
+{
+	struct sf_source *src = src_of(fs);
+	const struct sf_ckpt_ref *ref = &n->ck->ck->ref;
+	struct sf_blockhash *bh = NULL;
+	const uint64_t *sums;
+	uint64_t size = 0, off = 0, hsize = 0, *want = NULL;
+	char *buf = NULL;
+	size_t ns, nwant = 0;
+	int fd = -1, rc;
+
+	if (!src)
+		return -ENOENT;
+	rc = src->ops->peer_size(src->ctx, ref, n->name, &size);
+	if (rc)
+		return rc;
+	if (size > SF_SV_MAX_REMOTE_RAW) {
+		sf_warn_limited("checkpoint %s: file %s: %" PRIu64 " bytes on a peer, more than this daemon fetches whole (%llu)",
+				SF_QSTR(n->ck->name), SF_QSTR(n->name), size,
+				(unsigned long long)SF_SV_MAX_REMOTE_RAW);
+		return -EFBIG;
+	}
+	rc = sf_save_file_hashes(src, ref, n->name, &hsize, &want, &nwant);
+	if (rc || hsize != size) {
+		sf_err("checkpoint %s: file %s: no write-time hashes of its %" PRIu64 " bytes on its node: not served",
+		       SF_QSTR(n->ck->name), SF_QSTR(n->name), size);
+		rc = -EIO;
+		goto out_free;
+	}
+	fd = memfd_create("shardfs-raw", MFD_CLOEXEC);
+	bh = sf_blockhash_create(SF_DEFAULT_BLOCK_SIZE);
+	buf = malloc(SF_DEFAULT_BLOCK_SIZE);
+	if (fd < 0 || !bh || !buf) {
+		rc = fd < 0 ? -errno : -ENOMEM;
+		goto out_free;
+	}
+	while (off < size && !rc) {
+		size_t len = size - off < SF_DEFAULT_BLOCK_SIZE ? (size_t)(size - off) :
+			     SF_DEFAULT_BLOCK_SIZE;
+
+		rc = src->ops->read(src->ctx, ref, UINT32_MAX, n->name, off, buf, len);
+		if (!rc)
+			rc = sf_blockhash_update(bh, buf, len);
+		for (size_t done = 0; !rc && done < len;) {
+			ssize_t w = pwrite(fd, buf + done, len - done, (off_t)(off + done));
+
+			if (w < 0 && errno == EINTR)
+				continue;
+			if (w <= 0)
+				rc = -EIO;
+			else
+				done += (size_t)w;
+		}
+		off += len;
+	}
+	if (!rc)
+		rc = sf_blockhash_final(bh, &sums, &ns);
+	if (!rc && (ns != nwant ||
+		    (ns && memcmp(sums, want, ns * sizeof(*sums)) != 0))) {
+		sf_err("checkpoint %s: file %s: the bytes its node holds are not the ones saved through the mount (checksum mismatch)",
+		       SF_QSTR(n->ck->name), SF_QSTR(n->name));
+		rc = -EIO;
+	}
+	if (rc && rc != -EIO && rc != -ENOMEM)
+		rc = -EIO;
+out_free:
+	sf_blockhash_destroy(bh);
+	free(buf);
+	free(want);
+	if (rc) {
+		if (fd >= 0)
+			close(fd);
+		return rc;
+	}
+	return fd;
+}
+
 void sf_fs_sv_show_raw(struct sf_fs *fs, struct sf_fsave *sv, const char *name)
 {
 	struct sf_node *cd = NULL, *n;
@@ -440,10 +557,18 @@ void sf_fs_sv_show_raw(struct sf_fs *fs, struct sf_fsave *sv, const char *name)
 	}
 	if (d)
 		closedir(d);
+	/* under MPI, the framework's files the peers hold (DCP's .metadata
+	 * on rank 0's node, the other ranks' data files) */
+	if (src_of(fs) && cd->ck->ck) {
+		struct raw_peer rp = { fs, cd };
+
+		(void)src_of(fs)->ops->peer_files(src_of(fs)->ctx, &cd->ck->ck->ref,
+						  raw_peer_add, &rp);
+	}
 	sf_fs_unref(fs, cd, 1);
 }
 
-int sf_fs_sv_open_raw(struct sf_node *n)
+int sf_fs_sv_open_raw(struct sf_fs *fs, struct sf_node *n)
 {
 	struct sf_fsave *sv = n->ck->sv;
 	uint64_t *sums = NULL, size = 0;
@@ -453,8 +578,10 @@ int sf_fs_sv_open_raw(struct sf_node *n)
 	ptrdiff_t i;
 
 	if (n->ck->ck->dirfd < 0)
-		return -EIO;
+		return open_remote_raw(fs, n);
 	fd = sf_open_beneath(n->ck->ck->dirfd, n->name, O_RDONLY | O_NONBLOCK);
+	if (fd == -ENOENT)
+		return open_remote_raw(fs, n); /* a peer's (MPI) */
 	if (fd < 0)
 		return fd;
 	rc = sf_save_hash_fd(fd, SF_DEFAULT_BLOCK_SIZE, &sums, &nsums, &size);
@@ -470,10 +597,22 @@ int sf_fs_sv_open_raw(struct sf_node *n)
 		same = r->size == size && r->nsums == nsums &&
 		       (!nsums || memcmp(r->sums, sums, nsums * sizeof(*sums)) == 0);
 	} else {
-		same = true; /* no write-time hashes here (an earlier life):
-			      * read as stored, as a foreign root file is */
+		i = -1;
 	}
 	pthread_mutex_unlock(&sv->lock);
+	if (i < 0) {
+		/* no record here (an earlier life): the hashes this daemon
+		 * published when it sealed it (MPI), else read as stored, as
+		 * a foreign root file is */
+		uint64_t hsize = 0, *want = NULL;
+		size_t nwant = 0;
+
+		same = sf_save_file_hashes(src_of(fs), &n->ck->ck->ref, n->name, &hsize,
+					   &want, &nwant) != 0 ||
+		       (hsize == size && nwant == nsums &&
+			(!nsums || memcmp(want, sums, nsums * sizeof(*sums)) == 0));
+		free(want);
+	}
 	free(sums);
 	if (!same) {
 		sf_err("checkpoint %s: file %s: its bytes in the store are not the ones saved through the mount (checksum mismatch)",

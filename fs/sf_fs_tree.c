@@ -682,6 +682,7 @@ int sf_fs_committed_idents(struct sf_fs *fs, struct sf_fs_cident **out,
 		v[i].name = strdup(c->name);
 		v[i].dir = strdup(c->dir);
 		v[i].writable = c->ck && c->ck->fmt && c->ck->fmt->writable;
+		v[i].saved = c->sv != NULL;
 		if (c->ck && c->ck->dirfd >= 0) {
 			v[i].local = true;
 			v[i].dev = c->ck->dev;

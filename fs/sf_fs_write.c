@@ -41,12 +41,16 @@
 #include "sf_error.h"
 #include "sf_log.h"
 #include "sf_model.h"
+#include "sf_manifest.h"
 #include "sf_parse.h"
+#include "sf_save.h"
+#include "sf_source.h"
 #include "sf_fs_internal.h"
 
 #define XA_DTYPE "user.shardfs.dtype"
 #define XA_SHAPE "user.shardfs.shape"
 
+#define SF_FS_JOIN_SYNC_MS 1200     /* longest wait for the peers' scans at a join */
 #define SF_FS_MAX_DECL 1024         /* bytes in a dtype or shape value */
 
 /* --- small helpers --- */
@@ -187,6 +191,63 @@ static int new_ckpt(struct sf_fs *fs, const char *name, uid_t uid, gid_t gid,
 out_free_dir:
 	free(dir);
 	return rc;
+}
+
+/* Under MPI, what the peers hold of checkpoint name: 2 a framework's save
+ * through a mount (shardfs's marker of a save, no index of a complete
+ * one), 1 a directory a mount made and nothing declared or committed yet
+ * that may turn into one (the marker of a shardfs/1 write: torch's rank 0
+ * made it, its first file comes a moment later), 0 anything else. */
+static int peer_state(struct sf_fs *fs, const char *name)
+{
+	struct sf_source *src = fs->cfg->cluster->source;
+	struct sf_ckpt_ref ref = { .dir = "", .name = name, .dirfd = -1 };
+	uint64_t size;
+
+	if (src->ops->peer_size(src->ctx, &ref, SF_SHARDFS_MANIFEST, &size) == 0 ||
+	    src->ops->peer_size(src->ctx, &ref, "shardfs.index.json", &size) == 0)
+		return 0;
+	if (src->ops->peer_size(src->ctx, &ref, SF_SAVE_MARKER, &size) == 0)
+		return 2;
+	return src->ops->peer_size(src->ctx, &ref, SF_SHARDFS_MARKER, &size) == 0 ? 1 : 0;
+}
+
+int sf_fs_w_join(fuse_req_t req, const char *name, struct sf_node **out)
+{
+	struct sf_fs *fs = fuse_req_userdata(req);
+	const struct sf_fs_cluster *cl = fs->cfg->cluster;
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	int64_t t0 = sf_fs_mono_ns();
+	bool synced = false;
+	int rc, st;
+
+	if (fs->single || !cl || !cl->source || !cl->source->ops->peer_size ||
+	    !cl->union_sync || !cl->union_synced || name[0] == '.' ||
+	    !sf_fs_component_ok(name))
+		return -ENOENT;
+	/* a peer's mkdir may be newer than what it told us, and its first
+	 * file (which makes it a save) newer still: bounded sync rounds */
+	while ((st = peer_state(fs, name)) != 2) {
+		uint64_t seq;
+
+		if ((st == 0 && synced) ||
+		    sf_fs_mono_ns() - t0 >= (int64_t)SF_FS_JOIN_SYNC_MS * 1000000)
+			return -ENOENT;
+		seq = cl->union_sync(cl->ctx);
+		while (!cl->union_synced(cl->ctx, seq) &&
+		       sf_fs_mono_ns() - t0 < (int64_t)SF_FS_JOIN_SYNC_MS * 1000000)
+			usleep(2000);
+		synced = true;
+		if (st == 1)
+			usleep(20000);
+	}
+	if (sf_fs_may_change(req, fs, "mkdir", name) != 0)
+		return -ENOENT;
+	rc = new_ckpt(fs, name, ctx->uid, ctx->gid, out);
+	if (rc == 0)
+		sf_info("checkpoint %s: a peer's save: joined here (its files saved through this mount go to this store)",
+			SF_QSTR(name));
+	return rc == -EEXIST ? -ENOENT : rc;
 }
 
 void sf_fs_w_mkdir(fuse_req_t req, struct sf_node *parent, const char *name)

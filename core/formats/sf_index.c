@@ -603,7 +603,8 @@ out_close:
 }
 
 /* Every shard of the model, sorted by file and offset; the bytes to read. */
-static int collect_jobs(const struct sf_model *m, struct job **out, size_t *n,
+static int collect_jobs(const struct sf_model *m, sf_index_keep_fn keep,
+			void *karg, struct job **out, size_t *n,
 			uint64_t *total, struct sf_where *w)
 {
 	const struct sf_tensor *lists[] = { m->tensors, m->files, m->objects };
@@ -627,7 +628,8 @@ static int collect_jobs(const struct sf_model *m, struct job **out, size_t *n,
 	for (int l = 0; l < 3; l++)
 		for (size_t i = 0; i < counts[l]; i++)
 			for (size_t k = 0; k < lists[l][i].nshards; k++)
-				if (lists[l][i].shards[k].codec == SF_CODEC_NONE)
+				if (lists[l][i].shards[k].codec == SF_CODEC_NONE &&
+				    (!keep || keep(karg, lists[l][i].shards[k].file)))
 					jobs[(*n)++] = (struct job){ (enum sf_entry_kind)l,
 								     &lists[l][i],
 								     &lists[l][i].shards[k] };
@@ -663,6 +665,15 @@ int sf_index_build(int dirfd, const struct sf_model *m, const char *adapter,
 		   uint64_t block_size, sf_index_progress_fn progress,
 		   void *arg, struct sf_index **out, char *err, size_t errlen)
 {
+	return sf_index_build_some(dirfd, m, adapter, block_size, NULL, NULL,
+				   progress, arg, out, err, errlen);
+}
+
+int sf_index_build_some(int dirfd, const struct sf_model *m, const char *adapter,
+			uint64_t block_size, sf_index_keep_fn keep, void *karg,
+			sf_index_progress_fn progress, void *arg,
+			struct sf_index **out, char *err, size_t errlen)
+{
 	struct builder b = { .dirfd = dirfd, .bs = block_size,
 			     .progress = progress, .arg = arg };
 	struct job *jobs = NULL;
@@ -676,7 +687,7 @@ int sf_index_build(int dirfd, const struct sf_model *m, const char *adapter,
 	if (block_size < SF_MIN_BLOCK_SIZE || block_size > SF_MAX_BLOCK_SIZE)
 		return sf_fail(&b.w, -EINVAL, "block size %" PRIu64 " is not in %u..%u",
 			       block_size, SF_MIN_BLOCK_SIZE, SF_MAX_BLOCK_SIZE);
-	rc = collect_jobs(m, &jobs, &njobs, &b.total, &b.w);
+	rc = collect_jobs(m, keep, karg, &jobs, &njobs, &b.total, &b.w);
 	if (rc)
 		return rc;
 	for (size_t i = 0; i < njobs; i++)
@@ -752,6 +763,12 @@ static int make_temp(int dirfd, char tmp[64], int *fd)
 
 int sf_index_write(int dirfd, const struct sf_index *ix, char *err, size_t errlen)
 {
+	return sf_index_write_as(dirfd, SF_INDEX_NAME, ix, err, errlen);
+}
+
+int sf_index_write_as(int dirfd, const char *name, const struct sf_index *ix,
+		      char *err, size_t errlen)
+{
 	struct sf_where w;
 	char tmp[64] = "", proc[64];
 	char *text = NULL;
@@ -803,9 +820,9 @@ int sf_index_write(int dirfd, const struct sf_index *ix, char *err, size_t errle
 			goto out_close;
 		}
 	}
-	if (renameat(dirfd, tmp, dirfd, SF_INDEX_NAME) != 0) {
+	if (renameat(dirfd, tmp, dirfd, name) != 0) {
 		rc = -errno;
-		sf_fail(&w, rc, "cannot rename it to " SF_INDEX_NAME ": %s", sf_strerror(rc));
+		sf_fail(&w, rc, "cannot rename it to %s: %s", name, sf_strerror(rc));
 		goto out_close;
 	}
 	named = false;
@@ -819,5 +836,108 @@ out_close:
 	close(fd);
 out_free:
 	free(text);
+	return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* merge                                                               */
+
+int sf_index_merge(const struct sf_index *const *parts, size_t n,
+		   struct sf_index **out, char *err, size_t errlen)
+{
+	struct sf_index *ix = calloc(1, sizeof(*ix));
+	size_t nf = 0, ns = 0, k;
+	struct sf_where w;
+	int rc = 0;
+
+	sf_where_init(&w, err, errlen);
+	*out = NULL;
+	if (!ix || !n) {
+		free(ix);
+		return ix ? sf_fail(&w, -EINVAL, "nothing to merge") : -ENOMEM;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (parts[i]->block_size != parts[0]->block_size ||
+		    strcmp(parts[i]->adapter, parts[0]->adapter) != 0) {
+			rc = sf_fail(&w, -SF_EMANIFEST, "the parts disagree on the adapter or block size");
+			goto out_free;
+		}
+		nf += parts[i]->nfiles;
+		ns += parts[i]->nshards;
+	}
+	if (nf > SF_INDEX_MAX_FILES || ns > SF_INDEX_MAX_SHARDS) {
+		rc = sf_fail(&w, -SF_ETOOBIG, "the parts name more than an index holds");
+		goto out_free;
+	}
+	snprintf(ix->adapter, sizeof(ix->adapter), "%s", parts[0]->adapter);
+	snprintf(ix->format, sizeof(ix->format), "%s", parts[0]->format);
+	ix->block_size = parts[0]->block_size;
+	ix->files = calloc(nf + 1, sizeof(*ix->files));
+	ix->shards = calloc(ns + 1, sizeof(*ix->shards));
+	if (!ix->files || !ix->shards) {
+		rc = -ENOMEM;
+		goto out_free;
+	}
+	for (size_t i = 0; i < n; i++) {
+		for (size_t j = 0; j < parts[i]->nfiles; j++) {
+			struct sf_index_file *f = &ix->files[ix->nfiles];
+
+			*f = parts[i]->files[j];
+			if (!(f->name = strdup(f->name))) {
+				rc = -ENOMEM;
+				goto out_free;
+			}
+			ix->nfiles++;
+		}
+		for (size_t j = 0; j < parts[i]->nshards; j++) {
+			const struct sf_index_shard *p = &parts[i]->shards[j];
+			struct sf_index_shard *s = &ix->shards[ix->nshards];
+
+			*s = *p;
+			s->entry = strdup(p->entry);
+			s->file = strdup(p->file);
+			s->xxh3 = p->nblocks ? malloc(p->nblocks * sizeof(*s->xxh3)) : NULL;
+			ix->nshards++;
+			if (!s->entry || !s->file || (p->nblocks && !s->xxh3)) {
+				rc = -ENOMEM;
+				goto out_free;
+			}
+			if (p->nblocks)
+				memcpy(s->xxh3, p->xxh3, p->nblocks * sizeof(*s->xxh3));
+		}
+	}
+	/* a file two parts name: one entry when they agree */
+	qsort(ix->files, ix->nfiles, sizeof(*ix->files), file_cmp);
+	for (size_t i = k = 0; i < ix->nfiles; i++) {
+		if (k && strcmp(ix->files[k - 1].name, ix->files[i].name) == 0) {
+			if (ix->files[k - 1].size != ix->files[i].size) {
+				rc = sf_fail(&w, -SF_EMANIFEST, "file %s: two parts disagree on its size",
+					     ix->files[i].name);
+				for (size_t j = i; j < ix->nfiles; j++)
+					ix->files[k++] = ix->files[j];
+				ix->nfiles = k;
+				goto out_free;
+			}
+			free(ix->files[i].name);
+			continue;
+		}
+		ix->files[k++] = ix->files[i];
+	}
+	ix->nfiles = k;
+	qsort(ix->shards, ix->nshards, sizeof(*ix->shards), shard_cmp);
+	for (size_t i = 1; i < ix->nshards; i++)
+		if (shard_cmp(&ix->shards[i - 1], &ix->shards[i]) == 0 &&
+		    ix->shards[i].nblocks &&
+		    memcmp(ix->shards[i - 1].xxh3, ix->shards[i].xxh3,
+			   ix->shards[i].nblocks * sizeof(uint64_t)) != 0) {
+			rc = sf_fail(&w, -SF_EMANIFEST, "%s: two parts disagree on its checksums",
+				     ix->shards[i].entry);
+			goto out_free;
+		}
+	dedup_shards(ix);
+	*out = ix;
+	return 0;
+out_free:
+	sf_index_free(ix);
 	return rc;
 }

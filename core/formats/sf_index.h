@@ -45,6 +45,9 @@
 /* SF_INDEX_NAME, SF_INDEX_TMP_PREFIX and sf_index_is_own_name() are
  * sf_format.h's: the directory listing leaves the index out. */
 #define SF_INDEX_FORMAT "shardfs-index"            /* "format" */
+/* A part of the index of a save through several daemons' mounts
+ * (sf_save.h): its files that lie on other nodes are not "gone". */
+#define SF_INDEX_PART_PREFIX SF_INDEX_TMP_PREFIX "part-"
 #define SF_INDEX_VERSION 1                          /* "version" */
 #define SF_INDEX_MAX_BYTES SF_MAX_MANIFEST_BYTES   /* the JSON text */
 #define SF_INDEX_MAX_FILES (1u << 17)              /* "files" entries (> SF_DIRLIST_MAX) */
@@ -108,12 +111,33 @@ int sf_index_build(int dirfd, const struct sf_model *m, const char *adapter,
 		   uint64_t block_size, sf_index_progress_fn progress,
 		   void *arg, struct sf_index **out, char *err, size_t errlen);
 
+/* sf_index_build of the shards whose file keep(karg, file) accepts (keep
+ * NULL: every shard): a part of the index, e.g. the shards of the files
+ * one store holds (a save through several daemons' mounts, sf_save.h). */
+typedef bool (*sf_index_keep_fn)(void *karg, const char *file);
+int sf_index_build_some(int dirfd, const struct sf_model *m, const char *adapter,
+			uint64_t block_size, sf_index_keep_fn keep, void *karg,
+			sf_index_progress_fn progress, void *arg,
+			struct sf_index **out, char *err, size_t errlen);
+
+/*
+ * One index of parts[0..n) (same adapter and block size): every file and
+ * shard of each, a file or shard two parts name kept once when they agree
+ * (its size, its checksums), else -SF_EMANIFEST with a one-line reason.
+ * *out a new index (caller frees); the parts are only read.
+ */
+int sf_index_merge(const struct sf_index *const *parts, size_t n,
+		   struct sf_index **out, char *err, size_t errlen);
+
 /* Write ix as dirfd/SF_INDEX_NAME atomically: an unnamed (O_TMPFILE) or
  * hidden temporary file in the same directory, fsync, rename over the
  * old index, fsync of the directory. Nothing else in the directory is
  * touched. 0 or a negative error with a one-line reason. */
 int sf_index_write(int dirfd, const struct sf_index *ix, char *err,
 		   size_t errlen);
+/* The same under another name of dirfd (a part of a save's index). */
+int sf_index_write_as(int dirfd, const char *name, const struct sf_index *ix,
+		      char *err, size_t errlen);
 
 /* What sf_index_load found. */
 struct sf_index_status {

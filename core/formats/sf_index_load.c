@@ -14,6 +14,7 @@
  */
 #include "sf_index.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -120,6 +121,29 @@ static void report_file(const char *name, const char *file, enum fstate what,
 	else
 		sf_warn("checkpoint %s: " SF_INDEX_NAME ": file %s %s since indexing: its reads are still checked against the index and fail with EIO where the bytes differ (run shardctl index again if the change was meant)",
 			SF_QSTR(name), file, what == F_GONE ? "is gone" : "changed");
+}
+
+/* Does the directory hold a part of a save's index (sf_save.h: a save
+ * through several daemons' mounts, whose files lie on other nodes)? */
+static bool holds_parts(int dirfd)
+{
+	struct dirent *de;
+	bool found = false;
+	DIR *d;
+	int fd = dirfd >= 0 ? openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+
+	if (fd < 0)
+		return false;
+	d = fdopendir(fd);
+	if (!d) {
+		close(fd);
+		return false;
+	}
+	while (!found && (de = readdir(d)))
+		found = strncmp(de->d_name, SF_INDEX_PART_PREFIX,
+				sizeof(SF_INDEX_PART_PREFIX) - 1) == 0;
+	closedir(d);
+	return found;
 }
 
 int sf_index_apply(int stat_dirfd, const char *name, const char *adapter,
@@ -250,8 +274,13 @@ int sf_index_apply(int stat_dirfd, const char *name, const char *adapter,
 				s->nblocks = match[at]->nblocks;
 				st->shards++;
 			}
-	for (size_t i = 0; i < ix->nfiles; i++) {
+	for (size_t i = 0, spread = 2; i < ix->nfiles; i++) {
 		if (state[i] == F_SAME)
+			continue;
+		/* a save's files on other nodes: not here, as expected */
+		if (state[i] == F_GONE && !unmatched[i] && spread == 2)
+			spread = holds_parts(stat_dirfd);
+		if (state[i] == F_GONE && !unmatched[i] && spread == 1)
 			continue;
 		st->changed++;
 		report_file(name, ix->files[i].name, state[i], false, unmatched[i], &lines);

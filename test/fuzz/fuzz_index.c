@@ -1,7 +1,7 @@
 /*
  * fuzz_index.c - libFuzzer target for shardfs.index.json
  * (core/formats/sf_index.h: sf_index_parse, sf_index_dump,
- * sf_index_apply).
+ * sf_index_apply, sf_index_merge).
  *
  * Input: the index JSON. For any input, sf_index_parse either
  *   - fails with -SF_EMANIFEST, -SF_ETOOBIG or -ENOMEM, no index, and
@@ -12,7 +12,8 @@
  *     shards sorted and unique, each shard's file listed, offset + length
  *     without overflow, nblocks == sf_nblocks(nbytes, block_size) with
  *     that many checksums; dump -> parse -> dump gives identical text.
- * Then sf_index_apply matches it to a fixed small model (a tensor in two
+ * Merged with itself (sf_index_merge: a save's parts that agree), it
+ * gives the same index back. Then sf_index_apply matches it to a fixed small model (a tensor in two
  * shards, an object, a root file; files taken as unchanged): it either
  * refuses with -SF_EMANIFEST and a reason, leaving the model without a
  * checksum and with its block size, or every shard of the model carries
@@ -110,6 +111,30 @@ static void round_trip(const struct sf_index *ix)
 	free(t1);
 	free(t2);
 	sf_index_free(back);
+}
+
+/* sf_index_merge of ix with itself (a save's parts that agree) is ix:
+ * the same dump; and the merge satisfies every promise a parsed index
+ * keeps. */
+static void check_merge(const struct sf_index *ix)
+{
+	const struct sf_index *parts[2] = { ix, ix };
+	struct sf_index *mx = NULL;
+	char *t1 = NULL, *t2 = NULL, err[256];
+	size_t l1 = 0, l2 = 0;
+	int rc = sf_index_merge(parts, 2, &mx, err, sizeof(err));
+
+	if (rc == -ENOMEM || rc == -SF_ETOOBIG)
+		return;
+	if (rc)
+		fuzz_die("two equal parts do not merge", err);
+	check_index(mx);
+	if (sf_index_dump(ix, &t1, &l1) == 0 && sf_index_dump(mx, &t2, &l2) == 0 &&
+	    (l1 != l2 || memcmp(t1, t2, l1) != 0))
+		fuzz_die("the merge of equal parts differs from them", NULL);
+	free(t1);
+	free(t2);
+	sf_index_free(mx);
 }
 
 /* Tensor "w" (U8, 100) in a.bin at 0 (60 bytes) and 4096 (40 bytes),
@@ -220,6 +245,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	check_index(ix);
 	round_trip(ix);
+	check_merge(ix);
 	check_apply(ix);
 	sf_index_free(ix);
 	return 0;

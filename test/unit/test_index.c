@@ -509,6 +509,66 @@ out:
 	rmdir(dir);
 }
 
+/* --- merge (a save's parts under MPI, sf_save.h) --- */
+
+static const char part_b[] =
+	"{\"format\": \"shardfs-index\", \"version\": 1, \"adapter\": \"torch-dcp\","
+	" \"checkpoint_format\": \"torch-dcp 1.0.0\", \"block_size\": 4096,"
+	" \"files\": {\"c.bin\": {\"size\": 50, \"mtime_ns\": 7}},"
+	" \"shards\": ["
+	"  {\"kind\": \"tensor\", \"name\": \"v\", \"file\": \"c.bin\", \"file_offset\": 0,"
+	"   \"nbytes\": 50, \"xxh3\": [\"00000000000000aa\"]}]}";
+
+static void test_merge(void)
+{
+	struct sf_index *a = NULL, *b = NULL, *m = NULL;
+	const struct sf_index *parts[3];
+	char err[256];
+
+	if (!CHECK_EQ(sf_index_parse(good, strlen(good), &a, err, sizeof(err)), 0) ||
+	    !CHECK_EQ(sf_index_parse(part_b, strlen(part_b), &b, err, sizeof(err)), 0))
+		goto out;
+	/* two ranks' parts, one of them twice: every file and shard once */
+	parts[0] = b;
+	parts[1] = a;
+	parts[2] = b;
+	if (CHECK_EQ(sf_index_merge(parts, 3, &m, err, sizeof(err)), 0)) {
+		CHECK_EQ(m->nfiles, 3);
+		CHECK(strcmp(m->files[2].name, "c.bin") == 0);
+		CHECK_EQ(m->nshards, 4);
+		CHECK(strcmp(m->shards[0].entry, "v") == 0); /* sorted: kind, name */
+		CHECK_EQ(m->shards[0].xxh3[0], 0xaaULL);
+		sf_index_free(m);
+		m = NULL;
+	}
+	/* the same shard with other checksums: refused, with a reason */
+	b->shards[0].xxh3[0] ^= 1;
+	parts[1] = b;
+	parts[0] = a;
+	{
+		struct sf_index *b2 = NULL;
+
+		CHECK_EQ(sf_index_parse(part_b, strlen(part_b), &b2, err, sizeof(err)), 0);
+		parts[2] = b2;
+		CHECK_EQ(sf_index_merge(parts, 3, &m, err, sizeof(err)), -SF_EMANIFEST);
+		CHECK(m == NULL && err[0]);
+		/* the same file with another size: refused */
+		b->shards[0].xxh3[0] ^= 1;
+		b->files[0].size = 51;
+		CHECK_EQ(sf_index_merge(parts, 3, &m, err, sizeof(err)), -SF_EMANIFEST);
+		CHECK(m == NULL);
+		sf_index_free(b2);
+	}
+	/* another block size: refused */
+	b->files[0].size = 50;
+	b->block_size = 8192;
+	CHECK_EQ(sf_index_merge(parts, 2, &m, err, sizeof(err)), -SF_EMANIFEST);
+out:
+	sf_index_free(a);
+	sf_index_free(b);
+	sf_index_free(m);
+}
+
 int main(void)
 {
 	sf_log_setup("test_index: ", SF_LOG_ERROR);
@@ -516,5 +576,6 @@ int main(void)
 	test_parse_good();
 	test_parse_bad();
 	test_build_apply();
+	test_merge();
 	return sf_test_done("test_index");
 }
