@@ -1,0 +1,90 @@
+/*
+ * fuzz_adapter.c - the checks every file-writing adapter fuzz target
+ * shares (see fuzz_adapter.h). Aborts (fuzz_die) on the first broken
+ * rule; reads at most two bytes per shard.
+ */
+#include "fuzz_adapter.h"
+#include "fuzz_util.h"
+
+#include "sf_error.h"
+#include "sf_model.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+bool fuzz_adapter_opened(int rc, const struct sf_format_result *res,
+			 const char *err, size_t errlen, const char *format)
+{
+	size_t n = strlen(format);
+
+	if (rc) {
+		if (res->model || res->meta)
+			fuzz_die("result on failure", NULL);
+		if (rc != -ENOMEM && rc != -SF_EFORMAT && rc != -SF_EREFUSED &&
+		    rc != -SF_ETOOBIG && rc != -SF_ESHORT && rc != -ENOENT &&
+		    rc != -SF_EMANIFEST && rc != -SF_EGAP && rc != -SF_ERANGE)
+			fuzz_die("unexpected error code", sf_strerror(rc));
+		if (rc != -ENOMEM)
+			fuzz_check_message(err, errlen);
+		return false;
+	}
+	if (!res->model || res->meta || strncmp(res->model->format, format, n) != 0 ||
+	    (res->model->format[n] != '\0' && res->model->format[n] != ' '))
+		fuzz_die("success without the format's model, or with a dump (the seam's)",
+			 format);
+	return true;
+}
+
+static void check_shard(int fd, const struct sf_tensor *t,
+			const struct sf_shard *s, const char *what)
+{
+	struct stat sb;
+	unsigned char b;
+
+	if (fstat(fd, &sb) != 0)
+		fuzz_die("cannot stat a part", s->file);
+	if (s->file_offset > (uint64_t)sb.st_size ||
+	    s->nbytes > (uint64_t)sb.st_size - s->file_offset)
+		fuzz_die("a shard lies past its file's end", t->name);
+	if (s->xxh3)
+		fuzz_die("a shard with checksums", what);
+	if (s->nbytes == 0)
+		return;
+	if (pread(fd, &b, 1, (off_t)s->file_offset) != 1 ||
+	    pread(fd, &b, 1, (off_t)(s->file_offset + s->nbytes - 1)) != 1)
+		fuzz_die("a shard's bytes are unreadable", t->name);
+}
+
+void fuzz_adapter_check_model(struct sf_format_result *res, fuzz_fd_of_fn fd_of,
+			      void *ctx, const char *what)
+{
+	int rc = sf_format_result_dump(res); /* over SF_MAX_MANIFEST_BYTES: refused */
+
+	if (rc ? rc != -SF_ETOOBIG : !res->meta)
+		fuzz_die("the model does not dump", sf_strerror(rc));
+	for (size_t i = 0; i < res->model->ntensors; i++) {
+		const struct sf_tensor *t = &res->model->tensors[i];
+		char why[256];
+
+		for (size_t j = 0; j < t->nshards; j++)
+			check_shard(fd_of(ctx, t->shards[j].file), t, &t->shards[j], what);
+		if (sf_tensor_check_coverage(t, why, sizeof(why)) != 0)
+			fuzz_die("a tensor not covered", t->name);
+		if (sf_tensor_shard_bytes(t) != t->nbytes)
+			fuzz_die("a tensor's shards overlap", t->name);
+		for (size_t j = 0; j < t->nreplicas; j++) {
+			const struct sf_replica *r = &t->replicas[j];
+
+			check_shard(fd_of(ctx, r->copy.file), t, &r->copy, what);
+			for (unsigned d = 0; d < t->ndim; d++)
+				if (r->copy.flat || r->kept.flat ||
+				    r->copy.off[d] != r->kept.off[d] ||
+				    r->copy.len[d] != r->kept.len[d])
+					fuzz_die("a replica of another box", t->name);
+		}
+	}
+	sf_format_result_clear(res);
+}
