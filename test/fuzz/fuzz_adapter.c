@@ -10,10 +10,33 @@
 #include "sf_model.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+int fuzz_scratch_dir(char *dir, size_t size)
+{
+	const char *bases[] = { "/dev/shm", getenv("TMPDIR"), "/tmp" };
+	int fd;
+
+	dir[0] = '\0';
+	for (size_t i = 0; i < 3 && !dir[0]; i++) {
+		if (!bases[i])
+			continue;
+		snprintf(dir, size, "%s/%s.XXXXXX", bases[i], fuzz_target);
+		if (!mkdtemp(dir))
+			dir[0] = '\0';
+	}
+	if (!dir[0])
+		fuzz_die("no temporary directory", NULL);
+	fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		fuzz_die("cannot open the directory", dir);
+	return fd;
+}
 
 bool fuzz_adapter_opened(int rc, const struct sf_format_result *res,
 			 const char *err, size_t errlen, const char *format)

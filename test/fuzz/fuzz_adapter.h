@@ -13,6 +13,12 @@
 
 #include "sf_format.h"
 
+/* Make the target's scratch directory (TARGET.XXXXXX under /dev/shm,
+ * $TMPDIR or /tmp, the first that works) into dir (size bytes) and open
+ * it: the descriptor, kept for the process's life; fuzz_die on failure.
+ * The target removes what it wrote there at exit. */
+int fuzz_scratch_dir(char *dir, size_t size);
+
 /*
  * After adapter open returned rc with res and err (errlen bytes, poisoned
  * before the call): on failure, no result, an expected error code and a

@@ -62,27 +62,13 @@ static void cleanup(void)
 
 static void setup(void)
 {
-	const char *bases[] = { "/dev/shm", getenv("TMPDIR"), "/tmp" };
-
-	for (size_t i = 0; i < 3; i++) {
-		if (!bases[i])
-			continue;
-		snprintf(dir, sizeof(dir), "%s/fuzz_deepspeed.XXXXXX", bases[i]);
-		if (mkdtemp(dir))
-			break;
-		dir[0] = '\0';
-	}
-	if (!dir[0])
-		fuzz_die("no temporary directory", NULL);
+	dfd = fuzz_scratch_dir(dir, sizeof(dir));
 	snprintf(names[0], sizeof(names[0]), "mp_rank_00_model_states.pt");
 	for (int i = 1; i < MAX_PARTS; i++)
 		snprintf(names[i], sizeof(names[i]),
 			 "zero_pp_rank_%d_mp_rank_00_optim_states.pt", i - 1);
 	snprintf(names[MAX_PARTS], sizeof(names[0]),
 		 "zero_pp_rank_0_mp_rank_00_model_states.pt");
-	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd < 0)
-		fuzz_die("cannot open the directory", dir);
 	atexit(cleanup);
 }
 

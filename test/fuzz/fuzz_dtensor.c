@@ -57,21 +57,7 @@ static void cleanup(void)
 
 static void setup(void)
 {
-	const char *bases[] = { "/dev/shm", getenv("TMPDIR"), "/tmp" };
-
-	for (size_t i = 0; i < 3; i++) {
-		if (!bases[i])
-			continue;
-		snprintf(dir, sizeof(dir), "%s/fuzz_dtensor.XXXXXX", bases[i]);
-		if (mkdtemp(dir))
-			break;
-		dir[0] = '\0';
-	}
-	if (!dir[0])
-		fuzz_die("no temporary directory", NULL);
-	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd < 0)
-		fuzz_die("cannot open the directory", dir);
+	dfd = fuzz_scratch_dir(dir, sizeof(dir));
 	atexit(cleanup);
 }
 

@@ -65,24 +65,10 @@ static void cleanup(void)
 
 static void setup(void)
 {
-	const char *bases[] = { "/dev/shm", getenv("TMPDIR"), "/tmp" };
-
-	for (size_t i = 0; i < 3; i++) {
-		if (!bases[i])
-			continue;
-		snprintf(dir, sizeof(dir), "%s/fuzz_paddle.XXXXXX", bases[i]);
-		if (mkdtemp(dir))
-			break;
-		dir[0] = '\0';
-	}
-	if (!dir[0])
-		fuzz_die("no temporary directory", NULL);
+	dfd = fuzz_scratch_dir(dir, sizeof(dir));
 	snprintf(names[0], sizeof(names[0]), "0.metadata");
 	for (int i = 1; i < MAX_PARTS; i++)
 		snprintf(names[i], sizeof(names[i]), "%d_0.distcp", i - 1);
-	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd < 0)
-		fuzz_die("cannot open the directory", dir);
 	atexit(cleanup);
 }
 
