@@ -47,22 +47,6 @@ static bool tag_ok(const char *s, size_t n)
 	return true;
 }
 
-static int open_dir(int at, const char *name)
-{
-	int fd = openat(at, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
-			O_NONBLOCK | O_CLOEXEC);
-	struct stat sb;
-
-	if (fd >= 0)
-		return fd;
-	fd = -errno;
-	/* O_DIRECTORY may say ENOTDIR for a symlink: say what it is */
-	if (fd == -ENOTDIR && fstatat(at, name, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
-	    S_ISLNK(sb.st_mode))
-		fd = -ELOOP;
-	return fd;
-}
-
 /* The tag dir/latest names (dirfd: DIR) into tag: 0, -ENOENT (none), or
  * -EINVAL (not a regular file, too long, not one plain component). */
 static int read_latest(int dirfd, char *tag, size_t len)
@@ -109,17 +93,10 @@ static bool holds_model_states(int tagfd)
 	struct dirent *de;
 	bool yes = false;
 	DIR *d;
-	int fd;
 
-	/* a descriptor of its own: a dup would share tagfd's offset */
-	fd = openat(tagfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
+	d = sf_opendir_copy(tagfd);
+	if (!d)
 		return false;
-	d = fdopendir(fd);
-	if (!d) {
-		close(fd);
-		return false;
-	}
 	while (!yes && budget-- > 0 && (de = readdir(d)))
 		yes = de->d_name[0] != '.' && ends_with(de->d_name, MODEL_SUFFIX);
 	closedir(d);
@@ -134,7 +111,7 @@ int sf_dstags_list(int storefd, const char *dir, sf_dstags_fn fn, void *arg)
 	int dirfd, rc = 0;
 	DIR *d;
 
-	dirfd = open_dir(storefd, dir);
+	dirfd = sf_open_dir_at(storefd, dir);
 	if (dirfd < 0)
 		return 0;
 	if (read_latest(dirfd, latest, sizeof(latest))) {
@@ -163,7 +140,7 @@ int sf_dstags_list(int storefd, const char *dir, sf_dstags_fn fn, void *arg)
 		/* an entry of the store by that name itself is shown as it is */
 		if (fstatat(storefd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0)
 			continue;
-		tagfd = open_dir(dirfd, de->d_name);
+		tagfd = sf_open_dir_at(dirfd, de->d_name);
 		if (tagfd < 0)
 			continue;
 		tag = holds_model_states(tagfd);
@@ -204,7 +181,7 @@ int sf_dstags_open(int storefd, const char *name, struct sf_dstags_tag *out)
 		close(dirfd);
 		return -ENOENT; /* the one latest names is shown as DIR */
 	}
-	fd = open_dir(dirfd, tag);
+	fd = sf_open_dir_at(dirfd, tag);
 	close(dirfd);
 	if (fd < 0)
 		return fd == -ENOTDIR ? -ENOENT : fd;

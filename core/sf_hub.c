@@ -71,22 +71,6 @@ bool sf_hub_other_repo(const char *name)
 	       strncmp(name, "spaces--", 8) == 0;
 }
 
-static int open_dir(int at, const char *name)
-{
-	int fd = openat(at, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
-			O_NONBLOCK | O_CLOEXEC);
-	struct stat sb;
-
-	if (fd >= 0)
-		return fd;
-	fd = -errno;
-	/* O_DIRECTORY may say ENOTDIR for a symlink: say what it is */
-	if (fd == -ENOTDIR && fstatat(at, name, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
-	    S_ISLNK(sb.st_mode))
-		fd = -ELOOP;
-	return fd;
-}
-
 /* refs/main of the repository repofd into rev: 0, -ENOENT, -EINVAL,
  * -EAGAIN while it is empty (being rewritten). */
 static int read_main(int repofd, char *rev, size_t len, struct timespec *mt)
@@ -140,7 +124,7 @@ int sf_hub_list(int storefd, const char *repo, sf_hub_fn fn, void *arg)
 
 	if (!sf_hub_repo_name(repo, shown, sizeof(shown)))
 		return -EINVAL;
-	repofd = open_dir(storefd, repo);
+	repofd = sf_open_dir_at(storefd, repo);
 	if (repofd < 0)
 		return repofd;
 	rc = read_main(repofd, main_rev, sizeof(main_rev), &main_mt);
@@ -151,7 +135,7 @@ int sf_hub_list(int storefd, const char *repo, sf_hub_fn fn, void *arg)
 	rc = 0;
 	if (main_rev[0] && !rev_ok(main_rev))
 		main_rev[0] = '\0';
-	sfd = open_dir(repofd, "snapshots");
+	sfd = sf_open_dir_at(repofd, "snapshots");
 	close(repofd);
 	if (sfd < 0)
 		return sfd == -ENOENT ? 0 : sfd;
@@ -229,7 +213,7 @@ int sf_hub_open(int storefd, const char *name, struct sf_hub_snap *out)
 	if (strncmp(shown, name, strlen(shown)) != 0 ||
 	    (name[strlen(shown)] != '\0' && name[strlen(shown)] != '@'))
 		return -ENOENT;
-	repofd = open_dir(storefd, repo);
+	repofd = sf_open_dir_at(storefd, repo);
 	if (repofd < 0)
 		return repofd;
 	out->is_main = !rev[0];
@@ -246,13 +230,13 @@ int sf_hub_open(int storefd, const char *name, struct sf_hub_snap *out)
 		out->is_main = read_main(repofd, main_rev, sizeof(main_rev),
 					 NULL) == 0 && strcmp(main_rev, rev) == 0;
 	}
-	rc = sfd = open_dir(repofd, "snapshots");
+	rc = sfd = sf_open_dir_at(repofd, "snapshots");
 	if (rc < 0)
 		goto out_close;
-	rc = out->dirfd = open_dir(sfd, rev);
+	rc = out->dirfd = sf_open_dir_at(sfd, rev);
 	if (rc < 0)
 		goto out_close;
-	rc = out->blobsfd = open_dir(repofd, "blobs");
+	rc = out->blobsfd = sf_open_dir_at(repofd, "blobs");
 	if (rc < 0)
 		goto out_close;
 	if (fstat(out->dirfd, &sb) != 0) {
@@ -327,14 +311,10 @@ static bool incomplete_at(int dirfd, int listfd, int blobsfd, const char *rel,
 	DIR *d;
 	int fd;
 
-	fd = openat(listfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
+	d = sf_opendir_copy(listfd);
+	if (!d)
 		return false;
-	d = fdopendir(fd);
-	if (!d) {
-		close(fd);
-		return false;
-	}
+	fd = listfd; /* the same directory */
 	while (!bad && *budget > 0 && (de = readdir(d))) {
 		char path[1024];
 		struct stat sb;

@@ -201,3 +201,32 @@ int sf_open_payload_at(int dirfd, const char *file)
 	fcntl(fd, F_SETFL, 0);
 	return fd;
 }
+
+int sf_open_dir_at(int at, const char *name)
+{
+	int fd = openat(at, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+			O_NONBLOCK | O_CLOEXEC);
+	struct stat sb;
+
+	if (fd >= 0)
+		return fd;
+	fd = -errno;
+	/* O_DIRECTORY may say ENOTDIR for a symlink: say what it is */
+	if (fd == -ENOTDIR && fstatat(at, name, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    S_ISLNK(sb.st_mode))
+		fd = -ELOOP;
+	return fd;
+}
+
+DIR *sf_opendir_copy(int dirfd)
+{
+	int fd = dirfd >= 0 ? openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+	DIR *d;
+
+	if (fd < 0)
+		return NULL;
+	d = fdopendir(fd);
+	if (!d)
+		close(fd);
+	return d;
+}

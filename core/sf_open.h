@@ -6,6 +6,7 @@
 #ifndef SF_OPEN_H
 #define SF_OPEN_H
 
+#include <dirent.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -61,5 +62,20 @@ int sf_open_hub(int dirfd, int blobsfd, const char *path, int flags,
  */
 int sf_open_ckpt_dir(int storefd, const char *name, uint64_t *dev,
 		     uint64_t *ino);
+
+/*
+ * Open directory name (one component) of at without following a symlink:
+ * the descriptor, or -ELOOP for a symlink (O_DIRECTORY may say ENOTDIR for
+ * one), -ENOTDIR, another -errno. O_NONBLOCK: a FIFO never blocks.
+ */
+int sf_open_dir_at(int at, const char *name);
+
+/*
+ * A directory stream over dirfd's directory from its first entry, on a
+ * descriptor of its own (a dup would share dirfd's offset): the caller
+ * closes it with closedir(); NULL on failure (errno set). dirfd stays the
+ * caller's.
+ */
+DIR *sf_opendir_copy(int dirfd);
 
 #endif

@@ -13,6 +13,7 @@
  * fails instead of blocking. Every problem is one log line.
  */
 #include "sf_index.h"
+#include "sf_open.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -130,15 +131,10 @@ static bool holds_parts(int dirfd)
 	struct dirent *de;
 	bool found = false;
 	DIR *d;
-	int fd = dirfd >= 0 ? openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
 
-	if (fd < 0)
+	d = sf_opendir_copy(dirfd);
+	if (!d)
 		return false;
-	d = fdopendir(fd);
-	if (!d) {
-		close(fd);
-		return false;
-	}
 	while (!found && (de = readdir(d)))
 		found = strncmp(de->d_name, SF_INDEX_PART_PREFIX,
 				sizeof(SF_INDEX_PART_PREFIX) - 1) == 0;
