@@ -657,6 +657,34 @@ static bool same_layout(const struct dtv *a, const struct dtv *b)
 	return true;
 }
 
+
+/* End one tensor's walk over the ranks: rc 0 with a model entry mt,
+ * the overlap rule and the coverage check on it (a failure leaves the
+ * tensor out with the reason); rc 1, the tensor left out with why (its
+ * entry, if made, dropped). 0, or an error that stops the open. */
+static int finish_tensor(struct dt *d, const char *key, struct sf_tensor *mt,
+			 int rc, const char *why)
+{
+	if (!rc && mt) {
+		rc = sf_overlap_rule(&d->k.w, mt);
+		if (!rc)
+			rc = sf_cover_check(&d->k.w, mt);
+		if (rc && rc != -ENOMEM && rc != -SF_EBUDGET) {
+			sf_model_drop_last(d->m, SF_ENTRY_TENSOR);
+			sf_kit_leave_out_err(&d->k, key, rc);
+			return 0;
+		}
+		return rc;
+	}
+	if (rc == 1) {
+		if (mt)
+			sf_model_drop_last(d->m, SF_ENTRY_TENSOR);
+		sf_kit_leave_out(&d->k, key, "%s", why);
+		return 0;
+	}
+	return rc;
+}
+
 /* DTensor key (rank 0's value v0): every rank's boxes. 0, -ENOMEM,
  * -SF_EBUDGET or a checkpoint error; any other failure leaves it out. */
 static int add_dtensor(struct dt *d, const char *key)
@@ -707,23 +735,7 @@ static int add_dtensor(struct dt *d, const char *key)
 		if (rc)
 			break;
 	}
-	if (!rc && mt) {
-		rc = sf_overlap_rule(&d->k.w, mt);
-		if (!rc)
-			rc = sf_cover_check(&d->k.w, mt);
-		if (rc && rc != -ENOMEM && rc != -SF_EBUDGET) {
-			sf_model_drop_last(d->m, SF_ENTRY_TENSOR);
-			sf_kit_leave_out_err(&d->k, key, rc);
-			rc = 0;
-		}
-		mt = NULL;
-	}
-	if (rc == 1) {
-		if (mt)
-			sf_model_drop_last(d->m, SF_ENTRY_TENSOR);
-		sf_kit_leave_out(&d->k, key, "%s", why);
-		rc = 0;
-	}
+	rc = finish_tensor(d, key, mt, rc, why);
 	free(sc);
 	free(t);
 	return rc;
@@ -872,23 +884,7 @@ static int add_sharded(struct dt *d, const char *key)
 		rc = sharded_rank(d, r, key, v, r ? &t[1] : &t[0], &t[0], &mt, why,
 				  sizeof(why));
 	}
-	if (!rc && mt) {
-		rc = sf_overlap_rule(&d->k.w, mt);
-		if (!rc)
-			rc = sf_cover_check(&d->k.w, mt);
-		if (rc && rc != -ENOMEM && rc != -SF_EBUDGET) {
-			sf_model_drop_last(d->m, SF_ENTRY_TENSOR);
-			sf_kit_leave_out_err(&d->k, key, rc);
-			rc = 0;
-		}
-		mt = NULL;
-	}
-	if (rc == 1) {
-		if (mt)
-			sf_model_drop_last(d->m, SF_ENTRY_TENSOR);
-		sf_kit_leave_out(&d->k, key, "%s", why);
-		rc = 0;
-	}
+	rc = finish_tensor(d, key, mt, rc, why);
 	free(t);
 	return rc;
 }
