@@ -126,6 +126,18 @@ static int check_file(int dirfd, uint64_t block_size,
 	return rc;
 }
 
+/* A stale index (a re-save's) is never matched against new files: the
+ * checkpoint's shardfs.index.json goes before it is opened. */
+static void drop_stale_index(int storefd, const char *name)
+{
+	int dfd = sf_open_beneath(storefd, name, O_RDONLY | O_DIRECTORY);
+
+	if (dfd >= 0) {
+		(void)unlinkat(dfd, SF_INDEX_NAME, 0);
+		close(dfd);
+	}
+}
+
 int sf_save_seal(int storefd, const char *store, const char *name,
 		 uint64_t block_size, const struct sf_save_file *files,
 		 size_t n, struct sf_ckpt **out, char *why, size_t whylen)
@@ -135,15 +147,7 @@ int sf_save_seal(int storefd, const char *store, const char *name,
 	int rc;
 
 	why[0] = '\0';
-	/* a stale index (a re-save) is never matched against new files */
-	{
-		int dfd = sf_open_beneath(storefd, name, O_RDONLY | O_DIRECTORY);
-
-		if (dfd >= 0) {
-			(void)unlinkat(dfd, SF_INDEX_NAME, 0);
-			close(dfd);
-		}
-	}
+	drop_stale_index(storefd, name);
 	rc = sf_ckpt_open_at(storefd, store, name, NULL, &ck, why, whylen);
 	if (rc)
 		return rc;
@@ -383,14 +387,7 @@ int sf_save_seal_union(int storefd, const char *store, const char *name,
 	int rc;
 
 	why[0] = '\0';
-	{
-		int dfd = sf_open_beneath(storefd, name, O_RDONLY | O_DIRECTORY);
-
-		if (dfd >= 0) {
-			(void)unlinkat(dfd, SF_INDEX_NAME, 0);
-			close(dfd);
-		}
-	}
+	drop_stale_index(storefd, name);
 	rc = sf_ckpt_open_at(storefd, store, name, src, &ck, why, whylen);
 	if (rc)
 		return rc;
