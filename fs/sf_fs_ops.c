@@ -919,40 +919,36 @@ static bool sv_unlink(fuse_req_t req, struct sf_node *p, const char *name,
 	return rc != 0;
 }
 
-static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+/* rmdir and unlink: a framework's save takes them (sv_unlink); elsewhere
+ * shards are never removed one by one (a checkpoint being written is
+ * discarded whole: shardctl rm) and committed ones refuse with EROFS. */
+static void remove_entry(fuse_req_t req, fuse_ino_t parent, const char *name,
+			 bool dir)
 {
+	const char *what = dir ? "rmdir" : "unlink";
 	struct sf_fs *fs = fs_of(req);
 	struct sf_node *p = sf_fs_node(fs, parent);
 	int rc;
 
-	if (sv_unlink(req, p, name, true))
+	if (sv_unlink(req, p, name, dir))
 		return;
-	rc = sf_fs_may_change(req, fs, "rmdir", name);
+	rc = sf_fs_may_change(req, fs, what, name);
 	if (!rc)
 		rc = sf_node_is_w(p) || (p == fs->root && !fs->single) ?
 		     -EPERM : -SF_ECOMMITTED;
 	if (rc == -SF_ECOMMITTED)
-		sf_fs_log_refused(req, "rmdir", p, name, rc);
+		sf_fs_log_refused(req, what, p, name, rc);
 	sf_fs_reply_err(req, rc);
 }
 
-/* Shards are never removed one by one: a checkpoint being written is
- * discarded whole (shardctl rm). */
+static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	remove_entry(req, parent, name, true);
+}
+
 static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	struct sf_fs *fs = fs_of(req);
-	struct sf_node *p = sf_fs_node(fs, parent);
-	int rc;
-
-	if (sv_unlink(req, p, name, false))
-		return;
-	rc = sf_fs_may_change(req, fs, "unlink", name);
-	if (!rc)
-		rc = sf_node_is_w(p) || (p == fs->root && !fs->single) ?
-		     -EPERM : -SF_ECOMMITTED;
-	if (rc == -SF_ECOMMITTED)
-		sf_fs_log_refused(req, "unlink", p, name, rc);
-	sf_fs_reply_err(req, rc);
+	remove_entry(req, parent, name, false);
 }
 
 static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
