@@ -20,7 +20,8 @@ chunk):
 The mount, with the good checkpoints, must be up within MOUNT_BOUND_S
 (before the fix: ~30 s for bomb-shared alone, ~12 s for bomb-many), and
 the live store must not open bomb-many again (one line). With
---open-wait 0.2 the mount is up at once: the checkpoints still opening
+--open-wait 0.2 the mount is up at once (within 1.5 s of a daemon
+starting on an empty store in the same run): the checkpoints still opening
 then are stopped, opened again after mounting and shown once opened;
 bomb-many is left out then, with one line.
 """
@@ -105,12 +106,20 @@ def test(env, ck):
               "bomb-many: the line names the decode budget and how much: %s"
               % many)
     # --open-wait: the start-up scan waits 0.2 s; what is still opening
-    # then (the bombs) is stopped and opened again once mounted
+    # then (the bombs) is stopped and opened again once mounted. "At once"
+    # is against a daemon starting on an empty store in this run (its own
+    # start costs seconds under ASan on a loaded machine).
+    empty = env.path("empty-store")
+    os.makedirs(empty, exist_ok=True)
+    with sm.Mount(env, empty, name="empty") as m:
+        base = m.mount_s
     with sm.Mount(env, store, ["--log-level", "info", "--open-wait", "0.2"],
                   name="wait") as m:
-        print("mounted after %.2f s with --open-wait 0.2" % m.mount_s)
-        ck.ok(m.mount_s < 2.0, "--open-wait 0.2: the mount is up at once (%.2f s)"
-              % m.mount_s)
+        print("mounted after %.2f s with --open-wait 0.2 (an empty store: %.2f s)"
+              % (m.mount_s, base))
+        ck.ok(m.mount_s < base + 1.5,
+              "--open-wait 0.2: the mount is up at once (%.2f s; an empty store's %.2f s)"
+              % (m.mount_s, base))
         want = ["bomb-shared", "good13", "zstd215"]
         t0 = time.monotonic()
         while sorted(os.listdir(m.mnt)) != want and time.monotonic() - t0 < 15:
