@@ -109,12 +109,20 @@ class DirectReader:
             tasks.extend(_tasks(ent, geo, bs))
         if not tasks:
             return None
-        if self.threads > 1 and len(tasks) > 1:
-            if self._pool is None:   # one pool for the reader's life
-                self._pool = concurrent.futures.ThreadPoolExecutor(self.threads)
-            res = list(self._pool.map(lambda k: self._run(t, out, k), tasks))
-        else:
-            res = [self._run(t, out, k) for k in tasks]
+        try:
+            for ent, geo in plan:     # each file opened once, read ahead
+                geo["why"] = _open_shard(ent, geo)
+            if self.threads > 1 and len(tasks) > 1:
+                if self._pool is None:   # one pool for the reader's life
+                    self._pool = concurrent.futures.ThreadPoolExecutor(self.threads)
+                res = list(self._pool.map(lambda k: self._run(t, out, k), tasks))
+            else:
+                res = [self._run(t, out, k) for k in tasks]
+        finally:
+            for _, geo in plan:
+                if geo.get("fd") is not None:
+                    os.close(geo["fd"])
+                    geo["fd"] = None
         # A shard not read and checked whole goes through the mount.
         failed = {}
         for k, reason in zip(tasks, res):
@@ -131,19 +139,11 @@ class DirectReader:
 
     def _run(self, t, out, k):
         """One task: None when read and checked, else the reason."""
-        geo, ent = k["geo"], k["ent"]
-        if "path" not in ent:
-            return str(ent.get("why", "not offered"))
+        geo = k["geo"]
+        if geo["why"] is not None:
+            return geo["why"]
+        fd = geo["fd"]
         try:
-            fd = os.open(ent["path"], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError as e:
-            return "open: %s" % (e.strerror or e)
-        try:
-            st = os.fstat(fd)
-            if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != (
-                    ent.get("dev"), ent.get("ino"), ent.get("size"),
-                    ent.get("mtime_ns")):
-                return "file changed"
             lo, hi = k["lo"], k["hi"]          # shard bytes [lo, hi)
             pos = geo["file_offset"] + lo
             bs, sums = k["bs"], geo["xxh3"]
@@ -185,8 +185,6 @@ class DirectReader:
             return str(e)
         except OSError as e:
             return "read: %s" % (e.strerror or e)
-        finally:
-            os.close(fd)
 
     def _mount_region(self, t, out, geo):
         """Read one shard's region of t through the mount into out."""
@@ -209,6 +207,36 @@ class DirectReader:
         box = [(a, a + n) for a, n in zip(geo["offsets"], geo["lengths"])]
         arr = self.mount.read_box(t, box)
         _place(t, out, geo, arr.reshape(-1).view(np().uint8))
+
+
+def _open_shard(ent, geo):
+    """Open the file of an offered shard (geo["fd"]) and ask the kernel to
+    read its range ahead: None, or the reason it is read through the
+    mount (no path, a denied open, a file that changed since)."""
+    geo["fd"] = None
+    if geo["nbytes"] == 0:
+        return None
+    if "path" not in ent:
+        return str(ent.get("why", "not offered"))
+    try:
+        fd = os.open(ent["path"], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        return "open: %s" % (e.strerror or e)
+    try:
+        st = os.fstat(fd)
+    except OSError as e:
+        os.close(fd)
+        return "open: %s" % (e.strerror or e)
+    if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != (
+            ent.get("dev"), ent.get("ino"), ent.get("size"), ent.get("mtime_ns")):
+        os.close(fd)
+        return "file changed"
+    try:
+        os.posix_fadvise(fd, geo["file_offset"], geo["nbytes"], os.POSIX_FADV_WILLNEED)
+    except OSError:
+        pass                      # advice only
+    geo["fd"] = fd
+    return None
 
 
 def _place(t, out, geo, data):

@@ -225,13 +225,11 @@ def part_faults(env, ck, ref_store, ref):
         w = where(sm.tensor_path(root, name))
         dck = shardfs.open(root)
         t = dck[name]
-        plan = direct._plan(t, w["shards"])
-        tasks = [k for ent, geo in plan for k in direct._tasks(ent, geo, w["block_size"])
-                 if ent.get("path") == path]
+        plan = [(ent, geo) for ent, geo in direct._plan(t, w["shards"])
+                if ent.get("path") == path]
         os.rename(path, path + ".orig")
         os.symlink(copy, path)
-        out = memoryview(bytearray(t.nbytes))
-        reasons = [dck._reader._run(t, out, k) for k in tasks]
+        reasons = [direct._open_shard(ent, geo) for ent, geo in plan]
         ck.ok(reasons and all(x.startswith("open:") for x in reasons),
               "symlinked file: the reader's open refuses it: %r" % reasons[:3])
         ck.ok(all(e.get("why") == "not in this node's store"
@@ -249,12 +247,9 @@ def part_faults(env, ck, ref_store, ref):
         with open(path, "ab") as f:
             f.write(b"\0" * 10)
         dck = shardfs.open(root)
-        r = dck._reader
-        out = bytearray(ref.nbytes(name))
-        plan = direct._plan(dck[name], w["shards"])
-        tasks = [k for ent, geo in plan for k in direct._tasks(ent, geo, w["block_size"])]
-        reasons = [r._run(dck[name], memoryview(out), k) for k in tasks
-                   if k["ent"].get("path") == path]
+        reasons = [direct._open_shard(ent, geo)
+                   for ent, geo in direct._plan(dck[name], w["shards"])
+                   if ent.get("path") == path]
         ck.ok(reasons and all(x == "file changed" for x in reasons),
               "grown file: the identity differs: %r" % reasons[:3])
 
