@@ -15,6 +15,11 @@
 #   direct      shardfs.open(CKPT).numpy() of every tensor, direct path on
 #   mount       the same with direct=False (every byte through FUSE)
 #   safetensors dd bs=1M of the mount's model.safetensors
+#   fresh arrays  the same Python process start, then arrays of the
+#               tensors' total size allocated and one byte per page
+#               written: what any loader into new arrays pays before a
+#               byte is read (on a VM whose balloon reports free pages,
+#               page faults on fresh memory cost the host's faults too)
 # "cold": page cache dropped before each side (needs root), the mount
 # fresh; "warm": the payload files in the page cache (the mount's own
 # page cache dropped by a fresh mount). Prints a markdown table. Not a
@@ -42,9 +47,10 @@ WORK=$(mktemp -d /tmp/sf-bench-direct.XXXXXX)
 STORE=$WORK/store
 MNT=$WORK/mnt
 DPID=""
-cleanup() { stop_daemon; bench_remove_work; }
+cleanup() { stop_daemon; bench_restore_memory; bench_remove_work; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+bench_steady_memory "$ME"
 mkdir -p "$STORE" "$MNT"
 
 "$SHARDCTL" gen --layout llama --ranks 4 --size "$SIZE" --block-size 4M "$STORE/ck" >/dev/null
@@ -102,6 +108,15 @@ if sys.argv[3] == "direct" and s.get("mount_bytes"):
 EOF
 		;;
 	safetensors) dd bs=1M status=none if="$MNT/ck/model.safetensors" of=/dev/null ;;
+	fresh)
+		$PY - "$TOP/python" "$NBYTES" <<'EOF'
+import sys
+sys.path.insert(0, sys.argv[1])
+import numpy, shardfs  # noqa: F401  (the same imports as the loader rows)
+a = numpy.empty(int(sys.argv[2]), dtype=numpy.uint8)
+a[::4096] = 1
+EOF
+		;;
 	esac
 	t1=$(now)
 	stop_daemon
@@ -121,6 +136,7 @@ best() {
 for f in "${PAYLOADS[@]}"; do cat "$f" >/dev/null; done
 
 echo
+echo "($(bench_memory_label))"
 echo "| row | temperature | GB/s | ratio to dd |"
 echo "|---|---|---:|---:|"
 for temp in warm cold; do
@@ -130,7 +146,7 @@ for temp in warm cold; do
 	fi
 	[[ $temp == warm ]] && for f in "${PAYLOADS[@]}"; do cat "$f" >/dev/null; done
 	base=$(best dd "$temp")
-	for row in dd direct mount safetensors; do
+	for row in dd direct mount safetensors fresh; do
 		if [[ $row == dd ]]; then s=$base; else s=$(best "$row" "$temp"); fi
 		[[ $temp == warm ]] && for f in "${PAYLOADS[@]}"; do cat "$f" >/dev/null; done
 		awk -v n="$NBYTES" -v s="$s" -v b="$base" -v r="$row" -v t="$temp" \
