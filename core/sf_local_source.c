@@ -703,6 +703,42 @@ static void brk_init(void)
 	pthread_attr_destroy(&at);
 }
 
+/* The table descriptor of ck's file (its fd_ent in *fe): a mapping is
+ * kept only on it. -ENOTSUP when the file has none (a descriptor of its
+ * own, closed here), or get_fd_ent's error. */
+static int table_fd(struct local_src *ls, const struct sf_ckpt_ref *ck,
+		    const char *file, int *fd, struct fd_ent **fe)
+{
+	bool owned;
+	int ret = get_fd_ent(ls, ck, file, fd, &owned, fe);
+
+	if (ret)
+		return ret;
+	if (owned) {
+		close(*fd);
+		return -ENOTSUP;
+	}
+	return 0;
+}
+
+/* Fill lm for the mapping p (total bytes from file offset base of fe's
+ * file, as st was when mapped) and put it on ls->maps. ls->lock held. */
+static void link_map_locked(struct local_src *ls, struct lmap *lm,
+			    struct fd_ent *fe, void *p, size_t total,
+			    uint64_t base, const struct stat *st)
+{
+	lm->base = p;
+	lm->len = total;
+	lm->off = base;
+	lm->fe = fe;
+	lm->id = stat_id(st);
+	lm->next = ls->maps;
+	if (ls->maps)
+		ls->maps->prev = lm;
+	ls->maps = lm;
+	fe->nmaps++;
+}
+
 /*
  * Map bytes [off, off+len) of ck->dir/file under a read lease (see the
  * top of this file). -ENOTSUP where leases cannot be used or the file has
@@ -721,7 +757,6 @@ static int local_map(void *ctx, const struct sf_ckpt_ref *ck, uint32_t rank,
 	struct fd_ent *fe;
 	struct lmap *lm;
 	struct stat st;
-	bool owned;
 	void *p;
 	int fd, ret;
 
@@ -729,13 +764,9 @@ static int local_map(void *ctx, const struct sf_ckpt_ref *ck, uint32_t rank,
 	pthread_once(&brk_once, brk_init);
 	if (!brk_ok || len == 0)
 		return -ENOTSUP;
-	ret = get_fd_ent(ls, ck, file, &fd, &owned, &fe);
+	ret = table_fd(ls, ck, file, &fd, &fe);
 	if (ret)
 		return ret;
-	if (owned) {
-		close(fd);
-		return -ENOTSUP;
-	}
 	lm = calloc(1, sizeof(*lm));
 	if (!lm)
 		return -ENOMEM;
@@ -765,16 +796,7 @@ static int local_map(void *ctx, const struct sf_ckpt_ref *ck, uint32_t rank,
 		ret = -EAGAIN;
 		goto out_unlease;
 	}
-	lm->base = p;
-	lm->len = len + delta;
-	lm->off = base;
-	lm->fe = fe;
-	lm->id = stat_id(&st);
-	lm->next = ls->maps;
-	if (ls->maps)
-		ls->maps->prev = lm;
-	ls->maps = lm;
-	fe->nmaps++;
+	link_map_locked(ls, lm, fe, p, len + delta, base, &st);
 	fe->nleased++;
 	pthread_mutex_unlock(&ls->lock);
 	*addr = (unsigned char *)p + delta;
@@ -808,20 +830,15 @@ static int local_map_live(void *ctx, const struct sf_ckpt_ref *ck,
 	struct fd_ent *fe;
 	struct lmap *lm;
 	struct stat st;
-	bool owned;
 	void *p;
 	int fd, ret;
 
 	(void)rank;
 	if (len == 0)
 		return -ENOTSUP;
-	ret = get_fd_ent(ls, ck, file, &fd, &owned, &fe);
+	ret = table_fd(ls, ck, file, &fd, &fe);
 	if (ret)
 		return ret;
-	if (owned) {
-		close(fd);
-		return -ENOTSUP;
-	}
 	if (fstat(fd, &st) < 0 || (uint64_t)st.st_size < off + len)
 		return -EAGAIN;
 	lm = calloc(1, sizeof(*lm));
@@ -832,18 +849,9 @@ static int local_map_live(void *ctx, const struct sf_ckpt_ref *ck,
 		free(lm);
 		return -EAGAIN;
 	}
-	lm->base = p;
-	lm->len = len + delta;
-	lm->off = base;
-	lm->fe = fe;
 	lm->live = true;
-	lm->id = stat_id(&st);
 	pthread_mutex_lock(&ls->lock);
-	lm->next = ls->maps;
-	if (ls->maps)
-		ls->maps->prev = lm;
-	ls->maps = lm;
-	fe->nmaps++;
+	link_map_locked(ls, lm, fe, p, len + delta, base, &st);
 	pthread_mutex_unlock(&ls->lock);
 	*addr = (unsigned char *)p + delta;
 	*token = lm;

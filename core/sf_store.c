@@ -789,10 +789,48 @@ int sf_store_names(int storefd, sf_store_name_fn fn, void *arg)
 	return store_names(storefd, false, fn, arg);
 }
 
+/* A name the store shows but does not hold as itself: DIR@TAG of a
+ * DeepSpeed directory (gone once latest names TAG: then shown as DIR),
+ * else a hub snapshot. Its identity and mtime, and *rev_of_main: a hub
+ * name by REV whose snapshot refs/main names now. 0 or -errno. */
+static int shown_ident(int storefd, const char *name, uint64_t *dev,
+		       uint64_t *ino, struct timespec *mtime, bool *rev_of_main)
+{
+	struct sf_hub_snap hs;
+	int rc;
+
+	*rev_of_main = false;
+	if (!strchr(name, '/')) {
+		struct sf_dstags_tag dt;
+
+		rc = sf_dstags_open(storefd, name, &dt);
+		if (rc == 0) {
+			close(dt.dirfd);
+			*dev = dt.dev;
+			*ino = dt.ino;
+			*mtime = dt.mtime;
+			return 0;
+		}
+		if (rc != -ENOENT)
+			return rc;
+	}
+	rc = sf_hub_open(storefd, name, &hs);
+	if (rc)
+		return rc;
+	close(hs.dirfd);
+	close(hs.blobsfd);
+	*dev = hs.dev;
+	*ino = hs.ino;
+	*mtime = hs.mtime;
+	*rev_of_main = strchr(name, '@') && hs.is_main;
+	return 0;
+}
+
 int sf_store_ident(int storefd, const char *name, uint64_t *dev,
 		   uint64_t *ino)
 {
-	struct sf_hub_snap hs;
+	struct timespec mtime;
+	bool rev_of_main;
 	struct stat sb;
 	int rc;
 
@@ -815,62 +853,24 @@ int sf_store_ident(int storefd, const char *name, uint64_t *dev,
 	}
 	if (!strchr(name, '/') && errno != ENOENT)
 		return -errno;
-	if (!strchr(name, '/')) {
-		/* DIR@TAG: gone once latest names TAG (then shown as DIR) */
-		struct sf_dstags_tag dt;
-
-		rc = sf_dstags_open(storefd, name, &dt);
-		if (rc == 0) {
-			close(dt.dirfd);
-			*dev = dt.dev;
-			*ino = dt.ino;
-			return 0;
-		}
-		if (rc != -ENOENT)
-			return rc;
-	}
-	rc = sf_hub_open(storefd, name, &hs);
-	if (rc)
-		return rc;
-	close(hs.dirfd);
-	close(hs.blobsfd);
-	if (strchr(name, '@') && hs.is_main)
+	rc = shown_ident(storefd, name, dev, ino, &mtime, &rev_of_main);
+	if (!rc && rev_of_main)
 		return -ENOENT; /* listed as "ORG/NAME" now, no longer by REV */
-	*dev = hs.dev;
-	*ino = hs.ino;
-	return 0;
+	return rc;
 }
 
 int sf_store_mtime(int storefd, const char *name, struct timespec *mtime)
 {
-	struct sf_hub_snap hs;
+	uint64_t dev, ino;
+	bool rev_of_main;
 	struct stat sb;
-	int rc;
 
 	if (!strchr(name, '/') &&
 	    fstatat(storefd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0) {
 		*mtime = sb.st_mtim;
 		return 0;
 	}
-	if (!strchr(name, '/')) {
-		struct sf_dstags_tag dt;
-
-		rc = sf_dstags_open(storefd, name, &dt);
-		if (rc == 0) {
-			close(dt.dirfd);
-			*mtime = dt.mtime;
-			return 0;
-		}
-		if (rc != -ENOENT)
-			return rc;
-	}
-	rc = sf_hub_open(storefd, name, &hs);
-	if (rc)
-		return rc;
-	close(hs.dirfd);
-	close(hs.blobsfd);
-	*mtime = hs.mtime;
-	return 0;
+	return shown_ident(storefd, name, &dev, &ino, mtime, &rev_of_main);
 }
 
 int sf_store_scan_fd(int storefd, const char *store, struct sf_source *src,
