@@ -111,3 +111,22 @@ void fuzz_adapter_check_model(struct sf_format_result *res, fuzz_fd_of_fn fd_of,
 	}
 	sf_format_result_clear(res);
 }
+
+void fuzz_adapter_run(const struct sf_format *f, int dfd, const char *dir,
+		      const char *format, fuzz_result_fn look,
+		      fuzz_fd_of_fn fd_of, void *ctx, const char *what)
+{
+	struct sf_cdir cd = { .dirfd = dfd, .dir = dir, .name = "fz",
+			      .ref = { .dir = dir, .name = "fz" } };
+	struct sf_format_result res = { 0 };
+	char err[256];
+	int rc;
+
+	fuzz_poison(err, sizeof(err));
+	rc = f->open(&cd, &res, err, sizeof(err));
+	if (!fuzz_adapter_opened(rc, &res, err, sizeof(err), format))
+		return;
+	if (look)
+		look(&res);
+	fuzz_adapter_check_model(&res, fd_of, ctx, what);
+}

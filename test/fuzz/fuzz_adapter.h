@@ -43,4 +43,17 @@ typedef int (*fuzz_fd_of_fn)(void *ctx, const char *file);
 void fuzz_adapter_check_model(struct sf_format_result *res, fuzz_fd_of_fn fd_of,
 			      void *ctx, const char *what);
 
+/* A target's own look at a successful open's result (may be NULL). */
+typedef void (*fuzz_result_fn)(const struct sf_format_result *res);
+
+/*
+ * Open the scratch directory dir (descriptor dfd, shown as checkpoint
+ * "fz") with adapter f, the error buffer poisoned first; then
+ * fuzz_adapter_opened with format and, on success, look (if given) and
+ * fuzz_adapter_check_model with fd_of, ctx and what.
+ */
+void fuzz_adapter_run(const struct sf_format *f, int dfd, const char *dir,
+		      const char *format, fuzz_result_fn look,
+		      fuzz_fd_of_fn fd_of, void *ctx, const char *what);
+
 #endif

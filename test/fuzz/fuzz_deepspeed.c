@@ -40,6 +40,19 @@
 #include "sf_error.h"
 #include "sf_deepspeed.h"
 
+/* fuzz_result_fn: the non-tensor entries are manifest.json's
+ * "deepspeed", an object, its archives' parts objects when present. */
+static void look_extra(const struct sf_format_result *res)
+{
+	json_t *ds = res->extra ? json_object_get(res->extra, SF_DEEPSPEED_FORMAT) : NULL;
+	json_t *ms = ds ? json_object_get(ds, "model_states") : NULL;
+	json_t *os = ds ? json_object_get(ds, "optim_states") : NULL;
+
+	if (!json_is_object(res->extra) || !json_is_object(ds) ||
+	    (ms && !json_is_object(ms)) || (os && !json_is_object(os)))
+		fuzz_die("no \"deepspeed\" object in the extra", NULL);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 const char fuzz_target[] = "fuzz_deepspeed";
@@ -116,11 +129,9 @@ static int fd_of(void *ctx, const char *file)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	struct sf_format_result res = { 0 };
 	int fds[MAX_PARTS];
-	char err[256];
 	size_t at = 0;
-	int nparts = 0, rc;
+	int nparts = 0;
 
 	if (!dir[0])
 		setup();
@@ -139,32 +150,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (unlinkat(dfd, names[i], 0) != 0)
 			fuzz_die("cannot remove a part", names[i]);
 	nwritten = nparts;
-	fuzz_poison(err, sizeof(err));
-	{
-		struct sf_cdir cd = { .dirfd = dfd, .dir = dir, .name = "fz",
-				      .ref = { .dir = dir, .name = "fz" } };
-
-		rc = sf_format_deepspeed.open(&cd, &res, err, sizeof(err));
-	}
-	if (!fuzz_adapter_opened(rc, &res, err, sizeof(err), SF_DEEPSPEED_FORMAT))
-		goto out_close_parts;
-	{
-		/* the non-tensor entries: manifest.json's "deepspeed", an
-		 * object, its archives' parts objects when present */
-		json_t *ds = res.extra ? json_object_get(res.extra, SF_DEEPSPEED_FORMAT) : NULL;
-		json_t *ms = ds ? json_object_get(ds, "model_states") : NULL;
-		json_t *os = ds ? json_object_get(ds, "optim_states") : NULL;
-
-		if (!json_is_object(res.extra) || !json_is_object(ds) ||
-		    (ms && !json_is_object(ms)) || (os && !json_is_object(os)))
-			fuzz_die("no \"deepspeed\" object in the extra", NULL);
-	}
 	{
 		struct parts pt = { fds, nparts };
 
-		fuzz_adapter_check_model(&res, fd_of, &pt, "deepspeed");
+		fuzz_adapter_run(&sf_format_deepspeed, dfd, dir, SF_DEEPSPEED_FORMAT,
+				 look_extra, fd_of, &pt, "deepspeed");
 	}
-out_close_parts:
 	for (int i = 0; i < nparts; i++)
 		close(fds[i]);
 	return 0;

@@ -82,11 +82,9 @@ static int fd_of(void *ctx, const char *file)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	struct sf_format_result res = { 0 };
 	int fds[MAX_PARTS];
 	size_t lens[MAX_PARTS], offs[MAX_PARTS], at = 0;
-	char err[256];
-	int nparts = 0, rc;
+	int nparts = 0;
 
 	if (!dir[0])
 		setup();
@@ -113,21 +111,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			fuzz_die("cannot write a part", names[i]);
 	}
 	nwritten = nparts;
-	fuzz_poison(err, sizeof(err));
-	{
-		struct sf_cdir cd = { .dirfd = dfd, .dir = dir, .name = "fz",
-				      .ref = { .dir = dir, .name = "fz" } };
-
-		rc = sf_format_dtensor.open(&cd, &res, err, sizeof(err));
-	}
-	if (!fuzz_adapter_opened(rc, &res, err, sizeof(err), SF_DTENSOR_FORMAT))
-		goto out_close_parts;
 	{
 		struct parts pt = { fds, nparts };
 
-		fuzz_adapter_check_model(&res, fd_of, &pt, "dtensor");
+		fuzz_adapter_run(&sf_format_dtensor, dfd, dir, SF_DTENSOR_FORMAT, NULL, fd_of, &pt,
+				 "dtensor");
 	}
-out_close_parts:
 	for (int i = 0; i < nparts; i++)
 		close(fds[i]);
 	return 0;

@@ -106,11 +106,9 @@ static int fd_of(void *ctx, const char *file)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	struct sf_format_result res = { 0 };
 	int fds[MAX_PARTS];
-	char err[256];
 	size_t at = 0;
-	int nparts = 0, rc;
+	int nparts = 0;
 
 	if (!dir[0])
 		setup();
@@ -129,21 +127,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (unlinkat(dfd, names[i], 0) != 0)
 			fuzz_die("cannot remove a part", names[i]);
 	nwritten = nparts;
-	fuzz_poison(err, sizeof(err));
-	{
-		struct sf_cdir cd = { .dirfd = dfd, .dir = dir, .name = "fz",
-				      .ref = { .dir = dir, .name = "fz" } };
-
-		rc = sf_format_paddle.open(&cd, &res, err, sizeof(err));
-	}
-	if (!fuzz_adapter_opened(rc, &res, err, sizeof(err), SF_PADDLE_FORMAT))
-		goto out_close_parts;
 	{
 		struct parts pt = { fds, nparts };
 
-		fuzz_adapter_check_model(&res, fd_of, &pt, "paddle");
+		fuzz_adapter_run(&sf_format_paddle, dfd, dir, SF_PADDLE_FORMAT, NULL, fd_of, &pt,
+				 "paddle");
 	}
-out_close_parts:
 	for (int i = 0; i < nparts; i++)
 		close(fds[i]);
 	return 0;
