@@ -40,63 +40,23 @@ import sfmount as sm
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-WORKER = os.path.join(HERE, "dcp_save_worker.py")
-PY = "/usr/bin/python3"
+import savelib  # noqa: E402
+from savelib import PY, WORKER, expected, state  # noqa: E402
 BOUND_S = 2.0
-XA_STATE = "user.shardfs.state"
-
-
-def state(path):
-    try:
-        return os.getxattr(path, XA_STATE).decode()
-    except OSError as e:
-        return "error %s" % sm.errname(e.errno)
 
 
 def wait_state(path, want, bound):
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < bound:
-        if state(path) == want:
-            return time.monotonic() - t0
-        time.sleep(0.05)
-    return None
+    return savelib.wait_until(lambda: state(path) == want, bound)
 
 
 def start_ranks(env, path, tag, stall=-1, seed=5):
-    init = env.path("init-%s" % tag)
-    procs = []
-    for r in range(2):
-        procs.append(subprocess.Popen(
-            [PY, WORKER, "save", str(r), "2", init, path, str(stall), str(seed)],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
-    return procs
+    return savelib.start_ranks(env.path("init-%s" % tag), [path, path], stall, seed)
 
 
 def save(env, ck, path, tag, seed=5):
-    procs = start_ranks(env, path, tag, seed=seed)
-    ok = True
-    for p in procs:
-        try:
-            out, _ = p.communicate(timeout=120)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            out, _ = p.communicate()
-        if p.returncode != 0:
-            ok = False
-            print(out.decode(errors="replace")[-3000:])
+    ok = savelib.wait_ranks(start_ranks(env, path, tag, seed=seed), 120)
     ck.ok(ok, "%s: save_state_dict through the mount succeeded on both ranks" % tag)
     return ok
-
-
-def expected(seed=5):
-    import dcp_save_worker as w
-    import torch
-    out = {}
-    for k, v in w.full_tensors(seed).items():
-        if v.dtype == torch.bfloat16:
-            v = v.view(torch.int16)
-        out[k] = v.contiguous().numpy().tobytes()
-    return out
 
 
 def check_tensors(ck, root, want, label, names=None):

@@ -35,62 +35,26 @@ import sfmpi  # noqa: E402
 from sfmpi import sm  # noqa: E402
 
 NR = 4
-PY = "/usr/bin/python3"
-WORKER = os.path.join(HERE, "..", "mount", "dcp_save_worker.py")
+import savelib  # noqa: E402
+from savelib import PY, WORKER, expected, state  # noqa: E402
 WITHIN_S = 2.0
-XA_STATE = "user.shardfs.state"
-
-
-def state(path):
-    try:
-        return os.getxattr(path, XA_STATE).decode()
-    except OSError as e:
-        return "error %s" % errno.errorcode.get(e.errno, e.errno)
 
 
 def wait_all_committed(c, name, bound):
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < bound:
-        if all(state(os.path.join(c.mnt(r), name)) == "committed" for r in range(NR)):
-            return time.monotonic() - t0
-        time.sleep(0.05)
-    return None
+    return savelib.wait_until(lambda: all(
+        state(os.path.join(c.mnt(r), name)) == "committed" for r in range(NR)), bound)
 
 
 def start_ranks(env, c, name, tag, stall=-1, seed=5):
-    init = env.path("init-%s" % tag)
-    return [subprocess.Popen(
-        [PY, WORKER, "save", str(r), str(NR), init, os.path.join(c.mnt(r), name),
-         str(stall), str(seed)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        for r in range(NR)]
+    return savelib.start_ranks(env.path("init-%s" % tag),
+                               [os.path.join(c.mnt(r), name) for r in range(NR)],
+                               stall, seed)
 
 
 def save(env, ck, c, name, tag, seed=5):
-    procs = start_ranks(env, c, name, tag, seed=seed)
-    ok = True
-    for p in procs:
-        try:
-            out, _ = p.communicate(timeout=180)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            out, _ = p.communicate()
-        if p.returncode != 0:
-            ok = False
-            print(out.decode(errors="replace")[-3000:])
+    ok = savelib.wait_ranks(start_ranks(env, c, name, tag, seed=seed), 180)
     ck.ok(ok, "%s: save_state_dict through %d mounts succeeded on every rank" % (tag, NR))
     return ok
-
-
-def expected(seed=5):
-    sys.path.insert(0, os.path.join(HERE, "..", "mount"))
-    import dcp_save_worker as w
-    import torch
-    out = {}
-    for k, v in w.full_tensors(seed).items():
-        if v.dtype == torch.bfloat16:
-            v = v.view(torch.int16)
-        out[k] = v.contiguous().numpy().tobytes()
-    return out
 
 
 def store_files(c, r, name):
