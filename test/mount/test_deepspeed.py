@@ -47,7 +47,6 @@ import os
 import shutil
 import struct
 import sys
-import zipfile
 
 import sfmount as sm
 from test_dcp import check_readonly, check_views
@@ -88,20 +87,6 @@ def patch_pickle(path, old, new, nth=1):
         f.write(b)
 
 
-def rewrite_pickle(path, old, new):
-    """The archive written again (Python's zipfile, stored) with old
-    replaced by new in its data.pkl."""
-    with zipfile.ZipFile(path) as z:
-        items = [(i.filename, z.read(i.filename)) for i in z.infolist()]
-    with zipfile.ZipFile(path + ".tmp", "w", zipfile.ZIP_STORED) as z:
-        for name, data in items:
-            if name.endswith("/data.pkl"):
-                assert old in data
-                data = data.replace(old, new)
-            z.writestr(name, data)
-    os.replace(path + ".tmp", path)
-
-
 def make_hostile(store, src2):
     """Variants of the ZeRO-2 checkpoint src2 (real files, changed)."""
     out = {}
@@ -109,14 +94,14 @@ def make_hostile(store, src2):
     d = os.path.join(store, "h-global")
     shutil.copytree(src2, d)
     opt = glob.glob(os.path.join(tag_dir(d), "*rank_1_*optim_states.pt"))[0]
-    rewrite_pickle(opt, b"cdeepspeed.runtime.fp16.loss_scaler\nLossScaler\n",
+    sm.rewrite_pickle(opt, b"cdeepspeed.runtime.fp16.loss_scaler\nLossScaler\n",
                    b"cposix\nsystem\n")
     out["global"] = d
     # the model states' OrderedDicts (module, frozen_param_shapes: the
     # non-tensor entries manifest.json shows) named as posix.system
     d = os.path.join(store, "h-global-ms")
     shutil.copytree(src2, d)
-    rewrite_pickle(os.path.join(tag_dir(d), "mp_rank_00_model_states.pt"),
+    sm.rewrite_pickle(os.path.join(tag_dir(d), "mp_rank_00_model_states.pt"),
                    b"ccollections\nOrderedDict\n", b"cposix\nsystem\n")
     out["global-ms"] = d
     # fc2.bias (the last parameter, 5 elements) claims 99: past the

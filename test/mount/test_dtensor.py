@@ -119,20 +119,6 @@ def replace_bytes(path, old, new, count=-1):
         f.write(b)
 
 
-def rewrite_pickle(path, old, new):
-    """The archive written again (Python's zipfile, stored) with old
-    replaced by new in its data.pkl."""
-    with zipfile.ZipFile(path) as z:
-        items = [(i.filename, z.read(i.filename)) for i in z.infolist()]
-    with zipfile.ZipFile(path + ".tmp", "w", zipfile.ZIP_STORED) as z:
-        for name, data in items:
-            if name.endswith("/data.pkl"):
-                assert old in data
-                data = data.replace(old, new)
-            z.writestr(name, data)
-    os.replace(path + ".tmp", path)
-
-
 def rank_file(d, r):
     return glob.glob(os.path.join(d, "model_world_size_*_rank_%d.pt" % r))[0]
 
@@ -147,7 +133,7 @@ def make_hostile(store, w2, w4, fs):
         return d
 
     d = copy("h-global", w2)
-    rewrite_pickle(rank_file(d, 1), b"ctorch\nSize\n", b"cposix\nsystem\n")
+    sm.rewrite_pickle(rank_file(d, 1), b"ctorch\nSize\n", b"cposix\nsystem\n")
     d = copy("h-coord", w2)
     patch_ints_after(rank_file(d, 1), "_coordinate_on_dim", [0])
     d = copy("h-rank", w2)
@@ -162,7 +148,7 @@ def make_hostile(store, w2, w4, fs):
     replace_bytes(rank_file(d, 1), b"K\x07K\x03\x86", b"K\x08K\x03\x86", 1)
     d = copy("h-partial", w2)
     for r in (0, 1):
-        rewrite_pickle(rank_file(d, r), b"placement_types\nReplicate\n",
+        sm.rewrite_pickle(rank_file(d, r), b"placement_types\nReplicate\n",
                        b"placement_types\nPartial\n")
     if fs:  # FSDP1 ShardedTensors
         d = copy("h-st-rank", fs)  # rank 1's shards placed on rank 0
