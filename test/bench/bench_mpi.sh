@@ -121,8 +121,9 @@ start_cluster() { # STOREPAT MNTPAT TAG [OPTS...]
 	done
 }
 
-readall() { # DIR: read every file under it; prints "BYTES SECONDS"
-	find "$1" -type f | sort | "$PY" "$HERE/readfiles.py"
+readall() { # DIR: dd bs=1M of every file under it; prints "BYTES SECONDS"
+	find "$1" -type f | sort >"$WORK/readall.list"
+	bench_dd_list "$WORK/readall.list"
 }
 
 cpu_ticks() { # PID...: utime + stime of those processes, in clock ticks
@@ -189,6 +190,10 @@ for r in $(seq 0 $((N - 1))); do
 done
 cat "$FULL"/ck/rank-*/* "$WORK"/store*/ck/rank-*/* >/dev/null  # warm page cache
 
+# the reference: dd bs=1M of the raw payload files (warm), best of N
+ls -d "$FULL"/ck/rank-*/* | sort >"$WORK/raw.list"
+RBEST=""
+for rep in $(seq "$REPS"); do best_of RBEST "$(bench_dd_list "$WORK/raw.list")"; done
 mkdir -p "$SMNT"
 SBEST=""
 MBEST=""
@@ -221,10 +226,12 @@ read -r sbytes ssec sticks <<<"$SBEST"
 read -r mbytes msec mticks <<<"$MBEST"
 mtotal=0
 for t in $mticks; do mtotal=$((mtotal + t)); done
-ROWS+=("single process, tensors/ (all shards local)|$sbytes|$ssec|$ssec")
+read -r rbytes rsec <<<"$RBEST"
+ROWS+=("raw payload files, dd bs=1M (page cache)|$rbytes|$rsec|-|$rsec")
+ROWS+=("single process, tensors/ (all shards local)|$sbytes|$ssec|$ssec|$rsec")
 what="4 MPI daemons, tensors/ via rank 0 (3/4 of shards remote)"
 [[ -n ${BENCH_MPI_MCA:-} ]] && what+=", $BENCH_MPI_MCA"
-ROWS+=("$what|$mbytes|$msec|$ssec")
+ROWS+=("$what|$mbytes|$msec|$ssec|$rsec")
 NOTES+=("daemon CPU during the best read: single process $(ticks_s "$sticks") s; 4 MPI daemons $(ticks_s "$mtotal") s (rank 0 $(ticks_s "${mticks%% *}") s)")
 fi
 
@@ -306,16 +313,20 @@ echo
 echo "shardfs MPI benchmark: $(nproc) CPUs, checkpoint $SIZE (llama, 4 ranks), $NT tensors committed;" \
 	"reads best of $REPS, the rest one run; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
-echo "| what | bytes | seconds | GB/s | ratio vs single process (write, commit: vs the first row) |"
-echo "|---|---:|---:|---:|---:|"
+echo "(reads: dd bs=1M of every file, each row's ratio to the single-process read and to dd of the raw payload files, in this run)"
+echo
+echo "| what | bytes | seconds | GB/s | ratio vs single process (write, commit: vs the first row) | ratio vs dd of the payload files |"
+echo "|---|---:|---:|---:|---:|---:|"
 for row in "${ROWS[@]}"; do
-	IFS='|' read -r what bytes sec base <<<"$row"
+	IFS='|' read -r what bytes sec base raw <<<"$row"
 	if [[ $bytes == - ]]; then
 		gbs=-
 	else
 		gbs=$(printf '%.3f' "$(echo "$bytes / $sec / 1000000000" | bc -l)")
 	fi
 	if [[ $base == - ]]; then ratio=-; else ratio=$(printf '%.2fx' "$(echo "$base / $sec" | bc -l)"); fi
-	printf '| %s | %s | %.3f | %s | %s |\n' "$what" "$bytes" "$sec" "$gbs" "$ratio"
+	if [[ -z $raw ]]; then rawr=-; else
+		rawr=$(printf '%.2fx' "$(echo "$bytes / $sec / ($rbytes / $raw)" | bc -l)"); fi
+	printf '| %s | %s | %.3f | %s | %s | %s |\n' "$what" "$bytes" "$sec" "$gbs" "$ratio" "$rawr"
 done
 [[ ${#NOTES[@]} -eq 0 ]] || { echo; printf '%s\n' "${NOTES[@]}"; }
