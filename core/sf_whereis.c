@@ -9,9 +9,15 @@
  *    NUL (jansson refuses \u0000 without JSON_ALLOW_NUL);
  *  - a shard is given only when it has a path and identity, is stored
  *    plain (no "strides", no "codec"), is one run of the tensor's bytes
- *    inside [0, nbytes), and lists exactly one checksum per block of
- *    block_size bytes counted from its start; else it is counted in
- *    nother with the first reason kept;
+ *    inside [0, nbytes) or rows of one run spread with one pitch (a box
+ *    partial in one outer dimension and the innermost partial one), and
+ *    lists exactly one checksum per block of block_size bytes counted
+ *    from its start; else it is counted in nother with the first reason
+ *    kept;
+ *  - spread shards are given only when every shard listed is given and
+ *    the boxes, pairwise disjoint, sum to the tensor's bytes (so they
+ *    tile it and the caller has no gaps to find); otherwise they are
+ *    counted in nother and the caller reads them through the mount;
  *  - a shard's geometry outside the tensor (a box past its shape, a flat
  *    range past its end, bytes that are not its elements') fails the
  *    whole value: the daemon would not say so of the tensor the caller
@@ -85,38 +91,108 @@ static void other(struct sf_whereis *w, const char *why)
 		snprintf(w->why, sizeof(w->why), "%s", why);
 }
 
-/* The tensor run of a box: 0 and *toff when it is one run; 1 when it is
- * several (read through the mount); -1 when it is not inside the tensor
- * or its bytes are not its elements'. */
-static int box_run(unsigned ndim, const uint64_t *shape, uint64_t itemsize,
-		   const uint64_t *off, const uint64_t *len, uint64_t nbytes,
-		   uint64_t *toff)
+/* The tensor bytes of a box (nbytes > 0): 0 with s->toff, run and pitch
+ * when it is one run or rows of one run; 1 when it is runs in more than
+ * one dimension (read through the mount); -1 when it is not inside the
+ * tensor or its bytes are not its elements'. */
+static int box_rows(unsigned ndim, const uint64_t *shape, uint64_t itemsize,
+		    const uint64_t *off, const uint64_t *len,
+		    struct sf_whereis_shard *s)
 {
-	uint64_t numel = 1, stride = itemsize, t = 0;
-	unsigned k = 0, j;
-	bool run = true;
+	uint64_t numel = 1, stride[SF_MAX_NDIM], acc = itemsize, t = 0;
+	unsigned d = ndim, j, outer = 0, nouter = 0;
 
 	for (j = 0; j < ndim; j++) {
 		if (off[j] > shape[j] || len[j] > shape[j] - off[j] ||
 		    __builtin_mul_overflow(numel, len[j], &numel))
 			return -1;
 	}
-	if (__builtin_mul_overflow(numel, itemsize, &numel) || numel != nbytes)
+	if (__builtin_mul_overflow(numel, itemsize, &numel) || numel != s->nbytes)
 		return -1;
-	while (k < ndim && len[k] == 1)
-		k++;
-	for (j = k + 1; j < ndim; j++)
-		if (off[j] != 0 || len[j] != shape[j])
-			run = false;
-	if (!run)
-		return 1;
-	/* inside the tensor, so no term overflows: t < the tensor's bytes */
+	/* inside the tensor and not empty, so no product below overflows:
+	 * each is at most the tensor's bytes */
 	for (j = ndim; j-- > 0;) {
-		t += off[j] * stride;
-		stride *= shape[j];
+		stride[j] = acc;
+		acc *= shape[j];
+		t += off[j] * stride[j];
 	}
-	*toff = t;
+	s->toff = t;
+	/* trailing dimensions held whole join the run */
+	while (d > 1 && off[d - 1] == 0 && len[d - 1] == shape[d - 1])
+		d--;
+	for (j = 0; d && j < d - 1; j++)
+		if (len[j] != 1) {
+			outer = j;
+			nouter++;
+		}
+	if (nouter > 1)
+		return 1;
+	s->run = d ? len[d - 1] * stride[d - 1] : s->nbytes;
+	s->pitch = nouter ? stride[outer] : s->run;
+	if (!nouter)
+		s->run = s->pitch = s->nbytes;
 	return 0;
+}
+
+static bool same_place(const struct sf_whereis_shard *a,
+		       const struct sf_whereis_shard *b)
+{
+	return a->bnd == b->bnd && a->toff == b->toff && a->nbytes == b->nbytes &&
+	       (a->bnd == SF_WHEREIS_NOSHAPE ||
+		(!memcmp(a->boff, b->boff, a->bnd * sizeof(*a->boff)) &&
+		 !memcmp(a->blen, b->blen, a->bnd * sizeof(*a->blen))));
+}
+
+static void drop(struct sf_whereis *w, size_t i, const char *why)
+{
+	other(w, why);
+	free(w->s[i].path);
+	free(w->s[i].xxh3);
+	w->s[i].path = NULL;
+	w->s[i].xxh3 = NULL;
+}
+
+static bool boxes_meet(const struct sf_whereis_shard *a,
+		       const struct sf_whereis_shard *b)
+{
+	if (a->bnd == SF_WHEREIS_NOSHAPE || b->bnd == SF_WHEREIS_NOSHAPE)
+		return true;       /* flat beside a box: not compared */
+	for (unsigned j = 0; j < a->bnd; j++)
+		if (a->boff[j] >= b->boff[j] + b->blen[j] ||
+		    b->boff[j] >= a->boff[j] + a->blen[j])
+			return false;
+	return true;
+}
+
+/* Keep spread shards only where the ones given tile the tensor (all
+ * shards listed were given: all_given). */
+static void check_spread(struct sf_whereis *w, bool all_given)
+{
+	uint64_t sum = 0;
+	size_t i, k;
+	bool ok = all_given;
+
+	for (i = 0; i < w->n; i++)
+		if (w->s[i].run != w->s[i].pitch)
+			w->spread = true;
+	if (!w->spread)
+		return;
+	for (i = 0; ok && i < w->n; i++) {
+		sum += w->s[i].nbytes;
+		for (k = 0; ok && k < i; k++)
+			ok = !boxes_meet(&w->s[i], &w->s[k]);
+	}
+	if (ok && sum == w->nbytes)
+		return;
+	w->spread = false;
+	for (i = 0, k = 0; i < w->n; i++) {
+		if (w->s[i].run != w->s[i].pitch) {
+			drop(w, i, "a spread box beside shards read through the mount");
+			continue;
+		}
+		w->s[k++] = w->s[i];
+	}
+	w->n = k;
 }
 
 /* Decode one entry of "shards" into w (given or counted in nother). */
@@ -142,6 +218,8 @@ static int entry(struct sf_whereis *w, const json_t *e, unsigned ndim,
 			return fail(err, errlen, -SF_EMANIFEST,
 				    "a flat shard outside the tensor");
 		s.toff = fl[0];
+		s.run = s.pitch = s.nbytes;
+		s.bnd = SF_WHEREIS_NOSHAPE;
 	} else if (ndim == SF_WHEREIS_NOSHAPE) {
 		other(w, "a box of a tensor of unknown shape");
 		return 0;
@@ -150,14 +228,17 @@ static int entry(struct sf_whereis *w, const json_t *e, unsigned ndim,
 		    !get_u64s(json_object_get(sh, "lengths"), ndim, len))
 			return fail(err, errlen, -SF_EMANIFEST,
 				    "a box not of the tensor's rank");
-		r = box_run(ndim, shape, itemsize, off, len, s.nbytes, &s.toff);
+		r = box_rows(ndim, shape, itemsize, off, len, &s);
 		if (r < 0)
 			return fail(err, errlen, -SF_EMANIFEST,
 				    "a box outside the tensor");
 		if (r > 0) {
-			other(w, "a box that is not one run of the tensor");
+			other(w, "a box of runs in more than one dimension");
 			return 0;
 		}
+		s.bnd = ndim;
+		memcpy(s.boff, off, ndim * sizeof(*off));
+		memcpy(s.blen, len, ndim * sizeof(*len));
 	}
 	why = json_object_get(e, "why");
 	p = json_object_get(e, "path");
@@ -236,6 +317,7 @@ int sf_whereis_parse(const char *text, size_t len, unsigned ndim,
 	json_error_t jerr;
 	json_t *root = NULL, *shards;
 	uint64_t numel = 1, itemsize = 0;
+	bool all_given;
 	size_t i, k;
 	int rc = 0;
 
@@ -286,9 +368,24 @@ int sf_whereis_parse(const char *text, size_t len, unsigned ndim,
 			   err, errlen);
 	if (rc)
 		goto out_free;
+	/* replicas: the first listed is kept */
+	all_given = w->nother == 0;
+	for (i = 0, k = 0; i < w->n; i++) {
+		size_t m;
+
+		for (m = 0; m < k && !same_place(&w->s[m], &w->s[i]); m++)
+			;
+		if (m < k) {
+			drop(w, i, "a replica");
+			continue;
+		}
+		w->s[k++] = w->s[i];
+	}
+	w->n = k;
+	check_spread(w, all_given);
 	/* sort by toff, stable (insertion: the 64 KiB text holds a few
-	 * hundred shards with paths at most), then drop what overlaps a run
-	 * kept before it */
+	 * hundred shards with paths at most), then (runs only) drop what
+	 * overlaps a run kept before it */
 	for (i = 1; i < w->n; i++) {
 		struct sf_whereis_shard x = w->s[i];
 
@@ -297,10 +394,9 @@ int sf_whereis_parse(const char *text, size_t len, unsigned ndim,
 		w->s[k] = x;
 	}
 	for (i = 0, k = 0; i < w->n; i++) {
-		if (k && w->s[i].toff < w->s[k - 1].toff + w->s[k - 1].nbytes) {
-			other(w, "a replica or an overlap");
-			free(w->s[i].path);
-			free(w->s[i].xxh3);
+		if (!w->spread && k &&
+		    w->s[i].toff < w->s[k - 1].toff + w->s[k - 1].nbytes) {
+			drop(w, i, "an overlap");
 			continue;
 		}
 		w->s[k++] = w->s[i];

@@ -10,10 +10,13 @@
  * tensor's user.shardfs.shape: sf_whereis_shape), and gets the shards it
  * can read directly: each one contiguous run [toff, toff + nbytes) of the
  * tensor's bytes, at file_offset in the file `path` whose identity (dev,
- * ino, size, mtime_ns) the daemon saw. Everything else of the tensor (a
- * shard with no path, i.e. "why"; a box that is not one run of the
- * tensor's bytes; a replica or an overlap) is the loader's to read
- * through the mount: the gaps between the runs given.
+ * ino, size, mtime_ns) the daemon saw; or, a box whose rows are spread
+ * (a column block of a matrix: `run` bytes every `pitch` bytes from
+ * toff), when the shards given cover the whole tensor exactly once.
+ * Everything else of the tensor (a shard with no path, i.e. "why"; a box
+ * of runs in more than one dimension; a replica or an overlap) is the
+ * loader's to read through the mount: the gaps between the runs given
+ * (there are none when a shard is spread).
  *
  * Nothing here is trusted beyond its shape: the text is capped
  * (SF_WHEREIS_MAX, the daemon's own bound), every geometry is checked
@@ -27,6 +30,7 @@
 #ifndef SF_WHEREIS_H
 #define SF_WHEREIS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -35,15 +39,20 @@
 #define SF_WHEREIS_MAX (64u << 10)   /* bytes of the value: the daemon's cap */
 #define SF_WHEREIS_WHYLEN 96         /* bytes of a reason kept */
 
-/* One shard readable directly: a run of the tensor's bytes. */
+/* One shard readable directly. Its byte x (in file order) is the
+ * tensor's byte toff + (x / run) * pitch + x % run: one run when
+ * run == pitch == nbytes, else nbytes / run rows of run bytes. */
 struct sf_whereis_shard {
 	uint64_t toff;          /* its first byte's offset in the tensor */
 	uint64_t nbytes;        /* > 0 */
+	uint64_t run, pitch;    /* bytes per row, bytes between rows */
 	uint64_t file_offset;   /* where those bytes start in path */
 	char *path;             /* absolute; owned */
 	uint64_t dev, ino, size, mtime_ns; /* the file as the daemon saw it */
 	uint64_t *xxh3;         /* [nblocks] checksums of its blocks; owned */
 	uint64_t nblocks;       /* = sf_nblocks(nbytes, block_size) */
+	unsigned bnd;           /* a box's rank (SF_WHEREIS_NOSHAPE: flat) */
+	uint64_t boff[SF_MAX_NDIM], blen[SF_MAX_NDIM]; /* the box */
 };
 
 struct sf_whereis {
@@ -51,6 +60,8 @@ struct sf_whereis {
 	uint64_t nbytes;        /* the tensor's */
 	struct sf_whereis_shard *s; /* [n], sorted by toff, disjoint; owned */
 	size_t n, cap;
+	bool spread;            /* some shard has run < pitch: then s[] covers
+				 * the tensor exactly (no gaps) */
 	size_t nother;          /* shards listed but not given (read via mount) */
 	char why[SF_WHEREIS_WHYLEN]; /* the first one's reason ("" if none) */
 };

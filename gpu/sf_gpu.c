@@ -71,6 +71,7 @@ struct slot {
 	int mfd;                /* direct: the same bytes through the mount */
 	const char *mpath;
 	uint64_t moff;
+	uint64_t lo, run, pitch; /* direct from a spread shard (see piece) */
 	bool reread;            /* its reader read it again through the mount */
 	enum slot_state state;  /* l->mu */
 	int rc;                 /* l->mu: reader's result, valid when DONE */
@@ -89,7 +90,11 @@ struct piece {
 	uint64_t bs;
 	int mfd;
 	const char *mpath;
-	uint64_t moff;
+	uint64_t moff;          /* the mount's offset of dst's first byte */
+	/* a spread shard (run > 0): these are its bytes [lo, lo + len), its
+	 * byte x going to dst + (x / run) * pitch + x % run (and lying at that
+	 * offset from moff in the mount); run 0: one run at dst */
+	uint64_t lo, run, pitch;
 };
 
 struct sf_gpu_loader {
@@ -177,6 +182,23 @@ static int read_full(int fd, void *buf, size_t len, uint64_t off)
 	return 0;
 }
 
+/* Read a spread shard's bytes [lo, lo + len) through fd, whose byte base
+ * is the shard's first (sf_gpu_direct.h): row part by row part. */
+static int read_rows(int fd, char *buf, uint64_t lo, size_t len, uint64_t run,
+		     uint64_t pitch, uint64_t base)
+{
+	uint64_t x = lo, end = lo + len, n;
+	int rc = 0;
+
+	while (!rc && x < end) {
+		n = run - x % run < end - x ? run - x % run : end - x;
+		rc = read_full(fd, buf + (x - lo), (size_t)n,
+			       base + x / run * pitch + x % run);
+		x += n;
+	}
+	return rc;
+}
+
 static void *reader_main(void *arg)
 {
 	struct sf_gpu_loader *l = arg;
@@ -208,7 +230,11 @@ static void *reader_main(void *arg)
 				s->fd = s->mfd;
 				s->path = s->mpath;
 				s->file_off = s->moff;
-				rc = read_full(s->fd, s->host, s->len, s->file_off);
+				rc = s->run ? read_rows(s->fd, s->host, s->lo,
+							s->len, s->run, s->pitch,
+							s->moff)
+					    : read_full(s->fd, s->host, s->len,
+							s->file_off);
 			}
 		}
 		t1 = now_ns();
@@ -390,6 +416,42 @@ static int slot_wait_copy(struct sf_gpu_loader *l, struct slot *s)
 	return ck(l, cudaEventSynchronize(s->copied), "cudaEventSynchronize");
 }
 
+/* Queue slot s's H2D copy: one run, or a spread shard's rows (a part
+ * row, whole rows in one 2-D copy, a part row). */
+static int copy_chunk(struct sf_gpu_loader *l, struct slot *s)
+{
+	uint64_t x = s->lo, end = s->lo + s->len, n, col;
+	const char *h = s->host;
+	int rc = 0;
+
+	if (!s->run)
+		return ck(l, cudaMemcpyAsync(s->dst, s->host, s->len,
+					     cudaMemcpyHostToDevice, s->stream),
+			  "cudaMemcpyAsync");
+	while (!rc && x < end) {
+		char *d = s->dst + x / s->run * s->pitch;
+
+		col = x % s->run;
+		if (col || end - x < s->run) {
+			n = s->run - col < end - x ? s->run - col : end - x;
+			rc = ck(l, cudaMemcpyAsync(d + col, h, (size_t)n,
+						   cudaMemcpyHostToDevice,
+						   s->stream),
+				"cudaMemcpyAsync");
+		} else {
+			n = (end - x) / s->run * s->run;
+			rc = ck(l, cudaMemcpy2DAsync(d, s->pitch, h, s->run,
+						     s->run, n / s->run,
+						     cudaMemcpyHostToDevice,
+						     s->stream),
+				"cudaMemcpy2DAsync");
+		}
+		x += n;
+		h += n;
+	}
+	return rc;
+}
+
 /*
  * Run pieces p[0..np) through the pipeline; with copy false, the reads
  * alone. Adds to *st. Drains everything before returning, also on error.
@@ -433,6 +495,9 @@ static int pipeline(struct sf_gpu_loader *l, const struct piece *p, size_t np,
 			s->mfd = p[pi].mfd;
 			s->mpath = p[pi].mpath;
 			s->moff = p[pi].moff;
+			s->lo = p[pi].lo;
+			s->run = s->sums ? p[pi].run : 0;
+			s->pitch = p[pi].pitch;
 			if (p[pi].sums && !s->sums) { /* cannot happen: mount */
 				s->fd = p[pi].mfd;
 				s->path = p[pi].mpath;
@@ -472,10 +537,7 @@ static int pipeline(struct sf_gpu_loader *l, const struct piece *p, size_t np,
 			continue;
 		}
 		if (copy && s->len) {
-			rc = ck(l, cudaMemcpyAsync(s->dst, s->host, s->len,
-						   cudaMemcpyHostToDevice,
-						   s->stream),
-				"cudaMemcpyAsync");
+			rc = copy_chunk(l, s);
 			if (!rc)
 				rc = ck(l, cudaEventRecord(s->copied, s->stream),
 					"cudaEventRecord");
@@ -655,7 +717,8 @@ static int job_tensor(struct sf_gpu_loader *l, struct job *j, int mfd,
 				.fd = g->fd, .path = g->path, .off = g->off,
 				.len = g->len, .dst = dst + g->toff,
 				.sums = g->sums, .bs = g->bs, .mfd = mfd,
-				.mpath = mpath, .moff = moff + g->toff });
+				.mpath = mpath, .moff = moff + g->toff,
+				.lo = g->lo, .run = g->run, .pitch = g->pitch });
 	}
 	return rc;
 }

@@ -11,8 +11,10 @@
  *  - a store file is opened once per load (O_RDONLY | O_NOFOLLOW |
  *    O_CLOEXEC) and used only when its fstat identity (dev, ino, size,
  *    mtime_ns) is the one the daemon told, for every shard that names it;
- *  - the segments of a plan tile [0, nbytes) exactly, in order: the gaps
- *    between the runs sf_whereis gives are mount segments;
+ *  - the segments of a plan tile [0, nbytes) exactly: the gaps between
+ *    the runs sf_whereis gives are mount segments; spread shards come
+ *    only as a tiling of the whole tensor (sf_whereis), and one whose
+ *    file cannot be used is read through the mount row by row;
  *  - nothing here reads payload bytes: the reader threads do, and check
  *    them with sf_gd_check before the device copy (sf_gpu.c).
  */
@@ -217,36 +219,51 @@ int sf_gd_plan(struct sf_gd *d, const char *tpath, unsigned ndim,
 		w = ask(d, tpath, ndim, shape, nbytes, &rc);
 	if (rc)
 		return rc;
+	if (w && w->block_size > d->chunk) {
+		why(d, "%s", "blocks larger than the staging buffer");
+		w = NULL;
+	}
 	for (size_t i = 0; w && i < w->n && !rc; i++) {
 		const struct sf_whereis_shard *s = &w->s[i];
+		bool spread = s->run != s->pitch;
 		const char *fwhy = NULL;
 		struct sf_gd_file *f;
 
-		if (w->block_size > d->chunk) {
-			why(d, "%s", "blocks larger than the staging buffer");
-			break;
-		}
 		rc = file_of(d, s, &f, &fwhy);
 		if (rc)
 			return rc;
 		if (!f) {
 			why(d, "%s", fwhy);
+			/* a spread shard's rows through the mount; a run's
+			 * bytes join the gap before the next run given */
+			for (uint64_t r = 0; w->spread && r < s->nbytes / s->run && !rc; r++)
+				rc = add_seg(d, (struct sf_gd_seg){
+					.fd = -1, .toff = s->toff + r * s->pitch,
+					.len = s->run });
 			continue;
 		}
-		rc = add_seg(d, (struct sf_gd_seg){ -1, NULL, 0, at,
-						    s->toff - at, NULL, 0 });
+		if (!w->spread)
+			rc = add_seg(d, (struct sf_gd_seg){
+				.fd = -1, .toff = at, .len = s->toff - at });
 		step = d->chunk / w->block_size * w->block_size;
 		for (uint64_t lo = 0; lo < s->nbytes && !rc; lo += step) {
 			uint64_t n = s->nbytes - lo < step ? s->nbytes - lo : step;
 
 			rc = add_seg(d, (struct sf_gd_seg){
-				f->fd, f->path, s->file_offset + lo, s->toff + lo,
-				n, s->xxh3 + lo / w->block_size, w->block_size });
+				.fd = f->fd, .path = f->path,
+				.off = s->file_offset + lo,
+				.toff = spread ? s->toff : s->toff + lo, .len = n,
+				.sums = s->xxh3 + lo / w->block_size,
+				.bs = w->block_size, .lo = lo,
+				.run = spread ? s->run : 0,
+				.pitch = spread ? s->pitch : 0 });
 		}
 		at = s->toff + s->nbytes;
 	}
+	if (w && w->spread)
+		return rc;       /* the shards tile the tensor: no gaps */
 	if (!rc)
-		rc = add_seg(d, (struct sf_gd_seg){ -1, NULL, 0, at, nbytes - at,
-						    NULL, 0 });
+		rc = add_seg(d, (struct sf_gd_seg){ .fd = -1, .toff = at,
+						    .len = nbytes - at });
 	return rc;
 }

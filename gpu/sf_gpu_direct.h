@@ -21,7 +21,11 @@
 
 #include "sf_whereis.h"
 
-/* One segment of a tensor's bytes [toff, toff + len). */
+/* One segment: len bytes of the tensor. Read through the mount (fd -1)
+ * or direct as one run (run 0), they are the tensor's bytes [toff, toff +
+ * len); direct from a spread shard (run > 0), they are that shard's bytes
+ * [lo, lo + len), shard byte x being the tensor's toff + (x / run) *
+ * pitch + x % run. */
 struct sf_gd_seg {
 	int fd;                 /* >= 0: a store file (d's); -1: the mount */
 	const char *path;       /* the store file (d's), for messages */
@@ -29,6 +33,7 @@ struct sf_gd_seg {
 	uint64_t toff, len;
 	const uint64_t *sums;   /* direct: its blocks' XXH3 (d's) */
 	uint64_t bs;            /* direct: block size */
+	uint64_t lo, run, pitch; /* a spread shard's (run 0: one run) */
 };
 
 struct sf_gd_file {
@@ -58,7 +63,8 @@ void sf_gd_end(struct sf_gd *d);
 /*
  * Plan tensor file tpath of nbytes bytes (ndim SF_WHEREIS_NOSHAPE: its
  * shape is asked from user.shardfs.shape). On return d->seg covers
- * [0, nbytes) in order, direct where it can, else through the mount.
+ * [0, nbytes) exactly once (in order unless a shard is spread), direct
+ * where it can, else through the mount.
  * 0, or -ENOMEM / -SF_ETOOBIG (nothing else fails: a problem with the
  * offer only sends bytes through the mount, its reason in d->why).
  */

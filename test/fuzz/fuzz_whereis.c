@@ -10,8 +10,10 @@
  * sf_whereis_parse either
  *   - fails with -SF_EMANIFEST, -SF_ETOOBIG or -ENOMEM, no result and
  *     (but for -ENOMEM) a non-empty one-line message; or
- *   - gives shards sorted by toff, disjoint, inside [0, nbytes), each with
- *     nbytes > 0, an absolute path shorter than PATH_MAX, file_offset +
+ *   - gives shards sorted by toff, each with nbytes > 0 inside the
+ *     tensor: as runs (run == pitch == nbytes) disjoint in [0, nbytes),
+ *     or, when spread, rows of run <= pitch bytes whose last ends inside
+ *     the tensor and whose sizes sum to the tensor's; an absolute path shorter than PATH_MAX, file_offset +
  *     nbytes within its size, exactly sf_nblocks(nbytes, block_size)
  *     checksums, block_size in [1, SF_MAX_BLOCK_SIZE], a reason kept
  *     exactly when some shard was not given.
@@ -35,6 +37,7 @@ const char fuzz_target[] = "fuzz_whereis";
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	uint64_t shape[SF_MAX_NDIM], nbytes = 0, numel = 1, end = 0, sh2[SF_MAX_NDIM];
+	uint64_t sum = 0, last = 0;
 	unsigned ndim, nd2;
 	struct sf_whereis *w = (void *)1;
 	char err[128];
@@ -74,9 +77,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		for (size_t k = 0; k < w->n; k++) {
 			const struct sf_whereis_shard *s = &w->s[k];
 
-			if (s->toff < end || s->nbytes == 0 ||
-			    s->toff > nbytes || s->nbytes > nbytes - s->toff)
+			uint64_t rows = s->run ? s->nbytes / s->run : 0;
+
+			if (s->nbytes == 0 || s->toff > nbytes || s->toff < last ||
+			    (!w->spread && (s->toff < end || s->run != s->nbytes ||
+					    s->pitch != s->run)))
 				fuzz_die("shard", "not sorted, disjoint and inside");
+			if (!s->run || s->nbytes % s->run || s->run > s->pitch ||
+			    (rows - 1) * s->pitch + s->run > nbytes - s->toff)
+				fuzz_die("shard", "rows outside the tensor");
+			sum += s->nbytes;
+			last = s->toff;
 			if (!s->path || s->path[0] != '/' ||
 			    strlen(s->path) >= PATH_MAX ||
 			    s->file_offset > s->size ||
@@ -87,6 +98,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				fuzz_die("shard", "checksums");
 			end = s->toff + s->nbytes;
 		}
+		if (w->spread && sum != nbytes)
+			fuzz_die("result", "spread shards that do not tile the tensor");
 		sf_whereis_free(w);
 	}
 	nd2 = 99;

@@ -3,9 +3,11 @@
  * on values written as fs/sf_fs_where.c writes them (a shard as
  * manifest.json lists it, plus path and identity or "why"):
  *   - flat ranges and boxes that are one run of the tensor are given with
- *     their tensor offsets, sorted; column boxes, shards without a path,
- *     strides, codecs and checksums that do not cover the shard are not
- *     (nother, the first reason kept), and a replica is dropped;
+ *     their tensor offsets, sorted; column boxes (rows spread with one
+ *     pitch) only where the shards given tile the tensor; boxes of runs in
+ *     two dimensions, shards without a path, strides, codecs and
+ *     checksums that do not cover the shard are not (nother, the first
+ *     reason kept), and a replica is dropped;
  *   - geometry outside the tensor, a value of another tensor, bad JSON,
  *     oversize text fail with -SF_EMANIFEST / -SF_ETOOBIG and a message;
  *   - sf_whereis_shape decodes "[2,3]" and refuses the rest.
@@ -60,12 +62,57 @@ static void test_given(void)
 	CHECK_EQ(w->s[1].ino, 2);
 	CHECK_EQ(w->s[1].mtime_ns, 3);
 	CHECK_EQ(w->nother, 2);
-	CHECK(!strcmp(w->why, "a box that is not one run of the tensor"));
+	CHECK(!w->spread);
+	CHECK(!strcmp(w->why, "a replica"));
 	sf_whereis_free(w);
 
 	/* the same for a tensor of unknown shape: boxes are not given */
 	CHECK_EQ(parse(text, SF_WHEREIS_NOSHAPE, NULL, 128, &w, err), 0);
 	CHECK(w && w->n == 0 && w->nother == 4);
+	sf_whereis_free(w);
+}
+
+static void test_spread(void)
+{
+	/* [4, 8] F32 as two column blocks [0:4, 0:4] and [0:4, 4:8] (64
+	 * bytes each: 4 rows of 16 bytes every 32), a replica of the first;
+	 * then a [2, 4, 4] U8 tensor cut in its last two dimensions */
+	static const uint64_t shape[2] = { 4, 8 }, shape3[3] = { 2, 4, 4 };
+	const char *cols =
+		"{\"block_size\":64,\"nbytes\":128,\"shards\":["
+		"{\"shard\":{\"rank\":1,\"offsets\":[0,4],\"lengths\":[4,4],\"file\":\"b\","
+		"\"file_offset\":0,\"nbytes\":64,\"xxh3\":[" SUM1 "]}" ID "},"
+		"{\"shard\":{\"rank\":0,\"offsets\":[0,0],\"lengths\":[4,4],\"file\":\"a\","
+		"\"file_offset\":0,\"nbytes\":64,\"xxh3\":[" SUM1 "]}" ID "},"
+		"{\"shard\":{\"rank\":2,\"offsets\":[0,0],\"lengths\":[4,4],\"file\":\"c\","
+		"\"file_offset\":0,\"nbytes\":64,\"xxh3\":[" SUM1 "]}" ID "}]}";
+	const char *half =  /* one column block has no path: the other is not given */
+		"{\"block_size\":64,\"nbytes\":128,\"shards\":["
+		"{\"shard\":{\"rank\":1,\"offsets\":[0,4],\"lengths\":[4,4],\"file\":\"b\","
+		"\"file_offset\":0,\"nbytes\":64,\"xxh3\":[" SUM1 "]},\"why\":\"x\"},"
+		"{\"shard\":{\"rank\":0,\"offsets\":[0,0],\"lengths\":[4,4],\"file\":\"a\","
+		"\"file_offset\":0,\"nbytes\":64,\"xxh3\":[" SUM1 "]}" ID "}]}";
+	const char *two =
+		"{\"block_size\":64,\"nbytes\":32,\"shards\":["
+		"{\"shard\":{\"rank\":0,\"offsets\":[0,0,0],\"lengths\":[2,2,2],\"file\":\"a\","
+		"\"file_offset\":0,\"nbytes\":8,\"xxh3\":[" SUM1 "]}" ID "}]}";
+	struct sf_whereis *w = NULL;
+	char err[128];
+
+	CHECK_EQ(parse(cols, 2, shape, 128, &w, err), 0);
+	if (CHECK(w && w->n == 2)) {
+		CHECK(w->spread);
+		CHECK(w->s[0].toff == 0 && w->s[0].run == 16 && w->s[0].pitch == 32);
+		CHECK(w->s[1].toff == 16 && w->s[1].run == 16 && w->s[1].pitch == 32);
+		CHECK_EQ(w->nother, 1);
+	}
+	sf_whereis_free(w);
+	CHECK_EQ(parse(half, 2, shape, 128, &w, err), 0);
+	CHECK(w && w->n == 0 && !w->spread && w->nother == 2 && !strcmp(w->why, "x"));
+	sf_whereis_free(w);
+	CHECK_EQ(parse(two, 3, shape3, 32, &w, err), 0);
+	CHECK(w && w->n == 0 && w->nother == 1 &&
+	      !strcmp(w->why, "a box of runs in more than one dimension"));
 	sf_whereis_free(w);
 }
 
@@ -157,6 +204,7 @@ static void test_shape(void)
 int main(void)
 {
 	test_given();
+	test_spread();
 	test_flat_and_refused();
 	test_failures();
 	test_shape();
