@@ -104,7 +104,10 @@ mkdir -p "$STORE" "$MNT"
 # (2) installs: bounded, never fatal (the machine may have no network)
 PY=$(command -v python3 || true)
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-if [[ -z $MOCK && $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+NET=0
+[[ -z $MOCK ]] && timeout 5 getent hosts deb.debian.org pypi.org >/dev/null 2>&1 && NET=1
+[[ -n $MOCK || $NET == 1 ]] || note "no network (no name resolves): nothing installed, what is there is used"
+if [[ $NET == 1 && $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
 	want=()
 	for p in cmake make gcc pkg-config libjansson-dev libxxhash-dev libzstd-dev \
 		libfuse3-dev fuse3 attr python3 python3-numpy; do
@@ -113,7 +116,7 @@ if [[ -z $MOCK && $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
 	if [[ ${#want[@]} -gt 0 ]]; then
 		echo "$ME: installing ${want[*]}" >&2
 		export DEBIAN_FRONTEND=noninteractive
-		timeout 90 apt-get update -q >/dev/null 2>&1 || true
+		timeout 60 apt-get update -q >/dev/null 2>&1 || true
 		timeout 150 apt-get install -y -q --no-install-recommends "${want[@]}" >/dev/null 2>&1 ||
 			note "apt-get could not install all of: ${want[*]} (no network or no such package); going on with what is there"
 	fi
@@ -125,9 +128,10 @@ if [[ -z $MOCK && -n $PY ]] &&
 	TORCH=1
 	for m in safetensors fastsafetensors; do
 		"$PY" -c "import $m" 2>/dev/null && continue
-		timeout 120 "$PY" -m pip install -q "$m" >/dev/null 2>&1 ||
-			timeout 120 "$PY" -m pip install -q --break-system-packages "$m" >/dev/null 2>&1 ||
-			note "pip could not install $m: its rows are left out"
+		pip=("$PY" -m pip install -q --retries 0 --timeout 10 "$m")
+		[[ $NET == 1 ]] && { timeout 90 "${pip[@]}" >/dev/null 2>&1 ||
+			timeout 90 "${pip[@]}" --break-system-packages >/dev/null 2>&1; }
+		"$PY" -c "import $m" 2>/dev/null || note "no $m for python3 (pip could not install it): its rows are left out"
 	done
 elif [[ -z $MOCK ]]; then
 	note "no python3 with torch and CUDA: the safetensors and fastsafetensors rows are left out"
@@ -158,8 +162,13 @@ SHARDCTL=$BIN/shardctl
 SHARDFS=$BIN/shardfs
 LOADER=${MOCK:-$BIN/shardfs-load-gpu}
 BASE=$BIN/../test/bench/gpu_baseline
-# without cmake's build (libfuse3 or zstd missing): the loader and the
-# baseline by hand, from the few sources they need (jansson, xxhash, CUDA)
+# without cmake's build (libfuse3 or zstd missing), or a stub build (cmake
+# found no CUDA toolkit): the loader and the baseline by hand, from the few
+# sources they need (jansson, xxhash, the CUDA runtime)
+if [[ -z $MOCK && -x $LOADER ]] && "$LOADER" /dev/null 2>&1 | grep -q "built without CUDA"; then
+	note "cmake built the CUDA stub (no toolkit found): building the loader by hand"
+	LOADER=$WORK/none
+fi
 if [[ -z $MOCK && ! -x $LOADER ]]; then
 	CUDA=${CUDA_HOME:-/usr/local/cuda}
 	H=$WORK/hand
@@ -168,14 +177,14 @@ if [[ -z $MOCK && ! -x $LOADER ]]; then
 		tools/load_gpu.c gpu/sf_gpu.c gpu/sf_gpu_direct.c core/sf_whereis.c \
 		core/sf_st_header.c core/sf_error.c core/sf_array.c core/sf_checksum.c \
 		core/sf_parse.c core/sf_dtype.c core/sf_io.c -L"$CUDA/lib64" -lcudart \
-		-ljansson -lxxhash -lpthread -o "$H/shardfs-load-gpu") >"$H/log" 2>&1; then
+		-Wl,-rpath,"$CUDA/lib64" -ljansson -lxxhash -lpthread -o "$H/shardfs-load-gpu") >"$H/log" 2>&1; then
 		LOADER=$H/shardfs-load-gpu
 		note "shardfs-load-gpu built by hand (cmake's build did not make it)"
 	else
 		note "shardfs-load-gpu could not be built by hand either: $(grep -m1 -i error "$H/log" | cut -c1-160)"
 	fi
 	if [[ ! -x $BASE ]] && (cd "$TOP" && gcc -O2 -I"$CUDA/include" test/bench/gpu_baseline.c \
-		-L"$CUDA/lib64" -lcudart -o "$H/gpu_baseline") >>"$H/log" 2>&1; then
+		-L"$CUDA/lib64" -Wl,-rpath,"$CUDA/lib64" -lcudart -o "$H/gpu_baseline") >>"$H/log" 2>&1; then
 		BASE=$H/gpu_baseline
 	fi
 fi
@@ -250,7 +259,7 @@ else
 fi
 COLD=0   # (a rehearsal leaves a shared machine's page cache alone)
 [[ -z $MOCK && -w /proc/sys/vm/drop_caches ]] && echo 1 >/proc/sys/vm/drop_caches 2>/dev/null && COLD=1
-[[ $COLD == 1 ]] || note "the page cache cannot be dropped here: warm rows only"
+[[ $COLD == 1 || -n $MOCK ]] || note "the page cache cannot be dropped here: warm rows only"
 drop() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 
 # (6) the rows: "what|cache|bytes|seconds"
