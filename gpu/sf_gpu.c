@@ -20,6 +20,12 @@
  *    with a slot QUEUED or a copy pending (errors drain first).
  *  - Results are appended only when the whole load succeeded; a failed load
  *    frees the device memory it allocated and closes its files.
+ *  - The direct path (sf_gpu_direct.c): a chunk read from a store file
+ *    carries its blocks' XXH3; its reader checks every block before the
+ *    slot is DONE, and on a failed read or check reads the same bytes
+ *    again through the mount (which verifies them too: EIO when the store
+ *    is corrupt). So a chunk is copied to the device only once its bytes
+ *    were checked here or served by the mount.
  */
 #include "sf_gpu.h"
 
@@ -27,6 +33,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -39,6 +46,7 @@
 
 #include "sf_array.h"
 #include "sf_error.h"
+#include "sf_gpu_direct.h"
 #include "sf_model.h"
 #include "sf_st_header.h"
 
@@ -58,16 +66,35 @@ struct slot {
 	uint64_t file_off;      /* bytes */
 	size_t len;             /* bytes, <= staging_bytes */
 	char *dst;              /* device destination */
+	const uint64_t *sums;   /* direct: XXH3 of its blocks of bs bytes */
+	uint64_t bs;
+	int mfd;                /* direct: the same bytes through the mount */
+	const char *mpath;
+	uint64_t moff;
+	uint64_t lo, run, pitch; /* direct from a spread shard (see piece) */
+	bool reread;            /* its reader read it again through the mount */
 	enum slot_state state;  /* l->mu */
 	int rc;                 /* l->mu: reader's result, valid when DONE */
 };
 
-/* One contiguous file range going to one contiguous device range. */
+/* One contiguous file range going to one contiguous device range. A
+ * direct piece (sums set) is a run of whole blocks of a store file, at
+ * most one staging buffer, with where its bytes lie in the mount. */
 struct piece {
 	int fd;                 /* borrowed from the job */
 	const char *path;
 	uint64_t off, len;      /* bytes */
 	char *dst;
+	bool whole;             /* the whole file (a tensor file may be direct) */
+	const uint64_t *sums;   /* direct: borrowed from the job's gd */
+	uint64_t bs;
+	int mfd;
+	const char *mpath;
+	uint64_t moff;          /* the mount's offset of dst's first byte */
+	/* a spread shard (run > 0): these are its bytes [lo, lo + len), its
+	 * byte x going to dst + (x / run) * pitch + x % run (and lying at that
+	 * offset from moff in the mount); run 0: one run at dst */
+	uint64_t lo, run, pitch;
 };
 
 struct sf_gpu_loader {
@@ -84,6 +111,8 @@ struct sf_gpu_loader {
 	unsigned qhead, qlen;   /* mu; qlen <= depth */
 	bool stop;              /* mu: readers exit */
 	uint64_t read_ns;       /* mu: summed pread time of the current load */
+	uint64_t direct_bytes, mount_bytes, rereads; /* mu: of the current load */
+	bool direct;            /* take the direct path where offered */
 	pthread_t readers[SF_GPU_MAX_READERS];
 	unsigned nstarted;      /* readers running */
 	bool sync_ready;        /* mu, cvs initialized */
@@ -153,11 +182,29 @@ static int read_full(int fd, void *buf, size_t len, uint64_t off)
 	return 0;
 }
 
+/* Read a spread shard's bytes [lo, lo + len) through fd, whose byte base
+ * is the shard's first (sf_gpu_direct.h): row part by row part. */
+static int read_rows(int fd, char *buf, uint64_t lo, size_t len, uint64_t run,
+		     uint64_t pitch, uint64_t base)
+{
+	uint64_t x = lo, end = lo + len, n;
+	int rc = 0;
+
+	while (!rc && x < end) {
+		n = run - x % run < end - x ? run - x % run : end - x;
+		rc = read_full(fd, buf + (x - lo), (size_t)n,
+			       base + x / run * pitch + x % run);
+		x += n;
+	}
+	return rc;
+}
+
 static void *reader_main(void *arg)
 {
 	struct sf_gpu_loader *l = arg;
 	struct slot *s;
 	uint64_t t0, t1;
+	bool reread;
 	int rc;
 
 	pthread_mutex_lock(&l->mu);
@@ -173,10 +220,32 @@ static void *reader_main(void *arg)
 
 		t0 = now_ns();
 		rc = read_full(s->fd, s->host, s->len, s->file_off);
+		reread = false;
+		s->reread = false;
+		if (s->sums) {
+			if (!rc)
+				rc = sf_gd_check(s->host, s->len, s->sums, s->bs);
+			if (rc) { /* never the store's bytes unchecked */
+				reread = s->reread = true;
+				s->fd = s->mfd;
+				s->path = s->mpath;
+				s->file_off = s->moff;
+				rc = s->run ? read_rows(s->fd, s->host, s->lo,
+							s->len, s->run, s->pitch,
+							s->moff)
+					    : read_full(s->fd, s->host, s->len,
+							s->file_off);
+			}
+		}
 		t1 = now_ns();
 
 		pthread_mutex_lock(&l->mu);
 		l->read_ns += t1 - t0;
+		l->rereads += reread;
+		if (!rc && s->sums && !reread)
+			l->direct_bytes += s->len;
+		else if (!rc)
+			l->mount_bytes += s->len;
 		s->rc = rc;
 		s->state = SLOT_DONE;
 		pthread_cond_broadcast(&l->done_cv);
@@ -279,6 +348,7 @@ int sf_gpu_loader_create(const struct sf_gpu_opts *opts,
 	l->staging = o.staging_bytes;
 	l->depth = o.depth;
 	l->nreaders = o.readers;
+	l->direct = !o.no_direct;
 	rc = ck(l, cudaSetDevice(l->device), "cudaSetDevice");
 	if (rc)
 		goto out_destroy;
@@ -346,6 +416,42 @@ static int slot_wait_copy(struct sf_gpu_loader *l, struct slot *s)
 	return ck(l, cudaEventSynchronize(s->copied), "cudaEventSynchronize");
 }
 
+/* Queue slot s's H2D copy: one run, or a spread shard's rows (a part
+ * row, whole rows in one 2-D copy, a part row). */
+static int copy_chunk(struct sf_gpu_loader *l, struct slot *s)
+{
+	uint64_t x = s->lo, end = s->lo + s->len, n, col;
+	const char *h = s->host;
+	int rc = 0;
+
+	if (!s->run)
+		return ck(l, cudaMemcpyAsync(s->dst, s->host, s->len,
+					     cudaMemcpyHostToDevice, s->stream),
+			  "cudaMemcpyAsync");
+	while (!rc && x < end) {
+		char *d = s->dst + x / s->run * s->pitch;
+
+		col = x % s->run;
+		if (col || end - x < s->run) {
+			n = s->run - col < end - x ? s->run - col : end - x;
+			rc = ck(l, cudaMemcpyAsync(d + col, h, (size_t)n,
+						   cudaMemcpyHostToDevice,
+						   s->stream),
+				"cudaMemcpyAsync");
+		} else {
+			n = (end - x) / s->run * s->run;
+			rc = ck(l, cudaMemcpy2DAsync(d, s->pitch, h, s->run,
+						     s->run, n / s->run,
+						     cudaMemcpyHostToDevice,
+						     s->stream),
+				"cudaMemcpy2DAsync");
+		}
+		x += n;
+		h += n;
+	}
+	return rc;
+}
+
 /*
  * Run pieces p[0..np) through the pipeline; with copy false, the reads
  * alone. Adds to *st. Drains everything before returning, also on error.
@@ -360,6 +466,7 @@ static int pipeline(struct sf_gpu_loader *l, const struct piece *p, size_t np,
 
 	pthread_mutex_lock(&l->mu);
 	l->read_ns = 0;
+	l->direct_bytes = l->mount_bytes = l->rereads = 0;
 	pthread_mutex_unlock(&l->mu);
 	for (;;) {
 		while (!rc && issued - taken < l->depth) {
@@ -382,6 +489,20 @@ static int pipeline(struct sf_gpu_loader *l, const struct piece *p, size_t np,
 			s->file_off = p[pi].off + at;
 			s->len = left < l->staging ? (size_t)left : l->staging;
 			s->dst = p[pi].dst ? p[pi].dst + at : NULL;
+			/* a direct piece is one chunk (sf_gd_plan cuts them) */
+			s->sums = s->len == left ? p[pi].sums : NULL;
+			s->bs = p[pi].bs;
+			s->mfd = p[pi].mfd;
+			s->mpath = p[pi].mpath;
+			s->moff = p[pi].moff;
+			s->lo = p[pi].lo;
+			s->run = s->sums ? p[pi].run : 0;
+			s->pitch = p[pi].pitch;
+			if (p[pi].sums && !s->sums) { /* cannot happen: mount */
+				s->fd = p[pi].mfd;
+				s->path = p[pi].mpath;
+				s->file_off = p[pi].moff + at;
+			}
 			at += s->len;
 			pthread_mutex_lock(&l->mu);
 			s->state = SLOT_QUEUED;
@@ -407,16 +528,16 @@ static int pipeline(struct sf_gpu_loader *l, const struct piece *p, size_t np,
 		if (rc)
 			continue; /* draining after an error */
 		if (r) {
-			rc = set_err(l, r, "read %s at %" PRIu64 " (%zu bytes): %s",
+			rc = set_err(l, r, "read %s at %" PRIu64 " (%zu bytes): %s%s",
 				     s->path, s->file_off, s->len,
-				     sf_strerror(r));
+				     sf_strerror(r),
+				     s->reread ? " (the store file's copy failed its"
+						 " check: read again through the mount)"
+					       : "");
 			continue;
 		}
 		if (copy && s->len) {
-			rc = ck(l, cudaMemcpyAsync(s->dst, s->host, s->len,
-						   cudaMemcpyHostToDevice,
-						   s->stream),
-				"cudaMemcpyAsync");
+			rc = copy_chunk(l, s);
 			if (!rc)
 				rc = ck(l, cudaEventRecord(s->copied, s->stream),
 					"cudaEventRecord");
@@ -438,6 +559,9 @@ static int pipeline(struct sf_gpu_loader *l, const struct piece *p, size_t np,
 	}
 	pthread_mutex_lock(&l->mu);
 	st->read_busy_s += (double)l->read_ns * 1e-9;
+	st->direct_bytes += l->direct_bytes;
+	st->mount_bytes += l->mount_bytes;
+	st->rereads += l->rereads;
 	pthread_mutex_unlock(&l->mu);
 	return rc;
 }
@@ -446,8 +570,9 @@ static int pipeline(struct sf_gpu_loader *l, const struct piece *p, size_t np,
 struct job {
 	int *fds;               /* [nfds] open files, closed by job_end */
 	size_t nfds;
-	struct piece *pieces;   /* [npieces] */
-	size_t npieces;
+	struct piece *pieces;   /* [npieces] of cap_pieces */
+	size_t npieces, cap_pieces;
+	struct sf_gd gd;        /* the direct path's files and checksums */
 	void **allocs;          /* [nallocs] device memory, freed on failure */
 	size_t nallocs;
 	struct sf_gpu_tensor *res; /* [nres] pending results, names owned */
@@ -458,6 +583,7 @@ struct job {
 static int job_init(struct sf_gpu_loader *l, struct job *j, size_t n)
 {
 	memset(j, 0, sizeof(*j));
+	sf_gd_init(&j->gd, l->staging);
 	if (n > SF_GPU_MAX_RANGES)
 		return set_err(l, -SF_ETOOBIG, "%zu ranges (max %u)", n,
 			       SF_GPU_MAX_RANGES);
@@ -469,6 +595,7 @@ static int job_init(struct sf_gpu_loader *l, struct job *j, size_t n)
 	j->res = calloc(n, sizeof(*j->res));
 	if (!j->fds || !j->pieces || !j->allocs || !j->res)
 		return set_err(l, -ENOMEM, "out of memory");
+	j->cap_pieces = n;
 	return 0;
 }
 
@@ -535,10 +662,65 @@ static int job_result(struct sf_gpu_loader *l, struct job *j,
 	return 0;
 }
 
-static void job_piece(struct job *j, int fd, const char *path, uint64_t off,
-		      uint64_t len, char *dst)
+/* Append piece p; a plain one that continues the last (file and device)
+ * joins it. */
+static int job_add(struct sf_gpu_loader *l, struct job *j, struct piece p)
 {
-	j->pieces[j->npieces++] = (struct piece){ fd, path, off, len, dst };
+	struct piece *q = j->npieces ? &j->pieces[j->npieces - 1] : NULL;
+
+	if (q && !p.sums && !q->sums && !p.whole && !q->whole && q->fd == p.fd &&
+	    q->off + q->len == p.off && q->dst && q->dst + q->len == p.dst) {
+		q->len += p.len;
+		return 0;
+	}
+	if (sf_array_grow(&j->pieces, j->npieces, &j->cap_pieces,
+			  sizeof(*j->pieces), 16, 0))
+		return set_err(l, -ENOMEM, "out of memory");
+	j->pieces[j->npieces++] = p;
+	return 0;
+}
+
+static int job_piece(struct sf_gpu_loader *l, struct job *j, int fd,
+		     const char *path, uint64_t off, uint64_t len, char *dst)
+{
+	return job_add(l, j, (struct piece){ .fd = fd, .path = path, .off = off,
+					     .len = len, .dst = dst });
+}
+
+/*
+ * The pieces of one tensor: its bytes lie at moff in mfd (mpath, a file
+ * of the mount) and go to dst. With the direct path on and tpath (its
+ * tensor file) given, what the mount offers is read from the store
+ * files and checked, the rest through mfd.
+ */
+static int job_tensor(struct sf_gpu_loader *l, struct job *j, int mfd,
+		      const char *mpath, uint64_t moff, uint64_t len,
+		      char *dst, const char *tpath, unsigned ndim,
+		      const uint64_t *shape)
+{
+	int rc;
+
+	if (!l->direct || !tpath || !dst || j->gd.off)
+		return job_piece(l, j, mfd, mpath, moff, len, dst);
+	rc = sf_gd_plan(&j->gd, tpath, ndim, shape, len);
+	if (rc)
+		return set_err(l, rc, "%s: planning the direct path: %s", tpath,
+			       sf_strerror(rc));
+	for (size_t i = 0; i < j->gd.nseg && !rc; i++) {
+		const struct sf_gd_seg *g = &j->gd.seg[i];
+
+		if (g->fd < 0)
+			rc = job_piece(l, j, mfd, mpath, moff + g->toff, g->len,
+				       dst + g->toff);
+		else
+			rc = job_add(l, j, (struct piece){
+				.fd = g->fd, .path = g->path, .off = g->off,
+				.len = g->len, .dst = dst + g->toff,
+				.sums = g->sums, .bs = g->bs, .mfd = mfd,
+				.mpath = mpath, .moff = moff + g->toff,
+				.lo = g->lo, .run = g->run, .pitch = g->pitch });
+	}
+	return rc;
 }
 
 /*
@@ -583,6 +765,7 @@ out_release:
 	}
 	for (i = 0; i < j->nfds; i++)
 		close(j->fds[i]);
+	sf_gd_end(&j->gd);
 	free(j->fds);
 	free(j->pieces);
 	free(j->allocs);
@@ -600,7 +783,7 @@ static int plan_ranges(struct sf_gpu_loader *l, struct job *j,
 		       const struct sf_gpu_range *r, size_t n)
 {
 	uint64_t size = 0, len;
-	int fd = -1;
+	int fd = -1, rc;
 	size_t i;
 
 	for (i = 0; i < n; i++) {
@@ -621,9 +804,34 @@ static int plan_ranges(struct sf_gpu_loader *l, struct job *j,
 			return set_err(l, -SF_ERANGE,
 				       "%s: range %" PRIu64 "+%" PRIu64 " past the end (%" PRIu64 " bytes)",
 				       r[i].path, r[i].offset, len, size);
-		job_piece(j, fd, r[i].path, r[i].offset, len, NULL);
+		rc = job_add(l, j, (struct piece){
+			.fd = fd, .path = r[i].path, .off = r[i].offset,
+			.len = len, .whole = r[i].offset == 0 && len == size });
+		if (rc)
+			return rc;
 	}
 	return 0;
+}
+
+/* Replace the job's pieces (one per range, dst set) by their plans: a
+ * whole file may be a tensor file of a mount, read directly. */
+static int expand_direct(struct sf_gpu_loader *l, struct job *j)
+{
+	struct piece *old = j->pieces;
+	size_t n = j->npieces;
+	int rc = 0;
+
+	if (!l->direct)
+		return 0;
+	j->pieces = NULL;
+	j->npieces = j->cap_pieces = 0;
+	for (size_t i = 0; i < n && !rc; i++)
+		rc = job_tensor(l, j, old[i].fd, old[i].path, old[i].off,
+				old[i].len, old[i].dst,
+				old[i].whole ? old[i].path : NULL,
+				SF_WHEREIS_NOSHAPE, NULL);
+	free(old);
+	return rc;
 }
 
 int sf_gpu_load_ranges(struct sf_gpu_loader *l, const struct sf_gpu_range *r,
@@ -674,6 +882,8 @@ int sf_gpu_load_ranges(struct sf_gpu_loader *l, const struct sf_gpu_range *r,
 		}
 	}
 	if (!rc)
+		rc = expand_direct(l, &j);
+	if (!rc)
 		rc = pipeline(l, j.pieces, j.npieces, true, st);
 	st->total_s += now_s() - t0;
 	return job_end(l, &j, rc);
@@ -717,8 +927,11 @@ int sf_gpu_load_safetensors(struct sf_gpu_loader *l, const char *path,
 	char perr[SF_GPU_ERRLEN - 64];
 	uint64_t size;
 	struct job j;
-	char *base = NULL, *dev;
-	size_t i;
+	char *base = NULL, *dev, *tname = NULL;
+	char tpath[PATH_MAX];
+	const char *slash;
+	size_t i, dirlen;
+	bool named;
 	int fd, rc;
 
 	if (!st)
@@ -742,21 +955,28 @@ int sf_gpu_load_safetensors(struct sf_gpu_loader *l, const char *path,
 		rc = set_err(l, -SF_ETOOBIG, "%s: %zu tensors", path, h->n);
 		goto out_end;
 	}
-	/* room for one piece, allocation and result per tensor */
-	free(j.pieces);
+	/* room for one allocation and result per tensor */
 	free(j.allocs);
 	free(j.res);
-	j.pieces = calloc(h->n + 1, sizeof(*j.pieces));
 	j.allocs = calloc(h->n + 1, sizeof(*j.allocs));
 	j.res = calloc(h->n + 1, sizeof(*j.res));
-	if (!j.pieces || !j.allocs || !j.res) {
+	if (!j.allocs || !j.res) {
 		rc = set_err(l, -ENOMEM, "out of memory");
 		goto out_end;
 	}
+	/* the tensor files beside it: DIR/tensors/NAME (a shardfs mount) */
+	slash = strrchr(path, '/');
+	dirlen = slash ? (size_t)(slash - path) + 1 : 0;
+	if (l->direct && dirlen + sizeof("tensors/") + SF_MAX_NAME < PATH_MAX) {
+		memcpy(tpath, path, dirlen);
+		memcpy(tpath + dirlen, "tensors/", sizeof("tensors/"));
+		tname = tpath + dirlen + sizeof("tensors/") - 1;
+	}
 	if (alloc == SF_GPU_PER_FILE) {
 		rc = job_alloc(l, &j, h->data_len, &base);
-		if (!rc)
-			job_piece(&j, fd, path, h->data_start, h->data_len, base);
+		if (!rc && !tname)
+			rc = job_piece(l, &j, fd, path, h->data_start,
+				       h->data_len, base);
 	}
 	for (i = 0; !rc && i < h->n; i++) {
 		const struct sf_st_entry *e = &h->entries[i];
@@ -768,8 +988,17 @@ int sf_gpu_load_safetensors(struct sf_gpu_loader *l, const char *path,
 			rc = job_alloc(l, &j, len, &dev);
 			if (rc)
 				break;
-			job_piece(&j, fd, path, h->data_start + e->begin, len, dev);
 		}
+		/* a name that could leave tensors/ is read from this file */
+		named = tname && strlen(e->name) <= SF_MAX_NAME &&
+			e->name[0] != '/' && !strstr(e->name, "..");
+		if (named)
+			memcpy(tname, e->name, strlen(e->name) + 1);
+		if ((alloc != SF_GPU_PER_FILE || tname) &&
+		    (rc = job_tensor(l, &j, fd, path, h->data_start + e->begin,
+				     len, dev, named ? tpath : NULL, e->ndim,
+				     e->shape)))
+			break;
 		rc = job_result(l, &j, e->name, path, h->data_start + e->begin,
 				len, dev, &t);
 		if (rc)

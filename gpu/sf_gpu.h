@@ -22,11 +22,23 @@
  * one-line reason). Built without CUDA (the stub library), every entry point
  * returns -SF_ENOCUDA and the message says shardfs was built without CUDA.
  *
+ * The direct path (issue 29, 2; off with opts.no_direct): a whole file
+ * that is a tensor file of a shardfs mount (tensors/NAME), and each tensor
+ * of a safetensors file beside a tensors/ directory (the mount's
+ * model.safetensors), is planned from the mount's user.shardfs.where:
+ * what the mount offers is read straight from this node's store files,
+ * opened with the caller's own rights, and every block's XXH3 is checked
+ * before the bytes are copied to the device; everything else (not
+ * offered, a denied open, a changed file, a failed check) is read through
+ * the file named, i.e. the mount, which verifies it too. Other files and
+ * partial ranges are read as named. The stats count the bytes each way.
+ *
  * A loader is not thread-safe: one load at a time per loader.
  */
 #ifndef SF_GPU_H
 #define SF_GPU_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -46,6 +58,7 @@ struct sf_gpu_opts {
 	size_t staging_bytes;   /* per staging buffer; 0: default; <= MAX */
 	unsigned depth;         /* staging buffers; 0: default; <= MAX_DEPTH */
 	unsigned readers;       /* reader threads; 0: = depth; <= MAX_READERS */
+	bool no_direct;         /* never the direct path (see below) */
 };
 
 /* How a load allocates device memory. */
@@ -81,6 +94,10 @@ struct sf_gpu_stats {
 	uint64_t chunks;        /* staging-buffer-sized pieces */
 	double read_busy_s;     /* summed over reader threads: time in pread */
 	double total_s;         /* wall clock of the whole call */
+	uint64_t direct_bytes;  /* read from store files and checked here */
+	uint64_t mount_bytes;   /* read through the file named (the mount) */
+	uint64_t rereads;       /* direct chunks read again through the mount
+				 * after a failed read or checksum */
 };
 
 struct sf_gpu_loader;

@@ -3,7 +3,7 @@
  * report how fast, e.g. model.safetensors from a shardfs mount.
  *
  *   shardfs-load-gpu [--device N] [--per-tensor] [--staging-mb N]
- *                    [--depth N] [--verify] FILE...
+ *                    [--depth N] [--verify] [--no-direct] FILE...
  *
  * A FILE ending in .safetensors is loaded tensor by tensor (one device
  * allocation per file, or per tensor with --per-tensor); any other FILE is
@@ -12,6 +12,13 @@
  * no device copies, run after the load, so its reads may come from the page
  * cache: the comparison errs against the loader). --verify copies every
  * result back and compares it with its file.
+ *
+ * On a shardfs mount (a tensor file tensors/NAME, or the mount's
+ * model.safetensors) the loader takes the direct path (sf_gpu.h): the
+ * bytes the mount offers are read from this node's store files with the
+ * caller's rights and checked block by block, the rest through the mount;
+ * "direct path:" counts the bytes each way. --no-direct reads everything
+ * through the files named.
  *
  * Exit status: 0 on success, 1 on any failure (no CUDA device: "no CUDA
  * device: <cuda error>"; stub build: "shardfs was built without CUDA"),
@@ -36,7 +43,7 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: shardfs-load-gpu [--device N] [--per-tensor] [--staging-mb N]\n"
-		"                        [--depth N] [--verify] FILE...\n"
+		"                        [--depth N] [--verify] [--no-direct] FILE...\n"
 		"  FILE.safetensors is loaded per tensor; other files whole.\n");
 }
 
@@ -74,6 +81,7 @@ int main(int argc, char **argv)
 		{ "staging-mb", required_argument, NULL, 's' },
 		{ "depth", required_argument, NULL, 'q' },
 		{ "verify", no_argument, NULL, 'v' },
+		{ "no-direct", no_argument, NULL, 'n' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -111,6 +119,9 @@ int main(int argc, char **argv)
 			break;
 		case 'v':
 			verify = true;
+			break;
+		case 'n':
+			o.no_direct = true;
 			break;
 		case 'h':
 			usage(stdout);
@@ -161,6 +172,10 @@ int main(int argc, char **argv)
 	print_rate("whole load:", &load, load.total_s);
 	printf("%-17s %.6f s summed over reader threads\n", "reads in load:",
 	       load.read_busy_s);
+	printf("%-17s %" PRIu64 " bytes read direct, %" PRIu64
+	       " through the mount, %" PRIu64 " chunks re-read through it%s\n",
+	       "direct path:", load.direct_bytes, load.mount_bytes, load.rereads,
+	       o.no_direct ? " (--no-direct)" : "");
 	status = 0;
 	if (verify) {
 		for (i = 0; i < sf_gpu_count(l); i++) {

@@ -27,7 +27,9 @@
 struct mock_copy {
 	void *dst;
 	const void *src;
-	size_t len;
+	size_t len;             /* bytes per row */
+	size_t rows;            /* 1, or cudaMemcpy2DAsync's height */
+	size_t dpitch, spitch;
 };
 
 struct CUstream_st {
@@ -152,7 +154,9 @@ static void stream_run(cudaStream_t s, uint64_t upto)
 	while (s->done < upto) {
 		struct mock_copy *c = &s->q[s->done % MOCK_MAX_PENDING];
 
-		memcpy(c->dst, c->src, c->len);
+		for (size_t r = 0; r < c->rows; r++)
+			memcpy((char *)c->dst + r * c->dpitch,
+			       (const char *)c->src + r * c->spitch, c->len);
 		s->done++;
 	}
 }
@@ -232,6 +236,31 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count,
 	c->dst = dst;
 	c->src = src;
 	c->len = count;
+	c->rows = 1;
+	c->dpitch = c->spitch = 0;
+	stream->enqueued++;
+	return cudaSuccess;
+}
+
+/* Queued like cudaMemcpyAsync: height rows of width bytes. */
+cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src,
+			      size_t spitch, size_t width, size_t height,
+			      enum cudaMemcpyKind kind, cudaStream_t stream)
+{
+	struct mock_copy *c;
+
+	if (!stream || kind != cudaMemcpyHostToDevice || width > dpitch ||
+	    width > spitch || injected("cudaMemcpy2DAsync"))
+		return cudaErrorInvalidValue;
+	if (stream->enqueued - stream->done == MOCK_MAX_PENDING)
+		stream_run(stream, stream->done + 1);
+	c = &stream->q[stream->enqueued % MOCK_MAX_PENDING];
+	c->dst = dst;
+	c->src = src;
+	c->len = width;
+	c->rows = height;
+	c->dpitch = dpitch;
+	c->spitch = spitch;
 	stream->enqueued++;
 	return cudaSuccess;
 }
