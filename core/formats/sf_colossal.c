@@ -236,8 +236,10 @@ struct co {
 	uint32_t nw;                 /* writers 0..nw-1 */
 	json_t **meta;               /* nw roots (owned) */
 	char version[16];            /* checkpoint_version, first seen */
-	struct pair *pairs;
+	struct pair *pairs;          /* sorted by writer and path, unique */
 	size_t np, capp;
+	const char **paths;          /* the pairs' paths, sorted, unique */
+	size_t npaths;
 	struct ent *ents;
 	size_t ne, cape;
 	struct item *items;
@@ -397,14 +399,16 @@ static int read_meta(struct co *c, uint32_t w, const char *path)
 
 /* --- the weight files --- */
 
+/* Writer w's file path into the registry (opened and decoded the first
+ * time) and c->pairs (made unique by uniq_pairs). */
 static int add_pair(struct co *c, uint32_t w, const char *path)
 {
 	const struct sf_fileset_file *f;
 	int rc;
 
-	for (size_t i = 0; i < c->np; i++)
-		if (c->pairs[i].w == w && strcmp(c->pairs[i].f->path, path) == 0)
-			return 0;
+	if (c->np && c->pairs[c->np - 1].w == w &&
+	    strcmp(c->pairs[c->np - 1].f->path, path) == 0)
+		return 0; /* the common case: a writer's entries in one file */
 	rc = sf_fileset_get(&c->k.files, path, &f);
 	if (rc == -SF_ETOOBIG)
 		return sf_fail(&c->k.w, rc, "more than %u weight files", CO_MAX_FILES);
@@ -416,6 +420,52 @@ static int add_pair(struct co *c, uint32_t w, const char *path)
 	if (rc)
 		return sf_fail(&c->k.w, rc, "more than %u weight files", CO_MAX_FILES);
 	c->pairs[c->np++] = (struct pair){ .w = w, .f = f };
+	return 0;
+}
+
+static int cmp_pair(const void *a, const void *b)
+{
+	const struct pair *x = a, *y = b;
+
+	if (x->w != y->w)
+		return (x->w > y->w) - (x->w < y->w);
+	return strcmp(x->f->path, y->f->path);
+}
+
+/* c->pairs sorted by writer and path, each once. */
+static void uniq_pairs(struct co *c)
+{
+	size_t n = 0;
+
+	if (c->np > 1)
+		qsort(c->pairs, c->np, sizeof(*c->pairs), cmp_pair);
+	for (size_t i = 0; i < c->np; i++)
+		if (n == 0 || cmp_pair(&c->pairs[n - 1], &c->pairs[i]) != 0)
+			c->pairs[n++] = c->pairs[i];
+	c->np = n;
+}
+
+static int cmp_path(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* c->paths: the weight files' paths, sorted, each once (own_file). */
+static int sort_paths(struct co *c)
+{
+	size_t n = 0;
+
+	c->paths = calloc(c->np ? c->np : 1, sizeof(*c->paths));
+	if (!c->paths)
+		return -ENOMEM;
+	for (size_t i = 0; i < c->np; i++)
+		c->paths[i] = c->pairs[i].f->path;
+	if (c->np > 1)
+		qsort(c->paths, c->np, sizeof(*c->paths), cmp_path);
+	for (size_t i = 0; i < c->np; i++)
+		if (n == 0 || strcmp(c->paths[n - 1], c->paths[i]) != 0)
+			c->paths[n++] = c->paths[i];
+	c->npaths = n;
 	return 0;
 }
 
@@ -488,6 +538,10 @@ static int load_files(struct co *c, const struct sf_dirlist *ls)
 	for (size_t i = 0; i < c->ne && !rc; i++)
 		if (!c->ents[i].why && c->ents[i].file)
 			rc = add_pair(c, c->ents[i].w, c->ents[i].file);
+	if (rc)
+		return rc;
+	uniq_pairs(c);
+	rc = sort_paths(c);
 	for (size_t p = 0; p < c->np && !rc; p++) {
 		const struct sf_fileset_file *f = c->pairs[p].f;
 
@@ -526,20 +580,19 @@ static const char *pair_path(const struct co *c, const struct item *it)
 
 /* The item of writer e->w in file e->file among items[a..b), or NULL
  * with why. */
-static const struct item *item_of(const struct co *c, const struct ent *e,
+static const struct item *item_of(struct co *c, const struct ent *e,
 				  size_t a, size_t b, char *why, size_t wl)
 {
+	const struct sf_fileset_file *f;
+
 	for (size_t i = a; i < b; i++)
 		if (c->items[i].w == e->w && strcmp(pair_path(c, &c->items[i]), e->file) == 0)
 			return &c->items[i];
-	for (size_t p = 0; p < c->np; p++) {
-		const struct sf_fileset_file *f = c->pairs[p].f;
-
-		if (c->pairs[p].w == e->w && strcmp(f->path, e->file) == 0 && f->err) {
-			snprintf(why, wl, "writer %u: its file %s %s", e->w,
-				 SF_QSTR(e->file), sf_fileset_why(f));
-			return NULL;
-		}
+	/* registered by load_files: found, not opened again */
+	if (sf_fileset_get(&c->k.files, e->file, &f) == 0 && f->err) {
+		snprintf(why, wl, "writer %u: its file %s %s", e->w,
+			 SF_QSTR(e->file), sf_fileset_why(f));
+		return NULL;
 	}
 	snprintf(why, wl, "writer %u: its file %s does not hold it", e->w, SF_QSTR(e->file));
 	return NULL;
@@ -598,7 +651,7 @@ static int add_part(struct co *c, struct sf_tensor *t, const struct ent *e,
 
 /* Check ents[a..b) (one parameter) against their stored items
  * items[i0..i1) and one another: 0, or 1 with why. */
-static int check_param(const struct co *c, size_t a, size_t b, size_t i0,
+static int check_param(struct co *c, size_t a, size_t b, size_t i0,
 		       size_t i1, const struct item **its, char *why, size_t wl)
 {
 	const struct ent *e0 = &c->ents[a];
@@ -854,10 +907,8 @@ static bool own_file(void *arg, const char *name)
 
 	if (meta_id(name, &w) || weight_id(name, &w))
 		return true;
-	for (size_t p = 0; p < c->np; p++)
-		if (strcmp(c->pairs[p].f->path, name) == 0)
-			return true;
-	return false;
+	return c->npaths && bsearch(&name, c->paths, c->npaths, sizeof(*c->paths),
+				    cmp_path) != NULL;
 }
 
 /* {"colossalai": {"checkpoint_version": V, "writers": N}}. */
@@ -893,11 +944,11 @@ static int build(struct co *c, const struct sf_dirlist *ls)
 			return rc;
 	}
 	rc = load_files(c, ls);
-	for (size_t p = 0; p < c->np && !rc; p++) {
-		const struct sf_fileset_file *f = c->pairs[p].f;
+	for (size_t p = 0; p < c->npaths && !rc; p++) {
+		const struct sf_fileset_file *f;
 
-		if (f->err && (p == 0 || c->pairs[p - 1].f != f))
-			sf_warn("checkpoint %s: weight file %s %s; the tensors it holds are left out",
+		if (sf_fileset_get(&c->k.files, c->paths[p], &f) == 0 && f->err)
+			sf_warn("checkpoint %s: weight file %s %s; what it should hold is left out",
 				SF_QSTR(c->k.name), SF_QSTR(f->path), sf_fileset_why(f));
 	}
 	if (!rc)
@@ -935,6 +986,7 @@ static int co_open(const struct sf_cdir *cd, struct sf_format_result *out,
 		json_decref(c.meta[w]);
 	free(c.meta);
 	free(c.pairs);
+	free(c.paths);
 	free(c.ents);
 	free(c.items);
 	sf_dirlist_free(&ls);
