@@ -16,7 +16,8 @@ DistCoordinator, the d_tensor and padded_tensor helpers; tensornvme's
 AsyncFileWriter replaced by a synchronous writer of the same calls; pinned
 memory by plain memory). Nothing of the PR enters this repository.
 
-Two gloo processes are tensor-parallel ranks 0 and 1 (tp 2, pp 1, dp 1).
+Two gloo processes are tensor-parallel ranks 0 and 1 (tp 2, pp 1, dp 1;
+bin-pp2: pipeline stages 0 and 1).
 Each holds its part of a small model split the way shardformer splits it:
 Linear1D_Col (`up`, `lm_head`: dim 0 of weight and bias), Linear1D_Row
 (`down`: dim 1 of the weight, the bias replicated), VocabParallel-
@@ -34,6 +35,9 @@ gather_dtensor=False write OUTDIR/colossal-pr6181/NAME/:
                save-time directory), f32
   st-single    save_unsharded_model with use_async (the PR's own
                safetensors writer), f32
+  bin-pp2      .bin, sharded, the two processes pipeline stages 0 and 1
+               (tp 1, pp 2): embed, norm, up on stage 0, down, lm_head on
+               stage 1, the buffers on both
   st-padded    safetensors, sharded, the vocabulary (100) padded to 128 as
                shardformer pads it (make_vocab_size_divisible_by 64 * tp 2,
                zero rows): rank 1 stores 64 rows of which its `lengths`
@@ -57,7 +61,8 @@ import types
 HERE = os.path.abspath(__file__)
 COMMIT = "7e880a13012686c3b2260b5d2278602412277b46"
 H, F = 8, 32
-VARIANTS = ("st-sharded", "bin-sharded", "bin-single", "st-single")
+VARIANTS = ("st-sharded", "bin-sharded", "bin-single", "st-single", "bin-pp2")
+STAGE0 = ("embed", "norm", "up")  # bin-pp2: pipeline stage 0's modules
 
 
 def check(ok, *what):
@@ -212,10 +217,14 @@ def worker(out, padded):
     tp = dist.get_world_size()
     single = [dist.new_group([i]) for i in range(tp)]
     ModelWrapper, hp, dcu = stub_modules(os.environ["COLOSSAL_PR_SRC"])
-    io = hp.HybridParallelCheckpointIO(dp_group=single[rank], pp_group=single[rank],
-                                       tp_group=dist.group.WORLD,
-                                       sp_group=single[rank], zero_stage=0,
-                                       verbose=False)
+    io_tp = hp.HybridParallelCheckpointIO(dp_group=single[rank], pp_group=single[rank],
+                                          tp_group=dist.group.WORLD,
+                                          sp_group=single[rank], zero_stage=0,
+                                          verbose=False)
+    io_pp = hp.HybridParallelCheckpointIO(dp_group=single[rank], pp_group=dist.group.WORLD,
+                                          tp_group=single[rank],
+                                          sp_group=single[rank], zero_stage=0,
+                                          verbose=False)
     vocab = 100 if padded else 128
     mult = 64 * tp
     padded_to = (vocab + mult - 1) // mult * mult
@@ -224,7 +233,14 @@ def worker(out, padded):
         full = full_model(vocab)
         if name == "st-sharded":
             full = full.to(torch.bfloat16)
-        local = split_model(full, tp, rank, padded_to)
+        io = io_pp if name == "bin-pp2" else io_tp
+        if name == "bin-pp2":  # tp 1, pp 2: each stage its own modules
+            local = split_model(full, 1, 0, vocab)
+            for mod in ("embed", "norm", "up", "down", "lm_head"):
+                if (mod in STAGE0) != (rank == 0):
+                    setattr(local, mod, None)
+        else:
+            local = split_model(full, tp, rank, padded_to)
         wrapped = ModelWrapper(local)
         wrapped.param_origin_shape = {n: p.shape for n, p in full.named_parameters()}
         wrapped._force_wait_all_gather = lambda: None
@@ -258,7 +274,9 @@ def worker(out, padded):
             save_file(ref, d + ".safetensors")
             with open(d + ".json", "w") as f:
                 json.dump({"colossalai_pr": 6181, "commit": COMMIT,
-                           "torch": torch.__version__, "tp": tp,
+                           "torch": torch.__version__,
+                           "tp": 1 if name == "bin-pp2" else tp,
+                           "pp": tp if name == "bin-pp2" else 1,
                            "vocab": vocab, "padded_to": padded_to,
                            "buffers": ["pos_ids", "scale"]}, f, indent=1)
                 f.write("\n")
