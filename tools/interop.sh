@@ -81,6 +81,13 @@ gen "DeepSpeed ZeRO 1/2/3" env DS_ACCELERATOR=cpu "$venvs/deepspeed/bin/python" 
 	"$i/make_deepspeed_fixtures.py" "$fx/deepspeed"
 gen "per-rank DTensor pickles (verl, FSDP2 + TP)" "$venvs/torch2/bin/python" \
 	"$i/make_dtensor_fixtures.py" "$fx/dtensor"
+if [[ -f ${COLOSSAL_PR_SRC:-/nonexistent}/colossalai/checkpoint_io/distributed_checkpoint_utils.py ]]; then
+	gen "ColossalAI distributed checkpoint IO (PR 6181's own code)" "$venvs/torch2/bin/python" \
+		"$i/make_colossal_fixtures.py" "$COLOSSAL_PR_SRC" "$fx/colossal"
+else # the PR is in no release: its code comes from a checkout
+	echo "-- ColossalAI PR 6181: skipped, the committed fixtures are used (set COLOSSAL_PR_SRC to a checkout of hpcaitech/ColossalAI at 7e880a13)"
+	cp -r "$top/test/fixtures/colossal" "$fx/colossal"
+fi
 gen "Megatron-Core, current" "$venvs/torch2/bin/python" "$i/make_megatron_fixtures.py" "$fx/megatron"
 gen "Megatron-Core 0.15.3" "$venvs/mc015/bin/python" "$i/make_megatron_fixtures.py" "$fx/megatron"
 d=$(ls -d "$fx"/megatron/mcore-0.15*/distopt 2>/dev/null | head -1)
@@ -92,7 +99,7 @@ fi
 stage "mount tests against them"
 [[ -x $build/tools/shardfs ]] || { cmake -S "$top" -B "$build" && cmake --build "$build" -j "$(nproc)"; }
 (cd "$build" && SHARDFS_FIXTURES=$fx ctest --output-on-failure \
-	-R 'mount_(dcp|hf|paddle|megatron|deepspeed|dtensor|index|live)|mpi_mount_foreign') || status=1
+	-R 'mount_(dcp|hf|paddle|megatron|deepspeed|dtensor|colossal|index|live)|mpi_mount_foreign') || status=1
 stage "result"
 [[ $status == 0 ]] && echo "interop: all generators and tests passed" ||
 	echo "interop: FAILED (see above)"

@@ -7,6 +7,7 @@
  * is always its own, whatever else it holds.
  */
 #include "sf_formats.h"
+#include "sf_colossal.h"
 #include "sf_dcp.h"
 #include "sf_deepspeed.h"
 #include "sf_dtensor.h"
@@ -23,6 +24,7 @@ const struct sf_format *const sf_formats[] = {
 	&sf_format_dcp,
 	&sf_format_paddle,
 	&sf_format_dtensor,
+	&sf_format_colossal,
 	&sf_format_deepspeed, /* before HF: a Trainer checkpoint-N may hold both */
 	&sf_format_hf,  /* last: its single-file rule is the broadest */
 	NULL,

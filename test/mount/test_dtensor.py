@@ -158,10 +158,10 @@ def make_hostile(store, w2, w4, fs):
     return out
 
 
-def check_case(env, ck, root, name, ref, left_out=()):
+def check_case(env, ck, root, name, ref, left_out=(), fmt="torch-dtensor"):
     """Every reference tensor but left_out through tensors/, npy/ and
     model.safetensors; left_out ones absent; nothing else shown."""
-    ck.eq(os.getxattr(root, "user.shardfs.format").decode(), "torch-dtensor",
+    ck.eq(os.getxattr(root, "user.shardfs.format").decode(), fmt,
           "%s: format xattr" % name)
     ck.eq(os.getxattr(root, "user.shardfs.verified").decode(), "no",
           "%s: verified xattr" % name)
