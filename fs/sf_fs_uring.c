@@ -449,8 +449,11 @@ static struct ur *ur_start(struct fuse_session *se, unsigned nthreads)
 	u->se = se;
 	u->devfd = fuse_session_fd(se);
 	u->nq = possible_cpus();
+	/* the workers spread over the queues, at least 2 a queue: a reader
+	 * is served only on its own CPU's queue, and one request of it may
+	 * wait for the disk while the next could be served */
 	per = (nthreads + u->nq - 1) / u->nq;
-	u->nthreads = u->nq * (per ? per : 1);
+	u->nthreads = u->nq * (per < 2 ? 2 : per);
 	u->stopfd = eventfd(0, EFD_CLOEXEC);
 	u->t = calloc(u->nthreads, sizeof(*u->t));
 	if (u->stopfd < 0 || !u->t) {

@@ -1006,11 +1006,11 @@ int main(int argc, char **argv)
 		struct sf_fs_kinit got;
 
 		sf_fs_kinit_granted(&got);
-		if (c.x.pages || c.x.allow_mmap || c.x.passthrough)
+		if (c.x.pages || c.x.allow_mmap || c.x.passthrough || c.x.uring)
 			fprintf(stderr, "fuse_ceiling: granted max_pages %u, "
-				"direct_io_allow_mmap %d, passthrough %d\n",
+				"direct_io_allow_mmap %d, passthrough %d, uring %d\n",
 				got.max_pages, got.direct_io_allow_mmap,
-				got.passthrough);
+				got.passthrough, got.uring);
 	}
 	if (rc < 0)
 		fprintf(stderr, "fuse_ceiling: session loop: %s\n", strerror(-rc));
