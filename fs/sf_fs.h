@@ -135,11 +135,13 @@ struct sf_fs_cluster {
 
 /* How requests reach the daemon (-o transport=): read from and written to
  * /dev/fuse, or FUSE over io_uring (kernel 6.14+, liburing at build time,
- * root's /sys/module/fuse/parameters/enable_uring on); auto takes the
- * default (SF_FS_TRANSPORT_DEFAULT_URING, measured in docs/PERFORMANCE.md)
- * where it works and /dev/fuse otherwise, with one log line saying why. */
+ * root's /sys/module/fuse/parameters/enable_uring on); auto takes io_uring
+ * where it works and /dev/fuse otherwise, with one log line saying why.
+ * The default (no option) is /dev/fuse: measured faster on the project's
+ * machine (docs/PERFORMANCE.md, "FUSE over io_uring"). */
 enum sf_fs_transport {
-	SF_FS_TRANSPORT_AUTO = 0,
+	SF_FS_TRANSPORT_DEFAULT = 0, /* SF_FS_TRANSPORT_DEV */
+	SF_FS_TRANSPORT_AUTO,
 	SF_FS_TRANSPORT_DEV,
 	SF_FS_TRANSPORT_URING,
 };

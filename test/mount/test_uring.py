@@ -16,8 +16,9 @@ and put back as it was at exit (whatever happens). Checked:
     both transports; a flipped payload byte gives EIO through the ring
     (checksums still verified) and the rest of the tensor reads; a tensor
     written through the ring (WRITE payloads, xattrs) commits and reads
-    back; -o transport=auto takes the ring; each daemon exits cleanly at
-    unmount (no hung ring thread: Mount.stop bounds it).
+    back; -o transport=auto takes the ring, no option (the default) and -s
+    do not; each daemon exits cleanly at unmount (no hung ring thread:
+    Mount.stop bounds it).
 Skips (exit 77) only where the kernel truly lacks FUSE over io_uring (no
 enable_uring parameter), the test is not root (it must write the
 parameter), or shardfs was built without liburing; each says so.
@@ -295,12 +296,23 @@ def run(env, ck):
           "uring: the ring served the requests (%s logged at unmount)" % n)
     ck.eq(served(md), None, "dev: no ring")
 
-    with sm.Mount(env, store, opts=["-o", "log_level=info"], name="auto1") as m:
+    with sm.Mount(env, store, opts=["-o", "log_level=info"], name="default1") as m:
+        sm.read_file(os.path.join(m.mnt, "a", "model.safetensors"))
+        ck.eq(transport_lines(m), [], "no option, enable_uring 1: /dev/fuse (the default)")
+    ck.eq(served(m), None, "no option: no ring")
+    with sm.Mount(env, store, opts=["-o", "transport=auto,log_level=info"],
+                  name="auto1") as m:
         ck.bytes_eq(sm.read_file(os.path.join(m.mnt, "a", "model.safetensors")), st_want,
                     "auto, enable_uring 1: model.safetensors")
         ck.ok(any("transport io_uring" in l for l in transport_lines(m)),
               "auto, enable_uring 1: the ring is taken: %s" % transport_lines(m))
     ck.ok((served(m) or 0) > 0, "auto, enable_uring 1: requests served by the ring")
+    # -s (one thread): /dev/fuse whatever the option says
+    with sm.Mount(env, store, opts=["-s", "-o", "transport=uring,log_level=info"],
+                  name="single1") as m:
+        ck.bytes_eq(sm.read_file(os.path.join(m.mnt, "a", "model.safetensors")), st_want,
+                    "-s, transport=uring: model.safetensors")
+    ck.eq(served(m), None, "-s: no ring")
 
 
 if __name__ == "__main__":
