@@ -16,7 +16,8 @@ and put back as it was at exit (whatever happens). Checked:
     both transports; a flipped payload byte gives EIO through the ring
     (checksums still verified) and the rest of the tensor reads; a tensor
     written through the ring (WRITE payloads, xattrs) commits and reads
-    back; -o transport=auto takes the ring, no option (the default) and -s
+    back; readers killed mid-read leave it serving; -o transport=auto
+    takes the ring, no option (the default) and -s
     do not; each daemon exits cleanly at unmount (no hung ring thread:
     Mount.stop bounds it).
 Skips (exit 77) only where the kernel truly lacks FUSE over io_uring (no
@@ -229,6 +230,26 @@ def check_write(env, ck, m):
     ck.bytes_eq(sm.read_file(p), data.tobytes(), "uring: the written tensor reads back")
 
 
+def check_killed_readers(ck, m, st_want):
+    """Readers killed in the middle of their reads (their requests
+    interrupted, replies to readers gone): the ring serves on."""
+    import subprocess
+    import time
+    p = os.path.join(m.mnt, "a", "model.safetensors")
+    for i in range(8):
+        procs = [subprocess.Popen(["dd", "if=" + p, "of=/dev/null", "bs=4k",
+                                   "iflag=direct" if j % 2 else "bs=4k"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                 for j in range(3)]
+        time.sleep(0.01 * (i % 4))
+        for q in procs:
+            q.kill()
+        for q in procs:
+            q.wait(timeout=30)
+    ck.bytes_eq(sm.read_file(p), st_want, "uring: model.safetensors after killed readers")
+    ck.ok(m.alive(), "uring: the daemon serves on after killed readers")
+
+
 def served(m):
     for l in m.log_lines():
         mm = re.search(r"io_uring: (\d+) requests served", l)
@@ -290,6 +311,7 @@ def run(env, ck):
             check_flip(ck, mu, flip, ref, "uring")
             check_flip(ck, md, flip, ref, "dev")
         check_write(env, ck, mu)
+        check_killed_readers(ck, mu, st_want)
         ck.ok(mu.alive(), "uring: the daemon serves on")
     n = served(mu)
     ck.ok(n is not None and n > 200,
