@@ -273,8 +273,9 @@ def run(env, ck):
     # daemon built without liburing says so instead
     write_param("0")
     os.makedirs(env.path("never"))
-    rc, out, err = sm.run_cmd([env.shardfs, "-f", "-o", "transport=uring", env.path("never"),
-                               env.path("never")], timeout=60)
+    os.makedirs(env.path("empty-store"))
+    rc, out, err = sm.run_cmd([env.shardfs, "-f", "-o", "transport=uring",
+                               env.path("empty-store"), env.path("never")], timeout=60)
     if "without liburing" in err:
         print("SKIP: shardfs was built without liburing: %s" % err.strip()[-200:])
         sys.exit(sm.SKIP)
