@@ -18,8 +18,8 @@ and put back as it was at exit (whatever happens). Checked:
     written through the ring (WRITE payloads, xattrs) commits and reads
     back; readers killed mid-read leave it serving; -o transport=auto
     takes the ring, no option (the default) and -s
-    do not; each daemon exits cleanly at unmount (no hung ring thread:
-    Mount.stop bounds it).
+    do not; each daemon exits cleanly at unmount and at SIGTERM (no hung
+    ring thread: both are bounded).
 Skips (exit 77) only where the kernel truly lacks FUSE over io_uring (no
 enable_uring parameter), the test is not root (it must write the
 parameter), or shardfs was built without liburing; each says so.
@@ -330,6 +330,22 @@ def run(env, ck):
         ck.ok(any("transport io_uring" in l for l in transport_lines(m)),
               "auto, enable_uring 1: the ring is taken: %s" % transport_lines(m))
     ck.ok((served(m) or 0) > 0, "auto, enable_uring 1: requests served by the ring")
+    # SIGTERM while serving through the rings: the ring threads stop,
+    # the daemon unmounts and exits 0 (no hung thread)
+    import signal
+    import subprocess
+    m = sm.Mount(env, store, opts=["-o", "transport=uring,log_level=info"], name="term")
+    with m:
+        sm.read_file(os.path.join(m.mnt, "a", "model.safetensors"))
+        m.killed = True  # its death by our signal is no crash
+        m.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = m.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            rc = "still running after 15 s"
+        ck.eq(rc, 0, "uring: SIGTERM: the daemon exits 0")
+        ck.ok(not sm.is_mounted(m.mnt), "uring: SIGTERM: the daemon unmounted")
+    ck.ok((served(m) or 0) > 0, "uring: SIGTERM: the ring had served")
     # -s (one thread): /dev/fuse whatever the option says
     with sm.Mount(env, store, opts=["-s", "-o", "transport=uring,log_level=info"],
                   name="single1") as m:
