@@ -315,7 +315,8 @@ int sf_fs_transport_wanted(enum sf_fs_transport t);
  * sf_fs_session_loop(), and with uring (sf_fs_transport_wanted said 1 and
  * sf_fs_kinit_install() ran with .uring) the io_uring queues beside it:
  * nthreads (0: the default) ring threads spread over the kernel's per-CPU
- * queues, registered once INIT granted FUSE_OVER_IO_URING, each request
+ * queues (at least 2 a queue), registered once INIT granted
+ * FUSE_OVER_IO_URING, each request
  * dispatched into the session's own handlers and its reply committed with
  * COMMIT_AND_FETCH. /dev/fuse still carries INIT, FORGET, INTERRUPT and
  * notifications, and everything when the kernel did not grant the ring

@@ -2,9 +2,10 @@
  * sf_fs_uring.c - the daemon's transports: /dev/fuse's read/write loop
  * alone, or FUSE over io_uring beside it (kernel 6.14+, liburing).
  *
- * With io_uring, ring threads are made before the loop starts, each with
- * its own io_uring (SQE128) and one ring entry: a header block and a
- * payload buffer (sf_fuse_uring_abi.h). The INIT reply asks for
+ * With io_uring, ring threads are made before the loop starts (the
+ * workers spread over the kernel's queues, at least 2 a queue, each
+ * pinned to its queue's CPU), each with its own io_uring (SQE128) and one
+ * ring entry: a header block and a payload buffer (sf_fuse_uring_abi.h). The INIT reply asks for
  * FUSE_OVER_IO_URING (sf_fs_tune.c's hooks, armed only once every ring
  * exists, since a granted ring that nobody registers would stall every
  * request); when the kernel granted it, every thread registers its entry
