@@ -133,6 +133,19 @@ struct sf_fs_cluster {
 
 #define SF_FS_OPEN_WAIT_MS 10000u /* default of sf_fs_config.open_wait_ms */
 
+/* How requests reach the daemon (-o transport=): read from and written to
+ * /dev/fuse, or FUSE over io_uring (kernel 6.14+, liburing at build time,
+ * root's /sys/module/fuse/parameters/enable_uring on); auto takes io_uring
+ * where it works and /dev/fuse otherwise, with one log line saying why.
+ * The default (no option) is /dev/fuse: measured faster on the project's
+ * machine (docs/PERFORMANCE.md, "FUSE over io_uring"). */
+enum sf_fs_transport {
+	SF_FS_TRANSPORT_DEFAULT = 0, /* SF_FS_TRANSPORT_DEV */
+	SF_FS_TRANSPORT_AUTO,
+	SF_FS_TRANSPORT_DEV,
+	SF_FS_TRANSPORT_URING,
+};
+
 struct sf_fs_config {
 	const char *store;       /* STORE: a directory of checkpoints or one */
 	const char *mountpoint;  /* MOUNTPOINT (need not be absolute) */
@@ -151,6 +164,7 @@ struct sf_fs_config {
 	 * page cache (needs FUSE_DIRECT_IO_ALLOW_MMAP, kernel 6.6+). */
 	bool direct_io;
 	unsigned max_threads;    /* worker cap for the multithreaded loop; 0: default */
+	enum sf_fs_transport transport; /* -o transport=; ignored with single_thread */
 	/* The kernel checks every access against the modes shown (FUSE's
 	 * default_permissions) unless this is set (--no-default-permissions).
 	 * Changes are limited to root, the daemon's user and the store's owner
@@ -263,6 +277,7 @@ struct sf_fs_kinit {
 				    * the kernel caps it at fs.fuse.max_pages_limit */
 	bool direct_io_allow_mmap; /* MAP_SHARED of direct_io files (kernel 6.6+) */
 	bool passthrough;          /* FOPEN_PASSTHROUGH opens (kernel 6.9+, root) */
+	bool uring;                /* FUSE_OVER_IO_URING, once armed (sf_fs_serve) */
 };
 int sf_fs_kinit_install(struct fuse_session *se, const struct sf_fs_kinit *want);
 /* What the INIT reply granted (zeros before INIT or without the hooks). */
@@ -286,5 +301,45 @@ unsigned sf_fs_default_threads(void);
  * error, or the signal that ended it.
  */
 int sf_fs_session_loop(struct fuse_session *se, unsigned nthreads);
+
+/*
+ * The transport, decided before mounting: 1 when FUSE over io_uring is to
+ * be asked for at INIT (set sf_fs_kinit.uring and install the hooks), 0
+ * for /dev/fuse alone (for auto, one info line says why: not built with
+ * liburing, the kernel lacks it, enable_uring off), or -EOPNOTSUPP when
+ * transport=uring cannot work here (logged as an error: refuse to mount).
+ */
+int sf_fs_transport_wanted(enum sf_fs_transport t);
+
+/*
+ * sf_fs_session_loop(), and with uring (sf_fs_transport_wanted said 1 and
+ * sf_fs_kinit_install() ran with .uring) the io_uring queues beside it:
+ * nthreads (0: the default) ring threads spread over the kernel's per-CPU
+ * queues (at least 2 a queue), registered once INIT granted
+ * FUSE_OVER_IO_URING, each request
+ * dispatched into the session's own handlers and its reply committed with
+ * COMMIT_AND_FETCH. /dev/fuse still carries INIT, FORGET, INTERRUPT and
+ * notifications, and everything when the kernel did not grant the ring
+ * (one log line). Every ring thread is joined before this returns.
+ */
+int sf_fs_serve(struct fuse_session *se, unsigned nthreads, bool uring);
+
+/*
+ * Between sf_fs_tune.c's device hooks and the io_uring transport (not for
+ * other callers). A sink takes the replies of the requests its thread is
+ * serving: put() returns true when the reply was its own (*n: bytes
+ * taken), false to let it go to /dev/fuse. sf_fs_kinit_uring_arm(): on
+ * the INIT reply, cb(arg, granted, payload) is called once (payload: the
+ * bytes a ring entry's payload buffer needs); NULL disarms. Only an armed
+ * hook asks the kernel for FUSE_OVER_IO_URING.
+ */
+struct iovec;
+struct sf_fs_reply_sink {
+	bool (*put)(struct sf_fs_reply_sink *s, const struct iovec *iov,
+		    int count, long *n);
+};
+void sf_fs_kinit_sink(struct sf_fs_reply_sink *s);
+void sf_fs_kinit_uring_arm(void (*cb)(void *arg, bool granted, size_t payload),
+			   void *arg);
 
 #endif

@@ -240,11 +240,11 @@ out_free_fsname:
 	return rc;
 }
 
-static int serve(struct sf_fs *fs, struct fuse_session *se)
+static int serve(struct sf_fs *fs, struct fuse_session *se, bool uring)
 {
 	if (fs->cfg->single_thread)
 		return fuse_session_loop(se);
-	return sf_fs_session_loop(se, fs->cfg->max_threads);
+	return sf_fs_serve(se, fs->cfg->max_threads, uring);
 }
 
 /* STORE, resolved into *abs (malloc'd) and opened as *fd (the directory
@@ -410,7 +410,7 @@ int sf_fs_run(const struct sf_fs_config *cfg)
 	struct sf_fs_live *live = NULL;
 	struct stat st;
 	char *store_abs;
-	int rc;
+	int rc, uring = 0;
 
 	fs = calloc(1, sizeof(*fs));
 	if (!fs)
@@ -461,6 +461,14 @@ int sf_fs_run(const struct sf_fs_config *cfg)
 	/* No OPEN/RELEASE round trip per file where nothing is written and
 	 * no file needs an open flag (--direct-io does). */
 	fs->no_open = fs->single && !cfg->direct_io;
+	/* -o transport: FUSE over io_uring is asked for at INIT (-s: /dev/fuse) */
+	if (!cfg->single_thread) {
+		uring = sf_fs_transport_wanted(cfg->transport);
+		if (uring < 0) {
+			rc = uring;
+			goto out_free_tree;
+		}
+	}
 	rc = build_args(cfg, store_abs, fs->single, &args);
 	if (rc)
 		goto out_free_args;
@@ -484,15 +492,17 @@ int sf_fs_run(const struct sf_fs_config *cfg)
 		sf_err("fs: cannot mount %s", fs->mnt_abs);
 		goto out_remove_handlers;
 	}
-	if (cfg->direct_io) {
+	if (cfg->direct_io || uring) {
 		/* --direct-io keeps mmap working only with the kernel's
-		 * FUSE_DIRECT_IO_ALLOW_MMAP, which libfuse 3.14 cannot ask
-		 * for: take over the device I/O to add it to INIT. */
-		struct sf_fs_kinit want = { .direct_io_allow_mmap = true };
+		 * FUSE_DIRECT_IO_ALLOW_MMAP, and the io_uring transport needs
+		 * FUSE_OVER_IO_URING, neither of which libfuse 3.14 can ask
+		 * for: take over the device I/O to add them to INIT. */
+		struct sf_fs_kinit want = { .direct_io_allow_mmap = cfg->direct_io,
+					    .uring = uring > 0 };
 
 		rc = sf_fs_kinit_install(se, &want);
 		if (rc) {
-			sf_err("fs: --direct-io: cannot take over the FUSE device I/O: %s",
+			sf_err("fs: cannot take over the FUSE device I/O: %s",
 			       sf_strerror(rc));
 			goto out_unmount;
 		}
@@ -542,7 +552,7 @@ int sf_fs_run(const struct sf_fs_config *cfg)
 	 * a daemon's stderr is /dev/null, a foreground one's a terminal
 	 * that got the start-up lines. */
 	sf_log_detach();
-	rc = serve(fs, se);
+	rc = serve(fs, se, uring > 0);
 	sf_fs_live_stop(live);
 	if (cfg->cluster && cfg->cluster->attach)
 		cfg->cluster->attach(cfg->cluster->ctx, NULL);

@@ -3,9 +3,11 @@
  * shared with test/bench/fuse_ceiling.c (fs/sf_fs.h): request sizes and
  * INIT flags, the open flags of immutable files, the mount's readahead,
  * the worker loop; and the INIT flags libfuse 3.14 cannot ask for
- * (DIRECT_IO_ALLOW_MMAP, PASSTHROUGH, a bigger max_pages), added to its
- * INIT reply by device I/O hooks (fuse_session_custom_io), with the
- * passthrough backing-file calls.
+ * (DIRECT_IO_ALLOW_MMAP, PASSTHROUGH, a bigger max_pages, OVER_IO_URING),
+ * added to its INIT reply by device I/O hooks (fuse_session_custom_io),
+ * with the passthrough backing-file calls; the same hooks hand the replies
+ * of requests that came through an io_uring entry to that entry's sink
+ * (sf_fs_uring.c) instead of /dev/fuse.
  *
  * Invariant: nothing here knows the inode tree; it is the bottom of fs/
  * (every other fs file may call it, it calls none of them).
@@ -24,6 +26,7 @@
 #include "sf_log.h"
 #include "sf_mounts.h"
 #include "sf_fs_internal.h"
+#include "sf_fuse_uring_abi.h"
 
 #define SF_FS_READ_AHEAD_KB "4096"
 
@@ -226,9 +229,16 @@ static struct {
 	atomic_bool init_done;            /* the INIT reply went out */
 	atomic_uint offered2;             /* the kernel's init_in flags2 */
 	atomic_uint granted_pages;        /* max_pages in our INIT reply */
-	atomic_bool granted_mmap, granted_pt;
+	atomic_bool granted_mmap, granted_pt, granted_uring;
 	int fd;                           /* /dev/fuse of the session */
+	/* the io_uring transport's INIT callback (armed before the loop,
+	 * disarmed after it: never called concurrently with a change) */
+	void (*_Atomic uring_cb)(void *arg, bool granted, size_t payload);
+	void *_Atomic uring_arg;
 } kinit = { .fd = -1 };
+
+/* The reply sink of the ring entry this thread serves, or NULL. */
+static _Thread_local struct sf_fs_reply_sink *reply_sink;
 
 /* Set by sf_fs_reply_open_backing() around fuse_reply_open() on the
  * replying thread: the backing id the OPEN reply carries, or -1. */
@@ -275,8 +285,33 @@ static void kinit_patch_init(struct sf_fuse_init_out *o)
 		o->max_stack_depth = 1;
 		atomic_store(&kinit.granted_pt, true);
 	}
+	if (kinit.want.uring && atomic_load(&kinit.uring_cb) &&
+	    (offered & SF_FUSE2_OVER_IO_URING)) {
+		o->flags2 |= SF_FUSE2_OVER_IO_URING;
+		atomic_store(&kinit.granted_uring, true);
+	}
 	atomic_store(&kinit.granted_pages, (o->flags & SF_FUSE_MAX_PAGES) ?
 		     o->max_pages : 0);
+}
+
+/* After the INIT reply went out (n: writev's result): tell the io_uring
+ * transport whether the ring was granted and how big its payload buffers
+ * must be (the kernel's max(8 KiB, max_write, max_pages pages); without
+ * FUSE_MAX_PAGES the kernel's default of 32 pages). */
+static void kinit_tell_uring(const struct sf_fuse_init_out *o, ssize_t n)
+{
+	void (*cb)(void *, bool, size_t) = atomic_load(&kinit.uring_cb);
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), pay = 8192;
+	size_t pages = (o->flags & SF_FUSE_MAX_PAGES) ? o->max_pages : 32;
+	bool granted = n > 0 && atomic_load(&kinit.granted_uring);
+
+	if (!cb)
+		return;
+	if (o->max_write > pay)
+		pay = o->max_write;
+	if (pages * page > pay)
+		pay = pages * page;
+	cb(atomic_load(&kinit.uring_arg), granted, granted ? pay : 0);
 }
 
 static ssize_t kinit_writev(int fd, struct iovec *iov, int count,
@@ -305,6 +340,7 @@ static ssize_t kinit_writev(int fd, struct iovec *iov, int count,
 			v[1].iov_len = iov[1].iov_len;
 			n = writev(fd, v, 2);
 			atomic_store(&kinit.init_done, true);
+			kinit_tell_uring(&o, n);
 			return n;
 		}
 		if (open_backing >= 0 &&
@@ -314,6 +350,13 @@ static ssize_t kinit_writev(int fd, struct iovec *iov, int count,
 			op->open_flags |= SF_FOPEN_PASSTHROUGH;
 			op->backing_id = open_backing;
 		}
+	}
+	if (reply_sink) {
+		long taken;
+
+		/* a request that came through this thread's ring entry */
+		if (reply_sink->put(reply_sink, iov, count, &taken))
+			return taken;
 	}
 	return writev(fd, iov, count);
 }
@@ -344,6 +387,19 @@ void sf_fs_kinit_granted(struct sf_fs_kinit *got)
 	got->max_pages = atomic_load(&kinit.granted_pages);
 	got->direct_io_allow_mmap = atomic_load(&kinit.granted_mmap);
 	got->passthrough = atomic_load(&kinit.granted_pt);
+	got->uring = atomic_load(&kinit.granted_uring);
+}
+
+void sf_fs_kinit_sink(struct sf_fs_reply_sink *s)
+{
+	reply_sink = s;
+}
+
+void sf_fs_kinit_uring_arm(void (*cb)(void *arg, bool granted, size_t payload),
+			   void *arg)
+{
+	atomic_store(&kinit.uring_arg, arg);
+	atomic_store(&kinit.uring_cb, cb);
 }
 
 int sf_fs_backing_open(int fd)

@@ -5,7 +5,7 @@
 #   tools/deps.sh --minimal  only what the build and the demo need
 set -euo pipefail
 pkgs=(cmake make gcc pkg-config libfuse3-dev fuse3 libjansson-dev libxxhash-dev
-      libzstd-dev zstd  attr python3 python3-numpy)
+      libzstd-dev zstd liburing-dev attr python3 python3-numpy)
 if [ "${1:-}" != "--minimal" ]; then
 	pkgs+=(clang openmpi-bin libopenmpi-dev python3-xxhash python3-torch
 	       groff-base)  # groff-base: ctest unit_man_pages renders docs/man

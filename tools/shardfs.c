@@ -12,7 +12,8 @@
  * Calling conventions: options may stand before or after the paths, so
  * mount.fuse3 (mount -t fuse.shardfs, /etc/fstab) can run `shardfs STORE
  * DIR -o OPTS`; -o lists carry shardfs's own options too (cache_mb=N,
- * no_verify, log_level=L, log_file=PATH, nonempty, no_default_permissions),
+ * no_verify, log_level=L, log_file=PATH, nonempty, transport=T,
+ * no_default_permissions),
  * fstab-only ones (defaults, nofail, _netdev, x-*, ...) are dropped, the
  * rest go to FUSE unchanged.
  *
@@ -101,13 +102,17 @@ static void usage(FILE *f)
 		"  -s                  serve requests on a single thread\n"
 		"  -o OPT[,OPT...]     mount options: shardfs's own (cache_mb=N, no_verify,\n"
 		"                      log_level=L, log_file=PATH, nonempty, open_wait=S,\n"
-		"                      no_default_permissions), FUSE's (ro, allow_other, ...);\n"
+		"                      transport=T, no_default_permissions), FUSE's (ro,\n"
+		"                      allow_other, ...);\n"
 		"                      fstab-only ones (defaults, nofail, _netdev, x-*, ...)\n"
 		"                      are ignored\n"
 		"  --no-verify         skip XXH3 checksum verification of payloads\n"
 		"  --cache-mb N        block cache size in MiB (default 32)\n"
 		"  --direct-io         read committed files with FUSE direct_io (no copy\n"
 		"                      through the mount's page cache; mmap still works)\n"
+		"  --transport T       how requests arrive: dev (/dev/fuse, the default),\n"
+		"                      uring (FUSE over io_uring; root's enable_uring on)\n"
+		"                      or auto (io_uring where it works, else /dev/fuse)\n"
 		"  --log-level LEVEL   error, warn, info or debug (default warn)\n"
 		"  --log-file PATH     append the log to PATH (SIGHUP reopens it); without\n"
 		"                      it the log goes to stderr with -f, else to syslog\n"
@@ -242,6 +247,20 @@ static bool fstab_only(const char *o)
 	return strncmp(o, "x-", 2) == 0 || strncmp(o, "comment=", 8) == 0;
 }
 
+static int set_transport(struct args *a, const char *v)
+{
+	if (strcmp(v, "auto") == 0)
+		a->cfg.transport = SF_FS_TRANSPORT_AUTO;
+	else if (strcmp(v, "dev") == 0)
+		a->cfg.transport = SF_FS_TRANSPORT_DEV;
+	else if (strcmp(v, "uring") == 0)
+		a->cfg.transport = SF_FS_TRANSPORT_URING;
+	else
+		return bad_usage("transport (--transport, -o transport) wants auto, dev or uring, not '%s'",
+				 v);
+	return 0;
+}
+
 /*
  * One item of a -o list: shardfs's own option (applied, returns 1),
  * dropped (returns 1), for FUSE (returns 0), or bad (returns the exit
@@ -267,6 +286,8 @@ static int own_opt(struct args *a, const char *item)
 		a->log_file = a->log_file_owned;
 		return 1;
 	}
+	if (strncmp(item, "transport=", 10) == 0)
+		return set_transport(a, item + 10) ? 2 : 1;
 	if (strcmp(item, "no_verify") == 0)
 		a->cfg.engine.verify = false;
 	else if (strcmp(item, "no_default_permissions") == 0)
@@ -447,7 +468,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 {
 	enum { OPT_NO_VERIFY = 256, OPT_CACHE_MB, OPT_LOG_LEVEL, OPT_LOG_FILE,
 	       OPT_NONEMPTY, OPT_MPI, OPT_COMMIT_TIMEOUT, OPT_PEER_TIMEOUT,
-	       OPT_NO_DEFAULT_PERMS, OPT_DIRECT_IO, OPT_OPEN_WAIT };
+	       OPT_NO_DEFAULT_PERMS, OPT_DIRECT_IO, OPT_OPEN_WAIT, OPT_TRANSPORT };
 	static const struct option longopts[] = {
 		{ "no-verify", no_argument, NULL, OPT_NO_VERIFY },
 		{ "cache-mb", required_argument, NULL, OPT_CACHE_MB },
@@ -460,6 +481,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 		{ "no-default-permissions", no_argument, NULL, OPT_NO_DEFAULT_PERMS },
 		{ "direct-io", no_argument, NULL, OPT_DIRECT_IO },
 		{ "open-wait", required_argument, NULL, OPT_OPEN_WAIT },
+		{ "transport", required_argument, NULL, OPT_TRANSPORT },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -518,6 +540,10 @@ static int parse_args(int argc, char **argv, struct args *a)
 			break;
 		case OPT_OPEN_WAIT:
 			if (set_open_wait(a, optarg))
+				return 2;
+			break;
+		case OPT_TRANSPORT:
+			if (set_transport(a, optarg))
 				return 2;
 			break;
 		case OPT_COMMIT_TIMEOUT:

@@ -104,6 +104,8 @@ struct ceil_x {
 	bool hash;            /* XXH3 (sf_xxh3, shardfs's own) of each reply's
 			       * bytes before it is sent: the work of a
 			       * daemon that verifies, and nothing else */
+	bool uring;           /* FUSE over io_uring, as shardfs's
+			       * -o transport=uring (sf_fs_serve) */
 };
 
 struct ceiling {
@@ -812,7 +814,9 @@ static int usage(void)
 	      "    src=MB       reply from a pattern of MB (default: one\n"
 	      "                 period, which stays in the CPU's cache)\n"
 	      "    hash         hash each reply's bytes (XXH3, as shardfs\n"
-	      "                 verifies blocks) before sending it\n",
+	      "                 verifies blocks) before sending it\n"
+	      "    uring        serve through FUSE over io_uring, shardfs's\n"
+	      "                 transport=uring (root's enable_uring on)\n",
 	      stderr);
 	return 2;
 }
@@ -848,6 +852,8 @@ static bool parse_x(const char *a, struct ceil_x *x)
 		x->ls = true;
 	else if (KEY("hash") && !eq)
 		x->hash = true;
+	else if (KEY("uring") && !eq)
+		x->uring = true;
 	else if (KEY("store")) {
 		x->store = true;
 		x->store_window = (uint64_t)v << 20;
@@ -959,11 +965,16 @@ int main(int argc, char **argv)
 		fprintf(stderr, "fuse_ceiling: cannot mount %s\n", mnt_abs);
 		goto out_remove_handlers;
 	}
-	if (c.x.pages || c.x.allow_mmap || c.x.passthrough) {
+	if (c.x.uring && sf_fs_transport_wanted(SF_FS_TRANSPORT_URING) < 0) {
+		fprintf(stderr, "fuse_ceiling: -x uring: FUSE over io_uring cannot work here\n");
+		goto out_unmount;
+	}
+	if (c.x.pages || c.x.allow_mmap || c.x.passthrough || c.x.uring) {
 		struct sf_fs_kinit want = {
 			.max_pages = c.x.pages,
 			.direct_io_allow_mmap = c.x.allow_mmap,
 			.passthrough = c.x.passthrough,
+			.uring = c.x.uring,
 		};
 
 		if (sf_fs_kinit_install(se, &want) != 0) {
@@ -981,7 +992,7 @@ int main(int argc, char **argv)
 			goto out_unmount;
 		}
 	}
-	rc = sf_fs_session_loop(se, 0);
+	rc = sf_fs_serve(se, 0, c.x.uring);
 	if (c.x.store) {
 		pthread_mutex_lock(&c.lock);
 		c.stop = true;
@@ -995,11 +1006,11 @@ int main(int argc, char **argv)
 		struct sf_fs_kinit got;
 
 		sf_fs_kinit_granted(&got);
-		if (c.x.pages || c.x.allow_mmap || c.x.passthrough)
+		if (c.x.pages || c.x.allow_mmap || c.x.passthrough || c.x.uring)
 			fprintf(stderr, "fuse_ceiling: granted max_pages %u, "
-				"direct_io_allow_mmap %d, passthrough %d\n",
+				"direct_io_allow_mmap %d, passthrough %d, uring %d\n",
 				got.max_pages, got.direct_io_allow_mmap,
-				got.passthrough);
+				got.passthrough, got.uring);
 	}
 	if (rc < 0)
 		fprintf(stderr, "fuse_ceiling: session loop: %s\n", strerror(-rc));

@@ -18,7 +18,8 @@ without OPEN; replies with the bytes of ranges of one backing file of
 random bytes at unaligned offsets (-x file, -x splice, each also hashing:
 read and mapped, and a range past the backing's end fails to open with
 EIO); and passthrough onto files of random bytes (their bytes, read and
-mapped). Times nothing. Always unmounts
+mapped); and -x uring (FUSE over io_uring, root's enable_uring set for it
+and put back), granted and serving the pattern. Times nothing. Always unmounts
 (fusermount3 -u, umount -l as a last resort) and reaps the daemon; fails
 if it exits non-zero. Exit 77 (skipped) when /dev/fuse or fusermount3 is
 missing.
@@ -254,6 +255,27 @@ def check_file_backed(tool, tmp, listfile):
     return fails
 
 
+def check_uring(tool, tmp, listfile):
+    """-x uring: the pattern and backed bytes through FUSE over io_uring,
+    with the kernel's enable_uring on for it (put back after)."""
+    param = "/sys/module/fuse/parameters/enable_uring"
+    if os.geteuid() != 0 or not os.path.exists(param):
+        print("uring: skipped: %s" % ("needs root to set " + param if os.path.exists(param)
+                                     else "the kernel has no FUSE over io_uring"))
+        return 0
+    with open(param) as f:
+        old = f.read().strip()
+    try:
+        with open(param, "w") as f:
+            f.write("1")
+        fails = run_mount(tool, tmp, listfile, ["uring"])
+        fails += run_mount(tool, tmp, listfile, ["uring", "noopen"])
+    finally:
+        with open(param, "w") as f:
+            f.write(old)
+    return fails
+
+
 def run_mount(tool, tmp, listfile, xs, backed=None):
     """Mount with -x xs, check it, unmount: the failures."""
     mnt = os.path.join(tmp, "mnt")
@@ -300,6 +322,9 @@ def run_mount(tool, tmp, listfile, xs, backed=None):
     if "passthrough" in xs and "passthrough 1" not in log:
         print("FAIL: passthrough was not granted: %s" % log[-500:])
         fails += 1
+    if "uring" in xs and "uring 1" not in log:
+        print("FAIL: FUSE over io_uring was not granted: %s" % log[-500:])
+        fails += 1
     if "mmap" in xs and "direct_io_allow_mmap 1" not in log:
         print("FAIL: FUSE_DIRECT_IO_ALLOW_MMAP was not granted: %s" % log[-500:])
         fails += 1
@@ -339,6 +364,7 @@ def main():
             fails += check_passthrough(tool, tmp, listfile)
         else:
             print("passthrough: skipped: registering backing files needs root")
+        fails += check_uring(tool, tmp, listfile)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("%s: %d failure%s" % ("FAIL" if fails else "PASS", fails,

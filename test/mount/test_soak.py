@@ -840,6 +840,17 @@ def run(env, ck):
     w = World(env, ck, store)
     gens = setup(env, w, store)
     opts = ["--cache-mb", str(args.cache_mb)]
+    if args.transport:
+        opts += ["--transport", args.transport]
+        param = "/sys/module/fuse/parameters/enable_uring"
+        if args.transport != "dev" and os.path.exists(param):
+            # FUSE over io_uring needs the kernel's switch: on for the
+            # soak, put back at exit
+            with open(param) as f:
+                old = f.read().strip()
+            sm._cleanups.append(lambda: open(param, "w").write(old))
+            with open(param, "w") as f:
+                f.write("1")
     t_start = time.monotonic()
     end = t_start + args.duration
     crash_at = [t_start + args.duration * (k + 1) / (args.crashes + 1)
@@ -942,6 +953,8 @@ if __name__ == "__main__":
     ap.add_argument("--cache-mb", type=int, default=16, help="daemon --cache-mb (small: evictions)")
     ap.add_argument("--rss-cap-mb", type=int, default=0,
                     help="cap on the daemon's VmHWM (default: cache + 256, + 1536 under ASan)")
+    ap.add_argument("--transport", choices=("auto", "dev", "uring"), default=None,
+                    help="daemon --transport (auto, uring: enable_uring set for the soak)")
     ap.add_argument("--readers", type=int, default=3)
     ap.add_argument("--writers", type=int, default=2)
     ap.add_argument("--sample-s", type=float, default=10.0,

@@ -17,6 +17,9 @@ _shardfs()
 	--log-level)
 		COMPREPLY=($(compgen -W "error warn info debug" -- "$cur"))
 		return ;;
+	--transport)
+		COMPREPLY=($(compgen -W "auto dev uring" -- "$cur"))
+		return ;;
 	-o)
 		# complete the last of a comma-separated list
 		head=
@@ -24,7 +27,7 @@ _shardfs()
 		COMPREPLY=($(compgen -P "$head" -W "ro rw allow_other allow_root
 			default_permissions auto_unmount max_read= fsname= subtype=
 			cache_mb= no_verify log_level= log_file= nonempty open_wait=
-			no_default_permissions" \
+			transport= no_default_permissions" \
 			-- "${cur##*,}"))
 		compopt -o nospace 2>/dev/null
 		return ;;
@@ -37,7 +40,7 @@ _shardfs()
 	esac
 	if [[ $cur == -* ]]; then
 		COMPREPLY=($(compgen -W "-f -d -s -o --no-verify --cache-mb --direct-io --log-level
-			--log-file --nonempty --open-wait --no-default-permissions --mpi --commit-timeout --peer-timeout
+			--log-file --nonempty --open-wait --transport --no-default-permissions --mpi --commit-timeout --peer-timeout
 			-h --help -V --version" -- "$cur"))
 		return
 	fi
