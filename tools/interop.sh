@@ -8,6 +8,8 @@
 #              megatron-core (current), psutil, zstandard, huggingface_hub
 #      hf4     transformers 4.46.3 (sees torch2's packages through a .pth)
 #      mc015   megatron-core 0.15.3 (the last that saves flattened ranges) + zarr<3
+#      mc017   megatron-core 0.17.1 (sees torch2's; its wheel says Python >= 3.12
+#              but runs on 3.11: installed with --ignore-requires-python)
 #      paddle  paddlepaddle (CPU), numpy, xxhash
 #      deepspeed  deepspeed (CPU: DS_ACCELERATOR=cpu), torch (sees torch2's)
 # 2. every fixture generator of test/interop writes the fixtures again into
@@ -48,9 +50,11 @@ venv torch2 torch numpy xxhash safetensors transformers megatron-core psutil zst
 venv hf4 --sees torch2 'transformers==4.46.3'
 venv mc015 --sees torch2 --no-deps 'megatron-core==0.15.3'
 "$venvs/mc015/bin/pip" install -q 'zarr<3'
+venv mc017 --sees torch2 --no-deps --ignore-requires-python 'megatron-core==0.17.1' ||
+	echo "interop: no megatron-core 0.17 venv: its fixtures are not made again" >&2
 venv paddle paddlepaddle numpy xxhash
 venv deepspeed --sees torch2 deepspeed
-for v in torch2 hf4 mc015 paddle deepspeed; do
+for v in torch2 hf4 mc015 mc017 paddle deepspeed; do
 	"$venvs/$v/bin/pip" list 2>/dev/null |
 		grep -Ei '^(torch|transformers|megatron-core|paddlepaddle|safetensors|huggingface[-_]hub|deepspeed) ' |
 		sed "s/^/  $v: /" || true
@@ -59,7 +63,8 @@ done
 fx=$(mktemp -d /tmp/shardfs-interop-XXXXXX)
 cleanup() { if [[ ${KEEP:-0} == 1 ]]; then echo "kept: $fx"; else rm -rf "$fx"; fi; }
 trap cleanup EXIT
-mkdir -p "$fx/dcp" "$fx/hf" "$fx/hf-hub" "$fx/paddle" "$fx/megatron" "$fx/deepspeed" "$fx/dtensor"
+mkdir -p "$fx/dcp" "$fx/hf" "$fx/hf-hub" "$fx/paddle" "$fx/megatron" "$fx/deepspeed" "$fx/dtensor" \
+	"$fx/megatron-0.17"
 status=0
 gen() { # gen LABEL COMMAND...: run one generator; a failure is reported
 	echo "-- $1"
@@ -94,6 +99,13 @@ d=$(ls -d "$fx"/megatron/mcore-0.15*/distopt 2>/dev/null | head -1)
 if [[ -n $d ]]; then
 	gen "Megatron-Core hostile variants" "$venvs/torch2/bin/python" \
 		"$i/make_megatron_hostile.py" "$d" "$fx/megatron/hostile"
+fi
+if [[ -x $venvs/mc017/bin/python ]]; then
+	gen "Megatron-Core 0.17 (GPT + DistributedOptimizer, TP 2 x DP 2)" \
+		"$venvs/mc017/bin/python" "$i/make_megatron017_fixtures.py" "$fx/megatron-0.17"
+else
+	echo "-- Megatron-Core 0.17: no venv $venvs/mc017: not made again; the committed fixtures are tested"
+	cp -r "$top/test/fixtures/megatron-0.17/." "$fx/megatron-0.17/"
 fi
 
 stage "mount tests against them"

@@ -1,7 +1,8 @@
 /*
  * sf_megatron.c - the Megatron-Core adapter (sf_megatron.h): metadata.json,
- * the torch_dist backend through the DCP adapter (sf_dcp_open_ex), and
- * flattened-range tensors shown in their real shape.
+ * the torch_dist backend through the DCP adapter (sf_dcp_open_ex),
+ * flattened-range tensors shown in their real shape, and 0.15+ names
+ * (dp_reshardable buckets, singleton_local_shards pairs).
  *
  * Invariants:
  *  - metadata.json is read beneath the checkpoint (sf_cfile_open), at
@@ -14,6 +15,11 @@
  *    with one log line. Its new shards are the same bytes as DCP's, cut
  *    into boxes, so coverage and bounds are checked by the model as for
  *    any adapter;
+ *  - renaming (dp_reshardable buckets) and joining (singleton pairs) keep
+ *    the shards' bytes: a joined tensor's shards are its parts' shards,
+ *    the second part's moved along axis 0 by the first's rows, added
+ *    through sf_tensor_add_shard (bounds checked); a pair that cannot be
+ *    joined stays as stored with one log line;
  *  - the directory is only ever read.
  */
 #include "sf_megatron.h"
@@ -340,6 +346,247 @@ static int adjust_one(struct mcore *mc, struct sf_model *m, struct sf_tensor *t,
 	return 0;
 }
 
+/* --- megatron-core 0.17 layouts: dp_reshardable buckets, singleton pairs --- */
+
+#define BUCKET_PREFIX "optimizer.distributed."
+#define MAX_NAME 4096 /* bytes of a renamed or merged tensor's name */
+
+/* Is name BUCKET_PREFIX "dp_group_idx_G.gbuf_idx_B.dtype_D.bucket_idx_K.STATE"
+ * (the distributed optimizer's dp_reshardable state, megatron-core 0.15+)?
+ * Then *bucket (into name) and *blen say "dp_group_idx_G...bucket_idx_K",
+ * *state the STATE after it ([A-Za-z0-9_]+). */
+static bool bucket_key(const char *name, const char **bucket, size_t *blen,
+		       const char **state)
+{
+	const char *b = name + strlen(BUCKET_PREFIX), *k, *st;
+
+	if (strncmp(name, BUCKET_PREFIX, strlen(BUCKET_PREFIX)) != 0 ||
+	    strncmp(b, "dp_group_idx_", 13) != 0 || !strstr(b, ".gbuf_idx_") ||
+	    !strstr(b, ".dtype_"))
+		return false;
+	k = strstr(b, ".bucket_idx_");
+	if (!k)
+		return false;
+	k += strlen(".bucket_idx_");
+	if (*k < '0' || *k > '9')
+		return false;
+	while (*k >= '0' && *k <= '9')
+		k++;
+	if (*k != '.' || !k[1])
+		return false;
+	for (st = k + 1; *st; st++)
+		if (!((*st >= 'a' && *st <= 'z') || (*st >= 'A' && *st <= 'Z') ||
+		      (*st >= '0' && *st <= '9') || *st == '_'))
+			return false;
+	*bucket = b;
+	*blen = (size_t)(k - b);
+	*state = k + 1;
+	return true;
+}
+
+/* Rename every dp_reshardable bucket tensor to optimizer/STATE/BUCKET (SPEC
+ * 7's optimizer/ names); *n counts them. 0 or -ENOMEM; a name that would
+ * not be valid stays as stored. */
+static int rename_buckets(struct sf_model *m, size_t *n)
+{
+	char buf[MAX_NAME];
+
+	*n = 0;
+	for (size_t i = 0; i < m->ntensors; i++) {
+		struct sf_tensor *t = &m->tensors[i];
+		const char *bucket, *state;
+		size_t blen;
+		char *nn;
+		int len;
+
+		if (!bucket_key(t->name, &bucket, &blen, &state))
+			continue;
+		len = snprintf(buf, sizeof(buf), "optimizer/%s/%.*s", state,
+			       (int)blen, bucket);
+		if (len < 0 || (size_t)len >= sizeof(buf) || !sf_name_valid(buf))
+			continue;
+		nn = strdup(buf);
+		if (!nn)
+			return -ENOMEM;
+		free(t->name);
+		t->name = nn;
+		(*n)++;
+	}
+	return 0;
+}
+
+static struct sf_tensor *find_tensor(struct sf_model *m, const char *name,
+				     size_t *at)
+{
+	for (size_t i = 0; i < m->ntensors; i++)
+		if (strcmp(m->tensors[i].name, name) == 0) {
+			*at = i;
+			return &m->tensors[i];
+		}
+	return NULL;
+}
+
+/* Add KEY = cat(w, v) on axis 0 (the tensors at iw and iv) to m: w's shards
+ * as they are, v's moved by w's rows. 0, 1 when the two cannot be joined
+ * (m unchanged), -ENOMEM or another builder error (logged by the caller). */
+static int join_pair(struct sf_model *m, const char *key, size_t iw, size_t iv,
+		     char *why, size_t whylen)
+{
+	struct sf_tensor *w = &m->tensors[iw], *v = &m->tensors[iv], *t;
+	uint64_t shape[SF_MAX_NDIM], off[SF_MAX_NDIM];
+	size_t nt = m->ntensors;
+	int rc;
+
+	if (w->dtype != v->dtype || w->ndim != v->ndim || w->ndim == 0)
+		return 1;
+	for (unsigned i = 1; i < w->ndim; i++)
+		if (w->shape[i] != v->shape[i])
+			return 1;
+	memcpy(shape, w->shape, sizeof(shape));
+	if (__builtin_add_overflow(w->shape[0], v->shape[0], &shape[0]))
+		return 1;
+	rc = sf_model_add_tensor(m, false, key, w->dtype, w->ndim, shape, &t);
+	if (rc) {
+		snprintf(why, whylen, "%s", sf_model_why(m));
+		return rc == -ENOMEM ? rc : 1;
+	}
+	w = &m->tensors[iw]; /* the add may have moved them */
+	v = &m->tensors[iv];
+	for (int part = 0; part < 2 && !rc; part++) {
+		const struct sf_tensor *src = part ? v : w;
+
+		for (size_t j = 0; j < src->nshards && !rc; j++) {
+			struct sf_shard ns = src->shards[j];
+
+			if (ns.flat) {
+				rc = 1; /* DCP's shards are boxes */
+				break;
+			}
+			memcpy(off, ns.off, src->ndim * sizeof(*off));
+			if (part)
+				off[0] += w->shape[0];
+			ns.off = off;
+			rc = sf_tensor_add_shard(m, t, &ns);
+			if (rc)
+				snprintf(why, whylen, "%s", sf_model_why(m));
+		}
+	}
+	if (rc) {
+		if (m->ntensors > nt)
+			sf_model_drop_last(m, SF_ENTRY_TENSOR);
+		return rc == -ENOMEM ? rc : 1;
+	}
+	return 0;
+}
+
+/* Drop the tensor at index k (swapped to the end first). */
+static void drop_at(struct sf_model *m, size_t k)
+{
+	size_t last = m->ntensors - 1;
+
+	if (k != last) {
+		struct sf_tensor tmp = m->tensors[k];
+
+		m->tensors[k] = m->tensors[last];
+		m->tensors[last] = tmp;
+	}
+	sf_model_drop_last(m, SF_ENTRY_TENSOR);
+}
+
+/* singleton_local_shards (megatron-core 0.14+): a gated linear unit's fc1
+ * saved as KEY_w and KEY_v is shown as KEY = cat(KEY_w, KEY_v) on axis 0,
+ * what the same model saves as KEY without it. Only when KEY itself is not
+ * stored and both parts agree in dtype and every axis but the first;
+ * otherwise both are shown as stored. *n counts the joined pairs. */
+static int join_singletons(struct mcore *mc, struct sf_model *m, size_t *n)
+{
+	char vname[MAX_NAME], why[256];
+	char **keys = NULL; /* owned: the KEYs of the pairs found */
+	size_t nkeys = 0, capkeys = 0;
+	int rc = 0;
+
+	*n = 0;
+	for (size_t i = 0; i < m->ntensors && !rc; i++) {
+		const char *name = m->tensors[i].name;
+		size_t len = strlen(name), at;
+		char *key;
+
+		if (len < 3 || len >= sizeof(vname) || strcmp(name + len - 2, "_w") != 0)
+			continue;
+		memcpy(vname, name, len + 1);
+		vname[len - 1] = 'v';
+		if (!find_tensor(m, vname, &at))
+			continue;
+		key = strndup(name, len - 2);
+		if (!key) {
+			rc = -ENOMEM;
+			break;
+		}
+		if (find_tensor(m, key, &at)) {
+			free(key);
+			continue;
+		}
+		rc = sf_array_grow(&keys, nkeys, &capkeys, sizeof(*keys), 8, SF_MAX_TENSORS);
+		if (rc)
+			free(key);
+		else
+			keys[nkeys++] = key;
+	}
+	for (size_t k = 0; k < nkeys && !rc; k++) {
+		size_t len = strlen(keys[k]), iw, iv;
+
+		snprintf(vname, sizeof(vname), "%s_w", keys[k]);
+		if (!find_tensor(m, vname, &iw))
+			continue;
+		vname[len + 1] = 'v';
+		if (!find_tensor(m, vname, &iv))
+			continue;
+		why[0] = '\0';
+		rc = join_pair(m, keys[k], iw, iv, why, sizeof(why));
+		if (rc > 0) {
+			sf_info("checkpoint %s: %s_w and %s_v shown as stored (not "
+				"joined into %s%s%s)", SF_QSTR(mc->name), keys[k],
+				keys[k], keys[k], why[0] ? ": " : "", why);
+			rc = 0;
+			continue;
+		}
+		if (rc)
+			break;
+		/* drop the parts, the higher index first (the new tensor is last
+		 * and stays: it is beyond both) */
+		drop_at(m, iw > iv ? iw : iv);
+		drop_at(m, iw > iv ? iv : iw);
+		(*n)++;
+	}
+	for (size_t k = 0; k < nkeys; k++)
+		free(keys[k]);
+	free(keys);
+	return rc;
+}
+
+/* megatron-core 0.15+ names (0.17's defaults): see sf_megatron.h. */
+static int mcore_names(struct mcore *mc, struct sf_model *m)
+{
+	size_t nb, nj;
+	int rc;
+
+	rc = rename_buckets(m, &nb);
+	if (!rc)
+		rc = join_singletons(mc, m, &nj);
+	if (rc)
+		return rc;
+	if (nb)
+		sf_info("checkpoint %s: the distributed optimizer's state is saved "
+			"dp_reshardable: %zu bucket tensors shown whole as "
+			"optimizer/STATE/BUCKET; which parameter lies where in a "
+			"bucket is not in the files, so no per-parameter view",
+			SF_QSTR(mc->name), nb);
+	if (nj)
+		sf_info("checkpoint %s: %zu singleton_local_shards pairs KEY_w, "
+			"KEY_v shown as KEY", SF_QSTR(mc->name), nj);
+	return 0;
+}
+
 /* The DCP adapter's adjust hook: reshape every tensor mcore_data says was
  * reformulated; leave out those whose numbers disagree. */
 static int mcore_adjust(void *arg, struct sf_model *m, const struct sf_pk *root,
@@ -353,11 +600,11 @@ static int mcore_adjust(void *arg, struct sf_model *m, const struct sf_pk *root,
 	int rc = 0;
 
 	if (!md || md->kind == SF_PK_NONE)
-		return 0;
+		return mcore_names(mc, m);
 	if (md->kind != SF_PK_DICT)
 		return sf_fail(w, -SF_EFORMAT, ".metadata: mcore_data is not a dict");
 	if (nt == 0)
-		return 0;
+		return mcore_names(mc, m);
 	/* the model is not finished (unsorted): a sorted index to find keys */
 	idx = malloc(nt * sizeof(*idx));
 	done = calloc(nt, sizeof(*done));
@@ -399,6 +646,7 @@ static int mcore_adjust(void *arg, struct sf_model *m, const struct sf_pk *root,
 		}
 		sf_model_drop_last(m, SF_ENTRY_TENSOR);
 	}
+	rc = mcore_names(mc, m);
 out_free:
 	free(done);
 	free(idx);

@@ -18,6 +18,18 @@
  *    `.metadata`'s mcore_data[key]["nd_reformulated_orig_global_shape"]
  *    says X. Such tensors are shown with shape X, each chunk becoming the
  *    few boxes of X its flat range covers (sf_mcore_flat_boxes).
+ *  - megatron-core 0.15+ (0.17's defaults) names, after the above: the
+ *    distributed optimizer's `dp_reshardable` state, one 1-D tensor per
+ *    grad-buffer bucket and state (`optimizer.distributed.dp_group_idx_G.
+ *    gbuf_idx_B.dtype_D.bucket_idx_K.STATE`, STATE param (fp32 main
+ *    params), exp_avg, exp_avg_sq), is shown whole as
+ *    `optimizer/STATE/dp_group_idx_G.gbuf_idx_B.dtype_D.bucket_idx_K`
+ *    (which parameter lies where in a bucket is not in the files: no
+ *    per-parameter view, one log line says so); with
+ *    `singleton_local_shards` a gated fc1 saved as KEY_w and KEY_v is
+ *    shown as KEY = cat(KEY_w, KEY_v) on axis 0 (what the same model
+ *    saves as KEY without it), when KEY is not stored itself and both
+ *    parts agree in dtype and every other axis.
  * Keys are Megatron's sharded keys; ShardedObjects are DCP byte items
  * named KEY/shard_OFFSETS_SHAPE, shown as objects/KEY/shard_... .
  * metadata.json and common.pt are root files, byte for byte.

@@ -3,7 +3,7 @@
  * (core/formats/sf_megatron.h): its metadata.json decoder, its flat-range
  * to box cutter, and a whole open whose .metadata is the input.
  *
- * Input: byte 0 picks what the rest is:
+ * Input: byte 0 picks what the rest is (byte 0 % 4 == 3: case 3, else % 3):
  *   0  metadata.json text: sf_mcore_config_parse either gives a backend of
  *      1..31 bytes of [A-Za-z0-9_.-] and a version in 0..2^31-1, or fails
  *      with -SF_EFORMAT / -SF_ETOOBIG (a one-line message) or -ENOMEM;
@@ -19,7 +19,11 @@
  *      kept open; each input rewrites .metadata in place): the Megatron
  *      adapter's open either fails with a negative code and a one-line
  *      message (none for -ENOMEM), or gives a finished model named
- *      megatron-torch_dist whose every shard lies inside its file.
+ *      megatron-torch_dist whose every shard lies inside its file;
+ *   3  the same against the committed megatron-core 0.17.1
+ *      `gpt_tp2dp2_singleton` fixture's files (SHARDFS_MCORE017_FIXTURE):
+ *      its dp_reshardable buckets renamed under optimizer/ and its
+ *      singleton_local_shards pairs joined (sf_megatron.c's 0.17 names).
  * Any violation aborts.
  */
 #include <dirent.h>
@@ -43,8 +47,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 const char fuzz_target[] = "fuzz_megatron";
 
-#ifndef SHARDFS_MCORE_FIXTURE
-#error "SHARDFS_MCORE_FIXTURE: the distopt fixture directory"
+#if !defined(SHARDFS_MCORE_FIXTURE) || !defined(SHARDFS_MCORE017_FIXTURE)
+#error "SHARDFS_MCORE_FIXTURE, SHARDFS_MCORE017_FIXTURE: the fixture directories"
 #endif
 
 /* --- 0: metadata.json --- */
@@ -137,22 +141,30 @@ static void one_boxes(const uint8_t *data, size_t size)
 
 /* --- 2: a whole open --- */
 
-static char dir[256];
-static int dfd = -1;             /* dir, open for the process's life */
-
-/* The fixture files copied into dir and their sizes: they never change
- * (the adapter only reads), so a shard's file is looked up here instead
- * of stat'ed for every shard of every open. .metadata is the input. */
+/* A scratch directory per fixture: the fixture files copied into dir and
+ * their sizes: they never change (the adapter only reads), so a shard's
+ * file is looked up here instead of stat'ed for every shard of every
+ * open. .metadata is the input. */
 #define MAX_FIXTURE_FILES 64
-static struct {
-	char name[256];
-	uint64_t size;
-} fixture[MAX_FIXTURE_FILES];
-static size_t nfixture;
+struct scratch {
+	const char *src;         /* the fixture directory */
+	char dir[256];
+	int dfd;                 /* dir, open for the process's life */
+	struct {
+		char name[256];
+		uint64_t size;
+	} fixture[MAX_FIXTURE_FILES];
+	size_t nfixture;
+};
+static struct scratch scr[2] = {
+	{ .src = SHARDFS_MCORE_FIXTURE, .dfd = -1 },
+	{ .src = SHARDFS_MCORE017_FIXTURE, .dfd = -1 },
+};
+static struct scratch *cur = &scr[0]; /* the one this input opens in */
 
-static void cleanup(void)
+static void cleanup_one(struct scratch *sc)
 {
-	DIR *d = opendir(dir);
+	DIR *d = opendir(sc->dir);
 	struct dirent *de;
 
 	if (!d)
@@ -161,28 +173,36 @@ static void cleanup(void)
 		if (de->d_name[0] != '.' || strcmp(de->d_name, ".metadata") == 0)
 			unlinkat(dirfd(d), de->d_name, 0);
 	closedir(d);
-	close(dfd);
-	rmdir(dir);
+	close(sc->dfd);
+	rmdir(sc->dir);
 }
 
-/* Copy the fixture's files but .metadata into a fresh directory, once. */
+static void cleanup(void)
+{
+	for (size_t i = 0; i < sizeof(scr) / sizeof(scr[0]); i++)
+		if (scr[i].dir[0])
+			cleanup_one(&scr[i]);
+}
+
+/* Copy cur's fixture's files but .metadata into a fresh directory, once. */
 static void setup(void)
 {
 	const char *tmp = getenv("TMPDIR");
 	DIR *d;
 	struct dirent *de;
 
-	if (dir[0])
+	if (cur->dir[0])
 		return;
 	sf_log_setup("", SF_LOG_ERROR);
-	snprintf(dir, sizeof(dir), "%s/fuzz-megatron-XXXXXX",
+	snprintf(cur->dir, sizeof(cur->dir), "%s/fuzz-megatron-XXXXXX",
 		 access("/dev/shm", W_OK) == 0 ? "/dev/shm" : tmp ? tmp : "/tmp");
-	if (!mkdtemp(dir))
-		fuzz_die("mkdtemp", dir);
-	atexit(cleanup);
-	d = opendir(SHARDFS_MCORE_FIXTURE);
+	if (!mkdtemp(cur->dir))
+		fuzz_die("mkdtemp", cur->dir);
+	if (!scr[0].dir[0] || !scr[1].dir[0])
+		atexit(cleanup); /* the first set up (this one's dir is made) */
+	d = opendir(cur->src);
 	if (!d)
-		fuzz_die("no fixture directory", SHARDFS_MCORE_FIXTURE);
+		fuzz_die("no fixture directory", cur->src);
 	while ((de = readdir(d))) {
 		char src[1024], dst[512], *buf;
 		size_t len;
@@ -190,27 +210,27 @@ static void setup(void)
 
 		if (de->d_name[0] == '.')
 			continue;
-		if (nfixture == MAX_FIXTURE_FILES ||
-		    strlen(de->d_name) >= sizeof(fixture[0].name))
+		if (cur->nfixture == MAX_FIXTURE_FILES ||
+		    strlen(de->d_name) >= sizeof(cur->fixture[0].name))
 			fuzz_die("too many fixture files, or a long name", de->d_name);
-		snprintf(src, sizeof(src), "%s/%s", SHARDFS_MCORE_FIXTURE, de->d_name);
-		snprintf(dst, sizeof(dst), "%s/%s", dir, de->d_name);
+		snprintf(src, sizeof(src), "%s/%s", cur->src, de->d_name);
+		snprintf(dst, sizeof(dst), "%s/%s", cur->dir, de->d_name);
 		if (sf_read_file(src, 1u << 24, &buf, &len) != 0)
 			fuzz_die("cannot read the fixture", src);
 		f = fopen(dst, "wb");
 		if (!f || fwrite(buf, 1, len, f) != len || fclose(f) != 0)
 			fuzz_die("cannot copy the fixture", dst);
 		free(buf);
-		strcpy(fixture[nfixture].name, de->d_name);
-		fixture[nfixture++].size = len;
+		strcpy(cur->fixture[cur->nfixture].name, de->d_name);
+		cur->fixture[cur->nfixture++].size = len;
 	}
 	closedir(d);
-	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd < 0)
-		fuzz_die("cannot open the directory", dir);
+	cur->dfd = open(cur->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (cur->dfd < 0)
+		fuzz_die("cannot open the directory", cur->dir);
 }
 
-/* The size of dir's file `name` (mdsize for .metadata): from the table
+/* The size of cur->dir's file `name` (mdsize for .metadata): from the table
  * for a fixture file, else stat'ed (and a shard's file that is not there
  * aborts). */
 static uint64_t file_size(const char *name, uint64_t mdsize)
@@ -219,10 +239,10 @@ static uint64_t file_size(const char *name, uint64_t mdsize)
 
 	if (strcmp(name, ".metadata") == 0)
 		return mdsize;
-	for (size_t i = 0; i < nfixture; i++)
-		if (strcmp(name, fixture[i].name) == 0)
-			return fixture[i].size;
-	if (fstatat(dfd, name, &sb, AT_SYMLINK_NOFOLLOW) != 0)
+	for (size_t i = 0; i < cur->nfixture; i++)
+		if (strcmp(name, cur->fixture[i].name) == 0)
+			return cur->fixture[i].size;
+	if (fstatat(cur->dfd, name, &sb, AT_SYMLINK_NOFOLLOW) != 0)
 		fuzz_die("a shard's file is not there", name);
 	return (uint64_t)sb.st_size;
 }
@@ -247,13 +267,13 @@ static void one_open(const uint8_t *data, size_t size)
 	int fd, rc;
 
 	setup();
-	fd = openat(dfd, ".metadata", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	fd = openat(cur->dfd, ".metadata", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd < 0 || (size && write(fd, data, size) != (ssize_t)size) || close(fd) != 0)
-		fuzz_die("cannot write .metadata", dir);
+		fuzz_die("cannot write .metadata", cur->dir);
 	fuzz_poison(err, sizeof(err));
 	{
-		struct sf_cdir cd = { .dirfd = dfd, .dir = dir, .name = "fz",
-				      .ref = { .dir = dir, .name = "fz" } };
+		struct sf_cdir cd = { .dirfd = cur->dfd, .dir = cur->dir, .name = "fz",
+				      .ref = { .dir = cur->dir, .name = "fz" } };
 
 		rc = sf_format_megatron.open(&cd, &res, err, sizeof(err));
 	}
@@ -283,7 +303,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	if (size < 1)
 		return 0;
-	switch (data[0] % 3) {
+	switch (data[0] % 4 == 3 ? 2 : data[0] % 3) {
 	case 0:
 		one_config(data + 1, size - 1);
 		break;
@@ -291,6 +311,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		one_boxes(data + 1, size - 1);
 		break;
 	default:
+		/* byte 0 % 4: 2, the 0.15.3 distopt files; 3, 0.17.1's
+		 * gpt_tp2dp2_singleton files */
+		cur = &scr[data[0] % 4 == 3];
 		one_open(data + 1, size - 1);
 		break;
 	}

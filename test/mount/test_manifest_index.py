@@ -29,7 +29,7 @@ import sfmount as sm
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.abspath(os.path.join(HERE, "..", ".."))
 FIXTURES = os.environ.get("SHARDFS_FIXTURES") or os.path.join(TOP, "test", "fixtures")
-FAMILIES = ("dcp", "megatron", "paddle", "hf")  # test/fixtures/<family>/<version>/
+FAMILIES = ("dcp", "megatron", "megatron-0.17", "paddle", "hf")  # test/fixtures/<family>/<version>/
 
 
 def collect(store):

@@ -11,6 +11,15 @@
  * are empty or leave the block, n = 0 and a block whose size overflows
  * must fail.
  *
+ * megatron-core 0.17 names (with FIXTURES, test/fixtures, as argv[1]):
+ * the committed 0.17.1 checkpoints opened by the Megatron adapter against
+ * the naive model of the same directory opened as plain DCP: every
+ * `optimizer.distributed.X.STATE` bucket of DCP is `optimizer/STATE/X`
+ * with the same shards, no `_w`/`_v` key remains, and each joined KEY is
+ * KEY_w's shards as they are plus KEY_v's moved by KEY_w's rows on axis 0
+ * (same files and offsets), with the shape of both; the other tensors
+ * are DCP's unchanged.
+ *
  * sf_mcore_config_parse: the metadata.json megatron-core 0.16.1 wrote,
  * byte for byte, and variants: version absent (1), other backends
  * (zarr), and every way to be no Megatron config (foreign: not JSON, not
@@ -18,13 +27,18 @@
  * types, bad names, versions out of range), over the size cap.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "sf_dcp.h"
 #include "sf_error.h"
+#include "sf_format.h"
 #include "sf_megatron.h"
+#include "sf_model.h"
 #include "sf_test.h"
 
 #define PROG "test_megatron"
@@ -229,10 +243,140 @@ static void test_config(void)
 	CHECK_EQ(sf_mcore_config_parse("x", 1, &c, &fgn, NULL, 0), -SF_EFORMAT);
 }
 
-int main(void)
+/* ---- megatron-core 0.17 names against plain DCP ---- */
+
+static int open_with(const struct sf_format *f, const char *dir,
+		     struct sf_format_result *res)
+{
+	struct sf_cdir cd = { .dir = dir, .name = "ck", .ref = { .dir = dir, .name = "ck" } };
+	char err[512] = "";
+	int rc;
+
+	cd.dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (!CHECK(cd.dirfd >= 0))
+		return -errno;
+	rc = f->open(&cd, res, err, sizeof(err));
+	if (rc)
+		fprintf(stderr, "  %s: %s: %s\n", f->name, dir, err);
+	close(cd.dirfd);
+	return rc;
+}
+
+/* Does t hold a shard equal to s with axis 0 moved by shift? */
+static bool has_shard(const struct sf_tensor *t, const struct sf_shard *s,
+		      unsigned ndim, uint64_t shift)
+{
+	for (size_t i = 0; i < t->nshards; i++) {
+		const struct sf_shard *x = &t->shards[i];
+		bool same = strcmp(x->file, s->file) == 0 &&
+			    x->file_offset == s->file_offset && x->nbytes == s->nbytes &&
+			    !x->flat && !s->flat;
+
+		for (unsigned d = 0; same && d < ndim; d++)
+			same = x->off[d] == s->off[d] + (d == 0 ? shift : 0) &&
+			       x->len[d] == s->len[d];
+		if (same)
+			return true;
+	}
+	return false;
+}
+
+static void check_017(const char *dir, unsigned *nbuckets, unsigned *npairs)
+{
+	struct sf_format_result mc = { 0 }, dcp = { 0 };
+	size_t shown = 0;
+
+	if (!CHECK_EQ(open_with(&sf_format_megatron, dir, &mc), 0) ||
+	    !CHECK_EQ(open_with(&sf_format_dcp, dir, &dcp), 0))
+		goto out_clear;
+	for (size_t i = 0; i < dcp.model->ntensors; i++) {
+		const struct sf_tensor *t = &dcp.model->tensors[i], *m;
+		const char *name = t->name, *st;
+		size_t len = strlen(name);
+		char want[1024];
+
+		if (strncmp(name, "optimizer.distributed.", 22) == 0 &&
+		    (st = strrchr(name, '.')) != NULL) {
+			snprintf(want, sizeof(want), "optimizer/%s/%.*s", st + 1,
+				 (int)(st - name - 22), name + 22);
+			(*nbuckets)++;
+		} else if (len > 2 && (strcmp(name + len - 2, "_w") == 0 ||
+				       strcmp(name + len - 2, "_v") == 0)) {
+			const struct sf_tensor *w;
+			uint64_t shift = 0;
+
+			snprintf(want, sizeof(want), "%.*s", (int)(len - 2), name);
+			m = sf_model_find(mc.model, want);
+			if (!CHECK(m != NULL) || !CHECK(sf_model_find(mc.model, name) == NULL))
+				continue;
+			if (name[len - 1] == 'v') {
+				char wn[sizeof(want) + 2];
+
+				snprintf(wn, sizeof(wn), "%s_w", want);
+				w = sf_model_find(dcp.model, wn);
+				if (!CHECK(w != NULL))
+					continue;
+				shift = w->shape[0];
+				CHECK_EQ(m->shape[0], w->shape[0] + t->shape[0]);
+				(*npairs)++;
+			}
+			CHECK_EQ(m->dtype, t->dtype);
+			CHECK_EQ(m->ndim, t->ndim);
+			for (unsigned d = 1; d < t->ndim; d++)
+				CHECK_EQ(m->shape[d], t->shape[d]);
+			for (size_t k = 0; k < t->nshards; k++)
+				CHECK(has_shard(m, &t->shards[k], t->ndim, shift));
+			continue;
+		} else {
+			snprintf(want, sizeof(want), "%s", name);
+		}
+		m = sf_model_find(mc.model, want);
+		if (!CHECK(m != NULL)) {
+			fprintf(stderr, "  %s: %s not shown as %s\n", dir, name, want);
+			continue;
+		}
+		shown++;
+		CHECK_EQ(m->dtype, t->dtype);
+		CHECK_EQ(m->ndim, t->ndim);
+		CHECK_EQ(m->nshards, t->nshards);
+		for (unsigned d = 0; d < t->ndim; d++)
+			CHECK_EQ(m->shape[d], t->shape[d]);
+		for (size_t k = 0; k < t->nshards; k++)
+			CHECK(has_shard(m, &t->shards[k], t->ndim, 0));
+	}
+	/* nothing else: DCP's count less one per joined pair */
+	CHECK_EQ(mc.model->ntensors + *npairs, dcp.model->ntensors);
+	CHECK(shown > 0);
+out_clear:
+	sf_format_result_clear(&mc);
+	sf_format_result_clear(&dcp);
+}
+
+static void test_017(const char *fixtures)
+{
+	char dir[1024];
+	unsigned nb = 0, np = 0;
+
+	snprintf(dir, sizeof(dir), "%s/megatron-0.17/mcore-0.17.1/gpt_tp2dp2", fixtures);
+	check_017(dir, &nb, &np);
+	CHECK_EQ(nb, 6u); /* 2 DP groups x param, exp_avg, exp_avg_sq */
+	CHECK_EQ(np, 0u);
+	nb = np = 0;
+	snprintf(dir, sizeof(dir), "%s/megatron-0.17/mcore-0.17.1/gpt_tp2dp2_singleton",
+		 fixtures);
+	check_017(dir, &nb, &np);
+	CHECK_EQ(nb, 6u);
+	CHECK_EQ(np, 4u); /* fc1 weight and bias of 2 layers */
+}
+
+int main(int argc, char **argv)
 {
 	sf_test_seed(PROG, 13);
 	test_flat_boxes();
 	test_config();
+	if (argc > 1)
+		test_017(argv[1]);
+	else
+		fprintf(stderr, PROG ": no FIXTURES argument: the 0.17 names not checked\n");
 	return sf_test_done(PROG);
 }
