@@ -150,12 +150,159 @@ def readback(out, exp, bf16):
     assert seen == set(exp["tensors"]), sorted(set(exp["tensors"]) ^ seen)
 
 
+# --- hybrid parallel: model_state.tpXX_ppYY.pdparams, optimizer.tpXX_ppYY_shardZZ.pdopt ---
+
+def suffix(tp, pp, shard, T, P, Z):
+    """TrainingArguments.weight_name_suffix / optimizer_name_suffix: only
+    the degrees > 1 appear."""
+    parts = []
+    if T > 1:
+        parts.append("tp%02d" % tp)
+    if P > 1:
+        parts.append("pp%02d" % pp)
+    if shard is not None and Z > 1:
+        parts.append("shard%02d" % shard)
+    return "_".join(parts)
+
+
+def stage_of(key, L, P):
+    """The pipeline stage that holds key: embeddings on the first, norm and
+    lm_head on the last, layers evenly (as PaddleNLP's LlamaForCausalLMPipe
+    splits a uniform stack)."""
+    if P == 1:
+        return 0
+    if ".layers." in key:
+        return int(key.split(".layers.")[1].split(".")[0]) * P // L
+    return 0 if "embed_tokens" in key else P - 1
+
+
+def make_hybrid(out, T, P, Z, fuse):
+    """The full model split as PaddleNLP's own split functions split it for
+    T tensor-parallel ranks, P pipeline stages and Z sharding (stage 1, V1)
+    ranks, each piece saved with paddle.save under the trainer's names."""
+    paddle.seed(5)
+    cfg = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=24,
+                      num_hidden_layers=2 * P, num_attention_heads=4,
+                      num_key_value_heads=4, max_position_embeddings=32,
+                      dtype="bfloat16", fuse_attention_qkv=fuse,
+                      fuse_attention_ffn=fuse)
+    paddle.set_default_dtype("bfloat16")
+    model = LlamaForCausalLM(cfg)
+    paddle.set_default_dtype("float32")
+    opt = paddle.optimizer.AdamW(learning_rate=1e-3, parameters=model.parameters(),
+                                 multi_precision=True)
+    opt._create_accumulators(paddle.static.default_main_program().global_block(),
+                             model.parameters())
+    rs = np.random.RandomState(13)
+    for acc, per in sorted(opt._accumulators.items()):
+        if acc.startswith("moment"):
+            for _, t in sorted(per.items()):
+                t.set_value(rs.standard_normal(t.shape).astype("float32"))
+    sd = {k: to_np(v) for k, v in model.state_dict().items()}
+    static = {k: v.name for k, v in model.state_dict().items()}
+    st2 = {v: k for k, v in static.items()}
+    osd = opt.state_dict()
+    states = {}  # struct -> {STATE: array}
+    for k, v in osd.items():
+        if k in ("master_weights", "LR_Scheduler"):
+            continue
+        sname, typ = uc.generate_base_static_name(k)
+        states.setdefault(st2[sname], {})[typ] = (k, to_np(v))
+    master = {st2[k]: to_np(v) for k, v in osd.get("master_weights", {}).items()}
+
+    exp = {"paddle": paddle.__version__, "paddlenlp": importlib.metadata.version("paddlenlp"),
+           "objects": {}, "tensors": {}}
+    for k, a in sd.items():
+        exp["tensors"][k] = entry(a, True)
+    for k, per in states.items():
+        for typ, (_, a) in per.items():
+            exp["tensors"]["optimizer/%s/%s" % (typ, k)] = entry(a, True)
+    for k, a in master.items():
+        exp["tensors"]["master_weights/" + k] = entry(a, True)
+
+    def split(key, a, r):
+        cfg.tensor_parallel_degree = T
+        cfg.tensor_parallel_rank = r
+        fns = LlamaForCausalLM._get_tensor_parallel_mappings(cfg, is_split=True)
+        kk = key[len("llama."):] if key.startswith("llama.") else key
+        return (fns[kk](a) if kk in fns and a.ndim > 0 and a.size > 1 else a), kk in fns
+
+    def merged(key, pieces):
+        cfg.tensor_parallel_degree = T
+        cfg.tensor_parallel_rank = 0
+        fns = LlamaForCausalLM._get_tensor_parallel_mappings(cfg, is_split=False)
+        kk = key[len("llama."):] if key.startswith("llama.") else key
+        return fns[kk](pieces) if kk in fns else pieces[0]
+
+    # V1's partition: parameters by size, largest first, to the least full rank
+    order = sorted(sd, key=lambda k: -int(np.prod(sd[k].shape)))
+    owner, sizes = {}, [0] * Z
+    for k in order:
+        z = sizes.index(min(sizes))
+        owner[k] = z
+        sizes[z] += int(np.prod(sd[k].shape))
+
+    if os.path.exists(out):
+        shutil.rmtree(out)
+    os.makedirs(out)
+    L = cfg.num_hidden_layers
+    metas = {}
+    for r in range(T):
+        for s in range(P):
+            keys = [k for k in sd if stage_of(k, L, P) == s]
+            msd = {}
+            for k in keys:
+                t = paddle.to_tensor(split(k, sd[k], r)[0])
+                t.name = static[k]
+                msd[k] = t
+            sfx = suffix(r, s, None, T, P, Z)
+            paddle.save(msd, os.path.join(out, "model_state.%s.pdparams" % sfx))
+            for z in range(Z):
+                osave, mw = {}, {}
+                for k in keys:
+                    if owner[k] != z:
+                        continue
+                    for typ, (okey, a) in states[k].items():
+                        osave[okey] = paddle.to_tensor(split(k, a, r)[0] if a.size > 1 else a)
+                        osave[okey].name = okey  # as the optimizer names them
+                    mw[static[k]] = paddle.to_tensor(split(k, master[k], r)[0])
+                    mw[static[k]].name = static[k] + "_fp32_master_0"
+                osave["master_weights"] = mw
+                paddle.save(osave, os.path.join(out, "optimizer.%s.pdopt" % suffix(r, s, z, T, P, Z)))
+            metas["tp%02d_pp%02d" % (r, s)] = {
+                "param2rank": {static[k]: owner[k] for k in keys},
+                "structure_name_mapping": {k: static[k] for k in keys},
+                "sharding_strategy": "ShardingV1", "enable_overlap": False}
+    # what sharding_io.save_distributed_model_meta writes (rank 0; only
+    # with sharding stage 1)
+    with open(os.path.join(out, "model_meta.json"), "w") if Z > 1 else open(os.devnull, "w") as f:
+        json.dump({"parallel_config": {"pp_degree": P, "mp_degree": T, "sharding_degree": Z,
+                                       "vpp_degree": 1},
+                   "sharding_metas": metas}, f, indent=4)
+    cfg.tensor_parallel_degree = T
+    cfg.tensor_parallel_rank = 0
+    cfg.save_pretrained(out)
+    # the ground truth is what PaddleNLP's own merge functions give back
+    for k, a in sd.items():
+        pieces = [split(k, a, r)[0] for r in range(T)]
+        m = merged(k, pieces)
+        assert np.asarray(m).tobytes() == a.tobytes(), k
+    return exp
+
+
 def main():
     top = os.path.join(sys.argv[1], "paddlenlp-" + importlib.metadata.version("paddlenlp"))
     os.makedirs(top, exist_ok=True)
     for name, dtype in (("bf16", "bfloat16"), ("fp32", "float32")):
         d = os.path.join(top, name)
         exp = make(d, dtype)
+        with open(d + ".expected.json", "w") as f:
+            json.dump(exp, f, indent=1, sort_keys=True)
+        print("%s: %d tensors, files %s" % (name, len(exp["tensors"]),
+                                              sorted(os.listdir(d))))
+    for name, T, P, Z, fuse in (("tp2", 2, 1, 1, False), ("tp2pp2sh2", 2, 2, 2, True)):
+        d = os.path.join(top, name)
+        exp = make_hybrid(d, T, P, Z, fuse)
         with open(d + ".expected.json", "w") as f:
             json.dump(exp, f, indent=1, sort_keys=True)
         print("%s: %d tensors, files %s" % (name, len(exp["tensors"]),

@@ -1,12 +1,19 @@
-"""test_paddlenlp - PaddleNLP unified checkpoints mounted as they lie
-(issue 28 (3), SPEC 7).
+"""test_paddlenlp - PaddleNLP unified and hybrid-parallel checkpoints
+mounted as they lie (issue 28 (2) (3), SPEC 7).
 
 The store holds the unified checkpoints paddlenlp 2.8.1 (paddle 3.3.1)
 wrote with its own save_single_card_checkpoint / save_single_card_optimizer
 (test/fixtures/paddlenlp/paddlenlp-*, made by
 test/interop/make_paddlenlp_fixtures.py; committed): a bfloat16 Llama with
 fp32 master weights (its bf16 tensors stored as U16) and the same model in
-float32 (no master weights).
+float32 (no master weights); and the hybrid-parallel checkpoints made
+from a bf16 Llama by PaddleNLP's own split functions
+(_get_tensor_parallel_mappings) and paddle.save under the trainer's names:
+tensor parallel 2 (model_state.tpXX.pdparams, optimizer.tpXX.pdopt with
+master_weights), and tensor parallel 2 x pipeline 2 x sharding stage 1 (V1)
+2 with fused QKV and [gate, up] (model_state.tpXX_ppYY.pdparams,
+optimizer.tpXX_ppYY_shardZZ.pdopt, model_meta.json), each against the
+unsplit state dict (which PaddleNLP's merge functions give back).
 
 Checked through one mount: every tensor (model weights by name,
 optimizer/STATE/PARAM, master_weights/PARAM) byte for byte against the
@@ -25,7 +32,13 @@ gone (U16 stays U16, bytes the same), a save still being written (a
 numbered optimizer file of 2 with only 1 there: not shown as a unified
 checkpoint; the Hugging Face adapter shows its complete model weights,
 U16), and the model alone (likewise the Hugging Face adapter's). Nothing wrong or from outside is
-served. The store is byte-for-byte unchanged at the end.
+served. Of the tensor-parallel checkpoint: a pickle naming builtins.print
+(left out, the log names it), a norm whose rank-1 shape lies (left out),
+rank 1's q_proj under another name (a gap: it, its states and master
+weight left out), rank 1's optimizer file a symlink out (its states and
+master weights left out), rank 1's model file missing (not shown), a
+model_type whose cuts are not known (left out). The store is
+byte-for-byte unchanged at the end.
 """
 
 import glob
@@ -86,6 +99,61 @@ def st_names(path):
         (n,) = struct.unpack("<Q", f.read(8))
         h = json.loads(f.read(n))
     return sorted(k for k in h if k != "__metadata__")
+
+
+def patch_after(path, key, old, new):
+    """In the pickle at path, the first run old (same length as new) after
+    the string key, replaced in place."""
+    with open(path, "rb") as f:
+        b = bytearray(f.read())
+    k = bytes([0x8c, len(key)]) + key.encode()
+    i = b.index(k) + len(k)
+    j = b.index(old, i)
+    b[j:j + len(old)] = new
+    with open(path, "wb") as f:
+        f.write(b)
+
+
+def make_hostile_hp(store, src, outside):
+    """Variants of the tp2 hybrid checkpoint: {name: (left-out names, or
+    None when the checkpoint is left out)}."""
+    out = {}
+    q = "llama.layers.0.self_attn.q_proj.weight"
+    norm = "llama.layers.1.input_layernorm.weight"
+
+    def copy(name):
+        d = os.path.join(store, name)
+        shutil.copytree(src, d)
+        return d
+
+    d = copy("hp-global")  # paddle's tensor wrapper naming builtins.print
+    patch_after(os.path.join(d, "optimizer.tp01.pdopt"), "builtins", b"\x8c\x05tuple",
+                b"\x8c\x05print")
+    out["hp-global"] = None
+    d = copy("hp-shape")  # rank 1's norm: 16 elements claimed as 17
+    patch_after(os.path.join(d, "model_state.tp01.pdparams"), norm, b"K\x10\x85",
+                b"K\x11\x85")
+    out["hp-shape"] = [norm]
+    d = copy("hp-gap")  # rank 1's q_proj under another name (its one
+    # string, the name table's key a memo of it): a gap
+    with open(os.path.join(d, "model_state.tp01.pdparams"), "rb") as f:
+        b = f.read()
+    b = b.replace(b"\x8c\x26" + q.encode(), b"\x8c\x26" + q[:-1].encode() + b"X", 1)
+    with open(os.path.join(d, "model_state.tp01.pdparams"), "wb") as f:
+        f.write(b)
+    out["hp-gap"] = "/" + q  # the weight, its states and master weight
+    d = copy("hp-link")  # rank 1's optimizer file a symlink out
+    shutil.copy(os.path.join(src, "optimizer.tp01.pdopt"), os.path.join(outside, "o.pdopt"))
+    os.unlink(os.path.join(d, "optimizer.tp01.pdopt"))
+    os.symlink(os.path.join(outside, "o.pdopt"), os.path.join(d, "optimizer.tp01.pdopt"))
+    out["hp-link"] = "optimizer"
+    d = copy("hp-missing")  # rank 1's model file not there yet
+    os.unlink(os.path.join(d, "model_state.tp01.pdparams"))
+    out["hp-missing"] = None
+    d = copy("hp-gpt")  # a model_type whose cuts shardfs does not know
+    edit_json(os.path.join(d, "config.json"), lambda j: j.update(model_type="gpt"))
+    out["hp-gpt"] = None
+    return out
 
 
 def make_hostile(store, src, outside):
@@ -188,6 +256,11 @@ def test(env, ck):
     ck.ok(len(cases) >= 2, "paddlenlp fixtures found in %s" % FIXTURES)
     bf16 = [c for c in cases if c[0].endswith("-bf16")]
     hostile = make_hostile(store, bf16[-1][1], os.path.abspath(outside)) if bf16 else {}
+    tp2 = [c for c in cases if c[0].endswith("-tp2")]
+    hostile_hp = make_hostile_hp(store, tp2[-1][1], os.path.abspath(outside)) if tp2 else {}
+    if tp2:
+        with open(tp2[-1][2]) as f:
+            exph = json.load(f)
     with open(bf16[-1][2]) as f:
         expb = json.load(f)
 
@@ -203,18 +276,31 @@ def test(env, ck):
             check_views(env, ck, root, name)
             with open(exp) as f:
                 e = json.load(f)
-            ck.eq(os.getxattr(root, "user.shardfs.format").decode(), "paddlenlp-unified",
+            hybrid = os.path.exists(os.path.join(src, "config.json")) and \
+                not os.path.exists(os.path.join(src, "model.safetensors.index.json"))
+            want_fmt = "paddlenlp-unified"
+            if hybrid:
+                with open(os.path.join(src, "config.json")) as f:
+                    tpd = json.load(f).get("tensor_parallel_degree", 1)
+                pp = 2 if name.endswith("pp2sh2") else 1
+                want_fmt = "paddlenlp-hybrid tp%d pp%d sharding%d" % (tpd, pp, pp)
+            ck.eq(os.getxattr(root, "user.shardfs.format").decode(), want_fmt,
                   "%s: format xattr" % name)
             ck.eq(os.getxattr(root, "user.shardfs.verified").decode(), "no",
                   "%s: verified xattr" % name)
             man = sm.manifest_of(root)
-            ck.eq(man.get("format"), "paddlenlp-unified", "%s: manifest format" % name)
+            ck.eq(man.get("format"), want_fmt, "%s: manifest format" % name)
             ck.eq(sorted(man.get("tensors", {})), sorted(e["tensors"]),
                   "%s: manifest.json lists every tensor" % name)
-            ck.eq(man.get("paddlenlp"), {"u16_as_bf16": name.endswith("-bf16"),
-                                         "optimizer": True,
-                                         "master_weights": name.endswith("-bf16")},
-                  "%s: manifest.json's paddlenlp block" % name)
+            if not hybrid:
+                ck.eq(man.get("paddlenlp"), {"u16_as_bf16": name.endswith("-bf16"),
+                                             "optimizer": True,
+                                             "master_weights": name.endswith("-bf16")},
+                      "%s: manifest.json's paddlenlp block" % name)
+            else:
+                ck.ok(all(sh.get("file", "").endswith((".pdparams", ".pdopt"))
+                          for t in man.get("tensors", {}).values() for sh in t["shards"]),
+                      "%s: shards point into the trainer's files" % name)
             ck.eq(sorted(os.listdir(root)) and
                   sm.read_file(os.path.join(root, "config.json")),
                   open(os.path.join(src, "config.json"), "rb").read(),
@@ -256,6 +342,30 @@ def test(env, ck):
               "h-missing: the log says why")
         ck.ok('master_weights file "%s" does not decode' % MW in log,
               "h-shape: the log says the file does not decode")
+        for h, left in sorted(hostile_hp.items()):
+            root = os.path.join(mnt, h)
+            if left is None:
+                ck.ok(h not in listed, "%s: left out" % h)
+                continue
+            if not ck.ok(h in listed, "%s: shown" % h):
+                continue
+            if left == "optimizer":  # master weights live in it too
+                left = [k for k in exph["tensors"]
+                        if k.startswith(("optimizer/", "master_weights/"))]
+            elif isinstance(left, str):
+                left = [k for k in exph["tensors"] if ("/" + k).endswith(left)]
+            check_bytes(ck, root, exph, h, left)
+        if hostile_hp:
+            ck.ok('"hp-global" left out: "optimizer.tp01.pdopt": ' in log and
+                  "builtins.print" in log, "hp-global: the log names the global")
+            ck.ok('"hp-shape": "%s" left out: its pieces on tensor ranks 0 and 1 differ' %
+                  "llama.layers.1.input_layernorm.weight" in log, "hp-shape: the log says why")
+            ck.ok('"hp-gap": "llama.layers.0.self_attn.q_proj.weight" left out: tensor rank 1 holds no piece of it'
+                  in log, "hp-gap: the log says why")
+            ck.ok('"hp-link": "optimizer.tp01.pdopt" leads out of the checkpoint' in log,
+                  "hp-link: the log says the symlink leads out")
+            ck.ok('"hp-gpt" left out: tensor parallel over 2 ranks: how PaddleNLP cuts model_type gpt is not known'
+                  in log, "hp-gpt: the log says why")
     ck.eq(sm.snapshot_diff(before, sm.store_snapshot(store)), [],
           "the store is unchanged")
 

@@ -18,6 +18,7 @@
 #include "sf_formats.h"
 #include "sf_model.h"
 #include "sf_paddlenlp.h"
+#include "sf_paddlenlp_hp.h"
 #include "sf_test.h"
 
 #define NMAX 10
@@ -111,6 +112,43 @@ static void test_probe(void)
 	}
 }
 
+/* The hybrid-parallel adapter's probe: the trainer's file names, complete
+ * grids of tensor ranks x stages (x sharding ranks for the optimizer). */
+static void test_probe_hp(void)
+{
+	static const struct {
+		enum sf_probe want;
+		const char *names[NMAX];
+	} cases[] = {
+		{ SF_PROBE_YES, { "model_state.pdparams", "optimizer.pdopt", "config.json" } },
+		{ SF_PROBE_YES, { "model_state.tp00.pdparams", "model_state.tp01.pdparams",
+				  "optimizer.tp00.pdopt", "optimizer.tp01.pdopt" } },
+		{ SF_PROBE_YES, { "model_state.tp00_pp00.pdparams", "model_state.tp00_pp01.pdparams",
+				  "optimizer.tp00_pp00_shard00.pdopt", "optimizer.tp00_pp01_shard00.pdopt",
+				  "optimizer.tp00_pp00_shard01.pdopt", "optimizer.tp00_pp01_shard01.pdopt" } },
+		{ SF_PROBE_YES, { "model_state.pp00.pdparams", "model_state.pp01.pdparams" } },
+		{ SF_PROBE_YES, { "model_state.pdparams", "optimizer.shard00.pdopt",
+				  "optimizer.shard01.pdopt" } },
+		/* a rank's file not there yet */
+		{ SF_PROBE_PARTIAL, { "model_state.tp01.pdparams", "optimizer.tp00.pdopt",
+				      "optimizer.tp01.pdopt" } },
+		{ SF_PROBE_PARTIAL, { "model_state.tp00.pdparams", "model_state.tp01.pdparams",
+				      "optimizer.tp01.pdopt" } },
+		{ SF_PROBE_PARTIAL, { "model_state.pdparams", "optimizer.shard01.pdopt" } },
+		{ SF_PROBE_PARTIAL, { "model_state.tp00.pdparams", "model_state.pp00.pdparams" } },
+		{ SF_PROBE_NO, { "optimizer.tp00.pdopt" } },
+		{ SF_PROBE_NO, { "model_state.tp0.pdparams", "model_state.pp00_tp00.pdparams",
+				 "model_state.tp00_.pdparams", "model_state..pdparams",
+				 "model_state.tp00pp00.pdparams", "model_state.tp00.pdparams/" } },
+		{ SF_PROBE_NO, { "model_state.tp00_shard00.pdparams" } }, /* save_sharded_model */
+		{ SF_PROBE_NO, { "scheduler.pdparams", "config.json" } },
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		if (!CHECK_EQ(probe(&sf_format_paddlenlp_hp, cases[i].names, NULL), cases[i].want))
+			fprintf(stderr, "  hybrid probe case %zu\n", i);
+}
+
 static const struct sf_tensor *find(const struct sf_model *m, const char *name)
 {
 	for (size_t i = 0; i < m->ntensors; i++)
@@ -172,6 +210,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	test_probe();
+	test_probe_hp();
 	test_open(argv[1]);
 	return sf_test_done("test_paddlenlp");
 }
