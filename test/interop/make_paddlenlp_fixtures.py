@@ -26,6 +26,14 @@ taken before the save: the bytes the writer got.
           config.json dtype bfloat16: shown as BF16)
 - fp32:   the same model in float32 after one real AdamW step (no master
           weights: the optimizer index says "master_weights": false)
+
+and hybrid-parallel checkpoints (make_hybrid; the trainer's tensor-parallel
+layers do not run on CPU, so paddlenlp's own split functions cut the state
+and paddle.save writes each piece under the trainer's file names):
+
+- tp2:        tensor parallel 2
+- tp2pp2sh2:  tensor parallel 2 x pipeline 2 x sharding stage 1 (V1) 2,
+              fused QKV and [gate, up]
 """
 
 import importlib.metadata
