@@ -674,8 +674,9 @@ static int add_tensor(struct hp *h, size_t a, size_t b)
 	}
 	isz = sf_dtype_size(dt);
 	for (d = 0; d < n0->ndim; d++)
-		numel *= n0->shape[d]; /* bounded: the bytes lie in the file */
-	if (numel * isz != n0->len) {
+		if (__builtin_mul_overflow(numel, n0->shape[d], &numel))
+			numel = UINT64_MAX;
+	if (numel > n0->len || numel * isz != n0->len) {
 		sf_kit_leave_out(&h->k, name, "its array holds %llu bytes for %llu elements",
 				 (unsigned long long)n0->len, (unsigned long long)numel);
 		return 0;
@@ -703,8 +704,10 @@ static int add_tensor(struct hp *h, size_t a, size_t b)
 		sf_kit_leave_out(&h->k, name, "a fused [gate, up] piece of odd width");
 		return 0;
 	}
-	if (ax != AX_NONE)
-		shape[d] *= (uint64_t)T;
+	if (ax != AX_NONE && __builtin_mul_overflow(shape[d], (uint64_t)T, &shape[d])) {
+		sf_kit_leave_out(&h->k, name, "its whole shape overflows");
+		return 0;
+	}
 	rc = sf_model_add_tensor(h->m, false, name, dt, n0->ndim, shape, &t);
 	if (rc == -ENOMEM)
 		return rc;
@@ -834,7 +837,8 @@ static int hp_open(const struct sf_cdir *cd, struct sf_format_result *out,
 {
 	struct hp h = { 0 };
 	struct sf_dirlist ls = { 0 };
-	struct sf_fileset_decoder dec = { .decode = hp_decode, .drop = hp_drop };
+	struct sf_fileset_decoder dec = { .decode = hp_decode, .drop = hp_drop,
+					  .close = true };
 	int rc;
 
 	sf_kit_init(&h.k, cd, err, errlen);
