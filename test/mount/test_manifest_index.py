@@ -107,7 +107,7 @@ def test(env, ck):
             print("not shown by the mount, left out: %s" % n)
     fmt_of = {n: dict(pairs(t)).get("format", "") for n, t in before.items()}
     for want in ("torch-dcp", "megatron-torch_dist", "paddle-dcp", "hf-safetensors",
-                 "hf-bin", "paddlenlp-unified"):
+                 "hf-bin", "paddlenlp-unified", "paddlenlp-hybrid"):
         ck.ok(any(f.split(" ")[0] == want for f in fmt_of.values()),
               "a %s fixture mounted (of %s): %s" % (want, FIXTURES, sorted(set(fmt_of.values()))))
     hf_blocks = [n for n in before if "hf" in dict(pairs(before[n]))]
