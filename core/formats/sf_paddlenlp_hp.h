@@ -28,10 +28,12 @@
  * rank 0 with the others kept as replicas. BF16 (stored as uint16) is
  * shown as BF16 where config.json says bfloat16.
  *
- * Not read (left out with one line each): sharding V2's 1-D slices, a
- * tensor-parallel checkpoint of another model_type (the checkpoint),
- * `model_state.*_shardZZ.pdparams` (save_sharded_model), expert
- * parallelism (`moeZZ`).
+ * Not read: sharding V2's 1-D slices (each such state left out with one
+ * line), a tensor-parallel checkpoint of another model_type (the
+ * checkpoint left out with one line: the cut is in each model's Python
+ * code, and paddlenlp 2.8.1 writes no param_meta), and, shown as root
+ * files, `model_state.*_shardZZ.pdparams` (save_sharded_model) and expert
+ * parallelism's `moeZZ` files.
  *
  * PaddleNLP saves no checksums: every shard is unverified.
  */
