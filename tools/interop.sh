@@ -12,6 +12,8 @@
 #              but runs on 3.11: installed with --ignore-requires-python)
 #      paddle  paddlepaddle (CPU), numpy, xxhash
 #      deepspeed  deepspeed (CPU: DS_ACCELERATOR=cpu), torch (sees torch2's)
+#      paddlenlp  paddlepaddle 3.3.1 + paddlenlp 2.8.1 with the pins it needs
+#                 (where it does not install, its fixtures are not made again)
 # 2. every fixture generator of test/interop writes the fixtures again into
 #    a temporary directory, in test/fixtures' layout, each checking its
 #    expected.json against the framework's own loader where it can;
@@ -54,6 +56,9 @@ venv mc017 --sees torch2 --no-deps --ignore-requires-python 'megatron-core==0.17
 	echo "interop: no megatron-core 0.17 venv: its fixtures are not made again" >&2
 venv paddle paddlepaddle numpy xxhash
 venv deepspeed --sees torch2 deepspeed
+pnlp=1
+venv paddlenlp 'paddlepaddle==3.3.1' 'paddlenlp==2.8.1' 'huggingface_hub<0.26' 'aistudio-sdk==0.2.1' \
+	'pyarrow<17' 'datasets<3' xxhash || { pnlp=0; echo "interop: paddlenlp 2.8.1 does not install here: its fixtures are the committed ones"; }
 for v in torch2 hf4 mc015 mc017 paddle deepspeed; do
 	"$venvs/$v/bin/pip" list 2>/dev/null |
 		grep -Ei '^(torch|transformers|megatron-core|paddlepaddle|safetensors|huggingface[-_]hub|deepspeed) ' |
@@ -64,7 +69,7 @@ fx=$(mktemp -d /tmp/shardfs-interop-XXXXXX)
 cleanup() { if [[ ${KEEP:-0} == 1 ]]; then echo "kept: $fx"; else rm -rf "$fx"; fi; }
 trap cleanup EXIT
 mkdir -p "$fx/dcp" "$fx/hf" "$fx/hf-hub" "$fx/paddle" "$fx/megatron" "$fx/deepspeed" "$fx/dtensor" \
-	"$fx/megatron-0.17"
+	"$fx/megatron-0.17" "$fx/paddlenlp"
 status=0
 gen() { # gen LABEL COMMAND...: run one generator; a failure is reported
 	echo "-- $1"
@@ -82,6 +87,8 @@ gen "HF, transformers 5 and DCP's HF writer" "$venvs/torch2/bin/python" "$i/make
 gen "HF, transformers 4.46" "$venvs/hf4/bin/python" "$i/make_hf_fixtures.py" "$fx/hf"
 gen "HF hub cache, huggingface_hub's own hf_hub_download" "$venvs/torch2/bin/python" "$i/make_hf_hub_fixtures.py" "$fx/hf-hub"
 gen "PaddlePaddle" "$venvs/paddle/bin/python" "$i/make_paddle_fixtures.py" "$fx/paddle"
+[[ $pnlp == 1 ]] && gen "PaddleNLP unified checkpoints" "$venvs/paddlenlp/bin/python" "$i/make_paddlenlp_fixtures.py" "$fx/paddlenlp"
+[[ $pnlp == 1 ]] || cp -r "$top/test/fixtures/paddlenlp/." "$fx/paddlenlp/"
 gen "DeepSpeed ZeRO 1/2/3" env DS_ACCELERATOR=cpu "$venvs/deepspeed/bin/python" \
 	"$i/make_deepspeed_fixtures.py" "$fx/deepspeed"
 gen "per-rank DTensor pickles (verl, FSDP2 + TP)" "$venvs/torch2/bin/python" \

@@ -14,6 +14,8 @@
 #include "sf_hf.h"
 #include "sf_megatron.h"
 #include "sf_paddle.h"
+#include "sf_paddlenlp.h"
+#include "sf_paddlenlp_hp.h"
 #include "sf_shardfs.h"
 
 #include <string.h>
@@ -25,6 +27,8 @@ const struct sf_format *const sf_formats[] = {
 	&sf_format_paddle,
 	&sf_format_dtensor,
 	&sf_format_colossal,
+	&sf_format_paddlenlp, /* before HF: its model index is HF's */
+	&sf_format_paddlenlp_hp,
 	&sf_format_deepspeed, /* before HF: a Trainer checkpoint-N may hold both */
 	&sf_format_hf,  /* last: its single-file rule is the broadest */
 	NULL,

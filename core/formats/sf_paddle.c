@@ -372,10 +372,8 @@ static int cmp_parr(const void *a, const void *b)
 	return x->order < y->order ? -1 : x->order > y->order;
 }
 
-/* One pickled numpy array v (numpy's ndarray.__reduce__: _reconstruct,
- * then BUILD with (version, shape, dtype, is_fortran, data)) into *a.
- * NULL, or why it cannot be served (a static string). */
-static const char *np_array(const struct sf_pk *v, uint64_t fsize, struct parr *a)
+const char *sf_paddle_np_array(const struct sf_pk *v, uint64_t fsize,
+			       struct sf_paddle_np *a)
 {
 	const struct sf_pk *st, *dt, *data, *fo;
 	const char *code, *endian;
@@ -417,6 +415,24 @@ static const char *np_array(const struct sf_pk *v, uint64_t fsize, struct parr *
 	a->fortran = b != 0;
 	a->off = off;
 	a->len = len;
+	return NULL;
+}
+
+/* One pickled numpy array v into *a (sf_paddle_np_array). NULL, or why it
+ * cannot be served (a static string). */
+static const char *np_array(const struct sf_pk *v, uint64_t fsize, struct parr *a)
+{
+	struct sf_paddle_np x = { 0 };
+	const char *bad = sf_paddle_np_array(v, fsize, &x);
+
+	if (bad)
+		return bad;
+	memcpy(a->code, x.code, sizeof(x.code));
+	a->ndim = x.ndim;
+	memcpy(a->shape, x.shape, sizeof(a->shape));
+	a->fortran = x.fortran;
+	a->off = x.off;
+	a->len = x.len;
 	return NULL;
 }
 

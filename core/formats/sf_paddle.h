@@ -35,8 +35,28 @@
 #define SF_PADDLE_H
 
 #include "sf_format.h"
+#include "sf_pk.h"
 
 #define SF_PADDLE_FORMAT "paddle-dcp"
+
+/* One numpy array as paddle.save pickles it (numpy's ndarray.__reduce__:
+ * _reconstruct, then BUILD with (version, shape, dtype, is_fortran,
+ * data)): its type code ("f4", "u2": BF16 is stored as u2), shape, order
+ * and where its bytes lie in the file. Also read by the PaddleNLP
+ * hybrid-parallel adapter (sf_paddlenlp_hp.c). */
+struct sf_paddle_np {
+	char code[3];
+	unsigned ndim;
+	uint64_t shape[SF_MAX_NDIM];
+	bool fortran;                /* column-major bytes */
+	uint64_t off, len;           /* the data bytes in the file */
+};
+/* v (a node of a pickle read with numpy's _reconstruct, ndarray and dtype
+ * allowed) of a file of fsize bytes into *a: NULL, or why it cannot be
+ * served (a static string: not an array, a type or byte order shardfs
+ * does not serve, data that is not one run of the file's bytes). */
+const char *sf_paddle_np_array(const struct sf_pk *v, uint64_t fsize,
+			       struct sf_paddle_np *a);
 
 extern const struct sf_format sf_format_paddle;
 

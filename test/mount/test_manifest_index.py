@@ -8,7 +8,7 @@ and the safetensors files' metadata). Indexing used to dump it a second
 time without the "hf" block.
 
 On copies of every committed fixture the real frameworks wrote
-(test/fixtures/: torch DCP, Megatron-Core torch_dist, PaddlePaddle,
+(test/fixtures/: torch DCP, Megatron-Core torch_dist, PaddlePaddle, PaddleNLP,
 Hugging Face safetensors and .bin, DCP's HF writer), each checkpoint's
 manifest.json is read through a mount, every checkpoint is indexed with
 `shardctl index`, and manifest.json is read again through a new mount.
@@ -29,7 +29,7 @@ import sfmount as sm
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.abspath(os.path.join(HERE, "..", ".."))
 FIXTURES = os.environ.get("SHARDFS_FIXTURES") or os.path.join(TOP, "test", "fixtures")
-FAMILIES = ("dcp", "megatron", "megatron-0.17", "paddle", "hf")  # test/fixtures/<family>/<version>/
+FAMILIES = ("dcp", "megatron", "megatron-0.17", "paddle", "hf", "paddlenlp")  # test/fixtures/<family>/<version>/
 
 
 def collect(store):
@@ -107,7 +107,7 @@ def test(env, ck):
             print("not shown by the mount, left out: %s" % n)
     fmt_of = {n: dict(pairs(t)).get("format", "") for n, t in before.items()}
     for want in ("torch-dcp", "megatron-torch_dist", "paddle-dcp", "hf-safetensors",
-                 "hf-bin"):
+                 "hf-bin", "paddlenlp-unified", "paddlenlp-hybrid"):
         ck.ok(any(f.split(" ")[0] == want for f in fmt_of.values()),
               "a %s fixture mounted (of %s): %s" % (want, FIXTURES, sorted(set(fmt_of.values()))))
     hf_blocks = [n for n in before if "hf" in dict(pairs(before[n]))]
