@@ -505,7 +505,8 @@ void sf_fs_sv_writer_close(struct sf_fsave *sv, struct sf_svrec *r, int fd);
 /* Close a saving handle's store file (its record's writer too). */
 void sf_fs_sv_close(struct sf_fs_handle *h);
 /* Show the framework's own files at the root of checkpoint name, complete
- * and saved through a mount (with sv, or any sv when NULL), as
+ * and saved through a mount (with sv, or any sv when NULL; with NULL also
+ * one only peers hold whose peer saved it through its mount, under MPI), as
  * SF_NODE_RAW (read-only) beside the views: every regular file at the top
  * of its directory a view or a root file does not already show. Nothing
  * for any other checkpoint. */

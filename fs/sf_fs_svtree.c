@@ -436,6 +436,15 @@ static int raw_peer_add(void *arg, const char *file, uint64_t size)
 	return 0;
 }
 
+/* Does a peer hold the marker of a save through its mount of ck? */
+static bool peer_saved(struct sf_fs *fs, const struct sf_ckpt *ck)
+{
+	struct sf_source *src = src_of(fs);
+	uint64_t size;
+
+	return src && src->ops->peer_size(src->ctx, &ck->ref, SF_SAVE_MARKER, &size) == 0;
+}
+
 void sf_fs_sv_show_raw(struct sf_fs *fs, struct sf_fsave *sv, const char *name)
 {
 	struct sf_node *cd = NULL, *n;
@@ -445,12 +454,18 @@ void sf_fs_sv_show_raw(struct sf_fs *fs, struct sf_fsave *sv, const char *name)
 
 	pthread_mutex_lock(&fs->tree_lock);
 	i = fs->single ? -1 : sf_fs_child_find(fs->root, name, strlen(name));
-	if (i >= 0 && fs->root->children[i]->ck->sv && fs->root->children[i]->ck->ck &&
-	    (!sv || fs->root->children[i]->ck->sv == sv)) {
+	if (i >= 0 && fs->root->children[i]->ck->ck &&
+	    (fs->root->children[i]->ck->sv ? !sv || fs->root->children[i]->ck->sv == sv :
+	     !sv && fs->root->children[i]->ck->ck->dirfd < 0)) {
 		cd = fs->root->children[i];
 		cd->ref++;
 	}
 	pthread_mutex_unlock(&fs->tree_lock);
+	/* one only peers hold: theirs when a peer's mount saved it */
+	if (cd && !cd->ck->sv && !peer_saved(fs, cd->ck->ck)) {
+		sf_fs_unref(fs, cd, 1);
+		return;
+	}
 	if (!cd)
 		return;
 	/* what the directory holds at its top, beneath the pinned descriptor */

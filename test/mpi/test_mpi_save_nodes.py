@@ -12,7 +12,11 @@ the other:
   2. different state dicts under one name: no daemon shows it complete
      (3 s after the saves returned), and the daemons' log says, at
      warning level, which file differs between which nodes (ranks and
-     host names).
+     host names);
+  3. a save through rank 0's mount only (nothing looked up on rank 1
+     while it runs): once rank 0 shows it complete, rank 1 shows it too,
+     verified from the index rank 0 sealed it with, tensors/ byte-exact,
+     torch's own files at its root byte-exact (fetched from rank 0).
 """
 
 import os
@@ -92,6 +96,36 @@ def run(env, ck):
                   "clash: the line names the file: %s" % said[:2])
             ck.ok(said and all("shardfs: warning: " in ln for ln in said),
                   "clash: said at warning level: %s" % said[:2])
+
+        # 3. saved through one node only: the other shows it verified
+        saved_elsewhere(ck, c)
+
+
+def saved_elsewhere(ck, c):
+    """3. Saved through rank 0's mount only; rank 1 shows it verified."""
+    if not save_both(ck, c, "only0", [5]):
+        return
+    root0, root1 = (os.path.join(c.mnt(r), "only0") for r in range(NR))
+    ck.ok(savelib.wait_until(lambda: state(root0) == "committed", WITHIN_S) is not None,
+          "only0: complete on rank 0 (%s)" % state(root0))
+    # no lookup on rank 1 before: a lookup while it is saved joins the save
+    dt = savelib.wait_until(lambda: "only0" in os.listdir(c.mnt(1)), WITHIN_S)
+    if not ck.ok(dt is not None, "only0: listed on rank 1 within %.0f s" % WITHIN_S):
+        return
+    ck.eq(state(root1), "committed", "only0: complete on rank 1")
+    ck.eq(os.getxattr(root1, "user.shardfs.verified"), b"yes",
+          "only0: rank 1 verified (from rank 0's index)")
+    want = expected(5)
+    for t in sorted(want):
+        ck.bytes_eq(sm.read_file(sm.tensor_path(root1, t)), want[t],
+                    "only0: rank 1 tensors/%s" % t)
+    for f in (".metadata", "__0_0.distcp"):
+        try:
+            got = sm.read_file(os.path.join(root1, f))
+        except OSError as e:
+            got = str(e).encode()
+        ck.bytes_eq(got, sm.read_file(os.path.join(c.store(0), "only0", f)),
+                    "only0: rank 1 shows torch's %s (rank 0's), byte-exact" % f)
 
 
 if __name__ == "__main__":
