@@ -263,6 +263,12 @@ static bool held_here(void *arg, const char *file)
 	       S_ISREG(sb.st_mode);
 }
 
+/* The rank that wrote part `file` (the number after its last '-'). */
+static uint32_t part_rank(const char *file)
+{
+	return (uint32_t)strtoul(strrchr(file, '-') + 1, NULL, 10);
+}
+
 /* Read and parse part `file` (size bytes) of ref: here, or through src. */
 static int part_read(struct sf_source *src, const struct sf_ckpt_ref *ref,
 		     const char *file, uint64_t size, struct sf_index **out,
@@ -287,9 +293,8 @@ static int part_read(struct sf_source *src, const struct sf_ckpt_ref *ref,
 		rc = rc < 0 ? rc : 0;
 	} else if (src) {
 		/* the rank that wrote it: the number after the prefix */
-		rc = src->ops->read(src->ctx, ref,
-				    (uint32_t)strtoul(strrchr(file, '-') + 1, NULL, 10),
-				    file, 0, buf, (size_t)size);
+		rc = src->ops->read(src->ctx, ref, part_rank(file), file, 0, buf,
+				    (size_t)size);
 	} else {
 		rc = -ENOENT;
 	}
@@ -360,6 +365,123 @@ static const char *uncovered(const struct sf_model *m, const struct sf_index *ix
 	return NULL;
 }
 
+static int shard_file_cmp(const void *a, const void *b)
+{
+	return strcmp(((const struct sf_index_shard *)a)->file,
+		      ((const struct sf_index_shard *)b)->file);
+}
+
+struct name_set {
+	char **v;
+	size_t n, cap;
+};
+
+/* peer_files' callback: a file a peer holds, into a name_set. */
+static int name_add(void *arg, const char *file, uint64_t size)
+{
+	struct name_set *s = arg;
+
+	(void)size;
+	if (sf_array_grow(&s->v, s->n, &s->cap, sizeof(*s->v), 16, SF_INDEX_MAX_FILES))
+		return -ENOMEM;
+	return (s->v[s->n] = strdup(file)) ? (s->n++, 0) : -ENOMEM;
+}
+
+static int str_cmp(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Does a files part of a rank other than `rank` (of ix[0..n), parts
+ * pn) name file? */
+static bool named_elsewhere(struct sf_index *const *ix, const struct part_names *pn,
+			    uint32_t rank, const char *file)
+{
+	struct sf_index_shard key = { .file = (char *)file };
+
+	for (size_t j = 0; j < pn->n; j++)
+		if (ix[j] && part_rank(pn->v[j]) != rank &&
+		    bsearch(&key, ix[j]->shards, ix[j]->nshards, sizeof(key), shard_file_cmp))
+			return true;
+	return false;
+}
+
+/*
+ * Do two daemons' files parts of ref name one file with different bytes
+ * (size or write-time hashes)? -SF_ECONFLICT (the file and the ranks in
+ * *clash and why) when they do; -ENOENT when a file of this daemon's
+ * (files[0..n)) is held by a peer too and no other daemon's part names it
+ * yet (the same name on two nodes is one file only once their hashes
+ * agree); else 0. A part that cannot be read now (being rewritten, gone)
+ * is left out. Every part is held at once (each capped as part_read caps
+ * it), its shards sorted by file.
+ */
+static int files_clash(struct sf_source *src, const struct sf_ckpt_ref *ref,
+		       uint32_t rank, const struct sf_save_file *files, size_t n,
+		       struct sf_save_clash *clash, char *why, size_t whylen)
+{
+	struct part_names pn;
+	struct name_set peers = { 0 };
+	struct sf_index **ix = NULL;
+	char skip[256];
+	int rc = parts_list(src, ref, SF_SAVE_FILES_PREFIX, &pn);
+
+	if (!rc && !(ix = calloc(pn.n + 1, sizeof(*ix))))
+		rc = -ENOMEM;
+	for (size_t i = 0; !rc && i < pn.n; i++) {
+		if (part_read(src, ref, pn.v[i], pn.size[i], &ix[i], skip, sizeof(skip)) != 0) {
+			ix[i] = NULL;
+			continue;
+		}
+		qsort(ix[i]->shards, ix[i]->nshards, sizeof(*ix[i]->shards), shard_file_cmp);
+		for (size_t a = 0; !rc && a < ix[i]->nshards; a++)
+			for (size_t j = 0; !rc && j < i; j++) {
+				const struct sf_index_shard *x = &ix[i]->shards[a], *y;
+
+				y = ix[j] ? bsearch(x, ix[j]->shards, ix[j]->nshards,
+						    sizeof(*y), shard_file_cmp) : NULL;
+				if (!y || (x->nbytes == y->nbytes && x->nblocks == y->nblocks &&
+					   (!x->nblocks || memcmp(x->xxh3, y->xxh3,
+								  x->nblocks * sizeof(*x->xxh3)) == 0)))
+					continue;
+				if (clash) {
+					snprintf(clash->file, sizeof(clash->file), "%s", x->file);
+					clash->rank[0] = part_rank(pn.v[j]);
+					clash->rank[1] = part_rank(pn.v[i]);
+				}
+				snprintf(why, whylen, "file %s: ranks %u and %u hold different bytes under that name",
+					 x->file, (unsigned)part_rank(pn.v[j]),
+					 (unsigned)part_rank(pn.v[i]));
+				rc = -SF_ECONFLICT;
+			}
+	}
+	/* this daemon's files a peer holds too: compared once its part came */
+	if (!rc && src && src->ops->peer_files)
+		rc = src->ops->peer_files(src->ctx, ref, name_add, &peers);
+	if (rc > 0)
+		rc = 0;
+	if (!rc && peers.n)
+		qsort(peers.v, peers.n, sizeof(*peers.v), str_cmp);
+	for (size_t i = 0; !rc && peers.n && i < n; i++) {
+		const char *f = files[i].path;
+
+		if (bsearch(&f, peers.v, peers.n, sizeof(*peers.v), str_cmp) &&
+		    !named_elsewhere(ix, &pn, rank, f)) {
+			snprintf(why, whylen, "file %s: another node holds it too: waiting for its write-time hashes",
+				 f);
+			rc = -ENOENT;
+		}
+	}
+	for (size_t i = 0; i < peers.n; i++)
+		free(peers.v[i]);
+	free(peers.v);
+	for (size_t i = 0; ix && i < pn.n; i++)
+		sf_index_free(ix[i]);
+	free(ix);
+	parts_free(&pn);
+	return rc;
+}
+
 void sf_save_unpart(int dirfd, uint32_t rank)
 {
 	char name[64];
@@ -376,7 +498,8 @@ void sf_save_unpart(int dirfd, uint32_t rank)
 int sf_save_seal_union(int storefd, const char *store, const char *name,
 		       struct sf_source *src, uint32_t rank,
 		       const struct sf_save_file *files, size_t n,
-		       struct sf_ckpt **out, char *why, size_t whylen)
+		       struct sf_ckpt **out, struct sf_save_clash *clash,
+		       char *why, size_t whylen)
 {
 	struct sf_index *mine = NULL, *merged = NULL, **parts = NULL;
 	struct part_names pn = { 0 };
@@ -418,6 +541,11 @@ int sf_save_seal_union(int storefd, const char *store, const char *name,
 	if (rc)
 		goto out_close;
 gather:
+	/* one name, one file: two nodes' different bytes under one name
+	 * leave the checkpoint out (the caller says which) */
+	rc = files_clash(src, &ck->ref, rank, files, n, clash, why, whylen);
+	if (rc)
+		goto out_close;
 	/* every daemon's part */
 	rc = parts_list(src, &ck->ref, SF_SAVE_PART_PREFIX, &pn);
 	if (!rc && !(parts = calloc(pn.n + 1, sizeof(*parts))))

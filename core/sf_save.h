@@ -69,10 +69,20 @@ int sf_save_seal(int storefd, const char *store, const char *name,
 #define SF_SAVE_PART_PREFIX ".shardfs.index.json.part-"
 #define SF_SAVE_FILES_PREFIX ".shardfs.index.json.files-"
 struct sf_source;
+/* Two daemons' files parts that name one file with different bytes (size
+ * or write-time hashes): the file and the two ranks. */
+struct sf_save_clash {
+	char file[SF_MAX_NAME + 1];
+	uint32_t rank[2];
+};
+/* -SF_ECONFLICT with *clash filled (when clash is not NULL): two daemons
+ * hold files of the same name with different bytes; the checkpoint is
+ * not complete while they do. */
 int sf_save_seal_union(int storefd, const char *store, const char *name,
 		       struct sf_source *src, uint32_t rank,
 		       const struct sf_save_file *files, size_t n,
-		       struct sf_ckpt **out, char *why, size_t whylen);
+		       struct sf_ckpt **out, struct sf_save_clash *clash,
+		       char *why, size_t whylen);
 
 /* Drop this rank's parts from the checkpoint directory dirfd (its files
  * change again: a re-save). */

@@ -158,6 +158,14 @@ static int ckpt_open_fd(int dirfd, int blobsfd, const char *dir,
 	/* checksums shardctl index keeps for a format that has none */
 	if (!ck->fmt->writable && cd.dirfd >= 0 && !ck->ref.hub)
 		sf_index_load(cd.dirfd, ck->name, ck->fmt, &res, NULL);
+	else if (!ck->fmt->writable && !ck->ref.hub &&
+		 (ret = sf_index_load_peer(&cd, ck->name, ck->fmt, &res)) != 0) {
+		if (ret == -EBUSY) {
+			ret = -ENOENT;
+			snprintf(err, errlen, "being saved through another node's mount, sealed by none yet");
+		}
+		goto out_close;
+	}
 	/* then the one dump: manifest.json with them and the format's extra */
 	ret = sf_format_result_dump(&res);
 	if (ret) {

@@ -124,6 +124,13 @@ struct sf_fs_cluster {
 	int (*union_synced)(void *ctx, uint64_t seq);
 
 	/*
+	 * The host name of rank (for logs that name the nodes), a string
+	 * valid while the daemon runs; "?" for one it does not know. Any
+	 * thread; never blocks. May be NULL.
+	 */
+	const char *(*host)(void *ctx, uint32_t rank);
+
+	/*
 	 * Called once after the local mount is gone and before sf_fs_run()
 	 * frees the tree: the layer keeps serving peers until every daemon has
 	 * left, then returns.

@@ -254,6 +254,8 @@ struct sf_fs_handle {
 	                               * in the store (owned), else -1 */
 	struct sf_svrec *rec;         /* immutable: with fd, its record (holds
 	                               * one of its holds) */
+	struct sf_fs_raw *raw;        /* immutable: a saved checkpoint's root
+	                               * file, read checked (owned), or NULL */
 };
 
 /*
@@ -503,16 +505,27 @@ void sf_fs_sv_writer_close(struct sf_fsave *sv, struct sf_svrec *r, int fd);
 /* Close a saving handle's store file (its record's writer too). */
 void sf_fs_sv_close(struct sf_fs_handle *h);
 /* Show the framework's own files at the root of checkpoint name, complete
- * and saved through a mount (with sv, or any sv when NULL), as
+ * and saved through a mount (with sv, or any sv when NULL; with NULL also
+ * one only peers hold whose peer saved it through its mount, under MPI), as
  * SF_NODE_RAW (read-only) beside the views: every regular file at the top
  * of its directory a view or a root file does not already show. Nothing
  * for any other checkpoint. */
 void sf_fs_sv_show_raw(struct sf_fs *fs, struct sf_fsave *sv, const char *name);
-/* Open RAW node n's file beneath its checkpoint's directory, its bytes
- * checked against the write-time hashes: the descriptor, or -EIO (logged)
- * when they differ, or another negative errno. Under MPI, a file only a
- * peer holds is fetched whole and checked against its holder's hashes. */
-int sf_fs_sv_open_raw(struct sf_fs *fs, struct sf_node *n);
+/* RAW node n's file open for reading, checked block by block against the
+ * write-time hashes as it is read (sf_fs_sv_raw_read): *out (the caller
+ * frees it with sf_fs_sv_raw_free, before n's reference goes), or -EIO
+ * (logged) when its size or hashes differ from the saved ones, or another
+ * negative errno. Under MPI, a file only a peer holds is fetched in the
+ * ranges read and checked against its holder's hashes; nothing of it is
+ * fetched at open. */
+struct sf_fs_raw;
+int sf_fs_sv_open_raw(struct sf_fs *fs, struct sf_node *n, struct sf_fs_raw **out);
+/* Bytes [off, off+len) of r into buf: the count (short only at its end),
+ * or -EIO when a block they touch is not the one saved (never a byte of
+ * it), or another negative errno. Thread-safe. */
+ssize_t sf_fs_sv_raw_read(struct sf_fs_raw *r, uint64_t off, char *buf,
+			  size_t len);
+void sf_fs_sv_raw_free(struct sf_fs_raw *r); /* accepts NULL */
 /* File n of a save that was sealed since the kernel looked it up (its
  * checkpoint replaced): the complete checkpoint's root file of that name
  * (one reference), so a read is checked as any of its reads is. -ENOENT

@@ -307,22 +307,23 @@ static void op_releasedir(fuse_req_t req, fuse_ino_t ino,
 
 /* --- files --- */
 
-/* Open root file n of a complete saved checkpoint, checked against its
- * write-time hashes (sf_fs_sv_open_raw). */
+/* Open root file n of a complete saved checkpoint, its reads checked
+ * against its write-time hashes block by block (sf_fs_sv_open_raw). */
 static void open_raw(fuse_req_t req, struct sf_fs *fs, struct sf_node *n,
 		     struct fuse_file_info *fi)
 {
 	struct sf_fs_handle *h;
-	int fd = sf_fs_sv_open_raw(fs, n);
-	int rc = fd < 0 ? fd : sf_fs_handle_new(fs, n, false, &h);
+	struct sf_fs_raw *raw = NULL;
+	int rc = sf_fs_sv_open_raw(fs, n, &raw);
 
+	if (!rc)
+		rc = sf_fs_handle_new(fs, n, false, &h);
 	if (rc) {
-		if (fd >= 0)
-			close(fd);
+		sf_fs_sv_raw_free(raw);
 		sf_fs_reply_err(req, rc);
 		return;
 	}
-	h->fd = fd;
+	h->raw = raw;
 	fi->fh = (uint64_t)(uintptr_t)h;
 	fi->keep_cache = 1;
 	if (fuse_reply_open(req, fi) != 0)
@@ -607,6 +608,31 @@ static bool read_zero_copy(fuse_req_t req, struct sf_fs *fs,
 	return true;
 }
 
+/* A read of a saved checkpoint's root file (sf_fs_sv_raw_read). */
+static void read_raw(fuse_req_t req, struct sf_fs_raw *raw, size_t size,
+		     off_t off)
+{
+	char *buf;
+	ssize_t got;
+
+	if (off < 0) {
+		sf_fs_reply_err(req, -EINVAL);
+		return;
+	}
+	if (size > SF_FS_MAX_READ)
+		size = SF_FS_MAX_READ;
+	buf = read_buf_get(size);
+	if (!buf) {
+		sf_fs_reply_err(req, -ENOMEM);
+		return;
+	}
+	got = sf_fs_sv_raw_read(raw, (uint64_t)off, buf, size);
+	if (got < 0)
+		sf_fs_reply_err(req, (int)got);
+	else
+		fuse_reply_buf(req, buf, (size_t)got);
+}
+
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
@@ -618,6 +644,10 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	size_t len;
 	int rc;
 
+	if (h && h->raw) { /* a saved checkpoint's root file, checked */
+		read_raw(req, h->raw, size, off);
+		return;
+	}
 	if (h && h->fd >= 0) { /* a framework's save: the store's bytes */
 		sf_fs_sv_read(req, h, size, off);
 		return;

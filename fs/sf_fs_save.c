@@ -689,11 +689,26 @@ static void union_settle(struct sf_fs *fs)
 		usleep(5000);
 }
 
+/* Two nodes saved different bytes under one file name of c: left out,
+ * said once per state of the save (try_seal tries again on a change). */
+static void clash_log(struct sf_fs *fs, const struct sf_fs_ckpt *c,
+		      const struct sf_save_clash *k)
+{
+	const struct sf_fs_cluster *cl = fs->cfg->cluster;
+	const char *h0 = cl && cl->host ? cl->host(cl->ctx, k->rank[0]) : "?";
+	const char *h1 = cl && cl->host ? cl->host(cl->ctx, k->rank[1]) : "?";
+
+	sf_warn("checkpoint %s: left out: file %s differs between rank %u (host %s) and rank %u (host %s): the same name saved with different bytes on two nodes",
+		SF_QSTR(c->name), SF_QSTR(k->file), (unsigned)k->rank[0], h0,
+		(unsigned)k->rank[1], h1);
+}
+
 /* Seal saving checkpoint c if it is complete. */
 static void try_seal(struct sf_fs *fs, struct sf_fs_ckpt *c)
 {
 	struct sf_fsave *sv = c->sv;
 	struct sf_save_file *files = NULL;
+	struct sf_save_clash clash;
 	struct sf_ckpt *ck = NULL;
 	char why[512];
 	int64_t stamp, now = sf_fs_mono_ns();
@@ -744,8 +759,8 @@ static void try_seal(struct sf_fs *fs, struct sf_fs_ckpt *c)
 	pthread_mutex_lock(&fs->commit_lock);
 	if (union_src(fs))
 		rc = sf_save_seal_union(fs->store_fd, fs->store_abs, c->name,
-					union_src(fs), fs->rank, files, n, &ck, why,
-					sizeof(why));
+					union_src(fs), fs->rank, files, n, &ck, &clash,
+					why, sizeof(why));
 	else
 		rc = sf_save_seal(fs->store_fd, fs->store_abs, c->name,
 				  SF_DEFAULT_BLOCK_SIZE, files, n, &ck, why, sizeof(why));
@@ -771,6 +786,8 @@ static void try_seal(struct sf_fs *fs, struct sf_fs_ckpt *c)
 		pthread_mutex_unlock(&sv->lock);
 		if (rc == -SF_ECHECKSUM)
 			sf_err("checkpoint %s: not shown as complete: %s", SF_QSTR(c->name), why);
+		else if (rc == -SF_ECONFLICT)
+			clash_log(fs, c, &clash);
 		else
 			sf_debug("checkpoint %s: being saved, not complete: %s",
 				 SF_QSTR(c->name), why[0] ? why : sf_strerror(rc));

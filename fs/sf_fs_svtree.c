@@ -36,7 +36,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -55,7 +54,6 @@
 
 #define SF_SV_MAX_FILES 100000u   /* files of one saved checkpoint */
 #define SF_SV_MAX_DEPTH 16        /* directory levels read back at reopen */
-#define SF_SV_MAX_REMOTE_RAW (2ull << 30) /* a peer's root file fetched whole */
 
 int64_t sf_fs_mono_ns(void)
 {
@@ -438,86 +436,13 @@ static int raw_peer_add(void *arg, const char *file, uint64_t size)
 	return 0;
 }
 
-/* Root file n of a saved checkpoint that only peers hold: fetched whole
- * through the cluster's source into an anonymous file, block by block
- * checked against the write-time hashes its holder published
- * (sf_save_file_hashes); a descriptor of it, or -EIO when a byte differs
- * or no holder published hashes of it (never unverified bytes). */
-static int open_remote_raw(struct sf_fs *fs, struct sf_node *n)
+/* Does a peer hold the marker of a save through its mount of ck? */
+static bool peer_saved(struct sf_fs *fs, const struct sf_ckpt *ck)
 {
 	struct sf_source *src = src_of(fs);
-	const struct sf_ckpt_ref *ref = &n->ck->ck->ref;
-	struct sf_blockhash *bh = NULL;
-	const uint64_t *sums;
-	uint64_t size = 0, off = 0, hsize = 0, *want = NULL;
-	char *buf = NULL;
-	size_t ns, nwant = 0;
-	int fd = -1, rc;
+	uint64_t size;
 
-	if (!src)
-		return -ENOENT;
-	rc = src->ops->peer_size(src->ctx, ref, n->name, &size);
-	if (rc)
-		return rc;
-	if (size > SF_SV_MAX_REMOTE_RAW) {
-		sf_warn_limited("checkpoint %s: file %s: %" PRIu64 " bytes on a peer, more than this daemon fetches whole (%llu)",
-				SF_QSTR(n->ck->name), SF_QSTR(n->name), size,
-				(unsigned long long)SF_SV_MAX_REMOTE_RAW);
-		return -EFBIG;
-	}
-	rc = sf_save_file_hashes(src, ref, n->name, &hsize, &want, &nwant);
-	if (rc || hsize != size) {
-		sf_err("checkpoint %s: file %s: no write-time hashes of its %" PRIu64 " bytes on its node: not served",
-		       SF_QSTR(n->ck->name), SF_QSTR(n->name), size);
-		rc = -EIO;
-		goto out_free;
-	}
-	fd = memfd_create("shardfs-raw", MFD_CLOEXEC);
-	bh = sf_blockhash_create(SF_DEFAULT_BLOCK_SIZE);
-	buf = malloc(SF_DEFAULT_BLOCK_SIZE);
-	if (fd < 0 || !bh || !buf) {
-		rc = fd < 0 ? -errno : -ENOMEM;
-		goto out_free;
-	}
-	while (off < size && !rc) {
-		size_t len = size - off < SF_DEFAULT_BLOCK_SIZE ? (size_t)(size - off) :
-			     SF_DEFAULT_BLOCK_SIZE;
-
-		rc = src->ops->read(src->ctx, ref, UINT32_MAX, n->name, off, buf, len);
-		if (!rc)
-			rc = sf_blockhash_update(bh, buf, len);
-		for (size_t done = 0; !rc && done < len;) {
-			ssize_t w = pwrite(fd, buf + done, len - done, (off_t)(off + done));
-
-			if (w < 0 && errno == EINTR)
-				continue;
-			if (w <= 0)
-				rc = -EIO;
-			else
-				done += (size_t)w;
-		}
-		off += len;
-	}
-	if (!rc)
-		rc = sf_blockhash_final(bh, &sums, &ns);
-	if (!rc && (ns != nwant ||
-		    (ns && memcmp(sums, want, ns * sizeof(*sums)) != 0))) {
-		sf_err("checkpoint %s: file %s: the bytes its node holds are not the ones saved through the mount (checksum mismatch)",
-		       SF_QSTR(n->ck->name), SF_QSTR(n->name));
-		rc = -EIO;
-	}
-	if (rc && rc != -EIO && rc != -ENOMEM)
-		rc = -EIO;
-out_free:
-	sf_blockhash_destroy(bh);
-	free(buf);
-	free(want);
-	if (rc) {
-		if (fd >= 0)
-			close(fd);
-		return rc;
-	}
-	return fd;
+	return src && src->ops->peer_size(src->ctx, &ck->ref, SF_SAVE_MARKER, &size) == 0;
 }
 
 void sf_fs_sv_show_raw(struct sf_fs *fs, struct sf_fsave *sv, const char *name)
@@ -529,12 +454,18 @@ void sf_fs_sv_show_raw(struct sf_fs *fs, struct sf_fsave *sv, const char *name)
 
 	pthread_mutex_lock(&fs->tree_lock);
 	i = fs->single ? -1 : sf_fs_child_find(fs->root, name, strlen(name));
-	if (i >= 0 && fs->root->children[i]->ck->sv && fs->root->children[i]->ck->ck &&
-	    (!sv || fs->root->children[i]->ck->sv == sv)) {
+	if (i >= 0 && fs->root->children[i]->ck->ck &&
+	    (fs->root->children[i]->ck->sv ? !sv || fs->root->children[i]->ck->sv == sv :
+	     !sv && fs->root->children[i]->ck->ck->dirfd < 0)) {
 		cd = fs->root->children[i];
 		cd->ref++;
 	}
 	pthread_mutex_unlock(&fs->tree_lock);
+	/* one only peers hold: theirs when a peer's mount saved it */
+	if (cd && !cd->ck->sv && !peer_saved(fs, cd->ck->ck)) {
+		sf_fs_unref(fs, cd, 1);
+		return;
+	}
 	if (!cd)
 		return;
 	/* what the directory holds at its top, beneath the pinned descriptor */
@@ -568,59 +499,234 @@ void sf_fs_sv_show_raw(struct sf_fs *fs, struct sf_fsave *sv, const char *name)
 	sf_fs_unref(fs, cd, 1);
 }
 
-int sf_fs_sv_open_raw(struct sf_fs *fs, struct sf_node *n)
+/*
+ * A saved checkpoint's root file open for reading (sf_fs_sv_open_raw):
+ * read block by block (SF_DEFAULT_BLOCK_SIZE, the write-time hashes'
+ * blocks), each block read whole from the store's file or from a peer and
+ * checked against its hash before any byte of it is served; the last
+ * SF_SV_RAW_SLOTS blocks checked are kept for the reads that follow
+ * (the kernel reads a block in many requests). A file this daemon holds
+ * with no hashes anywhere (an earlier life, no index) is read as stored,
+ * as a foreign root file is.
+ */
+#define SF_SV_RAW_SLOTS 2
+
+struct sf_fs_raw {
+	struct sf_source *src;          /* with fd < 0: the cluster's source */
+	const struct sf_node *n;        /* the handle's node (it holds a ref) */
+	int fd;                         /* the store's file, or -1: a peer's */
+	uint64_t size;
+	uint64_t *sums;                 /* nsums block hashes; NULL: unchecked */
+	size_t nsums;
+	pthread_mutex_t lock;           /* guards slot[], tick, bad */
+	struct {
+		char *buf;              /* cap bytes, allocated on first use */
+		uint64_t no;            /* the block it holds, or UINT64_MAX */
+		size_t len;
+		unsigned used;          /* tick of its last use */
+	} slot[SF_SV_RAW_SLOTS];
+	size_t cap;                     /* a block's largest length here */
+	unsigned tick;
+	bool bad;                       /* a mismatch logged already */
+};
+
+void sf_fs_sv_raw_free(struct sf_fs_raw *r)
+{
+	if (!r)
+		return;
+	if (r->fd >= 0)
+		close(r->fd);
+	for (unsigned i = 0; i < SF_SV_RAW_SLOTS; i++)
+		free(r->slot[i].buf);
+	free(r->sums);
+	pthread_mutex_destroy(&r->lock);
+	free(r);
+}
+
+/* pread until len bytes or the end: bytes read or -errno. */
+static ssize_t pread_full(int fd, char *buf, size_t len, uint64_t off)
+{
+	size_t done = 0;
+
+	while (done < len) {
+		ssize_t got = pread(fd, buf + done, len - done, (off_t)(off + done));
+
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got < 0)
+			return -errno;
+		if (got == 0)
+			break;
+		done += (size_t)got;
+	}
+	return (ssize_t)done;
+}
+
+/* Block no of r read whole into a slot and checked (r->lock held): the
+ * slot's index, or -EIO (logged once per handle) when its bytes are not
+ * the ones saved, or another negative errno. */
+static int raw_load(struct sf_fs_raw *r, uint64_t no)
+{
+	uint64_t boff = no * SF_DEFAULT_BLOCK_SIZE;
+	size_t len = r->size - boff < r->cap ? (size_t)(r->size - boff) : r->cap;
+	unsigned s = 0;
+	int rc;
+
+	for (unsigned i = 1; i < SF_SV_RAW_SLOTS; i++)
+		if (r->slot[i].used < r->slot[s].used)
+			s = i;
+	r->slot[s].no = UINT64_MAX;
+	if (!r->slot[s].buf && !(r->slot[s].buf = malloc(r->cap)))
+		return -ENOMEM;
+	if (r->fd >= 0) {
+		ssize_t got = pread_full(r->fd, r->slot[s].buf, len, boff);
+
+		rc = got < 0 ? (int)got : (size_t)got < len ? -SF_ESHORT : 0;
+	} else {
+		rc = r->src->ops->read(r->src->ctx, &r->n->ck->ck->ref, UINT32_MAX,
+				       r->n->name, boff, r->slot[s].buf, len);
+	}
+	if (!rc && sf_xxh3(r->slot[s].buf, len) != r->sums[no])
+		rc = -EIO;
+	if (rc) {
+		if (!r->bad)
+			sf_err("checkpoint %s: file %s: bytes %" PRIu64 "..%" PRIu64 " %s: not served (%s)",
+			       SF_QSTR(r->n->ck->name), SF_QSTR(r->n->name), boff,
+			       boff + len,
+			       rc == -EIO ? "are not the ones saved through the mount" :
+			       "could not be read",
+			       rc == -EIO ? "checksum mismatch" : sf_strerror(rc));
+		r->bad = true;
+		return rc == -ENOMEM ? rc : -EIO;
+	}
+	r->slot[s].no = no;
+	r->slot[s].len = len;
+	return (int)s;
+}
+
+ssize_t sf_fs_sv_raw_read(struct sf_fs_raw *r, uint64_t off, char *buf,
+			  size_t len)
+{
+	size_t done = 0;
+
+	if (off >= r->size)
+		return 0;
+	if (len > r->size - off)
+		len = (size_t)(r->size - off);
+	if (!r->sums)
+		return pread_full(r->fd, buf, len, off);
+	pthread_mutex_lock(&r->lock);
+	while (done < len) {
+		uint64_t at = off + done, no = at / SF_DEFAULT_BLOCK_SIZE;
+		size_t in, n;
+		int s = -1;
+
+		for (unsigned i = 0; i < SF_SV_RAW_SLOTS; i++)
+			if (r->slot[i].no == no)
+				s = (int)i;
+		if (s < 0 && (s = raw_load(r, no)) < 0) {
+			pthread_mutex_unlock(&r->lock);
+			return s;
+		}
+		r->slot[s].used = ++r->tick;
+		in = (size_t)(at - no * SF_DEFAULT_BLOCK_SIZE);
+		n = r->slot[s].len - in < len - done ? r->slot[s].len - in : len - done;
+		memcpy(buf + done, r->slot[s].buf + in, n);
+		done += n;
+	}
+	pthread_mutex_unlock(&r->lock);
+	return (ssize_t)done;
+}
+
+/* The write-time hashes of file n this daemon holds (open as fd, size
+ * bytes): its record's when it was saved in this life, else those
+ * published when it was sealed. 1: none anywhere (read as stored). */
+static int raw_local_sums(struct sf_fs *fs, struct sf_node *n, struct sf_fs_raw *r)
 {
 	struct sf_fsave *sv = n->ck->sv;
-	uint64_t *sums = NULL, size = 0;
-	size_t nsums = 0;
-	bool same = false;
-	int fd, rc;
+	uint64_t hsize = 0;
 	ptrdiff_t i;
+	int rc = 1;
 
-	if (n->ck->ck->dirfd < 0)
-		return open_remote_raw(fs, n);
-	fd = sf_open_beneath(n->ck->ck->dirfd, n->name, O_RDONLY | O_NONBLOCK);
-	if (fd == -ENOENT)
-		return open_remote_raw(fs, n); /* a peer's (MPI) */
-	if (fd < 0)
-		return fd;
-	rc = sf_save_hash_fd(fd, SF_DEFAULT_BLOCK_SIZE, &sums, &nsums, &size);
-	if (rc) {
-		close(fd);
-		return rc;
-	}
 	pthread_mutex_lock(&sv->lock);
 	i = rec_find(sv, n->name);
 	if (i >= 0 && sv->recs[i]->final) {
-		const struct sf_svrec *r = sv->recs[i];
+		const struct sf_svrec *rec = sv->recs[i];
 
-		same = r->size == size && r->nsums == nsums &&
-		       (!nsums || memcmp(r->sums, sums, nsums * sizeof(*sums)) == 0);
-	} else {
-		i = -1;
+		r->sums = malloc((rec->nsums ? rec->nsums : 1) * sizeof(*r->sums));
+		if (r->sums) {
+			if (rec->nsums)
+				memcpy(r->sums, rec->sums, rec->nsums * sizeof(*r->sums));
+			r->nsums = rec->nsums;
+			hsize = rec->size;
+			rc = 0;
+		} else {
+			rc = -ENOMEM;
+		}
 	}
 	pthread_mutex_unlock(&sv->lock);
-	if (i < 0) {
-		/* no record here (an earlier life): the hashes this daemon
-		 * published when it sealed it (MPI), else read as stored, as
-		 * a foreign root file is */
-		uint64_t hsize = 0, *want = NULL;
-		size_t nwant = 0;
+	if (rc == 1 && sf_save_file_hashes(src_of(fs), &n->ck->ck->ref, n->name,
+					   &hsize, &r->sums, &r->nsums) == 0)
+		rc = 0;
+	if (rc == 0 && hsize != r->size)
+		rc = -EIO;
+	return rc;
+}
 
-		same = sf_save_file_hashes(src_of(fs), &n->ck->ck->ref, n->name, &hsize,
-					   &want, &nwant) != 0 ||
-		       (hsize == size && nwant == nsums &&
-			(!nsums || memcmp(want, sums, nsums * sizeof(*sums)) == 0));
-		free(want);
+int sf_fs_sv_open_raw(struct sf_fs *fs, struct sf_node *n, struct sf_fs_raw **out)
+{
+	struct sf_fs_raw *r = calloc(1, sizeof(*r));
+	const struct sf_ckpt_ref *ref = &n->ck->ck->ref;
+	uint64_t hsize = 0;
+	struct stat sb;
+	int rc;
+
+	*out = NULL;
+	if (!r)
+		return -ENOMEM;
+	pthread_mutex_init(&r->lock, NULL);
+	for (unsigned i = 0; i < SF_SV_RAW_SLOTS; i++)
+		r->slot[i].no = UINT64_MAX;
+	r->n = n;
+	r->fd = n->ck->ck->dirfd < 0 ? -ENOENT :
+		sf_open_beneath(n->ck->ck->dirfd, n->name, O_RDONLY | O_NONBLOCK);
+	if (r->fd >= 0) {
+		rc = fstat(r->fd, &sb) == 0 ? 0 : -errno;
+		r->size = (uint64_t)sb.st_size;
+		rc = rc ? rc : raw_local_sums(fs, n, r);
+		if (rc == 1) { /* no hashes anywhere: as stored */
+			*out = r;
+			return 0;
+		}
+	} else if (r->fd == -ENOENT) {
+		/* only a peer holds it (MPI): ranges fetched as read, checked
+		 * against its holder's hashes; none published -> not served */
+		r->src = src_of(fs);
+		rc = r->src ? r->src->ops->peer_size(r->src->ctx, ref, n->name, &r->size) :
+		     -ENOENT;
+		if (!rc)
+			rc = sf_save_file_hashes(r->src, ref, n->name, &hsize, &r->sums,
+						 &r->nsums) ? -EIO :
+			     hsize != r->size ? -EIO : 0;
+		if (rc == -EIO)
+			sf_err("checkpoint %s: file %s: no write-time hashes of its %" PRIu64 " bytes on its node: not served",
+			       SF_QSTR(n->ck->name), SF_QSTR(n->name), r->size);
+	} else {
+		rc = r->fd;
 	}
-	free(sums);
-	if (!same) {
-		sf_err("checkpoint %s: file %s: its bytes in the store are not the ones saved through the mount (checksum mismatch)",
-		       SF_QSTR(n->ck->name), SF_QSTR(n->name));
-		close(fd);
-		return -EIO;
+	if (!rc && r->nsums != sf_nblocks(r->size, SF_DEFAULT_BLOCK_SIZE))
+		rc = -EIO;
+	if (rc == -EIO && r->fd >= 0)
+		sf_err("checkpoint %s: file %s: its %" PRIu64 " bytes in the store are not the ones saved through the mount (size or hashes differ)",
+		       SF_QSTR(n->ck->name), SF_QSTR(n->name), r->size);
+	if (rc) {
+		sf_fs_sv_raw_free(r);
+		return rc;
 	}
-	return fd;
+	r->cap = r->size < SF_DEFAULT_BLOCK_SIZE ? (size_t)(r->size ? r->size : 1) :
+		 SF_DEFAULT_BLOCK_SIZE;
+	*out = r;
+	return 0;
 }
 
 /* --- nodes --- */

@@ -374,6 +374,7 @@ void sf_fs_handles_drop(struct sf_fs *fs)
 		next = h->hnext;
 		if (h->fd >= 0)
 			close(h->fd); /* its record goes with its checkpoint */
+		sf_fs_sv_raw_free(h->raw);
 		pthread_mutex_destroy(&h->lock);
 		free(h);
 	}
@@ -385,6 +386,7 @@ void sf_fs_handle_free(struct sf_fs *fs, struct sf_fs_handle *h)
 	if (!h)
 		return;
 	handle_unlist(fs, h);
+	sf_fs_sv_raw_free(h->raw);
 	if (h->fd >= 0)
 		sf_fs_sv_close(h);
 	else if (h->writable)

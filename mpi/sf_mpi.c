@@ -24,6 +24,11 @@ int sf_mpi_rank(const struct sf_mpi *mp)
 	return mp ? mp->rank : -EINVAL;
 }
 
+const char *sf_mpi_host(const struct sf_mpi *mp, int rank)
+{
+	return mp && mp->hosts && rank >= 0 && rank < mp->size ? mp->hosts[rank] : "?";
+}
+
 int sf_mpi_size(const struct sf_mpi *mp)
 {
 	return mp ? mp->size : -EINVAL;
@@ -48,6 +53,22 @@ static void warn_if_job_aborts_on_failure(const struct sf_mpi *mp)
 	sf_warn("mpi: mpirun was started without --enable-recovery: if one daemon "
 		"dies, Open MPI ends every daemon of the job and every mount goes; "
 		"start it as 'mpirun --enable-recovery ... shardfs --mpi ...'");
+}
+
+/* COLLECTIVE: every rank's host name into mp->hosts (for logs that name
+ * the nodes: a checkpoint two nodes disagree on). An MPI error code. */
+static int gather_hosts(struct sf_mpi *mp)
+{
+	char name[MPI_MAX_PROCESSOR_NAME + 1] = "", mine[SF_MPI_HOST_MAX];
+	int len = 0;
+
+	if (MPI_Get_processor_name(name, &len) != MPI_SUCCESS || len <= 0)
+		snprintf(name, sizeof(name), "?");
+	name[len > 0 && len <= MPI_MAX_PROCESSOR_NAME ? len : 1] = '\0';
+	memset(mine, 0, sizeof(mine));
+	snprintf(mine, sizeof(mine), "%s", name);
+	return MPI_Allgather(mine, SF_MPI_HOST_MAX, MPI_CHAR, mp->hosts,
+			     SF_MPI_HOST_MAX, MPI_CHAR, mp->comm);
 }
 
 int sf_mpi_init(int *argc, char ***argv, struct sf_mpi **out)
@@ -98,13 +119,27 @@ int sf_mpi_init(int *argc, char ***argv, struct sf_mpi **out)
 	mp->lp = calloc((size_t)mp->size, sizeof(*mp->lp));
 	mp->sync_want = calloc((size_t)mp->size, sizeof(*mp->sync_want));
 	mp->synced = calloc((size_t)mp->size, sizeof(*mp->synced));
-	if (!mp->left || !mp->live || !mp->lp || !mp->sync_want || !mp->synced) {
+	mp->hosts = calloc((size_t)mp->size, sizeof(*mp->hosts));
+	if (!mp->left || !mp->live || !mp->lp || !mp->sync_want || !mp->synced ||
+	    !mp->hosts) {
+		free(mp->hosts);
 		free(mp->left);
 		free(mp->live);
 		free(mp->lp);
 		free(mp->sync_want);
 		free(mp->synced);
 		ret = -ENOMEM;
+		goto out_free_comm;
+	}
+	rc = gather_hosts(mp);
+	if (rc != MPI_SUCCESS) {
+		ret = sf_mpi_fail("MPI_Allgather", rc);
+		free(mp->hosts);
+		free(mp->left);
+		free(mp->live);
+		free(mp->lp);
+		free(mp->sync_want);
+		free(mp->synced);
 		goto out_free_comm;
 	}
 	pthread_mutex_init(&mp->pend_lock, NULL);
@@ -798,6 +833,7 @@ int sf_mpi_finalize(struct sf_mpi *mp)
 	pthread_rwlock_destroy(&mp->inv_lock);
 	free(mp->sync_want);
 	free(mp->synced);
+	free(mp->hosts);
 	free(mp->left);
 	free(mp->live);
 	free(mp->lp);

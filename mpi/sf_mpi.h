@@ -43,6 +43,9 @@ int sf_mpi_init(int *argc, char ***argv, struct sf_mpi **out);
 
 int sf_mpi_rank(const struct sf_mpi *mp);
 int sf_mpi_size(const struct sf_mpi *mp);
+/* The host name of rank (MPI_Get_processor_name, at most 63 bytes), or
+ * "?" for a rank out of range; a string valid until sf_mpi_finalize. */
+const char *sf_mpi_host(const struct sf_mpi *mp, int rank);
 
 /*
  * COLLECTIVE. Index the payload files of every checkpoint in this rank's

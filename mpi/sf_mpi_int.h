@@ -310,10 +310,15 @@ struct peer_probe {
 struct pbuf; /* a free large buffer: sf_mpi_xfer.c's alone */
 struct hb_state; /* sf_mpi_hb.c's alone */
 
+#define SF_MPI_HOST_MAX 64 /* a host name as logs give it, NUL included */
+
 struct sf_mpi {
 	MPI_Comm comm;                   /* private duplicate; set by init */
 	int rank, size;                  /* fixed after init */
 	int tag_ub;                      /* MPI_TAG_UB of the comm */
+	char (*hosts)[SF_MPI_HOST_MAX];  /* [size]: each rank's host name
+					  * (MPI_Get_processor_name, cut),
+					  * fixed after init */
 	bool own_init;                   /* we called MPI_Init_thread */
 	atomic_uint next_tag;            /* reply tag counter */
 

@@ -29,6 +29,11 @@ int sf_mpi_rank(const struct sf_mpi *mp)
 	return -SF_ENOMPI;
 }
 
+const char *sf_mpi_host(const struct sf_mpi *mp, int rank)
+{
+	return "?";
+}
+
 int sf_mpi_size(const struct sf_mpi *mp)
 {
 	return -SF_ENOMPI;

@@ -376,6 +376,13 @@ static int cl_union_state(void *ctx, const char *name, uint64_t *stamp,
 	return sf_mpi_union_state(c->mp, name, stamp, held);
 }
 
+static const char *cl_host(void *ctx, uint32_t rank)
+{
+	struct sf_cluster_mpi *c = ctx;
+
+	return sf_mpi_host(c->mp, (int)rank);
+}
+
 static uint64_t cl_union_sync(void *ctx)
 {
 	struct sf_cluster_mpi *c = ctx;
@@ -430,6 +437,7 @@ int sf_cluster_mpi_create(struct sf_mpi *mp, int single, int commit_timeout_ms,
 	c->fs.removing = cl_removing;
 	c->fs.removed = cl_removed;
 	c->fs.attach = cl_attach;
+	c->fs.host = cl_host;
 	if (!c->single) {
 		c->fs.union_state = cl_union_state;
 		c->fs.union_sync = cl_union_sync;

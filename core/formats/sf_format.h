@@ -81,7 +81,8 @@ struct sf_cdir {
 	const char *dir;           /* its absolute path (may not exist) */
 	const char *name;          /* the checkpoint's name */
 	struct sf_source *src;     /* reaches peers' files (MPI); NULL: local
-				    * only. Only its read and peer_files. */
+				    * only. Only its read, peer_files and
+				    * peer_size. */
 	struct sf_ckpt_ref ref;    /* { dir, name } for src */
 	struct sf_budget *budget;  /* what this open may spend (sf_budget.h;
 				    * borrowed): sf_format_open sets it;

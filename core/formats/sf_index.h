@@ -162,6 +162,21 @@ struct sf_index_status {
 void sf_index_load(int dirfd, const char *name, const struct sf_format *fmt,
 		   struct sf_format_result *res, struct sf_index_status *st);
 
+/*
+ * Under MPI, for a checkpoint only peers hold files of (cd->dirfd < 0,
+ * opened over the union through cd->src): the index a peer holds beside
+ * its files (the one a save through its mount was sealed with, or
+ * `shardctl index` there) is fetched and attached as sf_index_load
+ * attaches a local one (every file taken as unchanged: each read from a
+ * peer is checked against it). -EBUSY, nothing attached, when no peer
+ * holds an index but one holds the marker of a save through its mount
+ * (SF_SAVE_MARKER, sf_save.h: being saved, not sealed by any daemon yet:
+ * not to be shown); else 0 (an index that does not match is logged and
+ * ignored, as a local one is).
+ */
+int sf_index_load_peer(const struct sf_cdir *cd, const char *name,
+		       const struct sf_format *fmt, struct sf_format_result *res);
+
 /* Match ix to m (see the top of this file) and attach its checksums.
  * stat_dirfd: where to look at the files (size and mtime); -1: take every
  * file as unchanged. 0, or -SF_EMANIFEST with the reason in st->why (m

@@ -30,6 +30,7 @@
 #include "sf_log.h"
 
 #define MAX_CHANGED_LINES 8 /* changed files named one per line, then a count */
+#define SAVE_MARKER ".shardfs-saved" /* sf_save.h's SF_SAVE_MARKER (a unit above) */
 
 /* How a file compares with what the index recorded. */
 enum fstate { F_SAME = 0, F_CHANGED, F_GONE };
@@ -299,6 +300,51 @@ out_free:
 	free(used);
 	free(newf);
 	return rc;
+}
+
+int sf_index_load_peer(const struct sf_cdir *cd, const char *name,
+		       const struct sf_format *fmt, struct sf_format_result *res)
+{
+	struct sf_source *src = cd->src;
+	struct sf_index_status st = { .present = true };
+	struct sf_index *ix = NULL;
+	uint64_t size = 0;
+	char *text = NULL;
+	int rc;
+
+	if (!res->model || !src || !src->ops->peer_size || cd->dirfd >= 0)
+		return 0;
+	if (src->ops->peer_size(src->ctx, &cd->ref, SF_INDEX_NAME, &size) != 0)
+		return src->ops->peer_size(src->ctx, &cd->ref, SAVE_MARKER, &size) == 0 ?
+		       -EBUSY : 0;
+	if (size == 0 || size > SF_INDEX_MAX_BYTES) {
+		snprintf(st.why, sizeof(st.why), "a peer's copy: %" PRIu64 " bytes", size);
+		goto out_log;
+	}
+	text = malloc((size_t)size);
+	if (!text)
+		return -ENOMEM;
+	rc = src->ops->read(src->ctx, &cd->ref, UINT32_MAX, SF_INDEX_NAME, 0, text,
+			    (size_t)size);
+	if (!rc)
+		rc = sf_index_parse(text, (size_t)size, &ix, st.why, sizeof(st.why));
+	if (!rc)
+		rc = sf_index_apply(-1, name, fmt->name, ix, res->model, &st);
+	if (rc) {
+		if (!st.why[0])
+			snprintf(st.why, sizeof(st.why), "a peer's copy: %s", sf_strerror(rc));
+		goto out_log;
+	}
+	sf_info("checkpoint %s: " SF_INDEX_NAME " (a peer's): %zu shards verified",
+		SF_QSTR(name), st.shards);
+	goto out_free;
+out_log:
+	sf_warn("checkpoint %s: " SF_INDEX_NAME " (a peer's) ignored, reads are unverified: %s",
+		SF_QSTR(name), st.why);
+out_free:
+	sf_index_free(ix);
+	free(text);
+	return 0;
 }
 
 void sf_index_load(int dirfd, const char *name, const struct sf_format *fmt,

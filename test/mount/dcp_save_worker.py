@@ -6,7 +6,8 @@ python3-torch, gloo) into a directory, for test_save.py.
 
 save: ShardedTensors split over WORLD ranks (rows by dim 0, cols by dim
 1) and a plain tensor and an int, saved with save_state_dict and the
-stock FileSystemWriter. STALL (a rank number): that rank stops before
+stock FileSystemWriter (SF_SAVE_BIG_MIB=N in the environment: a plain
+N MiB tensor "big" too, so one rank's file spans several 4 MiB blocks). STALL (a rank number): that rank stops before
 writing its data (the test kills it there). load: load_state_dict
 (no_dist) into whole tensors, written to OUT as .npy files.
 """
@@ -31,7 +32,13 @@ def full_tensors(seed=5):
             "bias": torch.randn(33, generator=g).to(torch.bfloat16)}
 
 
-def save(rank, world, initfile, path, stall, seed):
+def big_tensor(mib, seed):
+    """A plain tensor of mib MiB (one rank's file holds it: several blocks)."""
+    g = torch.Generator().manual_seed(seed + 1000)
+    return torch.randn(mib << 18, generator=g)
+
+
+def save(rank, world, initfile, path, stall, seed, big_mib=0):
     from torch.distributed._shard import sharded_tensor
     from torch.distributed._shard.sharding_spec import ChunkShardingSpec
 
@@ -51,6 +58,8 @@ def save(rank, world, initfile, path, stall, seed):
 
     sd = {"rows": shard(full["rows"], 0), "cols": shard(full["cols"], 1),
           "bias": full["bias"], "step": 7}
+    if big_mib:
+        sd["big"] = big_tensor(big_mib, seed)
 
     class Writer(dcp.FileSystemWriter):
         def write_data(self, plan, planner):
@@ -80,6 +89,7 @@ if __name__ == "__main__":
     if sys.argv[1] == "save":
         save(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5],
              int(sys.argv[6]) if len(sys.argv) > 6 else -1,
-             int(sys.argv[7]) if len(sys.argv) > 7 else 5)
+             int(sys.argv[7]) if len(sys.argv) > 7 else 5,
+             int(os.environ.get("SF_SAVE_BIG_MIB", "0")))
     else:
         load(sys.argv[2], sys.argv[3])

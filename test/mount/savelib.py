@@ -24,14 +24,16 @@ def state(path):
         return "error %s" % errno.errorcode.get(e.errno, e.errno)
 
 
-def start_ranks(init, paths, stall=-1, seed=5):
+def start_ranks(init, paths, stall=-1, seed=5, big_mib=0):
     """One torch 1.13 save_state_dict process per path (rank r saves into
     paths[r]), sharing the rendezvous file init; rank stall stops before
-    its data. The Popen objects, stdout piped."""
+    its data; big_mib: a plain tensor of that many MiB besides. The Popen
+    objects, stdout piped."""
     n = len(paths)
+    env = dict(os.environ, SF_SAVE_BIG_MIB=str(big_mib))
     return [subprocess.Popen(
         [PY, WORKER, "save", str(r), str(n), init, p, str(stall), str(seed)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
         for r, p in enumerate(paths)]
 
 

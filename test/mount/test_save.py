@@ -20,7 +20,9 @@ bf16 tensor, an int) saves into MOUNT/step-N:
   6. re-saving a name: a re-save killed midway leaves it not complete
      (the old .metadata is not taken for the new save's); a full re-save
      then shows the new values, verified, with torch's own files at its
-     root, and load_state_dict from the mount gives the saved tensors;
+     root, and load_state_dict from the mount gives the saved tensors; a
+     byte flipped on disk in block 1 of torch's largest .distcp: the read
+     covering it fails with EIO, block 0 reads byte-exact;
   7. a DCP checkpoint found in the store (written there directly) stays
      read-only: unlink, create and rmdir in it fail;
   9. a daemon started again shows step-3 verified, rm -rf removes it;
@@ -49,12 +51,13 @@ def wait_state(path, want, bound):
     return savelib.wait_until(lambda: state(path) == want, bound)
 
 
-def start_ranks(env, path, tag, stall=-1, seed=5):
-    return savelib.start_ranks(env.path("init-%s" % tag), [path, path], stall, seed)
+def start_ranks(env, path, tag, stall=-1, seed=5, big_mib=0):
+    return savelib.start_ranks(env.path("init-%s" % tag), [path, path], stall, seed,
+                               big_mib)
 
 
-def save(env, ck, path, tag, seed=5):
-    ok = savelib.wait_ranks(start_ranks(env, path, tag, seed=seed), 120)
+def save(env, ck, path, tag, seed=5, big_mib=0):
+    ok = savelib.wait_ranks(start_ranks(env, path, tag, seed=seed, big_mib=big_mib), 120)
     ck.ok(ok, "%s: save_state_dict through the mount succeeded on both ranks" % tag)
     return ok
 
@@ -76,6 +79,43 @@ def killed_save(env, ck, path, tag):
     procs[0].send_signal(signal.SIGKILL)
     for p in procs:
         p.wait(timeout=30)
+
+
+def flipped_root_file(ck, spath, mpath):
+    """A byte flipped on disk in block 1 of a root file (the .distcp
+    holding the big tensor, > 4 MiB): a read covering it fails with EIO, block 0
+    still reads byte-exact (checked block by block, not whole at open);
+    the byte is put back after."""
+    with open(spath, "rb") as f:
+        good = f.read()
+    at = (4 << 20) + 100
+    if not ck.ok(len(good) > at + 4096, "%s spans 2 blocks (%d bytes)" % (spath, len(good))):
+        return
+    with open(spath, "r+b") as f:
+        f.seek(at)
+        f.write(bytes([good[at] ^ 0x40]))
+    try:
+        try:
+            fd = os.open(mpath, os.O_RDONLY)
+        except OSError as e:
+            ck.ok(False, "root file with a flipped byte in block 1: open failed (%s), "
+                  "want block 0 readable" % errno.errorcode.get(e.errno, e.errno))
+            return
+        try:
+            # torch's load read it already: the kernel's cached pages go
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            ck.bytes_eq(os.pread(fd, 65536, 0), good[:65536],
+                        "root file: block 0 reads byte-exact beside a flipped block")
+            ck.raises(errno.EIO, lambda: os.pread(fd, 4096, at & ~4095),
+                      "root file: the read covering the flipped byte")
+            ck.bytes_eq(os.pread(fd, 4096, 8192), good[8192:12288],
+                        "root file: block 0 still reads after the EIO")
+        finally:
+            os.close(fd)
+    finally:
+        with open(spath, "r+b") as f:
+            f.seek(at)
+            f.write(good[at:at + 1])
 
 
 def run(env, ck):
@@ -161,7 +201,7 @@ def run(env, ck):
             time.sleep(2.5)
             ck.eq(state(root3), "saving",
                   "step-3 re-save killed midway: not complete (old .metadata not reused)")
-            if save(env, ck, root3, "step-3c", seed=6):
+            if save(env, ck, root3, "step-3c", seed=6, big_mib=6):
                 dt = wait_state(root3, "committed", BOUND_S)
                 ck.ok(dt is not None, "step-3 re-saved: complete within %.0f s" % BOUND_S)
                 ck.eq(os.getxattr(root3, "user.shardfs.verified"), b"yes",
@@ -182,6 +222,11 @@ def run(env, ck):
                     for k in sorted(w6):
                         ck.bytes_eq(np.load(os.path.join(out, k + ".npy")).tobytes(),
                                     w6[k], "load_state_dict from the mount: %s" % k)
+                big = max((f for f in os.listdir(os.path.join(store, "step-3"))
+                           if f.endswith(".distcp")),
+                          key=lambda f: os.path.getsize(os.path.join(store, "step-3", f)))
+                flipped_root_file(ck, os.path.join(store, "step-3", big),
+                                  os.path.join(root3, big))
 
         # 7. a DCP checkpoint found in the store stays read-only
         found = os.path.join(store, "found")
