@@ -179,6 +179,10 @@ static int ckpt_open_fd(int dirfd, int blobsfd, const char *dir,
 	ck->manifest_path = res.meta_path;
 	ck->manifest_ino = res.meta_ino;
 	ck->manifest_mtime_ns = res.meta_mtime_ns;
+	ck->held = res.held;
+	ck->nheld = res.nheld;
+	res.held = NULL;
+	res.nheld = 0;
 	res.model = NULL;
 	res.meta = NULL;
 	ret = sf_st_layout_build(ck->m, &ck->st);
@@ -355,6 +359,7 @@ void sf_ckpt_close(struct sf_ckpt *ck)
 		return;
 	sf_st_layout_destroy(ck->st);
 	sf_model_destroy(ck->m);
+	sf_held_free(ck->held, ck->nheld);
 	free(ck->manifest_json);
 	free(ck->name);
 	free(ck->dir);

@@ -47,6 +47,9 @@ struct sf_ckpt {
 	uint64_t manifest_ino;     /* its inode and st_mtim, at open */
 	int64_t manifest_mtime_ns;
 	struct sf_st_layout *st;   /* owned */
+	struct sf_held *held;      /* objects/NAME the open made (sf_held.h;
+				    * owned), beside the model's */
+	size_t nheld;
 	struct timespec mtime;     /* the checkpoint directory's, at open */
 };
 

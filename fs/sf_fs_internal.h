@@ -65,6 +65,8 @@ enum sf_node_kind {
 	SF_NODE_RAW,       /* a framework's own file (.metadata, __0_0.distcp)
 	                    * of a checkpoint saved through the mount, as the
 	                    * store holds it (sf_fs_svtree.c) */
+	SF_NODE_HELD,      /* objects/NAME whose bytes the open made
+	                    * (sf_held.h: DeepSpeed's), served from memory */
 };
 
 /* Which subtree a DIR node belongs to (decides slice lookups). */
@@ -163,6 +165,7 @@ struct sf_node {
 	char *name;                   /* immutable; owned; one path component */
 	struct sf_fs_ckpt *ck;        /* immutable; holds a ref; NULL for ROOT */
 	const struct sf_tensor *t;    /* immutable; borrowed from ck->ck->m */
+	const struct sf_held *held;   /* immutable; HELD: borrowed from ck->ck */
 	struct sf_box *box;           /* immutable; owned; SLICE only */
 	struct sf_node *base;         /* immutable; holds a ref; SLICE: its tensor */
 	char *npy_head;               /* immutable; owned; NPY only */

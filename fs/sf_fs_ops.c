@@ -526,6 +526,13 @@ static int node_read(struct sf_fs *fs, struct sf_node *n, uint64_t off,
 				  len);
 	case SF_NODE_MANIFEST:
 		return sf_ckpt_manifest_read(ck, buf, off, len);
+	case SF_NODE_HELD:
+		if (off >= n->held->len)
+			return 0;
+		if (len > n->held->len - off)
+			len = (size_t)(n->held->len - off);
+		memcpy(buf, n->held->data + off, len);
+		return 0;
 	default:
 		return -EISDIR;
 	}

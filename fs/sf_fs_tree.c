@@ -457,12 +457,20 @@ static int build_ckpt(struct sf_fs *fs, struct sf_node *cd)
 		n->t = t;
 		n->size = t->nbytes;
 	}
-	if (m->nobjects) {
+	if (m->nobjects || ck->nheld) {
 		struct sf_node *odir;
 
 		rc = sf_fs_add_child(fs, cd, SF_NODE_DIR, SF_VIEW_OBJECTS, &odir);
 		if (rc)
 			return rc;
+		for (i = 0; i < ck->nheld; i++) {
+			rc = add_path(fs, odir, ck->held[i].name, NULL,
+				      SF_NODE_HELD, &n);
+			if (rc)
+				return rc;
+			n->held = &ck->held[i];
+			n->size = ck->held[i].len;
+		}
 		for (i = 0; i < m->nobjects; i++) {
 			const struct sf_tensor *t = &m->objects[i];
 

@@ -41,8 +41,11 @@
  * (sf_dstags.h); here one info line counts them. The non-tensor entries
  * of mp rank 0's model states and rank 0's optimizer states (step counts,
  * the loss scaler, ds_config, ...) are manifest.json's "deepspeed" key
- * (sf_deepspeed_obj.h), not objects/: they lie inside data.pkl, with no
- * byte range of their own that torch.load could read.
+ * (sf_deepspeed_obj.h) and objects/KEY, objects/optim_states/KEY (and
+ * optim_states/optimizer_state_dict/KEY): each value re-written at open
+ * as a torch.save archive of its own (sf_pickle_write.h; they lie inside
+ * data.pkl, with no byte range of their own), held in memory, capped;
+ * entries that hold tensors are not among them.
  *
  * Universal checkpoints (deepspeed.checkpoint.ds_to_universal):
  * DIR/latest_universal names TAG (or the directory is TAG, holding zero/);
@@ -93,6 +96,7 @@ static const struct sf_pk_global ds_allow[] = {
 	{ "torch", "Size" },
 	{ "torch._tensor", "_rebuild_from_type_v2" },
 	{ "torch", "Tensor" },
+	{ "collections", "OrderedDict" }, /* torch's too: objects/ write it */
 };
 #define NDS_ALLOW (sizeof(ds_allow) / sizeof(ds_allow[0]))
 
@@ -134,6 +138,7 @@ struct ds {
 	struct seg *seg;         /* [kind][rank][group] */
 	char ver[32];
 	json_t *extra;           /* manifest.json's "deepspeed" (owned) */
+	struct sf_ds_held held;  /* objects/ (owned until handed over) */
 };
 
 static struct seg *seg_at(struct ds *d, int kind, unsigned r, unsigned g)
@@ -984,8 +989,8 @@ static void close_mp(struct ds *d)
 /* The non-tensor entries of mp rank 0's model states and rank 0's
  * optimizer states (step counts, the loss scaler, ds_config, ...), as
  * manifest.json's "deepspeed": {"tag", "model_states", "optim_states"}
- * (sf_deepspeed_obj.h; decoded by the pickle reader, nothing run). 0 or
- * -ENOMEM. */
+ * (sf_deepspeed_obj.h; decoded by the pickle reader, nothing run) and as
+ * objects/ (d->held). 0 or -ENOMEM. */
 static int add_objects(struct ds *d, const struct sf_pk *root)
 {
 	static const char *const skip_model[] = {
@@ -995,10 +1000,26 @@ static int add_objects(struct ds *d, const struct sf_pk *root)
 	json_t *os = sf_ds_obj_json(d->opt[0].doc, sf_ts_doc_root(d->opt[0].doc),
 				    NULL);
 
+	int rc;
+
 	d->extra = json_pack("{s:{s:s*, s:o*, s:o*}}", SF_DEEPSPEED_FORMAT,
 			     "tag", d->tag[0] ? d->tag : NULL,
 			     "model_states", ms, "optim_states", os);
-	return d->extra ? 0 : -ENOMEM;
+	if (!d->extra)
+		return -ENOMEM;
+	/* and as objects/KEY, objects/optim_states/KEY: torch.save archives */
+	rc = sf_ds_obj_held(&d->k, root, "", false, ds_allow, NDS_ALLOW, &d->held);
+	if (!rc)
+		rc = sf_ds_obj_held(&d->k, sf_ts_doc_root(d->opt[0].doc),
+				    "optim_states/", true, ds_allow, NDS_ALLOW,
+				    &d->held);
+	if (!rc)
+		sf_ds_held_finish(&d->k, &d->held);
+	if (!rc && d->held.tensors)
+		sf_info("checkpoint %s: %zu entr%s of the model and optimizer states not in objects/: they hold tensors",
+			SF_QSTR(d->k.name), d->held.tensors,
+			d->held.tensors == 1 ? "y" : "ies");
+	return rc;
 }
 
 /* One mp rank's tensors (d->mp, d->pfx set). */
@@ -1126,8 +1147,13 @@ static int ds_open(const struct sf_cdir *cd, struct sf_format_result *out,
 	if (!rc) {
 		out->extra = d.extra;
 		d.extra = NULL;
+		out->held = d.held.v;
+		out->nheld = d.held.n;
+		d.held.v = NULL;
+		d.held.n = 0;
 	}
 	json_decref(d.extra);
+	sf_held_free(d.held.v, d.held.n);
 	/* the model copies the file names it keeps: the archives can go */
 	rc = sf_kit_end(&d.k, rc, d.m, out);
 	close_mp(&d);

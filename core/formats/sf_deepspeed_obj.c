@@ -17,15 +17,27 @@
  * SF_DS_JSON_MAX_DEPTH levels (deeper: null; past the count: the object
  * gets "truncated": true); strings are the reader's (valid UTF-8, no NUL:
  * sf_pk_str) or left as {"bytes": N}.
+ *
+ * The same entries as objects/KEY (sf_ds_obj_held): each value written
+ * back as a torch.save archive (sf_pickle_write.h), held in memory, at
+ * most SF_DS_OBJ_MAX bytes each, SF_DS_OBJ_TOTAL and SF_DS_OBJ_COUNT in
+ * all; every name checked as an object's (sf_model_entry_check) and
+ * unique, none a directory of another.
  */
 #include "sf_deepspeed_obj.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "sf_array.h"
 #include "sf_dtype.h"
+#include "sf_error.h"
+#include "sf_model.h"
 #include "sf_pickle.h"
+#include "sf_pickle_write.h"
 
 struct render {
 	struct sf_ts_doc *doc;
@@ -202,4 +214,191 @@ json_t *sf_ds_obj_json(struct sf_ts_doc *doc, const struct sf_pk *root,
 	if (o && r.truncated)
 		json_object_set_new(o, "truncated", json_true());
 	return o;
+}
+
+/* Does v hold a tensor (a tensor call or a storage reference)? Bounded
+ * by depth; a value deeper than the writer takes counts as none (the
+ * writer then refuses it by depth). */
+static bool holds_tensor(const struct sf_pk *v, unsigned depth, unsigned *left)
+{
+	if (!v || depth >= SF_PKW_MAX_DEPTH || !*left)
+		return false;
+	(*left)--;
+	switch (v->kind) {
+	case SF_PK_PERSID:
+		return true;
+	case SF_PK_TUPLE:
+	case SF_PK_LIST:
+		for (size_t i = 0; i < v->u.seq.n; i++)
+			if (holds_tensor(v->u.seq.v[i], depth + 1, left))
+				return true;
+		return false;
+	case SF_PK_DICT:
+		for (size_t i = 0; i < v->u.dict.n; i++)
+			if (holds_tensor(v->u.dict.k[i], depth + 1, left) ||
+			    holds_tensor(v->u.dict.v[i], depth + 1, left))
+				return true;
+		return false;
+	case SF_PK_OBJ:
+		return holds_tensor(v->u.obj.callable, depth + 1, left) ||
+		       holds_tensor(v->u.obj.args, depth + 1, left) ||
+		       holds_tensor(v->u.obj.kwargs, depth + 1, left) ||
+		       holds_tensor(v->u.obj.state, depth + 1, left) ||
+		       holds_tensor(v->u.obj.items, depth + 1, left) ||
+		       holds_tensor(v->u.obj.elems, depth + 1, left);
+	default:
+		return false;
+	}
+}
+
+static int held_one(struct sf_kit *k, const char *name, const struct sf_pk *v,
+		    const struct sf_pk_global *allow, size_t nallow,
+		    struct sf_ds_held *h)
+{
+	uint64_t shape = 1;
+	unsigned char *buf = NULL;
+	size_t len = 0, cap = SF_DS_OBJ_MAX;
+	char why[160];
+	int rc;
+
+	if (sf_model_entry_check(false, name, SF_DT_U8, 1, &shape) != 0) {
+		sf_kit_leave_out(k, name, "objects/: no name an object may have");
+		return 0;
+	}
+	if (h->n >= SF_DS_OBJ_COUNT) {
+		sf_kit_leave_out(k, name, "objects/: more than %u objects",
+				 SF_DS_OBJ_COUNT);
+		return 0;
+	}
+	if (SF_DS_OBJ_TOTAL - h->bytes < cap)
+		cap = SF_DS_OBJ_TOTAL - h->bytes;
+	rc = sf_pkw_torch_save(v, allow, nallow, "archive", cap, &buf, &len,
+			       why, sizeof(why));
+	if (rc == -ENOMEM)
+		return rc;
+	if (rc == -SF_ETOOBIG && cap < SF_DS_OBJ_MAX) {
+		sf_kit_leave_out(k, name, "objects/: past %u bytes in all",
+				 SF_DS_OBJ_TOTAL);
+		return 0;
+	}
+	if (rc) {
+		sf_kit_leave_out(k, name, "objects/: %s", why);
+		return 0;
+	}
+	rc = sf_array_grow(&h->v, h->n, &h->cap, sizeof(*h->v), 16, 0);
+	if (rc) {
+		free(buf);
+		return -ENOMEM;
+	}
+	h->v[h->n].name = strdup(name);
+	if (!h->v[h->n].name) {
+		free(buf);
+		return -ENOMEM;
+	}
+	h->v[h->n].data = buf;
+	h->v[h->n].len = len;
+	h->n++;
+	h->bytes += len;
+	return 0;
+}
+
+int sf_ds_obj_held(struct sf_kit *k, const struct sf_pk *root,
+		   const char *prefix, bool descend,
+		   const struct sf_pk_global *allow, size_t nallow,
+		   struct sf_ds_held *h)
+{
+	const struct sf_pk *items = root;
+	int rc = 0;
+
+	if (root && root->kind == SF_PK_OBJ)      /* an OrderedDict */
+		items = root->u.obj.items;
+	if (!items || items->kind != SF_PK_DICT)
+		return 0;
+	for (size_t i = 0; !rc && i < items->u.dict.n; i++) {
+		const char *key = sf_pk_str(items->u.dict.k[i]);
+		const struct sf_pk *v = items->u.dict.v[i];
+		unsigned left = 1u << 20;
+		char name[SF_MAX_NAME];
+
+		if (!key)
+			continue; /* manifest.json's "deepspeed" shows it */
+		if (snprintf(name, sizeof(name), "%s%s", prefix, key) >=
+		    (int)sizeof(name) || strchr(key, '/')) {
+			sf_kit_leave_out(k, key, "objects/: no name an object may have");
+			continue;
+		}
+		if (!holds_tensor(v, 0, &left)) {
+			rc = held_one(k, name, v, allow, nallow, h);
+			continue;
+		}
+		if (descend && (v->kind == SF_PK_DICT || v->kind == SF_PK_OBJ) &&
+		    strlen(name) + 2 < sizeof(name)) {
+			strcat(name, "/");
+			rc = sf_ds_obj_held(k, v, name, false, allow, nallow, h);
+			continue;
+		}
+		h->tensors++;
+	}
+	return rc;
+}
+
+static int held_cmp(const void *a, const void *b)
+{
+	return strcmp(((const struct sf_held *)a)->name,
+		      ((const struct sf_held *)b)->name);
+}
+
+static int held_find(const struct sf_ds_held *h, const char *name, size_t len)
+{
+	size_t lo = 0, hi = h->n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		int c = strncmp(h->v[mid].name, name, len);
+
+		if (c == 0 && h->v[mid].name[len] != '\0')
+			c = 1;
+		if (c == 0)
+			return (int)mid;
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return -1;
+}
+
+void sf_ds_held_finish(struct sf_kit *k, struct sf_ds_held *h)
+{
+	bool *drop = h->n ? calloc(h->n, sizeof(*drop)) : NULL;
+	size_t j = 0;
+
+	if (h->n > 1)
+		qsort(h->v, h->n, sizeof(*h->v), held_cmp);
+	for (size_t i = 0; drop && i < h->n; i++) {
+		const char *a = h->v[i].name;
+
+		if (i > 0 && strcmp(h->v[i - 1].name, a) == 0)
+			drop[i] = drop[i - 1] = true;
+		for (const char *s = strchr(a, '/'); s; s = strchr(s + 1, '/')) {
+			int f = held_find(h, a, (size_t)(s - a));
+
+			if (f >= 0)
+				drop[f] = true;
+		}
+	}
+	for (size_t i = 0; i < h->n; i++) {
+		if (!drop || drop[i]) {
+			sf_kit_leave_out(k, h->v[i].name,
+					 drop ? "objects/: another object takes its name" :
+						"objects/: out of memory");
+			h->bytes -= h->v[i].len;
+			free(h->v[i].name);
+			free(h->v[i].data);
+			continue;
+		}
+		h->v[j++] = h->v[i];
+	}
+	h->n = j;
+	free(drop);
 }

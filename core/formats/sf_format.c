@@ -61,6 +61,7 @@ void sf_format_result_clear(struct sf_format_result *r)
 {
 	sf_model_destroy(r->model);
 	json_decref(r->extra);
+	sf_held_free(r->held, r->nheld);
 	free(r->meta);
 	memset(r, 0, sizeof(*r));
 }

@@ -27,6 +27,7 @@
 #include "sf_budget.h"
 #include "sf_engine.h"
 #include "sf_io.h"
+#include "sf_held.h"
 #include "sf_model.h"
 #include "sf_open.h" /* sf_open_beneath, sf_open_payload* (moved to core) */
 
@@ -139,6 +140,9 @@ struct sf_format_result {
 	json_t *extra;           /* NULL, or an object (owned, one reference):
 				  * format-specific keys manifest.json shows
 				  * after the model's (HF's "hf") */
+	struct sf_held *held;    /* objects/NAME made at open (sf_held.h;
+				  * owned), beside the model's; NULL */
+	size_t nheld;
 	char *meta;              /* manifest.json as the mount shows it: the
 				  * dump, or the stored one read from a peer;
 				  * NUL-terminated; NULL with meta_file and

@@ -21,7 +21,10 @@
  * model of format "deepspeed ..." in which every shard names one of the
  * files written and lies inside it, and every tensor's bytes are covered
  * by shards that do not overlap, and whose extra holds a "deepspeed"
- * object (the archives' non-tensor entries, sf_deepspeed_obj.c). The
+ * object (the archives' non-tensor entries, sf_deepspeed_obj.c), and
+ * whose objects/ (res->held) keep their caps, have sorted unique names an
+ * object may have (none another's directory), each a torch.save archive
+ * the reader decodes. The
  * first and last payload bytes of each shard are read back. Any
  * violation aborts.
  */
@@ -39,6 +42,21 @@
 #include "fuzz_util.h"
 #include "sf_error.h"
 #include "sf_deepspeed.h"
+#include "sf_deepspeed_obj.h"
+#include "sf_model.h"
+#include "sf_pickle.h"
+#include "sf_torchsave.h"
+
+/* What DeepSpeed's archives name besides a tensor's (sf_deepspeed.c). */
+static const struct sf_pk_global obj_allow[] = {
+	{ "deepspeed.runtime.zero.config", "ZeroStageEnum" },
+	{ "deepspeed.runtime.fp16.loss_scaler", "LossScaler" },
+	{ "deepspeed.runtime.fp16.loss_scaler", "DynamicLossScaler" },
+	{ "deepspeed.utils.tensor_fragment", "fragment_address" },
+	{ "torch", "float16" }, { "torch", "bfloat16" }, { "torch", "float32" },
+	{ "torch", "Size" }, { "collections", "OrderedDict" },
+};
+#define NOBJ_ALLOW (sizeof(obj_allow) / sizeof(obj_allow[0]))
 
 /* fuzz_result_fn: the non-tensor entries are manifest.json's
  * "deepspeed", an object, its archives' parts objects when present. */
@@ -48,9 +66,40 @@ static void look_extra(const struct sf_format_result *res)
 	json_t *ms = ds ? json_object_get(ds, "model_states") : NULL;
 	json_t *os = ds ? json_object_get(ds, "optim_states") : NULL;
 
+	size_t total = 0;
+
 	if (!json_is_object(res->extra) || !json_is_object(ds) ||
 	    (ms && !json_is_object(ms)) || (os && !json_is_object(os)))
 		fuzz_die("no \"deepspeed\" object in the extra", NULL);
+	/* objects/: within the caps, names an object may have, sorted,
+	 * unique, none another's directory; each a zip whose data.pkl the
+	 * torch.save reader decodes */
+	if (res->nheld > SF_DS_OBJ_COUNT || (res->nheld && !res->held))
+		fuzz_die("objects/: more than its count", NULL);
+	for (size_t i = 0; i < res->nheld; i++) {
+		const struct sf_held *h = &res->held[i];
+		uint64_t one = 1;
+		struct sf_ts_doc *doc = NULL;
+		struct sf_input in;
+		char why[256];
+		size_t nl = strlen(h->name);
+
+		total += h->len;
+		if (h->len > SF_DS_OBJ_MAX || total > SF_DS_OBJ_TOTAL)
+			fuzz_die("objects/: past its caps", h->name);
+		if (sf_model_entry_check(false, h->name, SF_DT_U8, 1, &one) != 0)
+			fuzz_die("objects/: a name no object may have", h->name);
+		if (i + 1 < res->nheld &&
+		    (strcmp(h->name, res->held[i + 1].name) >= 0 ||
+		     (strncmp(h->name, res->held[i + 1].name, nl) == 0 &&
+		      res->held[i + 1].name[nl] == '/')))
+			fuzz_die("objects/: names not sorted, unique and plain", h->name);
+		in = sf_input_mem(h->data, h->len);
+		if (sf_ts_doc_open(&in, obj_allow, NOBJ_ALLOW, NULL, &doc, why,
+				   sizeof(why)) != 0)
+			fuzz_die("objects/: an archive the reader refuses", why);
+		sf_ts_doc_free(doc);
+	}
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -21,7 +21,11 @@
  *     have their arrays; GLOBALs are on the allowlist; OBJs have a
  *     callable, a TUPLE of args, kwargs a DICT or NULL, items a DICT,
  *     elems a LIST; the node count is within max_nodes; and every
- *     accessor answers on every node without crashing.
+ *     accessor answers on every node without crashing;
+ *   - and the writer (sf_pickle_write.c) writes the root back within its
+ *     cap, to a pickle the reader decodes to a value that writes the same
+ *     bytes again, or fails with -ENOTSUP, -SF_ETOOBIG or -ENOMEM and a
+ *     message.
  * Any violation aborts. The input is not NUL-terminated, so an over-read
  * shows under ASan.
  */
@@ -35,6 +39,7 @@
 #include "sf_error.h"
 #include "sf_io.h"
 #include "sf_pickle.h"
+#include "sf_pickle_write.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -287,6 +292,51 @@ static void check_node(const struct sf_pk *v, const uint8_t *data, size_t size,
 #undef PUSH
 }
 
+/* The writer (sf_pickle_write.h) on the decoded value: it writes a
+ * pickle (within the cap) that the reader decodes to a value writing the
+ * same bytes again, or fails with a documented code and a message. */
+static void write_back(const struct sf_pk *root, const struct sf_pickle_opts *o)
+{
+	unsigned char *a = (unsigned char *)&a, *b = NULL;
+	size_t alen = 0, blen = 0;
+	struct sf_pickle *q = NULL;
+	struct sf_input in;
+	char err[256];
+	int rc;
+
+	fuzz_poison(err, sizeof(err));
+	rc = sf_pkw_pickle(root, allow, NALLOW, 64u << 10, &a, &alen, err,
+			   sizeof(err));
+	if (rc) {
+		if (a)
+			fuzz_die("a failed write returned bytes", err);
+		if (rc != -ENOTSUP && rc != -SF_ETOOBIG && rc != -ENOMEM)
+			fuzz_die("write: undocumented error", sf_strerror(rc));
+		if (rc != -ENOMEM)
+			fuzz_check_message(err, sizeof(err));
+		return;
+	}
+	if (alen > (64u << 10))
+		fuzz_die("write past its cap", NULL);
+	in = sf_input_mem(a, alen);
+	rc = sf_pickle_load(&in, o, &q, err, sizeof(err));
+	if (rc == -ENOMEM || rc == -SF_ETOOBIG) { /* the copy has no memo */
+		free(a);
+		return;
+	}
+	if (rc)
+		fuzz_die("what the writer wrote does not read back", err);
+	rc = sf_pkw_pickle(sf_pickle_root(q), allow, NALLOW, 64u << 10, &b,
+			   &blen, err, sizeof(err));
+	if (rc == 0 && (alen != blen || memcmp(a, b, alen) != 0))
+		fuzz_die("written, read and written again: other bytes", NULL);
+	if (rc && rc != -ENOMEM)
+		fuzz_die("what was written once cannot be written again", err);
+	free(b);
+	sf_pickle_free(q);
+	free(a);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct sf_pickle_opts o = {
@@ -334,6 +384,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		fuzz_die("more nodes than max_nodes", NULL);
 	free(todo);
 	free(seen.slot);
+	write_back(sf_pickle_root(p), &o);
 	sf_pickle_free(p);
 	return 0;
 }

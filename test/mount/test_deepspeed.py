@@ -25,7 +25,8 @@ views (npy/, slices), a root file beside latest, read-only.
 
 manifest.json's "deepspeed" key against torch.load's values of the
 non-tensor entries (NAME.objects.json: step counts, ds_config, the loss
-scaler, param groups, ...).
+scaler, param groups, ...); objects/KEY (ds_objects.py) against
+torch.load's values of the archives, through torch.load.
 
 Hostile variants, made at test time from the real files: a pickle naming
 another global (posix.system) in an optimizer archive, and in the model
@@ -36,7 +37,8 @@ parameter name with '/..' (left out), `latest` naming a path out of the
 checkpoint (left out), an optimizer archive that is a symlink out (left
 out), a global_step1 that is a symlink to a tag directory outside (not
 listed, not reachable as DIR@global_step1; DIR still shown), `latest`
-naming ../ lists no DIR@TAG either; in the universal one, a fp32.pt linked out and a parameter
+naming ../ lists no DIR@TAG either; client state past objects/' caps
+(h-objects, ds_objects.py); in the universal one, a fp32.pt linked out and a parameter
 directory "a@b" (each left out alone). The store is byte-for-byte
 unchanged at the end.
 """
@@ -48,6 +50,7 @@ import shutil
 import struct
 import sys
 
+import ds_objects
 import sfmount as sm
 from test_dcp import check_readonly, check_views
 
@@ -336,6 +339,7 @@ def test(env, ck):
     with open(os.path.join(store, first, "config.json"), "w") as f:
         f.write('{"hidden_size": 7}\n')
     hostile = make_hostile(store, src2[0][1]) if src2 else {}
+    h_objects = src2 and ds_objects.make_hostile_objects(store, src2[0][1])
     if uni:
         make_hostile_universal(store, os.path.join(store, "universal-zero2"))
 
@@ -349,6 +353,8 @@ def test(env, ck):
                 check_case(env, ck, root, name, src, stage)
                 if stage != "universal" and name == os.path.basename(src):
                     check_objects(ck, root, name, src)
+                    if "tp" not in name:  # mp rank 0 only: the same
+                        ds_objects.check(ck, root, name, tag_dir(src))
         ck.eq(sm.read_file(os.path.join(mnt, first, "config.json")),
               b'{"hidden_size": 7}\n', "a root file beside latest")
         check_readonly(env, ck, mnt, cases[0][0])
@@ -366,7 +372,8 @@ def test(env, ck):
         ck.eq(sorted(n for n in listed if "@" in n),
               sorted(["%s@%s" % t for t in tags] +
                      ["%s@global_step1" % h for h in
-                      ("h-short", "h-dotdot", "h-global", "h-global-ms", "h-symlink")]),
+                      ("h-short", "h-dotdot", "h-global", "h-global-ms", "h-symlink") +
+                      (("h-objects",) if h_objects else ())]),
               "the other tags listed: zero2-2r's and its copies' (not h-latest's, not h-tagsym's link)")
         ck.ok("h-latest@global_step1" not in listed,
               "latest naming ../: no DIR@TAG listed either")
@@ -389,6 +396,8 @@ def test(env, ck):
         ck.ok(any('"h-global-ms" left out' in ln and "mp_rank_00_model_states.pt" in ln
                   and "posix.system is not allowed" in ln for ln in log.splitlines()),
               "the log says why h-global-ms is left out (the global, the file)")
+        if h_objects:
+            ds_objects.check_hostile(ck, mnt, listed, log)
         ck.ok("h-latest" not in listed, "latest naming ../: left out")
         ck.ok("latest names" in log, "the log says latest names no directory of it")
         if ck.ok("h-short" in listed, "a short partition leaves one tensor out"):
