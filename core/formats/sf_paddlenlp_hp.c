@@ -17,7 +17,9 @@
  *    config.json names model_type "llama" and its tensor_parallel_degree
  *    is the files' (else the open fails: no guessing); an optimizer state
  *    is cut like its parameter only when its local shape is the
- *    parameter's;
+ *    parameter's, or, as sharding V2 slices, when its 1-D slices add up,
+ *    in sharding-rank order, to exactly the padded size paddle gives the
+ *    parameter (else it is left out with one line);
  *  - overlaps: replicated pieces through sf_overlap_rule (tensor rank 0
  *    serves), every tensor covered (sf_cover_check);
  *  - the directory is only ever read.
@@ -630,6 +632,244 @@ static int add_shard(struct hp *h, struct sf_tensor *t, const struct piece *p,
 	return sf_tensor_add_shard(h->m, t, &s);
 }
 
+/* Tensor t (the model's last, named name) once its shards are added (rc:
+ * how that went): the overlap rule and the cover check; a tensor they
+ * refuse is dropped and left out with one line. 0 or an error that ends
+ * the open. */
+static int finish_tensor(struct hp *h, struct sf_tensor *t, const char *name, int rc)
+{
+	if (!rc)
+		rc = sf_overlap_rule(&h->k.w, t);
+	if (!rc)
+		rc = sf_cover_check(&h->k.w, t);
+	if (rc && rc != -ENOMEM && rc != -SF_EBUDGET) {
+		char why[512];
+
+		snprintf(why, sizeof(why), "%s", h->k.w.err && h->k.w.err[0] ?
+			 h->k.w.err : sf_model_why(h->m));
+		sf_kit_clear_err(&h->k);
+		sf_model_drop_last(h->m, SF_ENTRY_TENSOR);
+		sf_kit_leave_out(&h->k, name, "%s", why[0] ? why : sf_strerror(rc));
+		return 0;
+	}
+	return rc;
+}
+
+/* --- sharding stage 1 V2 (DygraphShardingOptimizerV2, split_param) ---
+ *
+ * Each parameter owns [index, index + padded) of its comm buffer, padded =
+ * numel rounded up to (256 bytes / the parameter's element size) x Z
+ * elements (paddle's tensor_fusion_helper: build_reduce_scatter_buffer);
+ * sharding rank z holds the buffer's z-th equal part, so its optimizer
+ * file holds, per state, the 1-D slice where that part meets the
+ * parameter's range. Put back in sharding-rank order, the slices are the
+ * flattened state followed by padding (PaddleNLP's reshard/sharding_v2
+ * merge_tensors concatenates and cuts to numel). The files carry no slice
+ * bounds (paddlenlp 2.8.1's model_meta.json records only "ShardingV2"), so
+ * the slices must themselves be consistent: consecutive sharding ranks of
+ * one stage, all 1-D of one dtype, the inner ones (whole parts) equal and
+ * no shorter than the outer two, adding up to exactly the padded size. */
+
+#define V2_ALIGN_BYTES 256u         /* tensor_fusion_helper's alignment */
+
+/* The boxes of flat range [lo, hi) of a C-order array of shape sh[nd]:
+ * at most 2 nd - 1 of them, each off/len. Returns the count. */
+static unsigned flat_boxes(const uint64_t *sh, unsigned nd, uint64_t lo, uint64_t hi,
+			   uint64_t off[][SF_MAX_NDIM], uint64_t len[][SF_MAX_NDIM])
+{
+	uint64_t unit[SF_MAX_NDIM];
+	unsigned n = 0;
+
+	unit[nd - 1] = 1;
+	for (unsigned k = nd - 1; k > 0; k--)
+		unit[k - 1] = unit[k] * sh[k];
+	while (lo < hi && n < 2 * SF_MAX_NDIM) {
+		unsigned k = 0;
+		uint64_t c, left;
+
+		while (lo % unit[k] || lo + unit[k] > hi)
+			k++;                 /* unit[nd - 1] == 1 always fits */
+		left = sh[k] - (lo / unit[k]) % sh[k];
+		c = (hi - lo) / unit[k];
+		if (c > left)
+			c = left;
+		for (unsigned j = 0; j < nd; j++) {
+			off[n][j] = (lo / unit[j]) % sh[j];
+			len[n][j] = j < k ? 1 : j == k ? c : sh[j];
+		}
+		n++;
+		lo += c * unit[k];
+	}
+	return n;
+}
+
+/* One box of tensor rank r's local array (shape sh, C order, flat start
+ * base in piece p, which starts at flat pstart) placed in whole tensor t
+ * by axis ax along dimension d. */
+static int v2_box(struct hp *h, struct sf_tensor *t, const struct piece *p,
+		  const uint64_t *sh, unsigned nd, enum hp_axis ax, unsigned d, int r,
+		  const uint64_t *boff, const uint64_t *blen, uint64_t pstart, uint64_t isz)
+{
+	uint64_t st[SF_MAX_NDIM], off[SF_MAX_NDIM], len[SF_MAX_NDIM];
+	int rc = 0;
+
+	st[nd - 1] = 1;
+	for (unsigned k = nd - 1; k > 0; k--)
+		st[k - 1] = st[k] * sh[k];
+	for (int half = 0; half < (ax == AX_COL2 ? 2 : 1) && !rc; half++) {
+		uint64_t lo = boff[d], hi = boff[d] + blen[d], first = 0, span = 1;
+
+		memcpy(off, boff, sizeof(off));
+		memcpy(len, blen, sizeof(len));
+		if (ax == AX_COL2) {         /* [gate_r, up_r]: halves of dim d */
+			uint64_t hw = sh[d] / 2, hlo = (uint64_t)half * hw;
+
+			lo = lo > hlo ? lo : hlo;
+			hi = hi < hlo + hw ? hi : hlo + hw;
+			if (lo >= hi)
+				continue;
+			off[d] = lo;
+			len[d] = hi - lo;
+		}
+		for (unsigned k = 0; k < nd; k++) {
+			first += off[k] * st[k];
+			span += (len[k] - 1) * st[k];
+		}
+		if (ax == AX_COL || ax == AX_ROW)
+			off[d] += (uint64_t)r * sh[d];
+		else if (ax == AX_COL2)
+			off[d] = (uint64_t)half * (sh[d] / 2 * (uint64_t)h->plan.T) +
+				 (uint64_t)r * (sh[d] / 2) + (off[d] - (uint64_t)half * (sh[d] / 2));
+		rc = add_shard(h, t, p, off, len, st, (first - pstart) * isz, span * isz);
+	}
+	return rc;
+}
+
+/* Why the slices pc[a..b) of tensor rank r (sorted by stage, shard) do
+ * not make padded elements, or NULL. */
+static const char *v2_lie(const struct piece *pc, size_t n, const char *code,
+			  uint64_t isz, uint64_t padded)
+{
+	uint64_t sum = 0, inner = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		const struct sf_paddle_np *np = &pc[i].a->np;
+
+		if (pc[i].a->bad)
+			return pc[i].a->bad;
+		if (np->ndim != 1 || strcmp(np->code, code) != 0 ||
+		    np->shape[0] > UINT64_MAX / isz || np->len != np->shape[0] * isz)
+			return "its slices differ in dtype or are not 1-D";
+		if (i && (pc[i].pp != pc[0].pp || pc[i].shard != pc[i - 1].shard + 1))
+			return "its slices are not on consecutive sharding ranks of one stage (a gap or an overlap)";
+		if (np->shape[0] == 0 || np->shape[0] > padded - sum)
+			return "its slices run beyond its padded buffer range";
+		sum += np->shape[0];
+		if (i && i + 1 < n) {
+			if (inner && np->shape[0] != inner)
+				return "its inner slices differ in length (the buffer's parts are equal)";
+			inner = np->shape[0];
+		}
+	}
+	if (inner && (pc[0].a->np.shape[0] > inner || pc[n - 1].a->np.shape[0] > inner))
+		return "an outer slice is longer than a whole part of the buffer";
+	return sum == padded ? NULL : "its slices do not add up to its padded size";
+}
+
+/* Sharding V2: the state pc[a..b) of parameter param, whose weight pieces
+ * give each tensor rank's local shape. */
+static int add_tensor_v2(struct hp *h, size_t a, size_t b)
+{
+	const char *name = h->pc[a].name, *why = NULL;
+	const struct piece *w0 = weight_piece(h, h->pc[a].param, 0);
+	const struct sf_paddle_np *wn = &w0->a->np;
+	uint64_t shape[SF_MAX_NDIM], numel = 1, padded, unit, isz, wsz;
+	enum sf_dtype dt, wdt;
+	enum hp_axis ax;
+	struct sf_tensor *t;
+	int T = h->plan.T, rc = 0;
+	unsigned d, nd = wn->ndim;
+	size_t i = a, a0 = a;
+
+	if (w0->a->bad) {
+		sf_kit_leave_out(&h->k, name, "%s: %s", w0->f->path, w0->a->bad);
+		return 0;
+	}
+	wdt = dtype_of(h, wn->code);
+	dt = dtype_of(h, h->pc[a].a->np.code);
+	wsz = wdt == SF_DT_INVALID ? 0 : sf_dtype_size(wdt);
+	if (dt == SF_DT_INVALID || (wsz != 2 && wsz != 4) || nd == 0) {
+		sf_kit_leave_out(&h->k, name, "a sharding V2 slice of a dtype paddle does not fuse");
+		return 0;
+	}
+	isz = sf_dtype_size(dt);
+	for (d = 0; d < nd; d++)
+		if (__builtin_mul_overflow(numel, wn->shape[d], &numel))
+			numel = UINT64_MAX;
+	unit = V2_ALIGN_BYTES / wsz * (uint64_t)h->plan.Z;
+	if (numel > UINT64_MAX / 2 - unit) {
+		sf_kit_leave_out(&h->k, name, "its size overflows");
+		return 0;
+	}
+	padded = (numel + unit - 1) / unit * unit;
+	for (int r = 0; r < T; r++) {
+		const struct piece *w = weight_piece(h, h->pc[a].param, r);
+		size_t j = i;
+
+		while (j < b && h->pc[j].tp == r)
+			j++;
+		if (i == j || !w || w->a->bad || w->a->np.ndim != nd ||
+		    memcmp(w->a->np.shape, wn->shape, nd * sizeof(*wn->shape)) != 0)
+			why = "a tensor rank holds no slice of it, or its weight pieces differ";
+		else
+			why = v2_lie(&h->pc[i], j - i, h->pc[a].a->np.code, isz, padded);
+		if (why) {
+			sf_kit_leave_out(&h->k, name, "sharding V2 slices on tensor rank %d: %s",
+					 r, why);
+			return 0;
+		}
+		i = j;
+	}
+	if (i != b) {
+		sf_kit_leave_out(&h->k, name, "a tensor rank beyond the files' %d holds a slice", T);
+		return 0;
+	}
+	ax = rule_of(h, h->pc[a].param);
+	d = ax == AX_ROW ? 0 : nd - 1;
+	if (ax == AX_COL2 && wn->shape[d] % 2) {
+		sf_kit_leave_out(&h->k, name, "a fused [gate, up] piece of odd width");
+		return 0;
+	}
+	memcpy(shape, wn->shape, sizeof(shape));
+	if (ax != AX_NONE && __builtin_mul_overflow(shape[d], (uint64_t)T, &shape[d])) {
+		sf_kit_leave_out(&h->k, name, "its whole shape overflows");
+		return 0;
+	}
+	rc = sf_model_add_tensor(h->m, false, name, dt, nd, shape, &t);
+	if (rc == -ENOMEM)
+		return rc;
+	if (rc) {
+		sf_kit_leave_out(&h->k, name, "%s", sf_model_why(h->m));
+		return 0;
+	}
+	for (uint64_t pstart = 0, hi = 0; a < b && !rc; a++, pstart = hi) {
+		const struct piece *p = &h->pc[a];
+		uint64_t off[2 * SF_MAX_NDIM][SF_MAX_NDIM], len[2 * SF_MAX_NDIM][SF_MAX_NDIM];
+		unsigned nb;
+
+		if (a > a0 && h->pc[a - 1].tp != p->tp)
+			pstart = 0;          /* the next tensor rank's first slice */
+		hi = pstart + p->a->np.shape[0];
+		if (pstart >= numel || (ax == AX_NONE && p->tp > 0))
+			continue;            /* padding only; a replica (checked above) */
+		nb = flat_boxes(wn->shape, nd, pstart, hi < numel ? hi : numel, off, len);
+		for (unsigned k = 0; k < nb && !rc; k++)
+			rc = v2_box(h, t, p, wn->shape, nd, ax, d,
+				    p->tp, off[k], len[k], pstart, isz);
+	}
+	return finish_tensor(h, t, name, rc);
+}
+
 /* Pieces pc[a..b) (one shown name, sorted by tensor rank, stage, shard)
  * as one tensor, or one log line why not. */
 static int add_tensor(struct hp *h, size_t a, size_t b)
@@ -681,6 +921,21 @@ static int add_tensor(struct hp *h, size_t a, size_t b)
 				 (unsigned long long)n0->len, (unsigned long long)numel);
 		return 0;
 	}
+	if (strcmp(name, use[0]->param) != 0 && n0->ndim == 1 && numel > 1) {
+		/* a 1-D state: a sharding V2 slice when its weight is not 1-D of
+		 * its length or another sharding rank holds a piece too */
+		const struct piece *w = weight_piece(h, use[0]->param, 0);
+		bool v2 = b - a > (size_t)T;
+
+		if (w && !w->a->bad && (w->a->np.ndim != 1 || w->a->np.shape[0] != n0->shape[0]))
+			v2 = true;
+		if (v2 && !w) {
+			sf_kit_leave_out(&h->k, name, "a sharding V2 slice of a parameter no model file holds");
+			return 0;
+		}
+		if (v2)
+			return add_tensor_v2(h, a, b);
+	}
 	ax = rule_of(h, use[0]->param);
 	if (ax != AX_NONE && strcmp(name, use[0]->param) != 0) {
 		/* an optimizer state or master weight: cut like its weight only
@@ -689,10 +944,6 @@ static int add_tensor(struct hp *h, size_t a, size_t b)
 
 		if (!w || w->a->bad || w->a->np.ndim != n0->ndim ||
 		    memcmp(w->a->np.shape, n0->shape, n0->ndim * sizeof(*n0->shape)) != 0) {
-			if (n0->ndim == 1 && numel > 1) {
-				sf_kit_leave_out(&h->k, name, "a 1-D slice (sharding V2), which shardfs does not read");
-				return 0;
-			}
 			ax = AX_NONE;
 		}
 	}
@@ -741,21 +992,7 @@ static int add_tensor(struct hp *h, size_t a, size_t b)
 				       (uint64_t)half * len[d] * isz, span * isz);
 		}
 	}
-	if (!rc)
-		rc = sf_overlap_rule(&h->k.w, t);
-	if (!rc)
-		rc = sf_cover_check(&h->k.w, t);
-	if (rc && rc != -ENOMEM && rc != -SF_EBUDGET) {
-		char why[512];
-
-		snprintf(why, sizeof(why), "%s", h->k.w.err && h->k.w.err[0] ?
-			 h->k.w.err : sf_model_why(h->m));
-		sf_kit_clear_err(&h->k);
-		sf_model_drop_last(h->m, SF_ENTRY_TENSOR);
-		sf_kit_leave_out(&h->k, name, "%s", why[0] ? why : sf_strerror(rc));
-		return 0;
-	}
-	return rc;
+	return finish_tensor(h, t, name, rc);
 }
 
 static int build_tensors(struct hp *h)
