@@ -125,14 +125,26 @@ struct hp_plan {
 	enum sf_probe how;
 	int T, P, Z;                /* 1 when the suffix has no such token */
 	bool has_opt;
+	bool sh_model;               /* sharded model files (save_sharded_model) */
 	bool tp_tok, pp_tok, sh_tok; /* the tokens the names carry */
 };
 
 static bool plan_file(const struct sf_dirlist *ls, size_t i, struct hp_name *h)
 {
-	/* model_state.*_shardZZ.pdparams (save_sharded_model): not read */
-	return !ls->is_dir[i] && parse_name(ls->names[i], h) &&
-	       !(h->kind == HP_MODEL && h->shard >= 0);
+	return !ls->is_dir[i] && parse_name(ls->names[i], h);
+}
+
+/* The plan's cell of file h: per (tp, pp) the whole model file (0), the
+ * optimizer files (1 + shard) and the model's sharded files
+ * (save_sharded_model: 1 + Z + shard). */
+static size_t cell_of(const struct hp_plan *p, const struct hp_name *h)
+{
+	size_t t = h->tp < 0 ? 0 : (size_t)h->tp, q = h->pp < 0 ? 0 : (size_t)h->pp;
+	size_t z = 1 + (h->shard < 0 ? 0 : (size_t)h->shard);
+
+	if (h->kind == HP_MODEL)
+		z = h->shard < 0 ? 0 : z + (size_t)p->Z;
+	return (t * (size_t)p->P + q) * (size_t)(2 * p->Z + 1) + z;
 }
 
 static void plan_of(const struct sf_dirlist *ls, struct hp_plan *p)
@@ -157,6 +169,7 @@ static void plan_of(const struct sf_dirlist *ls, struct hp_plan *p)
 				mixed++;
 			}
 			nmodel++;
+			p->sh_model |= h.shard >= 0;
 		} else {
 			nopt++;
 			p->sh_tok |= h.shard >= 0;
@@ -171,26 +184,28 @@ static void plan_of(const struct sf_dirlist *ls, struct hp_plan *p)
 	if (!nmodel)
 		return;
 	p->has_opt = nopt > 0;
-	cells = (size_t)p->T * (size_t)p->P * (size_t)(p->Z + 1);
+	cells = (size_t)p->T * (size_t)p->P * (size_t)(2 * p->Z + 1);
 	seen = calloc(cells, 1);
 	if (!seen) {
 		p->how = SF_PROBE_PARTIAL; /* no memory to tell: not shown now */
 		return;
 	}
-	for (size_t i = 0; i < ls->n; i++) {
-		size_t t, q, z;
+	for (size_t i = 0; i < ls->n; i++)
+		if (plan_file(ls, i, &h))
+			seen[cell_of(p, &h)] = 1;
+	/* a shard token only with sharding over 2 ranks or more */
+	p->how = mixed || (p->sh_model && p->Z < 2) ? SF_PROBE_PARTIAL : SF_PROBE_YES;
+	/* every (tp, pp) needs its model (whole, or every sharding rank's
+	 * part when the model was saved sharded) and, with optimizer files,
+	 * every sharding rank's optimizer file */
+	for (size_t c = 0; c < cells; c++) {
+		size_t z = c % (size_t)(2 * p->Z + 1);
+		bool need = z == 0 ? !p->sh_model :
+			    z <= (size_t)p->Z ? p->has_opt : p->sh_model;
 
-		if (!plan_file(ls, i, &h))
-			continue;
-		t = h.tp < 0 ? 0 : (size_t)h.tp;
-		q = h.pp < 0 ? 0 : (size_t)h.pp;
-		z = h.kind == HP_MODEL ? 0 : 1 + (h.shard < 0 ? 0 : (size_t)h.shard);
-		seen[(t * (size_t)p->P + q) * (size_t)(p->Z + 1) + z] = 1;
-	}
-	p->how = mixed ? SF_PROBE_PARTIAL : SF_PROBE_YES;
-	for (size_t c = 0; c < cells; c++)
-		if (!seen[c] && (c % (size_t)(p->Z + 1) == 0 || p->has_opt))
+		if (!seen[c] && need)
 			p->how = SF_PROBE_PARTIAL;
+	}
 	free(seen);
 }
 
@@ -481,6 +496,26 @@ static int open_file(struct hp *h, const char *path, bool log,
 	return 0;
 }
 
+/* The model file of hn's tensor rank and stage, sharding rank z (-1:
+ * the whole model's), into name[len]. */
+static void model_name(const struct hp_name *hn, int z, char *name, size_t len)
+{
+	size_t l = (size_t)snprintf(name, len, "model_state");
+	const char *sep = ".";
+
+	if (hn->tp >= 0) {
+		l += (size_t)snprintf(name + l, len - l, "%stp%02d", sep, hn->tp);
+		sep = "_";
+	}
+	if (hn->pp >= 0) {
+		l += (size_t)snprintf(name + l, len - l, "%spp%02d", sep, hn->pp);
+		sep = "_";
+	}
+	if (z >= 0)
+		l += (size_t)snprintf(name + l, len - l, "%sshard%02d", sep, z);
+	snprintf(name + l, len - l, ".pdparams");
+}
+
 /* Every file of the plan into pieces. */
 static int collect(struct hp *h, const struct sf_dirlist *ls)
 {
@@ -488,9 +523,10 @@ static int collect(struct hp *h, const struct sf_dirlist *ls)
 
 	for (size_t i = 0; i < ls->n && !rc; i++) {
 		const struct sf_fileset_file *f, *mfe;
-		const struct hp_file *hf, *mf;
+		const struct hp_file *hf, *mf[HP_MAX_RANK + 1];
 		struct hp_name hn;
 		char mname[64];
+		size_t nmf;
 
 		if (!plan_file(ls, i, &hn))
 			continue;
@@ -506,38 +542,29 @@ static int collect(struct hp *h, const struct sf_dirlist *ls)
 				rc = add_piece(h, "", "", hf->a[j].key, &hn, f, &hf->a[j]);
 			continue;
 		}
-		/* the model file of the same tensor rank and stage names them */
-		snprintf(mname, sizeof(mname), "model_state");
-		if (hn.tp >= 0 || hn.pp >= 0) {
-			size_t l = strlen(mname);
+		/* the model files of the same tensor rank and stage name them:
+		 * the whole one, else the same sharding rank's, then the others */
+		nmf = 0;
+		for (int z = -1; z < h->plan.Z && !rc; z++) {
+			int zz = z < 0 ? -1 : z == 0 ? (hn.shard < 0 ? 0 : hn.shard) :
+				 z <= hn.shard ? z - 1 : z;
 
-			l += (size_t)snprintf(mname + l, sizeof(mname) - l, ".");
-			if (hn.tp >= 0)
-				l += (size_t)snprintf(mname + l, sizeof(mname) - l, "tp%02d", hn.tp);
-			if (hn.pp >= 0)
-				snprintf(mname + l, sizeof(mname) - l, "%spp%02d",
-					 hn.tp >= 0 ? "_" : "", hn.pp);
+			model_name(&hn, zz, mname, sizeof(mname));
+			rc = open_file(h, mname, false, &mfe);
+			if (!rc && !mfe->err)
+				mf[nmf++] = mfe->note;
 		}
-		strncat(mname, ".pdparams", sizeof(mname) - strlen(mname) - 1);
-		rc = open_file(h, mname, false, &mfe);
-		if (rc)
-			continue;
-		mf = mfe->err ? NULL : mfe->note;
 		for (size_t j = 0; j < hf->n && !rc; j++) {
 			const struct hp_arr *a = &hf->a[j];
 			char sn[SF_MAX_NAME + 1];
-			const char *state = "", *param;
+			const char *state = "", *param = NULL;
+			bool named = a->master || split_state(a->key, sn, sizeof(sn), &state);
 
-			if (a->master) {
-				param = struct_of(mf, a->key);
-			} else if (split_state(a->key, sn, sizeof(sn), &state)) {
-				param = struct_of(mf, sn);
-			} else {
-				param = NULL;
-			}
+			for (size_t m = 0; named && m < nmf && !param; m++)
+				param = struct_of(mf[m], a->master ? a->key : sn);
 			if (!param) {
-				sf_kit_leave_out(&h->k, a->key, "%s names a parameter %s does not",
-						 SF_QSTR(ls->names[i]), SF_QSTR(mname));
+				sf_kit_leave_out(&h->k, a->key, "%s names a parameter its stage's model files do not",
+						 SF_QSTR(ls->names[i]));
 				continue;
 			}
 			rc = add_piece(h, a->master ? "master_weights/" : "optimizer/",
@@ -1066,7 +1093,7 @@ static bool own_file(void *arg, const char *name)
 	struct hp_name hn;
 
 	(void)arg;
-	return parse_name(name, &hn) && !(hn.kind == HP_MODEL && hn.shard >= 0);
+	return parse_name(name, &hn);
 }
 
 static int hp_open(const struct sf_cdir *cd, struct sf_format_result *out,

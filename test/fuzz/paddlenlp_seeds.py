@@ -22,11 +22,17 @@ PARTS = ["model.safetensors.index.json", "optimizer.safetensors.index.json",
          "master_weights.safetensors.index.json", "config.json",
          "model-00001-of-00001.safetensors", "optimizer-00001-of-00001.safetensors",
          "master_weights-00001-of-00001.safetensors"]
-# fuzz_paddlenlp_hp.c's layouts (tp2; tp2 pp2 sharding2)
+# fuzz_paddlenlp_hp.c's layouts (tp2; tp2 pp2 sharding2; the same with
+# save_sharded_model's model files)
 HP = [["config.json", "model_state.tp00.pdparams", "model_state.tp01.pdparams",
        "optimizer.tp00.pdopt", "optimizer.tp01.pdopt"],
       ["config.json", "model_meta.json"] +
       ["model_state.tp%02d_pp%02d.pdparams" % (t, p) for t in (0, 1) for p in (0, 1)] +
+      ["optimizer.tp%02d_pp%02d_shard%02d.pdopt" % (t, p, z)
+       for t in (0, 1) for p in (0, 1) for z in (0, 1)],
+      ["config.json", "model_meta.json"] +
+      ["model_state.tp%02d_pp%02d_shard%02d.pdparams" % (t, p, z)
+       for t in (0, 1) for p in (0, 1) for z in (0, 1)] +
       ["optimizer.tp%02d_pp%02d_shard%02d.pdopt" % (t, p, z)
        for t in (0, 1) for p in (0, 1) for z in (0, 1)]]
 TOP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
@@ -38,6 +44,8 @@ for d in sorted(glob.glob(os.path.join(TOP, "test", "fixtures", "paddlenlp",
     name = "%s-%s" % (os.path.basename(os.path.dirname(d)), os.path.basename(d))
     if not os.path.exists(os.path.join(d, "model.safetensors.index.json")):
         lay = 1 if os.path.exists(os.path.join(d, "model_meta.json")) else 0
+        if os.path.exists(os.path.join(d, "model_state.tp00_pp00_shard00.pdparams")):
+            lay = 2
         variants = [(name, None, None)]
         if name.endswith("-tp2pp2sh2v2"):  # test_paddlenlp.py's make_hostile_v2
             variants += [(name + "-gap", "linear_60.w_0_fp32_master_0_moment1_0",

@@ -44,6 +44,10 @@ and paddle.save writes each piece under the trainer's file names):
               groups of paddle's own assign_group_by_size, the states cut by
               paddlenlp's own reshard/sharding_v2 pad_tensor and
               slice_tensor, and put back together by its merge_tensors
+- tp2pp2sh2sm: tp2pp2sh2 in float32 saved with save_sharded_model: each
+              sharding rank's model_state.tpXX_ppYY_shardZZ.pdparams holds
+              the parameters V1 gives it (sharding_io.filter_sharded_params);
+              no master weights (float32), so none are dropped
 """
 
 import importlib.metadata
@@ -222,7 +226,8 @@ def v2_slices(keys, local, Z):
     return out, padded
 
 
-def make_hybrid(out, T, P, Z, fuse, v2=False, vocab=64):
+def make_hybrid(out, T, P, Z, fuse, v2=False, vocab=64, sharded_model=False,
+                dtype="bfloat16"):
     """The full model split as PaddleNLP's own split functions split it for
     T tensor-parallel ranks, P pipeline stages and Z sharding (stage 1, V1,
     or V2 with v2) ranks, each piece saved with paddle.save under the
@@ -233,9 +238,9 @@ def make_hybrid(out, T, P, Z, fuse, v2=False, vocab=64):
     cfg = LlamaConfig(vocab_size=vocab, hidden_size=16, intermediate_size=24,
                       num_hidden_layers=2 * P, num_attention_heads=4,
                       num_key_value_heads=4, max_position_embeddings=32,
-                      dtype="bfloat16", fuse_attention_qkv=fuse,
+                      dtype=dtype, fuse_attention_qkv=fuse,
                       fuse_attention_ffn=fuse)
-    paddle.set_default_dtype("bfloat16")
+    paddle.set_default_dtype(dtype)
     model = LlamaForCausalLM(cfg)
     paddle.set_default_dtype("float32")
     opt = paddle.optimizer.AdamW(learning_rate=1e-3, parameters=model.parameters(),
@@ -304,8 +309,19 @@ def make_hybrid(out, T, P, Z, fuse, v2=False, vocab=64):
                 t = paddle.to_tensor(split(k, sd[k], r)[0])
                 t.name = static[k]
                 msd[k] = t
-            sfx = suffix(r, s, None, T, P, Z)
-            paddle.save(msd, os.path.join(out, "model_state.%s.pdparams" % sfx))
+            if sharded_model:
+                # save_sharded_model: sharding_io's filter_sharded_params (V1:
+                # the parameters param2rank gives rank z), then, with bf16,
+                # exclude_paramters_in_state_dict drops every parameter that
+                # has a master weight (the loader casts those back)
+                for z in range(Z):
+                    zsd = {k: t for k, t in msd.items()
+                           if owner[k] == z and k not in master}
+                    paddle.save(zsd, os.path.join(
+                        out, "model_state.%s.pdparams" % suffix(r, s, z, T, P, Z)))
+            else:
+                sfx = suffix(r, s, None, T, P, Z)
+                paddle.save(msd, os.path.join(out, "model_state.%s.pdparams" % sfx))
             if v2:
                 from paddlenlp.trainer.utils.reshard import sharding_v2
                 local = {k: split(k, sd[k], r)[0] for k in keys}
@@ -351,9 +367,11 @@ def make_hybrid(out, T, P, Z, fuse, v2=False, vocab=64):
                     for typ, (okey, a) in states[k].items():
                         osave[okey] = paddle.to_tensor(split(k, a, r)[0] if a.size > 1 else a)
                         osave[okey].name = okey  # as the optimizer names them
-                    mw[static[k]] = paddle.to_tensor(split(k, master[k], r)[0])
-                    mw[static[k]].name = static[k] + "_fp32_master_0"
-                osave["master_weights"] = mw
+                    if k in master:
+                        mw[static[k]] = paddle.to_tensor(split(k, master[k], r)[0])
+                        mw[static[k]].name = static[k] + "_fp32_master_0"
+                if mw or not sharded_model:
+                    osave["master_weights"] = mw
                 paddle.save(osave, os.path.join(out, "optimizer.%s.pdopt" % suffix(r, s, z, T, P, Z)))
             metas["tp%02d_pp%02d" % (r, s)] = {
                 "param2rank": {static[k]: owner[k] for k in keys},
@@ -388,9 +406,12 @@ def main():
                                               sorted(os.listdir(d))))
     for name, T, P, Z, fuse, v2 in (("tp2", 2, 1, 1, False, False),
                                     ("tp2pp2sh2", 2, 2, 2, True, False),
-                                    ("tp2pp2sh2v2", 2, 2, 2, True, True)):
+                                    ("tp2pp2sh2v2", 2, 2, 2, True, True),
+                                    ("tp2pp2sh2sm", 2, 2, 2, True, False)):
         d = os.path.join(top, name)
-        exp = make_hybrid(d, T, P, Z, fuse, v2, 288 if v2 else 64)
+        sm = name.endswith("sm")
+        exp = make_hybrid(d, T, P, Z, fuse, v2, 288 if v2 else 64, sharded_model=sm,
+                          dtype="float32" if sm else "bfloat16")
         with open(d + ".expected.json", "w") as f:
             json.dump(exp, f, indent=1, sort_keys=True)
         print("%s: %d tensors, files %s" % (name, len(exp["tensors"]),
