@@ -37,6 +37,7 @@
 #include "sf_kit.h"
 #include "sf_log.h"
 #include "sf_paddle.h"
+#include "sf_paddlenlp_meta.h"
 #include "sf_pickle.h"
 
 #define HP_MAX_RANK 100u            /* two digits: tpXX, ppYY, shardZZ */
@@ -386,6 +387,7 @@ struct hp {
 	struct hp_plan plan;
 	struct piece *pc;
 	size_t npc, cappc;
+	struct sf_pnlp_meta meta;    /* model_meta.json's names (maybe none) */
 	bool bf16;
 	bool llama;                  /* the Llama split rules apply */
 	uint64_t vocab, kv_heads;
@@ -562,8 +564,11 @@ static int collect(struct hp *h, const struct sf_dirlist *ls)
 
 			for (size_t m = 0; named && m < nmf && !param; m++)
 				param = struct_of(mf[m], a->master ? a->key : sn);
+			if (!param && named) /* a parameter its model files leave out */
+				param = sf_pnlp_meta_struct(&h->meta, hn.tp, hn.pp,
+							    a->master ? a->key : sn);
 			if (!param) {
-				sf_kit_leave_out(&h->k, a->key, "%s names a parameter its stage's model files do not",
+				sf_kit_leave_out(&h->k, a->key, "%s names a parameter neither its stage's model files nor model_meta.json do",
 						 SF_QSTR(ls->names[i]));
 				continue;
 			}
@@ -969,10 +974,16 @@ static int add_tensor(struct hp *h, size_t a, size_t b)
 		 * when it has the weight's local shape */
 		const struct piece *w = weight_piece(h, use[0]->param, 0);
 
-		if (!w || w->a->bad || w->a->np.ndim != n0->ndim ||
-		    memcmp(w->a->np.shape, n0->shape, n0->ndim * sizeof(*n0->shape)) != 0) {
-			ax = AX_NONE;
+		if (!w && numel > 1 && n0->ndim == 1) {
+			sf_kit_leave_out(&h->k, name, "a 1-D state of a parameter cut by tensor parallelism that no model file holds (its shape is not known)");
+			return 0;
 		}
+		/* a weight not stored (save_sharded_model in bf16): a V1 state
+		 * has its parameter's local shape */
+		if (w ? w->a->bad || w->a->np.ndim != n0->ndim ||
+			memcmp(w->a->np.shape, n0->shape, n0->ndim * sizeof(*n0->shape)) != 0 :
+			numel <= 1)
+			ax = AX_NONE;
 	}
 	if (ax != AX_NONE && n0->ndim == 0)
 		ax = AX_NONE;
@@ -1121,6 +1132,17 @@ static int hp_open(const struct sf_cdir *cd, struct sf_format_result *out,
 		rc = read_config(&h);
 	}
 	if (!rc) {
+		char why[256] = "";
+
+		rc = sf_pnlp_meta_load(cd, &h.meta, why, sizeof(why));
+		if (rc == -SF_EFORMAT || rc == -SF_ETOOBIG || rc == -EXDEV || rc == -EINVAL) {
+			sf_warn("checkpoint %s: %s; the model files alone name the optimizer's states",
+				SF_QSTR(h.k.name), why[0] ? why : sf_strerror(rc));
+			sf_pnlp_meta_free(&h.meta);
+			rc = 0;
+		}
+	}
+	if (!rc) {
 		sf_kit_set_format(h.m, "%s tp%d pp%d sharding%d", SF_PADDLENLP_HP_FORMAT,
 				  h.plan.T, h.plan.P, h.plan.Z);
 		rc = collect(&h, &ls);
@@ -1135,6 +1157,7 @@ static int hp_open(const struct sf_cdir *cd, struct sf_format_result *out,
 	for (size_t i = 0; i < h.npc; i++)
 		free(h.pc[i].name);
 	free(h.pc);
+	sf_pnlp_meta_free(&h.meta);
 out_ls:
 	sf_dirlist_free(&ls);
 	return rc;

@@ -5,7 +5,9 @@
  *
  * A checkpoint directory holds `model_state.SUFFIX.pdparams` per tensor
  * rank and pipeline stage (with save_sharded_model per sharding rank too,
- * each holding the parameters its sharding rank owns) and
+ * each holding the parameters its sharding rank owns; in bf16 none that
+ * has a master weight, whose states model_meta.json then names:
+ * sf_paddlenlp_meta.h) and
  * `optimizer.SUFFIX.pdopt` per tensor rank, stage and sharding rank, SUFFIX the degrees above 1 of `tpXX`, `ppYY`,
  * `shardZZ` joined by `_` (no suffix at all on one card:
  * `model_state.pdparams`, `optimizer.pdopt`), and, with sharding, the

@@ -16,7 +16,8 @@ optimizer.tpXX_ppYY_shardZZ.pdopt, model_meta.json), the same with
 sharding V2 (1-D slices of the padded buffers, laid out by paddle's own
 build_reduce_scatter_buffer), and the V1 one in float32 saved with
 save_sharded_model (model_state.tpXX_ppYY_shardZZ.pdparams: each sharding
-rank's parameters), each against the unsplit state dict (which
+rank's parameters) and in bfloat16 (the model files then hold no
+parameter; states and master weights named by model_meta.json), each against the unsplit state dict (which
 PaddleNLP's merge functions give back).
 
 Checked through one mount: every tensor (model weights by name,
@@ -45,7 +46,10 @@ model_type whose cuts are not known (left out). Of the sharding V2
 checkpoint: a straddling slice renamed away (a gap) and a slice claimed
 for a parameter another rank holds whole (past its range): those states
 left out, the log says why. Of the save_sharded_model one: a sharding
-rank's model file missing (not shown: still being written). The store is
+rank's model file missing (not shown: still being written); of the bf16
+one (whose model files hold no parameter: every one has a master weight,
+and model_meta.json alone names the states) model_meta.json cut short:
+nothing shown, the log says why. The store is
 byte-for-byte unchanged at the end.
 """
 
@@ -303,6 +307,13 @@ def test(env, ck):
     if smc:  # save_sharded_model: one sharding rank's model file not there yet
         shutil.copytree(smc[-1][1], os.path.join(store, "sm-missing"))
         os.unlink(os.path.join(store, "sm-missing", "model_state.tp01_pp01_shard01.pdparams"))
+    smb = [c for c in cases if c[0].endswith("-tp2pp2sh2smbf16")]
+    if smb:  # bf16: only model_meta.json names the states; here it is cut short
+        shutil.copytree(smb[-1][1], os.path.join(store, "smbf16-badmeta"))
+        with open(os.path.join(store, "smbf16-badmeta", "model_meta.json"), "r+") as f:
+            f.truncate(100)
+        with open(smb[-1][2]) as f:
+            expsmb = json.load(f)
     v2 = [c for c in cases if c[0].endswith("-tp2pp2sh2v2")]
     hostile_v2 = make_hostile_v2(store, v2[-1][1]) if v2 else {}
     if v2:
@@ -415,6 +426,12 @@ def test(env, ck):
                   in log, "hp-gpt: the log says why")
         if smc:
             ck.ok("sm-missing" not in listed, "sm-missing: not shown")
+        if smb and ck.ok("smbf16-badmeta" in listed, "smbf16-badmeta: shown"):
+            check_bytes(ck, os.path.join(mnt, "smbf16-badmeta"), expsmb, "smbf16-badmeta",
+                        list(expsmb["tensors"]))
+            ck.ok('checkpoint "smbf16-badmeta": model_meta.json: ' in log and
+                  "the model files alone name the optimizer's states" in log,
+                  "smbf16-badmeta: the log says model_meta.json is malformed")
         for h, left in sorted(hostile_v2.items()):
             root = os.path.join(mnt, h)
             if ck.ok(h in listed, "%s: shown" % h):
