@@ -18,8 +18,9 @@
  * names in order in a directory (under /dev/shm, else $TMPDIR, else /tmp,
  * made once per process) that the adapter then opens; before each input
  * the directory holds exactly the files of its parts. Seeds: the
- * committed tp2, tp2pp2sh2 and tp2pp2sh2v2 (sharding V2; also two
- * variants whose slices lie) checkpoints (paddlenlp_seeds.py).
+ * committed tp2, tp2pp2sh2, tp2pp2sh2v2 (sharding V2; also two
+ * variants whose slices lie), tp2pp2sh2sm and tp2pp2sh2smbf16
+ * (save_sharded_model) checkpoints (paddlenlp_seeds.py).
  *
  * For any input, open either fails with a domain error or -ENOMEM (with a
  * one-line message but for -ENOMEM) and no model, or gives a finished
