@@ -17,7 +17,9 @@
  *    config.json names model_type "llama" and its tensor_parallel_degree
  *    is the files' (else the open fails: no guessing); an optimizer state
  *    is cut like its parameter only when its local shape is the
- *    parameter's;
+ *    parameter's, or, as sharding V2 slices, when its 1-D slices add up,
+ *    in sharding-rank order, to exactly the padded size paddle gives the
+ *    parameter (else it is left out with one line);
  *  - overlaps: replicated pieces through sf_overlap_rule (tensor rank 0
  *    serves), every tensor covered (sf_cover_check);
  *  - the directory is only ever read.
@@ -35,6 +37,7 @@
 #include "sf_kit.h"
 #include "sf_log.h"
 #include "sf_paddle.h"
+#include "sf_paddlenlp_meta.h"
 #include "sf_pickle.h"
 
 #define HP_MAX_RANK 100u            /* two digits: tpXX, ppYY, shardZZ */
@@ -123,14 +126,26 @@ struct hp_plan {
 	enum sf_probe how;
 	int T, P, Z;                /* 1 when the suffix has no such token */
 	bool has_opt;
+	bool sh_model;               /* sharded model files (save_sharded_model) */
 	bool tp_tok, pp_tok, sh_tok; /* the tokens the names carry */
 };
 
 static bool plan_file(const struct sf_dirlist *ls, size_t i, struct hp_name *h)
 {
-	/* model_state.*_shardZZ.pdparams (save_sharded_model): not read */
-	return !ls->is_dir[i] && parse_name(ls->names[i], h) &&
-	       !(h->kind == HP_MODEL && h->shard >= 0);
+	return !ls->is_dir[i] && parse_name(ls->names[i], h);
+}
+
+/* The plan's cell of file h: per (tp, pp) the whole model file (0), the
+ * optimizer files (1 + shard) and the model's sharded files
+ * (save_sharded_model: 1 + Z + shard). */
+static size_t cell_of(const struct hp_plan *p, const struct hp_name *h)
+{
+	size_t t = h->tp < 0 ? 0 : (size_t)h->tp, q = h->pp < 0 ? 0 : (size_t)h->pp;
+	size_t z = 1 + (h->shard < 0 ? 0 : (size_t)h->shard);
+
+	if (h->kind == HP_MODEL)
+		z = h->shard < 0 ? 0 : z + (size_t)p->Z;
+	return (t * (size_t)p->P + q) * (size_t)(2 * p->Z + 1) + z;
 }
 
 static void plan_of(const struct sf_dirlist *ls, struct hp_plan *p)
@@ -155,6 +170,7 @@ static void plan_of(const struct sf_dirlist *ls, struct hp_plan *p)
 				mixed++;
 			}
 			nmodel++;
+			p->sh_model |= h.shard >= 0;
 		} else {
 			nopt++;
 			p->sh_tok |= h.shard >= 0;
@@ -169,26 +185,28 @@ static void plan_of(const struct sf_dirlist *ls, struct hp_plan *p)
 	if (!nmodel)
 		return;
 	p->has_opt = nopt > 0;
-	cells = (size_t)p->T * (size_t)p->P * (size_t)(p->Z + 1);
+	cells = (size_t)p->T * (size_t)p->P * (size_t)(2 * p->Z + 1);
 	seen = calloc(cells, 1);
 	if (!seen) {
 		p->how = SF_PROBE_PARTIAL; /* no memory to tell: not shown now */
 		return;
 	}
-	for (size_t i = 0; i < ls->n; i++) {
-		size_t t, q, z;
+	for (size_t i = 0; i < ls->n; i++)
+		if (plan_file(ls, i, &h))
+			seen[cell_of(p, &h)] = 1;
+	/* a shard token only with sharding over 2 ranks or more */
+	p->how = mixed || (p->sh_model && p->Z < 2) ? SF_PROBE_PARTIAL : SF_PROBE_YES;
+	/* every (tp, pp) needs its model (whole, or every sharding rank's
+	 * part when the model was saved sharded) and, with optimizer files,
+	 * every sharding rank's optimizer file */
+	for (size_t c = 0; c < cells; c++) {
+		size_t z = c % (size_t)(2 * p->Z + 1);
+		bool need = z == 0 ? !p->sh_model :
+			    z <= (size_t)p->Z ? p->has_opt : p->sh_model;
 
-		if (!plan_file(ls, i, &h))
-			continue;
-		t = h.tp < 0 ? 0 : (size_t)h.tp;
-		q = h.pp < 0 ? 0 : (size_t)h.pp;
-		z = h.kind == HP_MODEL ? 0 : 1 + (h.shard < 0 ? 0 : (size_t)h.shard);
-		seen[(t * (size_t)p->P + q) * (size_t)(p->Z + 1) + z] = 1;
-	}
-	p->how = mixed ? SF_PROBE_PARTIAL : SF_PROBE_YES;
-	for (size_t c = 0; c < cells; c++)
-		if (!seen[c] && (c % (size_t)(p->Z + 1) == 0 || p->has_opt))
+		if (!seen[c] && need)
 			p->how = SF_PROBE_PARTIAL;
+	}
 	free(seen);
 }
 
@@ -369,6 +387,7 @@ struct hp {
 	struct hp_plan plan;
 	struct piece *pc;
 	size_t npc, cappc;
+	struct sf_pnlp_meta meta;    /* model_meta.json's names (maybe none) */
 	bool bf16;
 	bool llama;                  /* the Llama split rules apply */
 	uint64_t vocab, kv_heads;
@@ -479,6 +498,26 @@ static int open_file(struct hp *h, const char *path, bool log,
 	return 0;
 }
 
+/* The model file of hn's tensor rank and stage, sharding rank z (-1:
+ * the whole model's), into name[len]. */
+static void model_name(const struct hp_name *hn, int z, char *name, size_t len)
+{
+	size_t l = (size_t)snprintf(name, len, "model_state");
+	const char *sep = ".";
+
+	if (hn->tp >= 0) {
+		l += (size_t)snprintf(name + l, len - l, "%stp%02d", sep, hn->tp);
+		sep = "_";
+	}
+	if (hn->pp >= 0) {
+		l += (size_t)snprintf(name + l, len - l, "%spp%02d", sep, hn->pp);
+		sep = "_";
+	}
+	if (z >= 0)
+		l += (size_t)snprintf(name + l, len - l, "%sshard%02d", sep, z);
+	snprintf(name + l, len - l, ".pdparams");
+}
+
 /* Every file of the plan into pieces. */
 static int collect(struct hp *h, const struct sf_dirlist *ls)
 {
@@ -486,9 +525,10 @@ static int collect(struct hp *h, const struct sf_dirlist *ls)
 
 	for (size_t i = 0; i < ls->n && !rc; i++) {
 		const struct sf_fileset_file *f, *mfe;
-		const struct hp_file *hf, *mf;
+		const struct hp_file *hf, *mf[HP_MAX_RANK + 1];
 		struct hp_name hn;
 		char mname[64];
+		size_t nmf;
 
 		if (!plan_file(ls, i, &hn))
 			continue;
@@ -504,38 +544,32 @@ static int collect(struct hp *h, const struct sf_dirlist *ls)
 				rc = add_piece(h, "", "", hf->a[j].key, &hn, f, &hf->a[j]);
 			continue;
 		}
-		/* the model file of the same tensor rank and stage names them */
-		snprintf(mname, sizeof(mname), "model_state");
-		if (hn.tp >= 0 || hn.pp >= 0) {
-			size_t l = strlen(mname);
+		/* the model files of the same tensor rank and stage name them:
+		 * the whole one, else the same sharding rank's, then the others */
+		nmf = 0;
+		for (int z = -1; z < h->plan.Z && !rc; z++) {
+			int zz = z < 0 ? -1 : z == 0 ? (hn.shard < 0 ? 0 : hn.shard) :
+				 z <= hn.shard ? z - 1 : z;
 
-			l += (size_t)snprintf(mname + l, sizeof(mname) - l, ".");
-			if (hn.tp >= 0)
-				l += (size_t)snprintf(mname + l, sizeof(mname) - l, "tp%02d", hn.tp);
-			if (hn.pp >= 0)
-				snprintf(mname + l, sizeof(mname) - l, "%spp%02d",
-					 hn.tp >= 0 ? "_" : "", hn.pp);
+			model_name(&hn, zz, mname, sizeof(mname));
+			rc = open_file(h, mname, false, &mfe);
+			if (!rc && !mfe->err)
+				mf[nmf++] = mfe->note;
 		}
-		strncat(mname, ".pdparams", sizeof(mname) - strlen(mname) - 1);
-		rc = open_file(h, mname, false, &mfe);
-		if (rc)
-			continue;
-		mf = mfe->err ? NULL : mfe->note;
 		for (size_t j = 0; j < hf->n && !rc; j++) {
 			const struct hp_arr *a = &hf->a[j];
 			char sn[SF_MAX_NAME + 1];
-			const char *state = "", *param;
+			const char *state = "", *param = NULL;
+			bool named = a->master || split_state(a->key, sn, sizeof(sn), &state);
 
-			if (a->master) {
-				param = struct_of(mf, a->key);
-			} else if (split_state(a->key, sn, sizeof(sn), &state)) {
-				param = struct_of(mf, sn);
-			} else {
-				param = NULL;
-			}
+			for (size_t m = 0; named && m < nmf && !param; m++)
+				param = struct_of(mf[m], a->master ? a->key : sn);
+			if (!param && named) /* a parameter its model files leave out */
+				param = sf_pnlp_meta_struct(&h->meta, hn.tp, hn.pp,
+							    a->master ? a->key : sn);
 			if (!param) {
-				sf_kit_leave_out(&h->k, a->key, "%s names a parameter %s does not",
-						 SF_QSTR(ls->names[i]), SF_QSTR(mname));
+				sf_kit_leave_out(&h->k, a->key, "%s names a parameter neither its stage's model files nor model_meta.json do",
+						 SF_QSTR(ls->names[i]));
 				continue;
 			}
 			rc = add_piece(h, a->master ? "master_weights/" : "optimizer/",
@@ -630,6 +664,244 @@ static int add_shard(struct hp *h, struct sf_tensor *t, const struct piece *p,
 	return sf_tensor_add_shard(h->m, t, &s);
 }
 
+/* Tensor t (the model's last, named name) once its shards are added (rc:
+ * how that went): the overlap rule and the cover check; a tensor they
+ * refuse is dropped and left out with one line. 0 or an error that ends
+ * the open. */
+static int finish_tensor(struct hp *h, struct sf_tensor *t, const char *name, int rc)
+{
+	if (!rc)
+		rc = sf_overlap_rule(&h->k.w, t);
+	if (!rc)
+		rc = sf_cover_check(&h->k.w, t);
+	if (rc && rc != -ENOMEM && rc != -SF_EBUDGET) {
+		char why[512];
+
+		snprintf(why, sizeof(why), "%s", h->k.w.err && h->k.w.err[0] ?
+			 h->k.w.err : sf_model_why(h->m));
+		sf_kit_clear_err(&h->k);
+		sf_model_drop_last(h->m, SF_ENTRY_TENSOR);
+		sf_kit_leave_out(&h->k, name, "%s", why[0] ? why : sf_strerror(rc));
+		return 0;
+	}
+	return rc;
+}
+
+/* --- sharding stage 1 V2 (DygraphShardingOptimizerV2, split_param) ---
+ *
+ * Each parameter owns [index, index + padded) of its comm buffer, padded =
+ * numel rounded up to (256 bytes / the parameter's element size) x Z
+ * elements (paddle's tensor_fusion_helper: build_reduce_scatter_buffer);
+ * sharding rank z holds the buffer's z-th equal part, so its optimizer
+ * file holds, per state, the 1-D slice where that part meets the
+ * parameter's range. Put back in sharding-rank order, the slices are the
+ * flattened state followed by padding (PaddleNLP's reshard/sharding_v2
+ * merge_tensors concatenates and cuts to numel). The files carry no slice
+ * bounds (paddlenlp 2.8.1's model_meta.json records only "ShardingV2"), so
+ * the slices must themselves be consistent: consecutive sharding ranks of
+ * one stage, all 1-D of one dtype, the inner ones (whole parts) equal and
+ * no shorter than the outer two, adding up to exactly the padded size. */
+
+#define V2_ALIGN_BYTES 256u         /* tensor_fusion_helper's alignment */
+
+/* The boxes of flat range [lo, hi) of a C-order array of shape sh[nd]:
+ * at most 2 nd - 1 of them, each off/len. Returns the count. */
+static unsigned flat_boxes(const uint64_t *sh, unsigned nd, uint64_t lo, uint64_t hi,
+			   uint64_t off[][SF_MAX_NDIM], uint64_t len[][SF_MAX_NDIM])
+{
+	uint64_t unit[SF_MAX_NDIM];
+	unsigned n = 0;
+
+	unit[nd - 1] = 1;
+	for (unsigned k = nd - 1; k > 0; k--)
+		unit[k - 1] = unit[k] * sh[k];
+	while (lo < hi && n < 2 * SF_MAX_NDIM) {
+		unsigned k = 0;
+		uint64_t c, left;
+
+		while (lo % unit[k] || lo + unit[k] > hi)
+			k++;                 /* unit[nd - 1] == 1 always fits */
+		left = sh[k] - (lo / unit[k]) % sh[k];
+		c = (hi - lo) / unit[k];
+		if (c > left)
+			c = left;
+		for (unsigned j = 0; j < nd; j++) {
+			off[n][j] = (lo / unit[j]) % sh[j];
+			len[n][j] = j < k ? 1 : j == k ? c : sh[j];
+		}
+		n++;
+		lo += c * unit[k];
+	}
+	return n;
+}
+
+/* One box of tensor rank r's local array (shape sh, C order, flat start
+ * base in piece p, which starts at flat pstart) placed in whole tensor t
+ * by axis ax along dimension d. */
+static int v2_box(struct hp *h, struct sf_tensor *t, const struct piece *p,
+		  const uint64_t *sh, unsigned nd, enum hp_axis ax, unsigned d, int r,
+		  const uint64_t *boff, const uint64_t *blen, uint64_t pstart, uint64_t isz)
+{
+	uint64_t st[SF_MAX_NDIM], off[SF_MAX_NDIM], len[SF_MAX_NDIM];
+	int rc = 0;
+
+	st[nd - 1] = 1;
+	for (unsigned k = nd - 1; k > 0; k--)
+		st[k - 1] = st[k] * sh[k];
+	for (int half = 0; half < (ax == AX_COL2 ? 2 : 1) && !rc; half++) {
+		uint64_t lo = boff[d], hi = boff[d] + blen[d], first = 0, span = 1;
+
+		memcpy(off, boff, sizeof(off));
+		memcpy(len, blen, sizeof(len));
+		if (ax == AX_COL2) {         /* [gate_r, up_r]: halves of dim d */
+			uint64_t hw = sh[d] / 2, hlo = (uint64_t)half * hw;
+
+			lo = lo > hlo ? lo : hlo;
+			hi = hi < hlo + hw ? hi : hlo + hw;
+			if (lo >= hi)
+				continue;
+			off[d] = lo;
+			len[d] = hi - lo;
+		}
+		for (unsigned k = 0; k < nd; k++) {
+			first += off[k] * st[k];
+			span += (len[k] - 1) * st[k];
+		}
+		if (ax == AX_COL || ax == AX_ROW)
+			off[d] += (uint64_t)r * sh[d];
+		else if (ax == AX_COL2)
+			off[d] = (uint64_t)half * (sh[d] / 2 * (uint64_t)h->plan.T) +
+				 (uint64_t)r * (sh[d] / 2) + (off[d] - (uint64_t)half * (sh[d] / 2));
+		rc = add_shard(h, t, p, off, len, st, (first - pstart) * isz, span * isz);
+	}
+	return rc;
+}
+
+/* Why the slices pc[a..b) of tensor rank r (sorted by stage, shard) do
+ * not make padded elements, or NULL. */
+static const char *v2_lie(const struct piece *pc, size_t n, const char *code,
+			  uint64_t isz, uint64_t padded)
+{
+	uint64_t sum = 0, inner = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		const struct sf_paddle_np *np = &pc[i].a->np;
+
+		if (pc[i].a->bad)
+			return pc[i].a->bad;
+		if (np->ndim != 1 || strcmp(np->code, code) != 0 ||
+		    np->shape[0] > UINT64_MAX / isz || np->len != np->shape[0] * isz)
+			return "its slices differ in dtype or are not 1-D";
+		if (i && (pc[i].pp != pc[0].pp || pc[i].shard != pc[i - 1].shard + 1))
+			return "its slices are not on consecutive sharding ranks of one stage (a gap or an overlap)";
+		if (np->shape[0] == 0 || np->shape[0] > padded - sum)
+			return "its slices run beyond its padded buffer range";
+		sum += np->shape[0];
+		if (i && i + 1 < n) {
+			if (inner && np->shape[0] != inner)
+				return "its inner slices differ in length (the buffer's parts are equal)";
+			inner = np->shape[0];
+		}
+	}
+	if (inner && (pc[0].a->np.shape[0] > inner || pc[n - 1].a->np.shape[0] > inner))
+		return "an outer slice is longer than a whole part of the buffer";
+	return sum == padded ? NULL : "its slices do not add up to its padded size";
+}
+
+/* Sharding V2: the state pc[a..b) of parameter param, whose weight pieces
+ * give each tensor rank's local shape. */
+static int add_tensor_v2(struct hp *h, size_t a, size_t b)
+{
+	const char *name = h->pc[a].name, *why = NULL;
+	const struct piece *w0 = weight_piece(h, h->pc[a].param, 0);
+	const struct sf_paddle_np *wn = &w0->a->np;
+	uint64_t shape[SF_MAX_NDIM], numel = 1, padded, unit, isz, wsz;
+	enum sf_dtype dt, wdt;
+	enum hp_axis ax;
+	struct sf_tensor *t;
+	int T = h->plan.T, rc = 0;
+	unsigned d, nd = wn->ndim;
+	size_t i = a, a0 = a;
+
+	if (w0->a->bad) {
+		sf_kit_leave_out(&h->k, name, "%s: %s", w0->f->path, w0->a->bad);
+		return 0;
+	}
+	wdt = dtype_of(h, wn->code);
+	dt = dtype_of(h, h->pc[a].a->np.code);
+	wsz = wdt == SF_DT_INVALID ? 0 : sf_dtype_size(wdt);
+	if (dt == SF_DT_INVALID || (wsz != 2 && wsz != 4) || nd == 0) {
+		sf_kit_leave_out(&h->k, name, "a sharding V2 slice of a dtype paddle does not fuse");
+		return 0;
+	}
+	isz = sf_dtype_size(dt);
+	for (d = 0; d < nd; d++)
+		if (__builtin_mul_overflow(numel, wn->shape[d], &numel))
+			numel = UINT64_MAX;
+	unit = V2_ALIGN_BYTES / wsz * (uint64_t)h->plan.Z;
+	if (numel > UINT64_MAX / 2 - unit) {
+		sf_kit_leave_out(&h->k, name, "its size overflows");
+		return 0;
+	}
+	padded = (numel + unit - 1) / unit * unit;
+	for (int r = 0; r < T; r++) {
+		const struct piece *w = weight_piece(h, h->pc[a].param, r);
+		size_t j = i;
+
+		while (j < b && h->pc[j].tp == r)
+			j++;
+		if (i == j || !w || w->a->bad || w->a->np.ndim != nd ||
+		    memcmp(w->a->np.shape, wn->shape, nd * sizeof(*wn->shape)) != 0)
+			why = "a tensor rank holds no slice of it, or its weight pieces differ";
+		else
+			why = v2_lie(&h->pc[i], j - i, h->pc[a].a->np.code, isz, padded);
+		if (why) {
+			sf_kit_leave_out(&h->k, name, "sharding V2 slices on tensor rank %d: %s",
+					 r, why);
+			return 0;
+		}
+		i = j;
+	}
+	if (i != b) {
+		sf_kit_leave_out(&h->k, name, "a tensor rank beyond the files' %d holds a slice", T);
+		return 0;
+	}
+	ax = rule_of(h, h->pc[a].param);
+	d = ax == AX_ROW ? 0 : nd - 1;
+	if (ax == AX_COL2 && wn->shape[d] % 2) {
+		sf_kit_leave_out(&h->k, name, "a fused [gate, up] piece of odd width");
+		return 0;
+	}
+	memcpy(shape, wn->shape, sizeof(shape));
+	if (ax != AX_NONE && __builtin_mul_overflow(shape[d], (uint64_t)T, &shape[d])) {
+		sf_kit_leave_out(&h->k, name, "its whole shape overflows");
+		return 0;
+	}
+	rc = sf_model_add_tensor(h->m, false, name, dt, nd, shape, &t);
+	if (rc == -ENOMEM)
+		return rc;
+	if (rc) {
+		sf_kit_leave_out(&h->k, name, "%s", sf_model_why(h->m));
+		return 0;
+	}
+	for (uint64_t pstart = 0, hi = 0; a < b && !rc; a++, pstart = hi) {
+		const struct piece *p = &h->pc[a];
+		uint64_t off[2 * SF_MAX_NDIM][SF_MAX_NDIM], len[2 * SF_MAX_NDIM][SF_MAX_NDIM];
+		unsigned nb;
+
+		if (a > a0 && h->pc[a - 1].tp != p->tp)
+			pstart = 0;          /* the next tensor rank's first slice */
+		hi = pstart + p->a->np.shape[0];
+		if (pstart >= numel || (ax == AX_NONE && p->tp > 0))
+			continue;            /* padding only; a replica (checked above) */
+		nb = flat_boxes(wn->shape, nd, pstart, hi < numel ? hi : numel, off, len);
+		for (unsigned k = 0; k < nb && !rc; k++)
+			rc = v2_box(h, t, p, wn->shape, nd, ax, d,
+				    p->tp, off[k], len[k], pstart, isz);
+	}
+	return finish_tensor(h, t, name, rc);
+}
+
 /* Pieces pc[a..b) (one shown name, sorted by tensor rank, stage, shard)
  * as one tensor, or one log line why not. */
 static int add_tensor(struct hp *h, size_t a, size_t b)
@@ -681,20 +953,37 @@ static int add_tensor(struct hp *h, size_t a, size_t b)
 				 (unsigned long long)n0->len, (unsigned long long)numel);
 		return 0;
 	}
+	if (strcmp(name, use[0]->param) != 0 && n0->ndim == 1 && numel > 1) {
+		/* a 1-D state: a sharding V2 slice when its weight is not 1-D of
+		 * its length or another sharding rank holds a piece too */
+		const struct piece *w = weight_piece(h, use[0]->param, 0);
+		bool v2 = b - a > (size_t)T;
+
+		if (w && !w->a->bad && (w->a->np.ndim != 1 || w->a->np.shape[0] != n0->shape[0]))
+			v2 = true;
+		if (v2 && !w) {
+			sf_kit_leave_out(&h->k, name, "a sharding V2 slice of a parameter no model file holds");
+			return 0;
+		}
+		if (v2)
+			return add_tensor_v2(h, a, b);
+	}
 	ax = rule_of(h, use[0]->param);
 	if (ax != AX_NONE && strcmp(name, use[0]->param) != 0) {
 		/* an optimizer state or master weight: cut like its weight only
 		 * when it has the weight's local shape */
 		const struct piece *w = weight_piece(h, use[0]->param, 0);
 
-		if (!w || w->a->bad || w->a->np.ndim != n0->ndim ||
-		    memcmp(w->a->np.shape, n0->shape, n0->ndim * sizeof(*n0->shape)) != 0) {
-			if (n0->ndim == 1 && numel > 1) {
-				sf_kit_leave_out(&h->k, name, "a 1-D slice (sharding V2), which shardfs does not read");
-				return 0;
-			}
-			ax = AX_NONE;
+		if (!w && numel > 1 && n0->ndim == 1) {
+			sf_kit_leave_out(&h->k, name, "a 1-D state of a parameter cut by tensor parallelism that no model file holds (its shape is not known)");
+			return 0;
 		}
+		/* a weight not stored (save_sharded_model in bf16): a V1 state
+		 * has its parameter's local shape */
+		if (w ? w->a->bad || w->a->np.ndim != n0->ndim ||
+			memcmp(w->a->np.shape, n0->shape, n0->ndim * sizeof(*n0->shape)) != 0 :
+			numel <= 1)
+			ax = AX_NONE;
 	}
 	if (ax != AX_NONE && n0->ndim == 0)
 		ax = AX_NONE;
@@ -741,21 +1030,7 @@ static int add_tensor(struct hp *h, size_t a, size_t b)
 				       (uint64_t)half * len[d] * isz, span * isz);
 		}
 	}
-	if (!rc)
-		rc = sf_overlap_rule(&h->k.w, t);
-	if (!rc)
-		rc = sf_cover_check(&h->k.w, t);
-	if (rc && rc != -ENOMEM && rc != -SF_EBUDGET) {
-		char why[512];
-
-		snprintf(why, sizeof(why), "%s", h->k.w.err && h->k.w.err[0] ?
-			 h->k.w.err : sf_model_why(h->m));
-		sf_kit_clear_err(&h->k);
-		sf_model_drop_last(h->m, SF_ENTRY_TENSOR);
-		sf_kit_leave_out(&h->k, name, "%s", why[0] ? why : sf_strerror(rc));
-		return 0;
-	}
-	return rc;
+	return finish_tensor(h, t, name, rc);
 }
 
 static int build_tensors(struct hp *h)
@@ -829,7 +1104,7 @@ static bool own_file(void *arg, const char *name)
 	struct hp_name hn;
 
 	(void)arg;
-	return parse_name(name, &hn) && !(hn.kind == HP_MODEL && hn.shard >= 0);
+	return parse_name(name, &hn);
 }
 
 static int hp_open(const struct sf_cdir *cd, struct sf_format_result *out,
@@ -857,6 +1132,17 @@ static int hp_open(const struct sf_cdir *cd, struct sf_format_result *out,
 		rc = read_config(&h);
 	}
 	if (!rc) {
+		char why[256] = "";
+
+		rc = sf_pnlp_meta_load(cd, &h.meta, why, sizeof(why));
+		if (rc == -SF_EFORMAT || rc == -SF_ETOOBIG || rc == -EXDEV || rc == -EINVAL) {
+			sf_warn("checkpoint %s: %s; the model files alone name the optimizer's states",
+				SF_QSTR(h.k.name), why[0] ? why : sf_strerror(rc));
+			sf_pnlp_meta_free(&h.meta);
+			rc = 0;
+		}
+	}
+	if (!rc) {
 		sf_kit_set_format(h.m, "%s tp%d pp%d sharding%d", SF_PADDLENLP_HP_FORMAT,
 				  h.plan.T, h.plan.P, h.plan.Z);
 		rc = collect(&h, &ls);
@@ -871,6 +1157,7 @@ static int hp_open(const struct sf_cdir *cd, struct sf_format_result *out,
 	for (size_t i = 0; i < h.npc; i++)
 		free(h.pc[i].name);
 	free(h.pc);
+	sf_pnlp_meta_free(&h.meta);
 out_ls:
 	sf_dirlist_free(&ls);
 	return rc;

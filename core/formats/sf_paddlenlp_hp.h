@@ -4,8 +4,11 @@
  * paddlenlp 2.8.1) on the format seam, read-only.
  *
  * A checkpoint directory holds `model_state.SUFFIX.pdparams` per tensor
- * rank and pipeline stage and `optimizer.SUFFIX.pdopt` per tensor rank,
- * stage and sharding rank, SUFFIX the degrees above 1 of `tpXX`, `ppYY`,
+ * rank and pipeline stage (with save_sharded_model per sharding rank too,
+ * each holding the parameters its sharding rank owns; in bf16 none that
+ * has a master weight, whose states model_meta.json then names:
+ * sf_paddlenlp_meta.h) and
+ * `optimizer.SUFFIX.pdopt` per tensor rank, stage and sharding rank, SUFFIX the degrees above 1 of `tpXX`, `ppYY`,
  * `shardZZ` joined by `_` (no suffix at all on one card:
  * `model_state.pdparams`, `optimizer.pdopt`), and, with sharding, the
  * trainer's `model_meta.json`. Each is a `paddle.save` pickle: the model
@@ -18,9 +21,12 @@
  *
  * Shown as the unified checkpoint shows the same state (sf_paddlenlp.h):
  * every weight under its structured name, `optimizer/STATE/PARAM`,
- * `master_weights/PARAM`, whole: pipeline stages merged by name (a name
- * in several stages: the first stage's), sharding stage 1 (V1) states
- * taken from the sharding rank that holds them, tensor-parallel pieces
+ * `master_weights/PARAM`, whole: pipeline stages and save_sharded_model's
+ * model files merged by name (a name in several: the first stage's,
+ * lowest sharding rank's), sharding stage 1 (V1) states taken from the
+ * sharding rank that holds them, V2's 1-D slices joined in sharding-rank
+ * order (the padding cut; slices that do not add up to paddle's padded
+ * size leave the state out with one line), tensor-parallel pieces
  * put together along the axis PaddleNLP's split functions cut them (its
  * Llama rules: model_type "llama" in config.json, whose
  * `tensor_parallel_degree` must agree with the files; `gate_up_fused_proj`
@@ -28,12 +34,10 @@
  * rank 0 with the others kept as replicas. BF16 (stored as uint16) is
  * shown as BF16 where config.json says bfloat16.
  *
- * Not read: sharding V2's 1-D slices (each such state left out with one
- * line), a tensor-parallel checkpoint of another model_type (the
+ * Not read: a tensor-parallel checkpoint of another model_type (the
  * checkpoint left out with one line: the cut is in each model's Python
  * code, and paddlenlp 2.8.1 writes no param_meta), and, shown as root
- * files, `model_state.*_shardZZ.pdparams` (save_sharded_model) and expert
- * parallelism's `moeZZ` files.
+ * files, expert parallelism's `moeZZ` files.
  *
  * PaddleNLP saves no checksums: every shard is unverified.
  */

@@ -5,17 +5,22 @@
  * builtins.tuple wrapper), config.json, the pieces put together across
  * tensor ranks, pipeline stages and sharding ranks.
  *
- * Input: one byte choosing the layout (even: tensor parallel 2, the
+ * Input: one byte choosing the layout (2 mod 4: the third; else even:
+ * tensor parallel 2, the
  * names config.json, model_state.tp00.pdparams, model_state.tp01.pdparams,
  * optimizer.tp00.pdopt, optimizer.tp01.pdopt; odd: tensor parallel 2,
  * pipeline 2, sharding 2: config.json, model_meta.json, the four
- * model_state.tpXX_ppYY.pdparams and eight optimizer.tpXX_ppYY_shardZZ.pdopt),
+ * model_state.tpXX_ppYY.pdparams and eight optimizer.tpXX_ppYY_shardZZ.pdopt;
+ * third: the same saved with save_sharded_model, the model in eight
+ * model_state.tpXX_ppYY_shardZZ.pdparams),
  * then parts, each a 4-byte little-endian length and that many bytes (a
  * length past the end takes what is left), written under the layout's
  * names in order in a directory (under /dev/shm, else $TMPDIR, else /tmp,
  * made once per process) that the adapter then opens; before each input
  * the directory holds exactly the files of its parts. Seeds: the
- * committed tp2 and tp2pp2sh2 checkpoints (paddlenlp_seeds.py).
+ * committed tp2, tp2pp2sh2, tp2pp2sh2v2 (sharding V2; also two
+ * variants whose slices lie), tp2pp2sh2sm and tp2pp2sh2smbf16
+ * (save_sharded_model) checkpoints (paddlenlp_seeds.py).
  *
  * For any input, open either fails with a domain error or -ENOMEM (with a
  * one-line message but for -ENOMEM) and no model, or gives a finished
@@ -42,14 +47,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 const char fuzz_target[] = "fuzz_paddlenlp_hp";
 
-#define MAX_PARTS 14
+#define MAX_PARTS 18
 
-static const char *const layouts[2][MAX_PARTS] = {
+static const char *const layouts[3][MAX_PARTS] = {
 	{ "config.json", "model_state.tp00.pdparams", "model_state.tp01.pdparams",
 	  "optimizer.tp00.pdopt", "optimizer.tp01.pdopt" },
 	{ "config.json", "model_meta.json",
 	  "model_state.tp00_pp00.pdparams", "model_state.tp00_pp01.pdparams",
 	  "model_state.tp01_pp00.pdparams", "model_state.tp01_pp01.pdparams",
+	  "optimizer.tp00_pp00_shard00.pdopt", "optimizer.tp00_pp00_shard01.pdopt",
+	  "optimizer.tp00_pp01_shard00.pdopt", "optimizer.tp00_pp01_shard01.pdopt",
+	  "optimizer.tp01_pp00_shard00.pdopt", "optimizer.tp01_pp00_shard01.pdopt",
+	  "optimizer.tp01_pp01_shard00.pdopt", "optimizer.tp01_pp01_shard01.pdopt" },
+	{ "config.json", "model_meta.json",
+	  "model_state.tp00_pp00_shard00.pdparams", "model_state.tp00_pp00_shard01.pdparams",
+	  "model_state.tp00_pp01_shard00.pdparams", "model_state.tp00_pp01_shard01.pdparams",
+	  "model_state.tp01_pp00_shard00.pdparams", "model_state.tp01_pp00_shard01.pdparams",
+	  "model_state.tp01_pp01_shard00.pdparams", "model_state.tp01_pp01_shard01.pdparams",
 	  "optimizer.tp00_pp00_shard00.pdopt", "optimizer.tp00_pp00_shard01.pdopt",
 	  "optimizer.tp00_pp01_shard00.pdopt", "optimizer.tp00_pp01_shard01.pdopt",
 	  "optimizer.tp01_pp00_shard00.pdopt", "optimizer.tp01_pp00_shard01.pdopt",
@@ -117,7 +131,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		dfd = fuzz_scratch_dir(dir, sizeof(dir));
 		atexit(cleanup);
 	}
-	lay = data[0] & 1;
+	lay = data[0] % 4 == 2 ? 2 : data[0] & 1;
 	for (max = 0; max < MAX_PARTS && layouts[lay][max]; max++)
 		;
 	if (lay != layout)

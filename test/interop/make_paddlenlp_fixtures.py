@@ -34,6 +34,25 @@ and paddle.save writes each piece under the trainer's file names):
 - tp2:        tensor parallel 2
 - tp2pp2sh2:  tensor parallel 2 x pipeline 2 x sharding stage 1 (V1) 2,
               fused QKV and [gate, up]
+- tp2pp2sh2v2: the same with sharding stage 1 V2 (split_param): each
+              sharding rank's .pdopt holds 1-D slices of the flattened,
+              padded parameter buffer; the slice bounds are computed by
+              paddle's own build_reduce_scatter_buffer (ShardingGradView:
+              _index, _padded_size, _param_begin/_param_end, with the GPU
+              alignment of 256 bytes: the code refuses a CPU place, so its
+              device type is set to "gpu"; nothing runs on a GPU) over the
+              groups of paddle's own assign_group_by_size, the states cut by
+              paddlenlp's own reshard/sharding_v2 pad_tensor and
+              slice_tensor, and put back together by its merge_tensors
+- tp2pp2sh2sm: tp2pp2sh2 in float32 saved with save_sharded_model: each
+              sharding rank's model_state.tpXX_ppYY_shardZZ.pdparams holds
+              the parameters V1 gives it (sharding_io.filter_sharded_params);
+              no master weights (float32), so none are dropped
+- tp2pp2sh2smbf16: the same in bfloat16: every parameter has a master
+              weight, so exclude_paramters_in_state_dict leaves each model
+              file without parameters (paddlenlp's loader casts the master
+              weights back); states and master weights are named by
+              model_meta.json's structure_name_mapping
 """
 
 import importlib.metadata
@@ -184,17 +203,49 @@ def stage_of(key, L, P):
     return 0 if "embed_tokens" in key else P - 1
 
 
-def make_hybrid(out, T, P, Z, fuse):
+def v2_slices(keys, local, Z):
+    """Sharding V2 (DygraphShardingOptimizerV2): {key: {z: (begin, end)}}
+    of each parameter's padded flat range that sharding rank z holds, as
+    paddle's own build_reduce_scatter_buffer lays the comm buffers out
+    (parameters in the optimizer's order, stably sorted by dtype, grouped
+    by assign_group_by_size at the default 256 MB), relative to the
+    parameter's start; and {key: padded_size}."""
+    import paddle.distributed.fleet.utils.tensor_fusion_helper as tfh
+    tfh.__current_device_type__ = "gpu"  # its alignment; refuses "cpu"
+    ps = []
+    for k in keys:
+        p = paddle.create_parameter(list(local[k].shape), dtype="bfloat16",
+                                    default_initializer=paddle.nn.initializer.Constant(0.0))
+        p.name = k
+        ps.append(p)
+    ps.sort(key=lambda x: str(x.dtype))
+    out, padded = {}, {}
+    for _, params in tfh.assign_group_by_size(ps, 256 * 1024 * 1024).items():
+        for z in range(Z):
+            views = tfh.build_reduce_scatter_buffer(params, Z, z)[0]
+            for k, v in views.items():
+                padded[k] = int(v._padded_size)
+                if v._param_begin < v._param_end:
+                    out.setdefault(k, {})[z] = (int(v._param_begin) - int(v._index),
+                                                int(v._param_end) - int(v._index))
+    return out, padded
+
+
+def make_hybrid(out, T, P, Z, fuse, v2=False, vocab=64, sharded_model=False,
+                dtype="bfloat16"):
     """The full model split as PaddleNLP's own split functions split it for
-    T tensor-parallel ranks, P pipeline stages and Z sharding (stage 1, V1)
-    ranks, each piece saved with paddle.save under the trainer's names."""
+    T tensor-parallel ranks, P pipeline stages and Z sharding (stage 1, V1,
+    or V2 with v2) ranks, each piece saved with paddle.save under the
+    trainer's names. (V2 uses vocabulary 288: the first stage's buffer then
+    holds 25 units of 256 elements, and the boundary of the two sharding
+    ranks' slices falls mid-row in layer 0's fused [gate, up] weight.)"""
     paddle.seed(5)
-    cfg = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=24,
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=16, intermediate_size=24,
                       num_hidden_layers=2 * P, num_attention_heads=4,
                       num_key_value_heads=4, max_position_embeddings=32,
-                      dtype="bfloat16", fuse_attention_qkv=fuse,
+                      dtype=dtype, fuse_attention_qkv=fuse,
                       fuse_attention_ffn=fuse)
-    paddle.set_default_dtype("bfloat16")
+    paddle.set_default_dtype(dtype)
     model = LlamaForCausalLM(cfg)
     paddle.set_default_dtype("float32")
     opt = paddle.optimizer.AdamW(learning_rate=1e-3, parameters=model.parameters(),
@@ -221,7 +272,8 @@ def make_hybrid(out, T, P, Z, fuse):
     exp = {"paddle": paddle.__version__, "paddlenlp": importlib.metadata.version("paddlenlp"),
            "objects": {}, "tensors": {}}
     for k, a in sd.items():
-        exp["tensors"][k] = entry(a, True)
+        if not (sharded_model and k in master):  # not saved: see below
+            exp["tensors"][k] = entry(a, True)
     for k, per in states.items():
         for typ, (_, a) in per.items():
             exp["tensors"]["optimizer/%s/%s" % (typ, k)] = entry(a, True)
@@ -263,8 +315,56 @@ def make_hybrid(out, T, P, Z, fuse):
                 t = paddle.to_tensor(split(k, sd[k], r)[0])
                 t.name = static[k]
                 msd[k] = t
-            sfx = suffix(r, s, None, T, P, Z)
-            paddle.save(msd, os.path.join(out, "model_state.%s.pdparams" % sfx))
+            if sharded_model:
+                # save_sharded_model: sharding_io's filter_sharded_params (V1:
+                # the parameters param2rank gives rank z), then, with bf16,
+                # exclude_paramters_in_state_dict drops every parameter that
+                # has a master weight (the loader casts those back)
+                for z in range(Z):
+                    zsd = {k: t for k, t in msd.items()
+                           if owner[k] == z and k not in master}
+                    paddle.save(zsd, os.path.join(
+                        out, "model_state.%s.pdparams" % suffix(r, s, z, T, P, Z)))
+            else:
+                sfx = suffix(r, s, None, T, P, Z)
+                paddle.save(msd, os.path.join(out, "model_state.%s.pdparams" % sfx))
+            if v2:
+                from paddlenlp.trainer.utils.reshard import sharding_v2
+                local = {k: split(k, sd[k], r)[0] for k in keys}
+                sl, padded = v2_slices(keys, local, Z)
+                osaves = [{} for _ in range(Z)]
+                mws = [{} for _ in range(Z)]
+
+                def cut(k, a, name, into):
+                    whole = paddle.to_tensor(a)
+                    pieces = []
+                    for z, (b, e) in sorted(sl[k].items()):
+                        t = sharding_v2.slice_tensor(
+                            sharding_v2.pad_tensor(k, whole, padded[k]), b, e)
+                        t.name = name
+                        into[z][name if into is osaves else static[k]] = t
+                        pieces.append(t)
+                    back = sharding_v2.merge_tensors(k, pieces, list(a.shape))
+                    assert back.numpy().tobytes() == a.tobytes(), (k, name)
+
+                for k in keys:
+                    for typ, (okey, a) in states[k].items():
+                        if a.size > 1:
+                            cut(k, split(k, a, r)[0], okey, osaves)
+                        else:  # beta powers: on every rank with a slice
+                            for z in sl[k]:
+                                osaves[z][okey] = paddle.to_tensor(a)
+                                osaves[z][okey].name = okey
+                    cut(k, split(k, master[k], r)[0], static[k] + "_fp32_master_0", mws)
+                for z in range(Z):
+                    osaves[z]["master_weights"] = mws[z]
+                    paddle.save(osaves[z], os.path.join(
+                        out, "optimizer.%s.pdopt" % suffix(r, s, z, T, P, Z)))
+                metas["tp%02d_pp%02d" % (r, s)] = {
+                    "param2rank": {},
+                    "structure_name_mapping": {k: static[k] for k in keys},
+                    "sharding_strategy": "ShardingV2", "enable_overlap": False}
+                continue
             for z in range(Z):
                 osave, mw = {}, {}
                 for k in keys:
@@ -273,9 +373,11 @@ def make_hybrid(out, T, P, Z, fuse):
                     for typ, (okey, a) in states[k].items():
                         osave[okey] = paddle.to_tensor(split(k, a, r)[0] if a.size > 1 else a)
                         osave[okey].name = okey  # as the optimizer names them
-                    mw[static[k]] = paddle.to_tensor(split(k, master[k], r)[0])
-                    mw[static[k]].name = static[k] + "_fp32_master_0"
-                osave["master_weights"] = mw
+                    if k in master:
+                        mw[static[k]] = paddle.to_tensor(split(k, master[k], r)[0])
+                        mw[static[k]].name = static[k] + "_fp32_master_0"
+                if mw or not sharded_model:
+                    osave["master_weights"] = mw
                 paddle.save(osave, os.path.join(out, "optimizer.%s.pdopt" % suffix(r, s, z, T, P, Z)))
             metas["tp%02d_pp%02d" % (r, s)] = {
                 "param2rank": {static[k]: owner[k] for k in keys},
@@ -308,9 +410,15 @@ def main():
             json.dump(exp, f, indent=1, sort_keys=True)
         print("%s: %d tensors, files %s" % (name, len(exp["tensors"]),
                                               sorted(os.listdir(d))))
-    for name, T, P, Z, fuse in (("tp2", 2, 1, 1, False), ("tp2pp2sh2", 2, 2, 2, True)):
+    for name, T, P, Z, fuse, v2 in (("tp2", 2, 1, 1, False, False),
+                                    ("tp2pp2sh2", 2, 2, 2, True, False),
+                                    ("tp2pp2sh2v2", 2, 2, 2, True, True),
+                                    ("tp2pp2sh2sm", 2, 2, 2, True, False),
+                                    ("tp2pp2sh2smbf16", 2, 2, 2, True, False)):
         d = os.path.join(top, name)
-        exp = make_hybrid(d, T, P, Z, fuse)
+        sm = "sm" in name
+        exp = make_hybrid(d, T, P, Z, fuse, v2, 288 if v2 else 64, sharded_model=sm,
+                          dtype="float32" if name.endswith("sm") else "bfloat16")
         with open(d + ".expected.json", "w") as f:
             json.dump(exp, f, indent=1, sort_keys=True)
         print("%s: %d tensors, files %s" % (name, len(exp["tensors"]),

@@ -12,8 +12,13 @@ from a bf16 Llama by PaddleNLP's own split functions
 tensor parallel 2 (model_state.tpXX.pdparams, optimizer.tpXX.pdopt with
 master_weights), and tensor parallel 2 x pipeline 2 x sharding stage 1 (V1)
 2 with fused QKV and [gate, up] (model_state.tpXX_ppYY.pdparams,
-optimizer.tpXX_ppYY_shardZZ.pdopt, model_meta.json), each against the
-unsplit state dict (which PaddleNLP's merge functions give back).
+optimizer.tpXX_ppYY_shardZZ.pdopt, model_meta.json), the same with
+sharding V2 (1-D slices of the padded buffers, laid out by paddle's own
+build_reduce_scatter_buffer), and the V1 one in float32 saved with
+save_sharded_model (model_state.tpXX_ppYY_shardZZ.pdparams: each sharding
+rank's parameters) and in bfloat16 (the model files then hold no
+parameter; states and master weights named by model_meta.json), each against the unsplit state dict (which
+PaddleNLP's merge functions give back).
 
 Checked through one mount: every tensor (model weights by name,
 optimizer/STATE/PARAM, master_weights/PARAM) byte for byte against the
@@ -37,7 +42,14 @@ served. Of the tensor-parallel checkpoint: a pickle naming builtins.print
 rank 1's q_proj under another name (a gap: it, its states and master
 weight left out), rank 1's optimizer file a symlink out (its states and
 master weights left out), rank 1's model file missing (not shown), a
-model_type whose cuts are not known (left out). The store is
+model_type whose cuts are not known (left out). Of the sharding V2
+checkpoint: a straddling slice renamed away (a gap) and a slice claimed
+for a parameter another rank holds whole (past its range): those states
+left out, the log says why. Of the save_sharded_model one: a sharding
+rank's model file missing (not shown: still being written); of the bf16
+one (whose model files hold no parameter: every one has a master weight,
+and model_meta.json alone names the states) model_meta.json cut short:
+nothing shown, the log says why. The store is
 byte-for-byte unchanged at the end.
 """
 
@@ -156,6 +168,36 @@ def make_hostile_hp(store, src, outside):
     return out
 
 
+def make_hostile_v2(store, src):
+    """Variants of the sharding V2 checkpoint whose slices lie, each key
+    renamed in place (every occurrence, same length) in tensor rank 0,
+    stage 0, sharding rank 1's file: {name: left-out names}."""
+    out = {}
+    f1 = "optimizer.tp00_pp00_shard01.pdopt"
+    L0 = "llama.layers.0."
+
+    def rename(name, old, new):
+        d = os.path.join(store, name)
+        shutil.copytree(src, d)
+        with open(os.path.join(d, f1), "rb") as f:
+            b = f.read()
+        assert b.count(old.encode()) == 2, old
+        with open(os.path.join(d, f1), "wb") as f:
+            f.write(b.replace(old.encode(), new.encode()))
+
+    # [gate, up]'s moment1 straddles ranks 0 and 1: rank 1's slice gone (a gap)
+    rename("v2-gap", "linear_60.w_0_fp32_master_0_moment1_0",
+           "linear_60.w_0_fp32_master_0_moment1_9")
+    out["v2-gap"] = ["optimizer/moment1_0/" + L0 + "mlp.gate_up_fused_proj.weight"]
+    # down_proj's moment2 slice claimed for o_proj, which rank 0 holds
+    # whole: o_proj's slices run past its buffer range, down_proj has none
+    rename("v2-beyond", "linear_61.w_0_fp32_master_0_moment2_0",
+           "linear_59.w_0_fp32_master_0_moment2_0")
+    out["v2-beyond"] = ["optimizer/moment2_0/" + L0 + "self_attn.o_proj.weight",
+                        "optimizer/moment2_0/" + L0 + "mlp.down_proj.weight"]
+    return out
+
+
 def make_hostile(store, src, outside):
     """{name: (expected names left out, why)} of the variants of src."""
     out = {}
@@ -261,6 +303,22 @@ def test(env, ck):
     if tp2:
         with open(tp2[-1][2]) as f:
             exph = json.load(f)
+    smc = [c for c in cases if c[0].endswith("-tp2pp2sh2sm")]
+    if smc:  # save_sharded_model: one sharding rank's model file not there yet
+        shutil.copytree(smc[-1][1], os.path.join(store, "sm-missing"))
+        os.unlink(os.path.join(store, "sm-missing", "model_state.tp01_pp01_shard01.pdparams"))
+    smb = [c for c in cases if c[0].endswith("-tp2pp2sh2smbf16")]
+    if smb:  # bf16: only model_meta.json names the states; here it is cut short
+        shutil.copytree(smb[-1][1], os.path.join(store, "smbf16-badmeta"))
+        with open(os.path.join(store, "smbf16-badmeta", "model_meta.json"), "r+") as f:
+            f.truncate(100)
+        with open(smb[-1][2]) as f:
+            expsmb = json.load(f)
+    v2 = [c for c in cases if c[0].endswith("-tp2pp2sh2v2")]
+    hostile_v2 = make_hostile_v2(store, v2[-1][1]) if v2 else {}
+    if v2:
+        with open(v2[-1][2]) as f:
+            expv2 = json.load(f)
     with open(bf16[-1][2]) as f:
         expb = json.load(f)
 
@@ -282,7 +340,7 @@ def test(env, ck):
             if hybrid:
                 with open(os.path.join(src, "config.json")) as f:
                     tpd = json.load(f).get("tensor_parallel_degree", 1)
-                pp = 2 if name.endswith("pp2sh2") else 1
+                pp = 2 if "pp2sh2" in name else 1
                 want_fmt = "paddlenlp-hybrid tp%d pp%d sharding%d" % (tpd, pp, pp)
             ck.eq(os.getxattr(root, "user.shardfs.format").decode(), want_fmt,
                   "%s: format xattr" % name)
@@ -366,6 +424,25 @@ def test(env, ck):
                   "hp-link: the log says the symlink leads out")
             ck.ok('"hp-gpt" left out: tensor parallel over 2 ranks: how PaddleNLP cuts model_type gpt is not known'
                   in log, "hp-gpt: the log says why")
+        if smc:
+            ck.ok("sm-missing" not in listed, "sm-missing: not shown")
+        if smb and ck.ok("smbf16-badmeta" in listed, "smbf16-badmeta: shown"):
+            check_bytes(ck, os.path.join(mnt, "smbf16-badmeta"), expsmb, "smbf16-badmeta",
+                        list(expsmb["tensors"]))
+            ck.ok('checkpoint "smbf16-badmeta": model_meta.json: ' in log and
+                  "the model files alone name the optimizer's states" in log,
+                  "smbf16-badmeta: the log says model_meta.json is malformed")
+        for h, left in sorted(hostile_v2.items()):
+            root = os.path.join(mnt, h)
+            if ck.ok(h in listed, "%s: shown" % h):
+                check_bytes(ck, root, expv2, h, left)
+        if hostile_v2:
+            ck.ok('"v2-gap": "optimizer/moment1_0/llama.layers.0.mlp.gate_up_fused_proj.weight" left out: '
+                  'sharding V2 slices on tensor rank 0: its slices do not add up to its padded size' in log,
+                  "v2-gap: the log says why")
+            ck.ok('"v2-beyond": "optimizer/moment2_0/llama.layers.0.self_attn.o_proj.weight" left out: '
+                  'sharding V2 slices on tensor rank 0: its slices run beyond its padded buffer range' in log,
+                  "v2-beyond: the log says why")
     ck.eq(sm.snapshot_diff(before, sm.store_snapshot(store)), [],
           "the store is unchanged")
 

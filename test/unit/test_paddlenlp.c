@@ -140,7 +140,12 @@ static void test_probe_hp(void)
 		{ SF_PROBE_NO, { "model_state.tp0.pdparams", "model_state.pp00_tp00.pdparams",
 				 "model_state.tp00_.pdparams", "model_state..pdparams",
 				 "model_state.tp00pp00.pdparams", "model_state.tp00.pdparams/" } },
-		{ SF_PROBE_NO, { "model_state.tp00_shard00.pdparams" } }, /* save_sharded_model */
+		/* save_sharded_model: every sharding rank's model file */
+		{ SF_PROBE_YES, { "model_state.tp00_shard00.pdparams", "model_state.tp00_shard01.pdparams",
+				  "optimizer.tp00_shard00.pdopt", "optimizer.tp00_shard01.pdopt" } },
+		{ SF_PROBE_PARTIAL, { "model_state.tp00_shard01.pdparams",
+				      "optimizer.tp00_shard00.pdopt", "optimizer.tp00_shard01.pdopt" } },
+		{ SF_PROBE_PARTIAL, { "model_state.tp00_shard00.pdparams" } },
 		{ SF_PROBE_NO, { "scheduler.pdparams", "config.json" } },
 	};
 
