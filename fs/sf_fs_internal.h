@@ -149,6 +149,8 @@ struct sf_fs_ckpt {
 	bool s1;                      /* tree_lock: shardfs/1's protocol was
 	                               * used in it (its tensors/ looked up):
 	                               * never a framework's save */
+	bool joined;                  /* tree_lock: made by a lookup that
+	                               * joined a peer's save (sf_fs_w_join) */
 	uint64_t ref;                 /* tree_lock: 1 per node of it + 1 while listed */
 	struct sf_fs_ckpt *next;      /* tree_lock: sf_fs.ckpts list */
 	/* immutable: who may see it, from its directory in the store
@@ -633,6 +635,13 @@ void sf_fs_w_mkdir(fuse_req_t req, struct sf_node *parent, const char *name);
  * FileSystemWriter). A shardfs/1 checkpoint being written is never
  * joined. 0 and *out (one reference) or -ENOENT. */
 int sf_fs_w_join(fuse_req_t req, const char *name, struct sf_node **out);
+/* Under MPI, the live store's thread, every round: a checkpoint a lookup
+ * joined to a peer's save (sf_fs_w_join) that holds nothing here (no file
+ * saved, nothing declared through this mount) leaves the tree and the
+ * store once no peer saves that name any more (a peer sealed it, or it
+ * left every other store): the live union then shows the peer's save here
+ * as on a daemon that never joined it. */
+void sf_fs_w_unjoin_tick(struct sf_fs *fs);
 void sf_fs_w_create(fuse_req_t req, struct sf_node *parent, const char *name,
 		    struct fuse_file_info *fi);
 /* An open file handle on n (takes a node reference); free closes a

@@ -26,6 +26,8 @@
  * DCP's .metadata) is in the same quiet period; one that comes later
  * still reopens it (a change by its saver) and it is sealed again. A
  * checkpoint found incomplete is not opened again until it changes.
+ * Each round also lets go of the directories lookups made when they joined
+ * a peer's save and that hold nothing here (sf_fs_w_unjoin_tick).
  *
  * Invariants: every store path is resolved beneath the store with no
  * symlink followed (sf_confine); bytes go to the store before their
@@ -813,6 +815,7 @@ void sf_fs_sv_tick(struct sf_fs *fs)
 		v[n++] = c;
 	}
 	pthread_mutex_unlock(&fs->tree_lock);
+	sf_fs_w_unjoin_tick(fs);
 	for (size_t i = 0; i < n; i++) {
 		try_seal(fs, v[i]);
 		pthread_mutex_lock(&fs->tree_lock);

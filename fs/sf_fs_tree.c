@@ -1017,10 +1017,28 @@ int sf_fs_lookup(struct sf_fs *fs, struct sf_node *dir, const char *name,
 
 /* --- directory snapshots --- */
 
+/* Does checkpoint root cd show a framework's own `.distcp` file (a save
+ * through the mount, SPEC 8)? Then its listing leaves the model.safetensors
+ * view out (it still opens by name): Paddle's load_state_dict refuses a
+ * directory that lists both .distcp and .safetensors files. tree_lock. */
+static bool shows_distcp(const struct sf_node *cd)
+{
+	for (size_t i = 0; i < cd->nchildren; i++) {
+		const struct sf_node *c = cd->children[i];
+		size_t len = strlen(c->name);
+
+		if (c->kind == SF_NODE_RAW && len > 7 &&
+		    strcmp(c->name + len - 7, ".distcp") == 0)
+			return true;
+	}
+	return false;
+}
+
 int sf_fs_dir_snap(struct sf_fs *fs, struct sf_node *dir,
 		   struct sf_dir_snap **out)
 {
 	struct sf_dir_snap *s;
+	bool hide_st;
 	size_t i;
 
 	if (!sf_node_is_dir(dir))
@@ -1037,10 +1055,13 @@ int sf_fs_dir_snap(struct sf_fs *fs, struct sf_node *dir,
 			return -ENOMEM;
 		}
 	}
-	s->n = dir->nchildren;
-	for (i = 0; i < s->n; i++) {
-		s->ents[i].node = dir->children[i];
-		s->ents[i].name = dir->children[i]->name;
+	hide_st = dir->kind == SF_NODE_CKPT && shows_distcp(dir);
+	for (i = 0; i < dir->nchildren; i++) {
+		if (hide_st && dir->children[i]->kind == SF_NODE_ST)
+			continue;
+		s->ents[s->n].node = dir->children[i];
+		s->ents[s->n].name = dir->children[i]->name;
+		s->n++;
 		dir->children[i]->ref++;
 	}
 	s->self = dir;

@@ -3,7 +3,9 @@
  * checkpoints (mkdir), declarations (user.shardfs.dtype / user.shardfs.shape
  * xattrs; many at once through user.shardfs.declare, sf_fs_declare.c),
  * box shards through slice paths, flat shards through pwrite, root files,
- * and resuming a checkpoint that a killed daemon left unfinished. Commit,
+ * resuming a checkpoint that a killed daemon left unfinished, and (MPI) a
+ * peer's save joined by a lookup, let go of once the peer sealed it if
+ * nothing was made in it here. Commit,
  * delete and the setxattr entry point are sf_fs_commit.c's, above this.
  *
  * Invariants:
@@ -244,10 +246,98 @@ int sf_fs_w_join(fuse_req_t req, const char *name, struct sf_node **out)
 	if (sf_fs_may_change(req, fs, "mkdir", name) != 0)
 		return -ENOENT;
 	rc = new_ckpt(fs, name, ctx->uid, ctx->gid, out);
-	if (rc == 0)
+	if (rc == 0) {
+		pthread_mutex_lock(&fs->tree_lock);
+		(*out)->ck->joined = true;
+		pthread_mutex_unlock(&fs->tree_lock);
 		sf_info("checkpoint %s: a peer's save: joined here (its files saved through this mount go to this store)",
 			SF_QSTR(name));
+	}
 	return rc == -EEXIST ? -ENOENT : rc;
+}
+
+static void count_entry(void *arg, const char *name,
+			const struct sf_wentry_info *info)
+{
+	(void)name;
+	(void)info;
+	++*(size_t *)arg;
+}
+
+/* Joined checkpoint c holds nothing here and no peer saves its name any
+ * more: its directory leaves the store, c the tree (as a discarded
+ * writing checkpoint does). Under commit_lock, as every delete. */
+static void unjoin(struct sf_fs *fs, struct sf_fs_ckpt *c)
+{
+	char why[256] = "";
+	char *gone = NULL;
+	size_t entries = 0;
+	bool go;
+	int rc;
+
+	pthread_mutex_lock(&fs->commit_lock);
+	pthread_mutex_lock(&fs->tree_lock);
+	go = c->state == SF_CK_WRITING && c->joined && !c->busy && !c->nwfiles;
+	if (go)
+		c->busy = true;
+	pthread_mutex_unlock(&fs->tree_lock);
+	if (!go)
+		goto out_unlock_commit;
+	/* a shardfs/1 declaration or file made here since: this daemon's */
+	sf_wckpt_foreach(c->w, count_entry, &entries);
+	if (entries) {
+		pthread_mutex_lock(&fs->tree_lock);
+		c->joined = false;
+		pthread_mutex_unlock(&fs->tree_lock);
+		goto out_unbusy;
+	}
+	rc = sf_wckpt_retire(fs->store_abs, c->dir, c->name, &gone, why, sizeof(why));
+	if (rc) {
+		sf_err("checkpoint %s: cannot remove the empty directory a lookup made when it joined a peer's save: %s",
+		       SF_QSTR(c->name), why[0] ? why : sf_strerror(rc));
+		goto out_unbusy;
+	}
+	sf_fs_drop_ckpt(fs, c);
+	sf_fs_forget_if_closed(fs, c, 0);
+	sf_wckpt_remove_retired(gone);
+	free(gone);
+	sf_fs_notify_entry(fs->notify, FUSE_ROOT_ID, c->name);
+	sf_info("checkpoint %s: nothing of it was saved through this mount: shown from the peers' files",
+		SF_QSTR(c->name));
+out_unbusy:
+	pthread_mutex_lock(&fs->tree_lock);
+	c->busy = false;
+	pthread_mutex_unlock(&fs->tree_lock);
+out_unlock_commit:
+	pthread_mutex_unlock(&fs->commit_lock);
+}
+
+#define SF_FS_MAX_UNJOIN 64 /* joined checkpoints looked at per round */
+
+void sf_fs_w_unjoin_tick(struct sf_fs *fs)
+{
+	const struct sf_fs_cluster *cl = fs->cfg->cluster;
+	struct sf_fs_ckpt *v[SF_FS_MAX_UNJOIN];
+	size_t n = 0;
+
+	if (fs->single || !cl || !cl->source || !cl->source->ops->peer_size)
+		return;
+	pthread_mutex_lock(&fs->tree_lock);
+	for (struct sf_fs_ckpt *c = fs->ckpts; c && n < SF_FS_MAX_UNJOIN; c = c->next) {
+		if (c->state != SF_CK_WRITING || !c->joined || c->busy)
+			continue;
+		c->ref++;
+		v[n++] = c;
+	}
+	pthread_mutex_unlock(&fs->tree_lock);
+	for (size_t i = 0; i < n; i++) {
+		/* 0: a peer sealed it (its index), or no peer holds it */
+		if (peer_state(fs, v[i]->name) == 0)
+			unjoin(fs, v[i]);
+		pthread_mutex_lock(&fs->tree_lock);
+		sf_fs_ckpt_unref(fs, v[i]);
+		pthread_mutex_unlock(&fs->tree_lock);
+	}
 }
 
 void sf_fs_w_mkdir(fuse_req_t req, struct sf_node *parent, const char *name)

@@ -149,6 +149,14 @@ def run(env, ck):
         ck.ok("shardfs.index.json" in names, "the write-time hashes are kept beside them")
         ck.ok(not any(n.startswith("rank-") or n == ".shardfs" or n.endswith(".tmp")
                       for n in names), "no shardfs/1 bookkeeping, no temporary: %s" % names)
+        # its root lists torch's .distcp files and no .safetensors beside
+        # them (Paddle's load_state_dict refuses a directory listing both);
+        # the model.safetensors view is still there by name
+        shown = os.listdir(root)
+        ck.ok("__0_0.distcp" in shown and not any(n.endswith(".safetensors") for n in shown),
+              "step-1's root lists .distcp files and no .safetensors: %s" % sorted(shown))
+        ck.ok(os.stat(os.path.join(root, "model.safetensors")).st_size > 0,
+              "step-1: model.safetensors is still there by name")
 
         # 3. a byte flipped on disk -> EIO
         man = json.loads(sm.read_file(os.path.join(root, "manifest.json")))
