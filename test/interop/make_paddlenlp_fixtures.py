@@ -66,8 +66,12 @@ import xxhash
 
 import paddle
 import paddlenlp
-from paddlenlp.trainer.plugins import unified_checkpoint as uc
 from paddlenlp.transformers import LlamaConfig, LlamaForCausalLM
+
+try:
+    from paddlenlp.trainer.plugins import unified_checkpoint as uc
+except ImportError:  # paddlenlp 3: a package (only its hybrid fixtures made)
+    from paddlenlp.trainer.unified_checkpoint import utils as uc
 
 
 def xxh3(b):
@@ -231,8 +235,18 @@ def v2_slices(keys, local, Z):
     return out, padded
 
 
+def model_of(kind):
+    """The (config, model) classes of kind and the prefix of its base
+    model's names (its _get_tensor_parallel_mappings keys lack it)."""
+    if kind == "llama":
+        return LlamaConfig, LlamaForCausalLM, "llama."
+    import paddlenlp.transformers as pt
+    name = {"qwen2": "Qwen2", "mistral": "Mistral"}[kind]
+    return getattr(pt, name + "Config"), getattr(pt, name + "ForCausalLM"), kind + "."
+
+
 def make_hybrid(out, T, P, Z, fuse, v2=False, vocab=64, sharded_model=False,
-                dtype="bfloat16"):
+                dtype="bfloat16", kind="llama", **extra):
     """The full model split as PaddleNLP's own split functions split it for
     T tensor-parallel ranks, P pipeline stages and Z sharding (stage 1, V1,
     or V2 with v2) ranks, each piece saved with paddle.save under the
@@ -240,13 +254,15 @@ def make_hybrid(out, T, P, Z, fuse, v2=False, vocab=64, sharded_model=False,
     holds 25 units of 256 elements, and the boundary of the two sharding
     ranks' slices falls mid-row in layer 0's fused [gate, up] weight.)"""
     paddle.seed(5)
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=16, intermediate_size=24,
-                      num_hidden_layers=2 * P, num_attention_heads=4,
-                      num_key_value_heads=4, max_position_embeddings=32,
-                      dtype=dtype, fuse_attention_qkv=fuse,
-                      fuse_attention_ffn=fuse)
+    Config, Model, prefix = model_of(kind)
+    kw = dict(vocab_size=vocab, hidden_size=16, intermediate_size=24,
+              num_hidden_layers=2 * P, num_attention_heads=4,
+              num_key_value_heads=4, max_position_embeddings=32,
+              dtype=dtype, fuse_attention_qkv=fuse, fuse_attention_ffn=fuse)
+    kw.update(extra)
+    cfg = Config(**kw)
     paddle.set_default_dtype(dtype)
-    model = LlamaForCausalLM(cfg)
+    model = Model(cfg)
     paddle.set_default_dtype("float32")
     opt = paddle.optimizer.AdamW(learning_rate=1e-3, parameters=model.parameters(),
                                  multi_precision=True)
@@ -283,15 +299,15 @@ def make_hybrid(out, T, P, Z, fuse, v2=False, vocab=64, sharded_model=False,
     def split(key, a, r):
         cfg.tensor_parallel_degree = T
         cfg.tensor_parallel_rank = r
-        fns = LlamaForCausalLM._get_tensor_parallel_mappings(cfg, is_split=True)
-        kk = key[len("llama."):] if key.startswith("llama.") else key
+        fns = Model._get_tensor_parallel_mappings(cfg, is_split=True)
+        kk = key[len(prefix):] if key.startswith(prefix) else key
         return (fns[kk](a) if kk in fns and a.ndim > 0 and a.size > 1 else a), kk in fns
 
     def merged(key, pieces):
         cfg.tensor_parallel_degree = T
         cfg.tensor_parallel_rank = 0
-        fns = LlamaForCausalLM._get_tensor_parallel_mappings(cfg, is_split=False)
-        kk = key[len("llama."):] if key.startswith("llama.") else key
+        fns = Model._get_tensor_parallel_mappings(cfg, is_split=False)
+        kk = key[len(prefix):] if key.startswith(prefix) else key
         return fns[kk](pieces) if kk in fns else pieces[0]
 
     # V1's partition: parameters by size, largest first, to the least full rank
@@ -370,7 +386,9 @@ def make_hybrid(out, T, P, Z, fuse, v2=False, vocab=64, sharded_model=False,
                 for k in keys:
                     if owner[k] != z:
                         continue
-                    for typ, (okey, a) in states[k].items():
+                    # a tied weight's states under its last name (as paddlenlp
+                    # names them: {static: struct} over the state dict)
+                    for typ, (okey, a) in states.get(k, {}).items():
                         osave[okey] = paddle.to_tensor(split(k, a, r)[0] if a.size > 1 else a)
                         osave[okey].name = okey  # as the optimizer names them
                     if k in master:
@@ -403,6 +421,22 @@ def make_hybrid(out, T, P, Z, fuse, v2=False, vocab=64, sharded_model=False,
 def main():
     top = os.path.join(sys.argv[1], "paddlenlp-" + importlib.metadata.version("paddlenlp"))
     os.makedirs(top, exist_ok=True)
+    import paddlenlp.transformers as pt
+    if hasattr(pt, "Qwen2ForCausalLM"):
+        # paddlenlp 3 (qwen2 and mistral are not in 2.8.1): only the models
+        # 2.8.1 lacks, tensor parallel 2 (2.8.1 writes the Llama ones)
+        for name, kind, fuse, kw in (
+                ("qwen2tp2", "qwen2", False, {"num_key_value_heads": 2}),
+                ("qwen2tp2fusedtied", "qwen2", True,
+                 {"num_key_value_heads": 2, "tie_word_embeddings": True}),
+                ("mistraltp2", "mistral", False, {"num_key_value_heads": 1})):
+            d = os.path.join(top, name)
+            exp = make_hybrid(d, 2, 1, 1, fuse, kind=kind, **kw)
+            with open(d + ".expected.json", "w") as f:
+                json.dump(exp, f, indent=1, sort_keys=True)
+            print("%s: %d tensors, files %s" % (name, len(exp["tensors"]),
+                                                  sorted(os.listdir(d))))
+        return
     for name, dtype in (("bf16", "bfloat16"), ("fp32", "float32")):
         d = os.path.join(top, name)
         exp = make(d, dtype)

@@ -1,0 +1,148 @@
+/*
+ * sf_paddlenlp_tp.c - PaddleNLP's tensor-parallel split rules per
+ * model_type (sf_paddlenlp_tp.h).
+ *
+ * Invariants:
+ *  - a row is a transcription of one model's
+ *    `_get_tensor_parallel_mappings(config, is_split=True)` in the
+ *    PaddleNLP release named beside it, nothing inferred: a parameter no
+ *    rule names is replicated, as PaddleNLP leaves it;
+ *  - rules are tried in order; a rule whose conditions fail lets the
+ *    next one with the same name decide (Qwen2's tied / untied lm_head);
+ *  - pure functions over static data.
+ */
+#include "sf_paddlenlp_tp.h"
+
+#include <stddef.h>
+#include <string.h>
+
+/* A rule's conditions (all must hold). */
+#define IF_VOCAB 1u                  /* vocab_size % degree == 0 */
+#define IF_KV 2u                     /* num_key_value_heads % degree == 0 */
+#define IF_TIED 4u                   /* tie_word_embeddings */
+#define IF_UNTIED 8u                 /* not tie_word_embeddings */
+#define WHOLE 16u                    /* name is the whole structured name */
+
+struct rule {
+	const char *name;
+	enum sf_tp_axis ax;
+	unsigned when;
+};
+
+struct sf_tp_model {
+	const char *type;
+	const struct rule *r;
+	size_t n;
+};
+
+#define COL SF_TP_COL
+#define ROW SF_TP_ROW
+
+/* paddlenlp 2.8.1 (and 3.0.0b4, unchanged): LlamaPretrainedModel */
+static const struct rule llama[] = {
+	{ "lm_head.weight", COL, WHOLE | IF_VOCAB },
+	{ "embed_tokens.weight", ROW, IF_VOCAB },
+	{ "self_attn.o_proj.weight", ROW, 0 },
+	{ "mlp.down_proj.weight", ROW, 0 },
+	{ "self_attn.qkv_proj.weight", COL, 0 },
+	{ "self_attn.q_proj.weight", COL, 0 },
+	{ "self_attn.k_proj.weight", COL, IF_KV },
+	{ "self_attn.v_proj.weight", COL, IF_KV },
+	{ "mlp.gate_up_fused_proj.weight", SF_TP_COL2, 0 },
+	{ "mlp.gate_proj.weight", COL, 0 },
+	{ "mlp.up_proj.weight", COL, 0 },
+};
+
+/* paddlenlp 3.0.0b4: Qwen2PretrainedModel (2.8.1 has no qwen2): Llama's,
+ * with the attention biases and lm_head cut like the embedding (rows)
+ * when tied */
+static const struct rule qwen2[] = {
+	{ "lm_head.weight", ROW, WHOLE | IF_VOCAB | IF_TIED },
+	{ "lm_head.weight", COL, WHOLE | IF_VOCAB | IF_UNTIED },
+	{ "embed_tokens.weight", ROW, IF_VOCAB },
+	{ "self_attn.o_proj.weight", ROW, 0 },
+	{ "mlp.down_proj.weight", ROW, 0 },
+	{ "self_attn.qkv_proj.weight", COL, 0 },
+	{ "self_attn.qkv_proj.bias", COL, 0 },
+	{ "self_attn.q_proj.weight", COL, 0 },
+	{ "self_attn.q_proj.bias", COL, 0 },
+	{ "self_attn.k_proj.weight", COL, IF_KV },
+	{ "self_attn.v_proj.weight", COL, IF_KV },
+	{ "self_attn.k_proj.bias", COL, IF_KV },
+	{ "self_attn.v_proj.bias", COL, IF_KV },
+	{ "mlp.gate_up_fused_proj.weight", SF_TP_COL2, 0 },
+	{ "mlp.gate_proj.weight", COL, 0 },
+	{ "mlp.up_proj.weight", COL, 0 },
+};
+
+/* paddlenlp 3.0.0b4: MistralPreTrainedModel (2.8.1 has no mistral): no
+ * fused layers, and the embeddings and lm_head cut whatever the
+ * vocabulary (PaddleNLP does not test it) */
+static const struct rule mistral[] = {
+	{ "lm_head.weight", COL, WHOLE },
+	{ "embed_tokens.weight", ROW, 0 },
+	{ "self_attn.o_proj.weight", ROW, 0 },
+	{ "mlp.down_proj.weight", ROW, 0 },
+	{ "self_attn.q_proj.weight", COL, 0 },
+	{ "self_attn.k_proj.weight", COL, IF_KV },
+	{ "self_attn.v_proj.weight", COL, IF_KV },
+	{ "mlp.gate_proj.weight", COL, 0 },
+	{ "mlp.up_proj.weight", COL, 0 },
+};
+
+#undef COL
+#undef ROW
+
+static const struct sf_tp_model models[] = {
+	{ "llama", llama, sizeof(llama) / sizeof(llama[0]) },
+	{ "qwen2", qwen2, sizeof(qwen2) / sizeof(qwen2[0]) },
+	{ "mistral", mistral, sizeof(mistral) / sizeof(mistral[0]) },
+};
+
+const char *sf_tp_model_types(void)
+{
+	return "llama, qwen2, mistral";
+}
+
+const struct sf_tp_model *sf_tp_model_find(const char *mt)
+{
+	for (size_t i = 0; mt && i < sizeof(models) / sizeof(models[0]); i++)
+		if (strcmp(models[i].type, mt) == 0)
+			return &models[i];
+	return NULL;
+}
+
+/* s ends with suf at a '.' (or is it). */
+static bool ends(const char *s, const char *suf)
+{
+	size_t n = strlen(s), k = strlen(suf);
+
+	return n >= k && strcmp(s + n - k, suf) == 0 &&
+	       (n == k || s[n - k - 1] == '.');
+}
+
+static bool holds(unsigned when, const struct sf_tp_cfg *c)
+{
+	uint64_t T = (uint64_t)c->degree;
+
+	return (!(when & IF_VOCAB) || c->vocab % T == 0) &&
+	       (!(when & IF_KV) || c->kv_heads % T == 0) &&
+	       (!(when & IF_TIED) || c->tied) &&
+	       (!(when & IF_UNTIED) || !c->tied);
+}
+
+enum sf_tp_axis sf_tp_axis_of(const struct sf_tp_model *m, const struct sf_tp_cfg *c,
+			      const char *param)
+{
+	if (!m || c->degree <= 1)
+		return SF_TP_NONE;
+	for (size_t i = 0; i < m->n; i++) {
+		const struct rule *r = &m->r[i];
+		bool named = r->when & WHOLE ? strcmp(param, r->name) == 0 :
+			     ends(param, r->name);
+
+		if (named && holds(r->when, c))
+			return r->ax;
+	}
+	return SF_TP_NONE;
+}
