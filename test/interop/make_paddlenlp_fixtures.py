@@ -4,7 +4,12 @@ PaddleNLP's own code, with what shardfs must show for each.
     PYTHON make_paddlenlp_fixtures.py OUTDIR
 
 PYTHON: a venv with paddlepaddle 3.3.1 (CPU) and paddlenlp 2.8.1 (pins:
-../shared notes; tools/interop.sh's paddlenlp venv). Writes
+../shared notes; tools/interop.sh's paddlenlp venv). With paddlenlp
+3.0.0b4 on PYTHONPATH instead (installed --no-deps beside that venv:
+test/fixtures/paddlenlp/README.md) it makes only the models 2.8.1 lacks:
+qwen2tp2, qwen2tp2fusedtied (tied embeddings: lm_head.weight the
+embedding's parameter, its states under the last name, as paddlenlp
+names them) and mistraltp2, as tp2 below. Writes
 OUTDIR/paddlenlp-VERSION/NAME/ and NAME.expected.json (check_dcp_tree.py's
 shape: every tensor's name as shardfs shows it, dtype, shape, bytes and
 xxh3 of the array handed to the writer).
