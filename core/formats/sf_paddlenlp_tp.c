@@ -90,6 +90,20 @@ static const struct rule mistral[] = {
 	{ "mlp.up_proj.weight", COL, 0 },
 };
 
+/* paddlenlp 2.8.1: MixtralPretrainedModel: Llama's attention, and every
+ * expert's w1 and w3 by columns, w2 by rows (the router gate whole) */
+static const struct rule mixtral[] = {
+	{ "lm_head.weight", COL, WHOLE | IF_VOCAB },
+	{ "embed_tokens.weight", ROW, IF_VOCAB },
+	{ "self_attn.o_proj.weight", ROW, 0 },
+	{ "self_attn.q_proj.weight", COL, 0 },
+	{ "self_attn.k_proj.weight", COL, IF_KV },
+	{ "self_attn.v_proj.weight", COL, IF_KV },
+	{ "block_sparse_moe.experts.*.w1.weight", COL, 0 },
+	{ "block_sparse_moe.experts.*.w2.weight", ROW, 0 },
+	{ "block_sparse_moe.experts.*.w3.weight", COL, 0 },
+};
+
 #undef COL
 #undef ROW
 
@@ -97,11 +111,12 @@ static const struct sf_tp_model models[] = {
 	{ "llama", llama, sizeof(llama) / sizeof(llama[0]) },
 	{ "qwen2", qwen2, sizeof(qwen2) / sizeof(qwen2[0]) },
 	{ "mistral", mistral, sizeof(mistral) / sizeof(mistral[0]) },
+	{ "mixtral", mixtral, sizeof(mixtral) / sizeof(mixtral[0]) },
 };
 
 const char *sf_tp_model_types(void)
 {
-	return "llama, qwen2, mistral";
+	return "llama, qwen2, mistral, mixtral";
 }
 
 const struct sf_tp_model *sf_tp_model_find(const char *mt)
@@ -112,13 +127,29 @@ const struct sf_tp_model *sf_tp_model_find(const char *mt)
 	return NULL;
 }
 
-/* s ends with suf at a '.' (or is it). */
-static bool ends(const char *s, const char *suf)
+/* s ends with pattern p at a '.' (or is it), a '*' of p standing for
+ * one or more digits (an expert's number). */
+static bool ends(const char *s, const char *p)
 {
-	size_t n = strlen(s), k = strlen(suf);
+	size_t i = strlen(s), j = strlen(p);
 
-	return n >= k && strcmp(s + n - k, suf) == 0 &&
-	       (n == k || s[n - k - 1] == '.');
+	while (j > 0) {
+		if (p[j - 1] == '*') {
+			size_t k = i;
+
+			while (k > 0 && s[k - 1] >= '0' && s[k - 1] <= '9')
+				k--;
+			if (k == i)
+				return false;
+			i = k;
+		} else if (i == 0 || s[i - 1] != p[j - 1]) {
+			return false;
+		} else {
+			i--;
+		}
+		j--;
+	}
+	return i == 0 || s[i - 1] == '.';
 }
 
 static bool holds(unsigned when, const struct sf_tp_cfg *c)

@@ -58,6 +58,8 @@ and paddle.save writes each piece under the trainer's file names):
               file without parameters (paddlenlp's loader casts the master
               weights back); states and master weights are named by
               model_meta.json's structure_name_mapping
+- mixtraltp2: a bf16 MixtralForCausalLM (2 experts) at tensor parallel 2:
+              every expert's w1/w3 cut by columns, w2 by rows
 """
 
 import importlib.metadata
@@ -246,7 +248,7 @@ def model_of(kind):
     if kind == "llama":
         return LlamaConfig, LlamaForCausalLM, "llama."
     import paddlenlp.transformers as pt
-    name = {"qwen2": "Qwen2", "mistral": "Mistral"}[kind]
+    name = {"qwen2": "Qwen2", "mistral": "Mistral", "mixtral": "Mixtral"}[kind]
     return getattr(pt, name + "Config"), getattr(pt, name + "ForCausalLM"), kind + "."
 
 
@@ -462,6 +464,13 @@ def main():
             json.dump(exp, f, indent=1, sort_keys=True)
         print("%s: %d tensors, files %s" % (name, len(exp["tensors"]),
                                               sorted(os.listdir(d))))
+    # Mixtral (2 experts, each cut by tensor parallelism; not expert parallel)
+    d = os.path.join(top, "mixtraltp2")
+    exp = make_hybrid(d, 2, 1, 1, False, kind="mixtral", num_key_value_heads=2,
+                      num_local_experts=2, num_experts_per_tok=1)
+    with open(d + ".expected.json", "w") as f:
+        json.dump(exp, f, indent=1, sort_keys=True)
+    print("mixtraltp2: %d tensors, files %s" % (len(exp["tensors"]), sorted(os.listdir(d))))
 
 
 if __name__ == "__main__":

@@ -21,8 +21,8 @@ parameter; states and master weights named by model_meta.json), each against the
 PaddleNLP's merge functions give back); and, from paddlenlp 3.0.0b4's
 split functions (2.8.1 has neither model), tensor parallel 2 of a Qwen2
 (GQA, q/k/v biases; fused and tied: lm_head cut by rows, its states
-under lm_head.weight) and of a Mistral (k/v replicated), each joined by
-its model_type's rules.
+under lm_head.weight) and of a Mistral (k/v replicated), and from 2.8.1's of a Mixtral (every
+expert cut), each joined by its model_type's rules.
 
 Checked through one mount: every tensor (model weights by name,
 optimizer/STATE/PARAM, master_weights/PARAM) byte for byte against the

@@ -243,6 +243,14 @@ static void test_tp_rules(void)
 		{ "mistral", "mistral.layers.0.self_attn.k_proj.weight", 2, 64, 1, false, SF_TP_NONE },
 		{ "mistral", "mistral.layers.0.mlp.down_proj.weight", 2, 64, 1, false, SF_TP_ROW },
 		{ "mistral", "mistral.layers.0.self_attn.q_proj.bias", 2, 64, 1, false, SF_TP_NONE },
+		{ "mixtral", "mixtral.layers.0.block_sparse_moe.experts.0.w1.weight", 2, 64, 2, false, SF_TP_COL },
+		{ "mixtral", "mixtral.layers.0.block_sparse_moe.experts.17.w2.weight", 2, 64, 2, false, SF_TP_ROW },
+		{ "mixtral", "mixtral.layers.0.block_sparse_moe.experts.x.w2.weight", 2, 64, 2, false, SF_TP_NONE },
+		{ "mixtral", "mixtral.layers.0.block_sparse_moe.experts..w3.weight", 2, 64, 2, false, SF_TP_NONE },
+		{ "mixtral", "block_sparse_moe.experts.3.w3.weight", 2, 64, 2, false, SF_TP_COL },
+		{ "mixtral", "mixtral.layers.0.xblock_sparse_moe.experts.3.w3.weight", 2, 64, 2, false, SF_TP_NONE },
+		{ "mixtral", "mixtral.layers.0.block_sparse_moe.gate.weight", 2, 64, 2, false, SF_TP_NONE },
+		{ "mixtral", "lm_head.weight", 2, 63, 2, false, SF_TP_NONE },
 	};
 
 	CHECK(!sf_tp_model_find("gpt"));
