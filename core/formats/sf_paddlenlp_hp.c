@@ -600,6 +600,13 @@ static enum sf_tp_axis rule_of(const struct hp *h, const char *param)
 	return sf_tp_axis_of(h->rules, &h->tpc, param);
 }
 
+/* The parts a fused axis cuts each into T (rank r holds part r of each),
+ * else 1. */
+static unsigned parts_of(enum sf_tp_axis ax)
+{
+	return ax == SF_TP_COL2 ? 2 : ax == SF_TP_COL3 ? 3 : 1;
+}
+
 static enum sf_dtype dtype_of(const struct hp *h, const char *code)
 {
 	static const struct { const char *c; enum sf_dtype dt; } t[] = {
@@ -734,13 +741,13 @@ static int v2_box(struct hp *h, struct sf_tensor *t, const struct piece *p,
 	st[nd - 1] = 1;
 	for (unsigned k = nd - 1; k > 0; k--)
 		st[k - 1] = st[k] * sh[k];
-	for (int half = 0; half < (ax == SF_TP_COL2 ? 2 : 1) && !rc; half++) {
+	for (unsigned half = 0, np = parts_of(ax); half < np && !rc; half++) {
 		uint64_t lo = boff[d], hi = boff[d] + blen[d], first = 0, span = 1;
 
 		memcpy(off, boff, sizeof(off));
 		memcpy(len, blen, sizeof(len));
-		if (ax == SF_TP_COL2) {         /* [gate_r, up_r]: halves of dim d */
-			uint64_t hw = sh[d] / 2, hlo = (uint64_t)half * hw;
+		if (np > 1) {             /* [gate_r, up_r]: parts of dim d */
+			uint64_t hw = sh[d] / np, hlo = (uint64_t)half * hw;
 
 			lo = lo > hlo ? lo : hlo;
 			hi = hi < hlo + hw ? hi : hlo + hw;
@@ -755,9 +762,9 @@ static int v2_box(struct hp *h, struct sf_tensor *t, const struct piece *p,
 		}
 		if (ax == SF_TP_COL || ax == SF_TP_ROW)
 			off[d] += (uint64_t)r * sh[d];
-		else if (ax == SF_TP_COL2)
-			off[d] = (uint64_t)half * (sh[d] / 2 * (uint64_t)h->plan.T) +
-				 (uint64_t)r * (sh[d] / 2) + (off[d] - (uint64_t)half * (sh[d] / 2));
+		else if (np > 1)
+			off[d] = (uint64_t)half * (sh[d] / np * (uint64_t)h->plan.T) +
+				 (uint64_t)r * (sh[d] / np) + (off[d] - (uint64_t)half * (sh[d] / np));
 		rc = add_shard(h, t, p, off, len, st, (first - pstart) * isz, span * isz);
 	}
 	return rc;
@@ -854,8 +861,9 @@ static int add_tensor_v2(struct hp *h, size_t a, size_t b)
 	}
 	ax = rule_of(h, h->pc[a].param);
 	d = ax == SF_TP_ROW ? 0 : nd - 1;
-	if (ax == SF_TP_COL2 && wn->shape[d] % 2) {
-		sf_kit_leave_out(&h->k, name, "a fused [gate, up] piece of odd width");
+	if (parts_of(ax) > 1 && wn->shape[d] % parts_of(ax)) {
+		sf_kit_leave_out(&h->k, name, "a fused piece whose width its %u parts do not divide",
+				 parts_of(ax));
 		return 0;
 	}
 	memcpy(shape, wn->shape, sizeof(shape));
@@ -975,8 +983,9 @@ static int add_tensor(struct hp *h, size_t a, size_t b)
 		ax = SF_TP_NONE;
 	memcpy(shape, n0->shape, sizeof(shape));
 	d = ax == SF_TP_ROW ? 0 : n0->ndim - 1;
-	if (ax == SF_TP_COL2 && n0->shape[d] % 2) {
-		sf_kit_leave_out(&h->k, name, "a fused [gate, up] piece of odd width");
+	if (parts_of(ax) > 1 && n0->shape[d] % parts_of(ax)) {
+		sf_kit_leave_out(&h->k, name, "a fused piece whose width its %u parts do not divide",
+				 parts_of(ax));
 		return 0;
 	}
 	if (ax != SF_TP_NONE && __builtin_mul_overflow(shape[d], (uint64_t)T, &shape[d])) {
@@ -997,19 +1006,20 @@ static int add_tensor(struct hp *h, size_t a, size_t b)
 		memcpy(len, n0->shape, sizeof(len));
 		if (ax == SF_TP_COL || ax == SF_TP_ROW)
 			off[d] = (uint64_t)r * n0->shape[d];
-		if (ax != SF_TP_COL2) {
+		if (parts_of(ax) == 1) {
 			rc = add_shard(h, t, p, off, len, NULL, 0, n0->len);
 			continue;
 		}
-		/* [gate_r, up_r]: each half a strided box of the local array */
-		len[d] = n0->shape[d] / 2;
+		/* [gate_r, up_r] ([q_r, k_r, v_r]): each part a strided box of
+		 * the local array */
+		len[d] = n0->shape[d] / parts_of(ax);
 		st[n0->ndim - 1] = 1;
 		for (unsigned k = n0->ndim - 1; k > 0; k--)
 			st[k - 1] = st[k] * n0->shape[k];
-		for (int half = 0; half < 2 && !rc; half++) {
+		for (unsigned half = 0; half < parts_of(ax) && !rc; half++) {
 			uint64_t span = 1;
 
-			off[d] = (uint64_t)half * (shape[d] / 2) + (uint64_t)r * len[d];
+			off[d] = (uint64_t)half * (shape[d] / parts_of(ax)) + (uint64_t)r * len[d];
 			for (unsigned k = 0; k < n0->ndim; k++)
 				span += (len[k] - 1) * st[k];
 			rc = add_shard(h, t, p, off, len, st,

@@ -29,8 +29,9 @@
  * size leave the state out with one line), tensor-parallel pieces
  * put together along the axis PaddleNLP's split functions cut them (the
  * rules of config.json's model_type, sf_paddlenlp_tp.h: llama, qwen2,
- * mistral, mixtral; its `tensor_parallel_degree` must agree with the files;
- * `gate_up_fused_proj` as [gate, up] halves per rank; a tied parameter's
+ * mistral, mixtral, qwen; its `tensor_parallel_degree` must agree with the files;
+ * `gate_up_fused_proj` as [gate, up] halves per rank, Qwen's `c_attn`
+ * as [q, k, v] thirds; a tied parameter's
  * states named by its last structured name), replicated ones served from tensor
  * rank 0 with the others kept as replicas. BF16 (stored as uint16) is
  * shown as BF16 where config.json says bfloat16.

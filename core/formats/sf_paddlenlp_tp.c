@@ -104,6 +104,21 @@ static const struct rule mixtral[] = {
 	{ "block_sparse_moe.experts.*.w3.weight", COL, 0 },
 };
 
+/* paddlenlp 2.8.1: QWenPretrainedModel (Qwen 1; its keys carry the
+ * "qwen." prefix): c_attn's fused [q, k, v] weight and bias cut three
+ * ways, mlp.w1 and w2 by columns, the projections and wte by rows,
+ * whatever the vocabulary */
+static const struct rule qwen[] = {
+	{ "lm_head.weight", COL, WHOLE },
+	{ "qwen.h.*.mlp.w2.weight", COL, 0 },
+	{ "qwen.h.*.mlp.w1.weight", COL, 0 },
+	{ "qwen.h.*.attn.c_attn.weight", SF_TP_COL3, 0 },
+	{ "qwen.h.*.attn.c_attn.bias", SF_TP_COL3, 0 },
+	{ "qwen.wte.weight", ROW, 0 },
+	{ "qwen.h.*.mlp.c_proj.weight", ROW, 0 },
+	{ "qwen.h.*.attn.c_proj.weight", ROW, 0 },
+};
+
 #undef COL
 #undef ROW
 
@@ -112,11 +127,12 @@ static const struct sf_tp_model models[] = {
 	{ "qwen2", qwen2, sizeof(qwen2) / sizeof(qwen2[0]) },
 	{ "mistral", mistral, sizeof(mistral) / sizeof(mistral[0]) },
 	{ "mixtral", mixtral, sizeof(mixtral) / sizeof(mixtral[0]) },
+	{ "qwen", qwen, sizeof(qwen) / sizeof(qwen[0]) },
 };
 
 const char *sf_tp_model_types(void)
 {
-	return "llama, qwen2, mistral, mixtral";
+	return "llama, qwen2, mistral, mixtral, qwen";
 }
 
 const struct sf_tp_model *sf_tp_model_find(const char *mt)
@@ -128,7 +144,7 @@ const struct sf_tp_model *sf_tp_model_find(const char *mt)
 }
 
 /* s ends with pattern p at a '.' (or is it), a '*' of p standing for
- * one or more digits (an expert's number). */
+ * one or more digits (a layer's or an expert's number). */
 static bool ends(const char *s, const char *p)
 {
 	size_t i = strlen(s), j = strlen(p);

@@ -26,8 +26,10 @@
 /* The axis a parameter is cut along: SF_TP_COL the last (column linear:
  * is_column=True; a 1-D bias its only one), SF_TP_ROW the first (row
  * linear, vocabulary embedding), SF_TP_COL2 the last as PaddleNLP's
- * is_naive_2fuse cuts a fused [gate, up] (rank r holds [gate_r, up_r]). */
-enum sf_tp_axis { SF_TP_NONE, SF_TP_COL, SF_TP_ROW, SF_TP_COL2 };
+ * is_naive_2fuse cuts a fused [gate, up] (rank r holds [gate_r, up_r]),
+ * SF_TP_COL3 as is_naive_3fuse cuts a fused [q, k, v] (rank r holds
+ * [q_r, k_r, v_r]). */
+enum sf_tp_axis { SF_TP_NONE, SF_TP_COL, SF_TP_ROW, SF_TP_COL2, SF_TP_COL3 };
 
 /* What config.json says that the rules depend on. */
 struct sf_tp_cfg {

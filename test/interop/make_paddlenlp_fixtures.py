@@ -60,6 +60,8 @@ and paddle.save writes each piece under the trainer's file names):
               model_meta.json's structure_name_mapping
 - mixtraltp2: a bf16 MixtralForCausalLM (2 experts) at tensor parallel 2:
               every expert's w1/w3 cut by columns, w2 by rows
+- qwentp2:    a bf16 QWenForCausalLM (Qwen 1) at tensor parallel 2: the
+              fused [q, k, v] c_attn weight and bias cut three ways
 """
 
 import importlib.metadata
@@ -248,6 +250,8 @@ def model_of(kind):
     if kind == "llama":
         return LlamaConfig, LlamaForCausalLM, "llama."
     import paddlenlp.transformers as pt
+    if kind == "qwen":  # Qwen 1: its mappings' keys carry the "qwen." prefix
+        return pt.QWenConfig, pt.QWenForCausalLM, ""
     name = {"qwen2": "Qwen2", "mistral": "Mistral", "mixtral": "Mixtral"}[kind]
     return getattr(pt, name + "Config"), getattr(pt, name + "ForCausalLM"), kind + "."
 
@@ -471,6 +475,12 @@ def main():
     with open(d + ".expected.json", "w") as f:
         json.dump(exp, f, indent=1, sort_keys=True)
     print("mixtraltp2: %d tensors, files %s" % (len(exp["tensors"]), sorted(os.listdir(d))))
+    # Qwen 1 (c_attn: fused [q, k, v] cut three ways)
+    d = os.path.join(top, "qwentp2")
+    exp = make_hybrid(d, 2, 1, 1, False, kind="qwen", kv_channels=4, seq_length=32)
+    with open(d + ".expected.json", "w") as f:
+        json.dump(exp, f, indent=1, sort_keys=True)
+    print("qwentp2: %d tensors, files %s" % (len(exp["tensors"]), sorted(os.listdir(d))))
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ PaddleNLP's merge functions give back); and, from paddlenlp 3.0.0b4's
 split functions (2.8.1 has neither model), tensor parallel 2 of a Qwen2
 (GQA, q/k/v biases; fused and tied: lm_head cut by rows, its states
 under lm_head.weight) and of a Mistral (k/v replicated), and from 2.8.1's of a Mixtral (every
-expert cut), each joined by its model_type's rules.
+expert cut) and a Qwen 1 (fused [q, k, v] cut three ways), each joined by its model_type's rules.
 
 Checked through one mount: every tensor (model weights by name,
 optimizer/STATE/PARAM, master_weights/PARAM) byte for byte against the

@@ -251,6 +251,14 @@ static void test_tp_rules(void)
 		{ "mixtral", "mixtral.layers.0.xblock_sparse_moe.experts.3.w3.weight", 2, 64, 2, false, SF_TP_NONE },
 		{ "mixtral", "mixtral.layers.0.block_sparse_moe.gate.weight", 2, 64, 2, false, SF_TP_NONE },
 		{ "mixtral", "lm_head.weight", 2, 63, 2, false, SF_TP_NONE },
+		{ "qwen", "qwen.h.11.attn.c_attn.weight", 2, 64, 4, false, SF_TP_COL3 },
+		{ "qwen", "qwen.h.0.attn.c_attn.bias", 2, 64, 4, false, SF_TP_COL3 },
+		{ "qwen", "qwen.h.0.mlp.c_proj.weight", 2, 64, 4, false, SF_TP_ROW },
+		{ "qwen", "qwen.h.0.mlp.w2.weight", 2, 64, 4, false, SF_TP_COL },
+		{ "qwen", "qwen.wte.weight", 2, 63, 4, false, SF_TP_ROW },
+		{ "qwen", "lm_head.weight", 2, 63, 4, false, SF_TP_COL },
+		{ "qwen", "qwen.h.0.ln_1.weight", 2, 64, 4, false, SF_TP_NONE },
+		{ "qwen", "qwen.h.a.attn.c_attn.weight", 2, 64, 4, false, SF_TP_NONE },
 	};
 
 	CHECK(!sf_tp_model_find("gpt"));
