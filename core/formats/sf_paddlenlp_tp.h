@@ -5,8 +5,8 @@
  *
  * Each model's rules name a parameter by the end of its structured name
  * (at a '.': "self_attn.q_proj.weight" matches
- * "llama.layers.3.self_attn.q_proj.weight"; a '*' stands for an
- * expert's number) or, where PaddleNLP keys it
+ * "llama.layers.3.self_attn.q_proj.weight"; a '*' stands for a
+ * layer's or an expert's number) or, where PaddleNLP keys it
  * without a prefix, by the whole name ("lm_head.weight"); the first rule
  * whose name and conditions hold gives the axis, none: replicated. The
  * conditions are PaddleNLP's: vocab_size divisible by the degree (else
