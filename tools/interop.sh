@@ -13,7 +13,9 @@
 #      paddle  paddlepaddle (CPU), numpy, xxhash
 #      deepspeed  deepspeed (CPU: DS_ACCELERATOR=cpu), torch (sees torch2's)
 #      paddlenlp  paddlepaddle 3.3.1 + paddlenlp 2.8.1 with the pins it needs
-#                 (where it does not install, its fixtures are not made again)
+#                 (where it does not install, its fixtures are not made again);
+#                 paddlenlp3: paddlenlp 3.0.0b4 and the few packages it adds,
+#                 --target beside it, for the Qwen2 and Mistral fixtures
 # 2. every fixture generator of test/interop writes the fixtures again into
 #    a temporary directory, in test/fixtures' layout, each checking its
 #    expected.json against the framework's own loader where it can;
@@ -95,6 +97,16 @@ gen "HF hub cache, huggingface_hub's own hf_hub_download" "$venvs/torch2/bin/pyt
 gen "PaddlePaddle" "$venvs/paddle/bin/python" "$i/make_paddle_fixtures.py" "$fx/paddle"
 [[ $pnlp == 1 ]] && gen "PaddleNLP unified checkpoints" "$venvs/paddlenlp/bin/python" "$i/make_paddlenlp_fixtures.py" "$fx/paddlenlp"
 [[ $pnlp == 1 ]] || cp -r "$top/test/fixtures/paddlenlp/." "$fx/paddlenlp/"
+# Qwen2 and Mistral are not in 2.8.1: paddlenlp 3.0.0b4's own code (no deps:
+# it imports beside the 2.8.1 venv's paddle and packages) writes those
+if [[ $pnlp == 1 ]] && "$venvs/paddlenlp/bin/pip" install -q --no-deps --upgrade --target "$venvs/paddlenlp3" \
+	'paddlenlp==3.0.0b4' ml_dtypes 'tokenizers>=0.21,<0.22' tiktoken omegaconf 'antlr4-python3-runtime==4.9.3'; then
+	gen "PaddleNLP 3.0.0b4 hybrid (qwen2, mistral)" env PYTHONPATH="$venvs/paddlenlp3" \
+		"$venvs/paddlenlp/bin/python" "$i/make_paddlenlp_fixtures.py" "$fx/paddlenlp"
+elif [[ $pnlp == 1 ]]; then
+	echo "interop: paddlenlp 3.0.0b4 does not install here: its fixtures are the committed ones"
+	cp -r "$top/test/fixtures/paddlenlp/paddlenlp-3.0.0b4" "$fx/paddlenlp/"
+fi
 gen "DeepSpeed ZeRO 1/2/3" env DS_ACCELERATOR=cpu "$venvs/deepspeed/bin/python" \
 	"$i/make_deepspeed_fixtures.py" "$fx/deepspeed"
 gen "per-rank DTensor pickles (verl, FSDP2 + TP)" "$venvs/torch2/bin/python" \

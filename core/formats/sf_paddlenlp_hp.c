@@ -13,9 +13,10 @@
  *    whose bytes are its shape's (sf_paddle_np_array), C order,
  *    little-endian; every tensor rank must hold a piece of the same dtype
  *    and shape, else the tensor is left out with one line;
- *  - a tensor-parallel axis comes from the Llama split rules only when
- *    config.json names model_type "llama" and its tensor_parallel_degree
- *    is the files' (else the open fails: no guessing); an optimizer state
+ *  - a tensor-parallel axis comes from PaddleNLP's split rules for
+ *    config.json's model_type (sf_paddlenlp_tp) only when that type is
+ *    known and its tensor_parallel_degree is the files' (else the open
+ *    fails: no guessing); an optimizer state
  *    is cut like its parameter only when its local shape is the
  *    parameter's, or, as sharding V2 slices, when its 1-D slices add up,
  *    in sharding-rank order, to exactly the padded size paddle gives the
@@ -38,6 +39,7 @@
 #include "sf_log.h"
 #include "sf_paddle.h"
 #include "sf_paddlenlp_meta.h"
+#include "sf_paddlenlp_tp.h"
 #include "sf_pickle.h"
 
 #define HP_MAX_RANK 100u            /* two digits: tpXX, ppYY, shardZZ */
@@ -231,20 +233,24 @@ struct hp_arr {
 /* structured -> static name (the model file's name table) */
 struct hp_pair {
 	const char *st, *sn;         /* borrowed from the pickle */
+	size_t at;                   /* its place in the table */
 };
 
 struct hp_file {
 	struct sf_pickle *pk;        /* owned: the strings above live in it */
 	struct hp_arr *a;
 	size_t n, cap;
-	struct hp_pair *map;         /* sorted by static name */
+	struct hp_pair *map;         /* sorted by static name, then place */
 	size_t nmap;
 	size_t skipped;              /* values that are no arrays */
 };
 
 static int cmp_pair(const void *a, const void *b)
 {
-	return strcmp(((const struct hp_pair *)a)->sn, ((const struct hp_pair *)b)->sn);
+	const struct hp_pair *x = a, *y = b;
+	int c = strcmp(x->sn, y->sn);
+
+	return c ? c : x->at < y->at ? -1 : x->at > y->at;
 }
 
 static void hp_drop(void *p)
@@ -361,7 +367,7 @@ static int hp_decode(void *arg, struct sf_fileset_file *e, char *why,
 			const char *sn = sf_pk_str(nm->u.dict.v[j]);
 
 			if (st && sn)
-				f->map[f->nmap++] = (struct hp_pair){ st, sn };
+				f->map[f->nmap++] = (struct hp_pair){ st, sn, j };
 		}
 		qsort(f->map, f->nmap, sizeof(*f->map), cmp_pair);
 	}
@@ -389,8 +395,8 @@ struct hp {
 	size_t npc, cappc;
 	struct sf_pnlp_meta meta;    /* model_meta.json's names (maybe none) */
 	bool bf16;
-	bool llama;                  /* the Llama split rules apply */
-	uint64_t vocab, kv_heads;
+	const struct sf_tp_model *rules; /* config.json's model_type's split rules */
+	struct sf_tp_cfg tpc;        /* what they depend on */
 	int refused;                 /* -SF_EREFUSED once a pickle named a
 				      * global not allowed (reason in k.w) */
 };
@@ -441,15 +447,23 @@ static int add_piece(struct hp *h, const char *prefix, const char *state,
 	return 0;
 }
 
-/* The structured name of static name sn in model file mf's table. */
+/* The structured name of static name sn in model file mf's table; of a
+ * parameter under several names (tied embeddings), the last the table
+ * lists, as paddlenlp names its states ({static: struct} over the state
+ * dict). */
 static const char *struct_of(const struct hp_file *mf, const char *sn)
 {
-	struct hp_pair k = { .sn = sn }, *p;
+	size_t lo = 0, hi = mf ? mf->nmap : 0;
 
-	if (!mf || !mf->nmap)
-		return NULL;
-	p = bsearch(&k, mf->map, mf->nmap, sizeof(*mf->map), cmp_pair);
-	return p ? p->st : NULL;
+	while (lo < hi) {            /* the first pair past sn */
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (strcmp(mf->map[mid].sn, sn) <= 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo && strcmp(mf->map[lo - 1].sn, sn) == 0 ? mf->map[lo - 1].st : NULL;
 }
 
 /* paddlenlp's generate_base_static_name: "linear_0.w_0_moment1_0" ->
@@ -579,39 +593,18 @@ static int collect(struct hp *h, const struct sf_dirlist *ls)
 	return rc;
 }
 
-/* --- tensor-parallel rules (PaddleNLP's Llama split mappings) --- */
+/* --- tensor-parallel rules (sf_paddlenlp_tp: per model_type) --- */
 
-enum hp_axis { AX_NONE, AX_COL, AX_ROW, AX_COL2 };
-
-static bool ends(const char *s, const char *suf)
+static enum sf_tp_axis rule_of(const struct hp *h, const char *param)
 {
-	size_t n = strlen(s), k = strlen(suf);
-
-	return n >= k && strcmp(s + n - k, suf) == 0 &&
-	       (n == k || s[n - k - 1] == '.');
+	return sf_tp_axis_of(h->rules, &h->tpc, param);
 }
 
-static enum hp_axis rule_of(const struct hp *h, const char *param)
+/* The parts a fused axis cuts each into T (rank r holds part r of each),
+ * else 1. */
+static unsigned parts_of(enum sf_tp_axis ax)
 {
-	int T = h->plan.T;
-	bool vocab_ok = h->vocab % (uint64_t)T == 0;
-
-	if (T == 1)
-		return AX_NONE;
-	if (strcmp(param, "lm_head.weight") == 0)
-		return vocab_ok ? AX_COL : AX_NONE;
-	if (ends(param, "embed_tokens.weight"))
-		return vocab_ok ? AX_ROW : AX_NONE;
-	if (ends(param, "self_attn.o_proj.weight") || ends(param, "mlp.down_proj.weight"))
-		return AX_ROW;
-	if (ends(param, "self_attn.qkv_proj.weight") || ends(param, "self_attn.q_proj.weight") ||
-	    ends(param, "mlp.gate_proj.weight") || ends(param, "mlp.up_proj.weight"))
-		return AX_COL;
-	if (ends(param, "self_attn.k_proj.weight") || ends(param, "self_attn.v_proj.weight"))
-		return h->kv_heads % (uint64_t)T == 0 ? AX_COL : AX_NONE;
-	if (ends(param, "mlp.gate_up_fused_proj.weight"))
-		return AX_COL2;
-	return AX_NONE;
+	return ax == SF_TP_COL2 ? 2 : ax == SF_TP_COL3 ? 3 : 1;
 }
 
 static enum sf_dtype dtype_of(const struct hp *h, const char *code)
@@ -739,7 +732,7 @@ static unsigned flat_boxes(const uint64_t *sh, unsigned nd, uint64_t lo, uint64_
  * base in piece p, which starts at flat pstart) placed in whole tensor t
  * by axis ax along dimension d. */
 static int v2_box(struct hp *h, struct sf_tensor *t, const struct piece *p,
-		  const uint64_t *sh, unsigned nd, enum hp_axis ax, unsigned d, int r,
+		  const uint64_t *sh, unsigned nd, enum sf_tp_axis ax, unsigned d, int r,
 		  const uint64_t *boff, const uint64_t *blen, uint64_t pstart, uint64_t isz)
 {
 	uint64_t st[SF_MAX_NDIM], off[SF_MAX_NDIM], len[SF_MAX_NDIM];
@@ -748,13 +741,13 @@ static int v2_box(struct hp *h, struct sf_tensor *t, const struct piece *p,
 	st[nd - 1] = 1;
 	for (unsigned k = nd - 1; k > 0; k--)
 		st[k - 1] = st[k] * sh[k];
-	for (int half = 0; half < (ax == AX_COL2 ? 2 : 1) && !rc; half++) {
+	for (unsigned half = 0, np = parts_of(ax); half < np && !rc; half++) {
 		uint64_t lo = boff[d], hi = boff[d] + blen[d], first = 0, span = 1;
 
 		memcpy(off, boff, sizeof(off));
 		memcpy(len, blen, sizeof(len));
-		if (ax == AX_COL2) {         /* [gate_r, up_r]: halves of dim d */
-			uint64_t hw = sh[d] / 2, hlo = (uint64_t)half * hw;
+		if (np > 1) {             /* [gate_r, up_r]: parts of dim d */
+			uint64_t hw = sh[d] / np, hlo = (uint64_t)half * hw;
 
 			lo = lo > hlo ? lo : hlo;
 			hi = hi < hlo + hw ? hi : hlo + hw;
@@ -767,11 +760,11 @@ static int v2_box(struct hp *h, struct sf_tensor *t, const struct piece *p,
 			first += off[k] * st[k];
 			span += (len[k] - 1) * st[k];
 		}
-		if (ax == AX_COL || ax == AX_ROW)
+		if (ax == SF_TP_COL || ax == SF_TP_ROW)
 			off[d] += (uint64_t)r * sh[d];
-		else if (ax == AX_COL2)
-			off[d] = (uint64_t)half * (sh[d] / 2 * (uint64_t)h->plan.T) +
-				 (uint64_t)r * (sh[d] / 2) + (off[d] - (uint64_t)half * (sh[d] / 2));
+		else if (np > 1)
+			off[d] = (uint64_t)half * (sh[d] / np * (uint64_t)h->plan.T) +
+				 (uint64_t)r * (sh[d] / np) + (off[d] - (uint64_t)half * (sh[d] / np));
 		rc = add_shard(h, t, p, off, len, st, (first - pstart) * isz, span * isz);
 	}
 	return rc;
@@ -817,7 +810,7 @@ static int add_tensor_v2(struct hp *h, size_t a, size_t b)
 	const struct sf_paddle_np *wn = &w0->a->np;
 	uint64_t shape[SF_MAX_NDIM], numel = 1, padded, unit, isz, wsz;
 	enum sf_dtype dt, wdt;
-	enum hp_axis ax;
+	enum sf_tp_axis ax;
 	struct sf_tensor *t;
 	int T = h->plan.T, rc = 0;
 	unsigned d, nd = wn->ndim;
@@ -867,13 +860,14 @@ static int add_tensor_v2(struct hp *h, size_t a, size_t b)
 		return 0;
 	}
 	ax = rule_of(h, h->pc[a].param);
-	d = ax == AX_ROW ? 0 : nd - 1;
-	if (ax == AX_COL2 && wn->shape[d] % 2) {
-		sf_kit_leave_out(&h->k, name, "a fused [gate, up] piece of odd width");
+	d = ax == SF_TP_ROW ? 0 : nd - 1;
+	if (parts_of(ax) > 1 && wn->shape[d] % parts_of(ax)) {
+		sf_kit_leave_out(&h->k, name, "a fused piece whose width its %u parts do not divide",
+				 parts_of(ax));
 		return 0;
 	}
 	memcpy(shape, wn->shape, sizeof(shape));
-	if (ax != AX_NONE && __builtin_mul_overflow(shape[d], (uint64_t)T, &shape[d])) {
+	if (ax != SF_TP_NONE && __builtin_mul_overflow(shape[d], (uint64_t)T, &shape[d])) {
 		sf_kit_leave_out(&h->k, name, "its whole shape overflows");
 		return 0;
 	}
@@ -892,7 +886,7 @@ static int add_tensor_v2(struct hp *h, size_t a, size_t b)
 		if (a > a0 && h->pc[a - 1].tp != p->tp)
 			pstart = 0;          /* the next tensor rank's first slice */
 		hi = pstart + p->a->np.shape[0];
-		if (pstart >= numel || (ax == AX_NONE && p->tp > 0))
+		if (pstart >= numel || (ax == SF_TP_NONE && p->tp > 0))
 			continue;            /* padding only; a replica (checked above) */
 		nb = flat_boxes(wn->shape, nd, pstart, hi < numel ? hi : numel, off, len);
 		for (unsigned k = 0; k < nb && !rc; k++)
@@ -910,7 +904,7 @@ static int add_tensor(struct hp *h, size_t a, size_t b)
 	const char *name = h->pc[a].name;
 	const struct sf_paddle_np *n0;
 	uint64_t shape[SF_MAX_NDIM], numel = 1, isz;
-	enum hp_axis ax;
+	enum sf_tp_axis ax;
 	enum sf_dtype dt;
 	struct sf_tensor *t;
 	int T = h->plan.T, rc = 0;
@@ -969,7 +963,7 @@ static int add_tensor(struct hp *h, size_t a, size_t b)
 			return add_tensor_v2(h, a, b);
 	}
 	ax = rule_of(h, use[0]->param);
-	if (ax != AX_NONE && strcmp(name, use[0]->param) != 0) {
+	if (ax != SF_TP_NONE && strcmp(name, use[0]->param) != 0) {
 		/* an optimizer state or master weight: cut like its weight only
 		 * when it has the weight's local shape */
 		const struct piece *w = weight_piece(h, use[0]->param, 0);
@@ -983,17 +977,18 @@ static int add_tensor(struct hp *h, size_t a, size_t b)
 		if (w ? w->a->bad || w->a->np.ndim != n0->ndim ||
 			memcmp(w->a->np.shape, n0->shape, n0->ndim * sizeof(*n0->shape)) != 0 :
 			numel <= 1)
-			ax = AX_NONE;
+			ax = SF_TP_NONE;
 	}
-	if (ax != AX_NONE && n0->ndim == 0)
-		ax = AX_NONE;
+	if (ax != SF_TP_NONE && n0->ndim == 0)
+		ax = SF_TP_NONE;
 	memcpy(shape, n0->shape, sizeof(shape));
-	d = ax == AX_ROW ? 0 : n0->ndim - 1;
-	if (ax == AX_COL2 && n0->shape[d] % 2) {
-		sf_kit_leave_out(&h->k, name, "a fused [gate, up] piece of odd width");
+	d = ax == SF_TP_ROW ? 0 : n0->ndim - 1;
+	if (parts_of(ax) > 1 && n0->shape[d] % parts_of(ax)) {
+		sf_kit_leave_out(&h->k, name, "a fused piece whose width its %u parts do not divide",
+				 parts_of(ax));
 		return 0;
 	}
-	if (ax != AX_NONE && __builtin_mul_overflow(shape[d], (uint64_t)T, &shape[d])) {
+	if (ax != SF_TP_NONE && __builtin_mul_overflow(shape[d], (uint64_t)T, &shape[d])) {
 		sf_kit_leave_out(&h->k, name, "its whole shape overflows");
 		return 0;
 	}
@@ -1009,21 +1004,22 @@ static int add_tensor(struct hp *h, size_t a, size_t b)
 		uint64_t off[SF_MAX_NDIM] = { 0 }, len[SF_MAX_NDIM], st[SF_MAX_NDIM];
 
 		memcpy(len, n0->shape, sizeof(len));
-		if (ax == AX_COL || ax == AX_ROW)
+		if (ax == SF_TP_COL || ax == SF_TP_ROW)
 			off[d] = (uint64_t)r * n0->shape[d];
-		if (ax != AX_COL2) {
+		if (parts_of(ax) == 1) {
 			rc = add_shard(h, t, p, off, len, NULL, 0, n0->len);
 			continue;
 		}
-		/* [gate_r, up_r]: each half a strided box of the local array */
-		len[d] = n0->shape[d] / 2;
+		/* [gate_r, up_r] ([q_r, k_r, v_r]): each part a strided box of
+		 * the local array */
+		len[d] = n0->shape[d] / parts_of(ax);
 		st[n0->ndim - 1] = 1;
 		for (unsigned k = n0->ndim - 1; k > 0; k--)
 			st[k - 1] = st[k] * n0->shape[k];
-		for (int half = 0; half < 2 && !rc; half++) {
+		for (unsigned half = 0; half < parts_of(ax) && !rc; half++) {
 			uint64_t span = 1;
 
-			off[d] = (uint64_t)half * (shape[d] / 2) + (uint64_t)r * len[d];
+			off[d] = (uint64_t)half * (shape[d] / parts_of(ax)) + (uint64_t)r * len[d];
 			for (unsigned k = 0; k < n0->ndim; k++)
 				span += (len[k] - 1) * st[k];
 			rc = add_shard(h, t, p, off, len, st,
@@ -1051,9 +1047,10 @@ static int build_tensors(struct hp *h)
 	return rc;
 }
 
-/* config.json: dtype, model_type, vocab_size, num_key_value_heads and
- * tensor_parallel_degree; with tensor parallelism it must be there, name
- * llama and agree with the files. */
+/* config.json: dtype, model_type, vocab_size, num_key_value_heads,
+ * tie_word_embeddings and tensor_parallel_degree; with tensor parallelism
+ * it must be there, name a model_type sf_paddlenlp_tp knows and agree
+ * with the files. */
 static int read_config(struct hp *h)
 {
 	struct sf_cfile cf;
@@ -1080,20 +1077,22 @@ static int read_config(struct hp *h)
 	mt = json_string_value(json_object_get(root, "dtype"));
 	h->bf16 = mt && strcmp(mt, "bfloat16") == 0;
 	mt = json_string_value(json_object_get(root, "model_type"));
-	h->llama = mt && strcmp(mt, "llama") == 0;
-	h->vocab = (uint64_t)json_integer_value(json_object_get(root, "vocab_size"));
-	h->kv_heads = (uint64_t)json_integer_value(json_object_get(root, "num_key_value_heads"));
-	if (!h->kv_heads)
-		h->kv_heads = (uint64_t)json_integer_value(json_object_get(root, "num_attention_heads"));
+	h->rules = sf_tp_model_find(mt);
+	h->tpc.degree = h->plan.T;
+	h->tpc.vocab = (uint64_t)json_integer_value(json_object_get(root, "vocab_size"));
+	h->tpc.kv_heads = (uint64_t)json_integer_value(json_object_get(root, "num_key_value_heads"));
+	if (!h->tpc.kv_heads)
+		h->tpc.kv_heads = (uint64_t)json_integer_value(json_object_get(root, "num_attention_heads"));
+	h->tpc.tied = json_is_true(json_object_get(root, "tie_word_embeddings"));
 	tpd = json_integer_value(json_object_get(root, "tensor_parallel_degree"));
 	rc = 0;
-	if (h->plan.T > 1 && !h->llama)
-		rc = sf_fail(&h->k.w, -SF_EFORMAT, "tensor parallel over %d ranks: how PaddleNLP cuts model_type %s is not known to shardfs",
-			     h->plan.T, mt ? mt : "(none)");
+	if (h->plan.T > 1 && !h->rules)
+		rc = sf_fail(&h->k.w, -SF_EFORMAT, "tensor parallel over %d ranks: how PaddleNLP cuts model_type %s is not known to shardfs (it knows %s)",
+			     h->plan.T, mt ? mt : "(none)", sf_tp_model_types());
 	else if (h->plan.T > 1 && tpd != h->plan.T)
 		rc = sf_fail(&h->k.w, -SF_EFORMAT, "config.json's tensor_parallel_degree (%lld) is not the files' %d",
 			     (long long)tpd, h->plan.T);
-	else if (h->plan.T > 1 && (!h->vocab || !h->kv_heads))
+	else if (h->plan.T > 1 && (!h->tpc.vocab || !h->tpc.kv_heads))
 		rc = sf_fail(&h->k.w, -SF_EFORMAT, "config.json lacks vocab_size or the head counts");
 	json_decref(root);
 	return rc;

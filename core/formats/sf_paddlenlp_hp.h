@@ -27,14 +27,16 @@
  * sharding rank that holds them, V2's 1-D slices joined in sharding-rank
  * order (the padding cut; slices that do not add up to paddle's padded
  * size leave the state out with one line), tensor-parallel pieces
- * put together along the axis PaddleNLP's split functions cut them (its
- * Llama rules: model_type "llama" in config.json, whose
- * `tensor_parallel_degree` must agree with the files; `gate_up_fused_proj`
- * as [gate, up] halves per rank), replicated ones served from tensor
+ * put together along the axis PaddleNLP's split functions cut them (the
+ * rules of config.json's model_type, sf_paddlenlp_tp.h: llama, qwen2,
+ * mistral, mixtral, qwen; its `tensor_parallel_degree` must agree with the files;
+ * `gate_up_fused_proj` as [gate, up] halves per rank, Qwen's `c_attn`
+ * as [q, k, v] thirds; a tied parameter's
+ * states named by its last structured name), replicated ones served from tensor
  * rank 0 with the others kept as replicas. BF16 (stored as uint16) is
  * shown as BF16 where config.json says bfloat16.
  *
- * Not read: a tensor-parallel checkpoint of another model_type (the
+ * Not read: a tensor-parallel checkpoint of a model_type the table lacks (the
  * checkpoint left out with one line: the cut is in each model's Python
  * code, and paddlenlp 2.8.1 writes no param_meta), and, shown as root
  * files, expert parallelism's `moeZZ` files.

@@ -4,7 +4,12 @@ PaddleNLP's own code, with what shardfs must show for each.
     PYTHON make_paddlenlp_fixtures.py OUTDIR
 
 PYTHON: a venv with paddlepaddle 3.3.1 (CPU) and paddlenlp 2.8.1 (pins:
-../shared notes; tools/interop.sh's paddlenlp venv). Writes
+../shared notes; tools/interop.sh's paddlenlp venv). With paddlenlp
+3.0.0b4 on PYTHONPATH instead (installed --no-deps beside that venv:
+test/fixtures/paddlenlp/README.md) it makes only the models 2.8.1 lacks:
+qwen2tp2, qwen2tp2fusedtied (tied embeddings: lm_head.weight the
+embedding's parameter, its states under the last name, as paddlenlp
+names them) and mistraltp2, as tp2 below. Writes
 OUTDIR/paddlenlp-VERSION/NAME/ and NAME.expected.json (check_dcp_tree.py's
 shape: every tensor's name as shardfs shows it, dtype, shape, bytes and
 xxh3 of the array handed to the writer).
@@ -53,6 +58,10 @@ and paddle.save writes each piece under the trainer's file names):
               file without parameters (paddlenlp's loader casts the master
               weights back); states and master weights are named by
               model_meta.json's structure_name_mapping
+- mixtraltp2: a bf16 MixtralForCausalLM (2 experts) at tensor parallel 2:
+              every expert's w1/w3 cut by columns, w2 by rows
+- qwentp2:    a bf16 QWenForCausalLM (Qwen 1) at tensor parallel 2: the
+              fused [q, k, v] c_attn weight and bias cut three ways
 """
 
 import importlib.metadata
@@ -66,8 +75,12 @@ import xxhash
 
 import paddle
 import paddlenlp
-from paddlenlp.trainer.plugins import unified_checkpoint as uc
 from paddlenlp.transformers import LlamaConfig, LlamaForCausalLM
+
+try:
+    from paddlenlp.trainer.plugins import unified_checkpoint as uc
+except ImportError:  # paddlenlp 3: a package (only its hybrid fixtures made)
+    from paddlenlp.trainer.unified_checkpoint import utils as uc
 
 
 def xxh3(b):
@@ -231,8 +244,20 @@ def v2_slices(keys, local, Z):
     return out, padded
 
 
+def model_of(kind):
+    """The (config, model) classes of kind and the prefix of its base
+    model's names (its _get_tensor_parallel_mappings keys lack it)."""
+    if kind == "llama":
+        return LlamaConfig, LlamaForCausalLM, "llama."
+    import paddlenlp.transformers as pt
+    if kind == "qwen":  # Qwen 1: its mappings' keys carry the "qwen." prefix
+        return pt.QWenConfig, pt.QWenForCausalLM, ""
+    name = {"qwen2": "Qwen2", "mistral": "Mistral", "mixtral": "Mixtral"}[kind]
+    return getattr(pt, name + "Config"), getattr(pt, name + "ForCausalLM"), kind + "."
+
+
 def make_hybrid(out, T, P, Z, fuse, v2=False, vocab=64, sharded_model=False,
-                dtype="bfloat16"):
+                dtype="bfloat16", kind="llama", **extra):
     """The full model split as PaddleNLP's own split functions split it for
     T tensor-parallel ranks, P pipeline stages and Z sharding (stage 1, V1,
     or V2 with v2) ranks, each piece saved with paddle.save under the
@@ -240,13 +265,15 @@ def make_hybrid(out, T, P, Z, fuse, v2=False, vocab=64, sharded_model=False,
     holds 25 units of 256 elements, and the boundary of the two sharding
     ranks' slices falls mid-row in layer 0's fused [gate, up] weight.)"""
     paddle.seed(5)
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=16, intermediate_size=24,
-                      num_hidden_layers=2 * P, num_attention_heads=4,
-                      num_key_value_heads=4, max_position_embeddings=32,
-                      dtype=dtype, fuse_attention_qkv=fuse,
-                      fuse_attention_ffn=fuse)
+    Config, Model, prefix = model_of(kind)
+    kw = dict(vocab_size=vocab, hidden_size=16, intermediate_size=24,
+              num_hidden_layers=2 * P, num_attention_heads=4,
+              num_key_value_heads=4, max_position_embeddings=32,
+              dtype=dtype, fuse_attention_qkv=fuse, fuse_attention_ffn=fuse)
+    kw.update(extra)
+    cfg = Config(**kw)
     paddle.set_default_dtype(dtype)
-    model = LlamaForCausalLM(cfg)
+    model = Model(cfg)
     paddle.set_default_dtype("float32")
     opt = paddle.optimizer.AdamW(learning_rate=1e-3, parameters=model.parameters(),
                                  multi_precision=True)
@@ -283,15 +310,15 @@ def make_hybrid(out, T, P, Z, fuse, v2=False, vocab=64, sharded_model=False,
     def split(key, a, r):
         cfg.tensor_parallel_degree = T
         cfg.tensor_parallel_rank = r
-        fns = LlamaForCausalLM._get_tensor_parallel_mappings(cfg, is_split=True)
-        kk = key[len("llama."):] if key.startswith("llama.") else key
+        fns = Model._get_tensor_parallel_mappings(cfg, is_split=True)
+        kk = key[len(prefix):] if key.startswith(prefix) else key
         return (fns[kk](a) if kk in fns and a.ndim > 0 and a.size > 1 else a), kk in fns
 
     def merged(key, pieces):
         cfg.tensor_parallel_degree = T
         cfg.tensor_parallel_rank = 0
-        fns = LlamaForCausalLM._get_tensor_parallel_mappings(cfg, is_split=False)
-        kk = key[len("llama."):] if key.startswith("llama.") else key
+        fns = Model._get_tensor_parallel_mappings(cfg, is_split=False)
+        kk = key[len(prefix):] if key.startswith(prefix) else key
         return fns[kk](pieces) if kk in fns else pieces[0]
 
     # V1's partition: parameters by size, largest first, to the least full rank
@@ -370,7 +397,9 @@ def make_hybrid(out, T, P, Z, fuse, v2=False, vocab=64, sharded_model=False,
                 for k in keys:
                     if owner[k] != z:
                         continue
-                    for typ, (okey, a) in states[k].items():
+                    # a tied weight's states under its last name (as paddlenlp
+                    # names them: {static: struct} over the state dict)
+                    for typ, (okey, a) in states.get(k, {}).items():
                         osave[okey] = paddle.to_tensor(split(k, a, r)[0] if a.size > 1 else a)
                         osave[okey].name = okey  # as the optimizer names them
                     if k in master:
@@ -403,6 +432,22 @@ def make_hybrid(out, T, P, Z, fuse, v2=False, vocab=64, sharded_model=False,
 def main():
     top = os.path.join(sys.argv[1], "paddlenlp-" + importlib.metadata.version("paddlenlp"))
     os.makedirs(top, exist_ok=True)
+    import paddlenlp.transformers as pt
+    if hasattr(pt, "Qwen2ForCausalLM"):
+        # paddlenlp 3 (qwen2 and mistral are not in 2.8.1): only the models
+        # 2.8.1 lacks, tensor parallel 2 (2.8.1 writes the Llama ones)
+        for name, kind, fuse, kw in (
+                ("qwen2tp2", "qwen2", False, {"num_key_value_heads": 2}),
+                ("qwen2tp2fusedtied", "qwen2", True,
+                 {"num_key_value_heads": 2, "tie_word_embeddings": True}),
+                ("mistraltp2", "mistral", False, {"num_key_value_heads": 1})):
+            d = os.path.join(top, name)
+            exp = make_hybrid(d, 2, 1, 1, fuse, kind=kind, **kw)
+            with open(d + ".expected.json", "w") as f:
+                json.dump(exp, f, indent=1, sort_keys=True)
+            print("%s: %d tensors, files %s" % (name, len(exp["tensors"]),
+                                                  sorted(os.listdir(d))))
+        return
     for name, dtype in (("bf16", "bfloat16"), ("fp32", "float32")):
         d = os.path.join(top, name)
         exp = make(d, dtype)
@@ -423,6 +468,19 @@ def main():
             json.dump(exp, f, indent=1, sort_keys=True)
         print("%s: %d tensors, files %s" % (name, len(exp["tensors"]),
                                               sorted(os.listdir(d))))
+    # Mixtral (2 experts, each cut by tensor parallelism; not expert parallel)
+    d = os.path.join(top, "mixtraltp2")
+    exp = make_hybrid(d, 2, 1, 1, False, kind="mixtral", num_key_value_heads=2,
+                      num_local_experts=2, num_experts_per_tok=1)
+    with open(d + ".expected.json", "w") as f:
+        json.dump(exp, f, indent=1, sort_keys=True)
+    print("mixtraltp2: %d tensors, files %s" % (len(exp["tensors"]), sorted(os.listdir(d))))
+    # Qwen 1 (c_attn: fused [q, k, v] cut three ways)
+    d = os.path.join(top, "qwentp2")
+    exp = make_hybrid(d, 2, 1, 1, False, kind="qwen", kv_channels=4, seq_length=32)
+    with open(d + ".expected.json", "w") as f:
+        json.dump(exp, f, indent=1, sort_keys=True)
+    print("qwentp2: %d tensors, files %s" % (len(exp["tensors"]), sorted(os.listdir(d))))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,11 @@ build_reduce_scatter_buffer), and the V1 one in float32 saved with
 save_sharded_model (model_state.tpXX_ppYY_shardZZ.pdparams: each sharding
 rank's parameters) and in bfloat16 (the model files then hold no
 parameter; states and master weights named by model_meta.json), each against the unsplit state dict (which
-PaddleNLP's merge functions give back).
+PaddleNLP's merge functions give back); and, from paddlenlp 3.0.0b4's
+split functions (2.8.1 has neither model), tensor parallel 2 of a Qwen2
+(GQA, q/k/v biases; fused and tied: lm_head cut by rows, its states
+under lm_head.weight) and of a Mistral (k/v replicated), and from 2.8.1's of a Mixtral (every
+expert cut) and a Qwen 1 (fused [q, k, v] cut three ways), each joined by its model_type's rules.
 
 Checked through one mount: every tensor (model weights by name,
 optimizer/STATE/PARAM, master_weights/PARAM) byte for byte against the
@@ -42,7 +46,7 @@ served. Of the tensor-parallel checkpoint: a pickle naming builtins.print
 rank 1's q_proj under another name (a gap: it, its states and master
 weight left out), rank 1's optimizer file a symlink out (its states and
 master weights left out), rank 1's model file missing (not shown), a
-model_type whose cuts are not known (left out). Of the sharding V2
+model_type whose cuts are not known (gpt: left out). Of the sharding V2
 checkpoint: a straddling slice renamed away (a gap) and a slice claimed
 for a parameter another rank holds whole (past its range): those states
 left out, the log says why. Of the save_sharded_model one: a sharding

@@ -5,7 +5,9 @@
  * choice between it and the Hugging Face adapter, and an open of the
  * committed bf16 fixture paddlenlp 2.8.1 wrote (test/fixtures/paddlenlp)
  * through the seam: the tensors' names, dtypes (U16 shown as BF16) and
- * shards, and the root files.
+ * shards, and the root files; and the hybrid-parallel adapter's split
+ * rules per model_type (core/formats/sf_paddlenlp_tp.c) against
+ * PaddleNLP's _get_tensor_parallel_mappings conditions.
  */
 #include <fcntl.h>
 #include <stdio.h>
@@ -19,6 +21,7 @@
 #include "sf_model.h"
 #include "sf_paddlenlp.h"
 #include "sf_paddlenlp_hp.h"
+#include "sf_paddlenlp_tp.h"
 #include "sf_test.h"
 
 #define NMAX 10
@@ -208,6 +211,68 @@ out_close:
 	close(dfd);
 }
 
+/* The split-rule table: each row's conditions as PaddleNLP writes them. */
+static void test_tp_rules(void)
+{
+	static const struct {
+		const char *mt, *param;
+		int T;
+		uint64_t vocab, kv;
+		bool tied;
+		enum sf_tp_axis want;
+	} cases[] = {
+		{ "llama", "lm_head.weight", 2, 64, 4, false, SF_TP_COL },
+		{ "llama", "lm_head.weight", 2, 63, 4, false, SF_TP_NONE },
+		{ "llama", "llama.embed_tokens.weight", 2, 63, 4, false, SF_TP_NONE },
+		{ "llama", "llama.layers.0.self_attn.k_proj.weight", 2, 64, 3, false, SF_TP_NONE },
+		{ "llama", "llama.layers.0.self_attn.k_proj.weight", 2, 64, 4, false, SF_TP_COL },
+		{ "llama", "llama.layers.0.mlp.gate_up_fused_proj.weight", 2, 64, 4, false, SF_TP_COL2 },
+		{ "llama", "llama.layers.0.self_attn.q_proj.bias", 2, 64, 4, false, SF_TP_NONE },
+		{ "llama", "llama.layers.0.self_attn.q_proj.weight", 1, 64, 4, false, SF_TP_NONE },
+		{ "llama", "llama.layers.0.xself_attn.q_proj.weight", 2, 64, 4, false, SF_TP_NONE },
+		{ "llama", "x.lm_head.weight", 2, 64, 4, false, SF_TP_NONE },
+		{ "qwen2", "lm_head.weight", 2, 64, 2, false, SF_TP_COL },
+		{ "qwen2", "lm_head.weight", 2, 64, 2, true, SF_TP_ROW },
+		{ "qwen2", "lm_head.weight", 2, 63, 2, true, SF_TP_NONE },
+		{ "qwen2", "qwen2.layers.1.self_attn.q_proj.bias", 2, 64, 2, false, SF_TP_COL },
+		{ "qwen2", "qwen2.layers.1.self_attn.v_proj.bias", 2, 64, 1, false, SF_TP_NONE },
+		{ "qwen2", "qwen2.layers.1.self_attn.qkv_proj.bias", 2, 64, 1, false, SF_TP_COL },
+		{ "qwen2", "qwen2.layers.1.self_attn.o_proj.bias", 2, 64, 2, false, SF_TP_NONE },
+		{ "mistral", "lm_head.weight", 2, 63, 1, false, SF_TP_COL },
+		{ "mistral", "mistral.embed_tokens.weight", 2, 63, 1, false, SF_TP_ROW },
+		{ "mistral", "mistral.layers.0.self_attn.k_proj.weight", 2, 64, 1, false, SF_TP_NONE },
+		{ "mistral", "mistral.layers.0.mlp.down_proj.weight", 2, 64, 1, false, SF_TP_ROW },
+		{ "mistral", "mistral.layers.0.self_attn.q_proj.bias", 2, 64, 1, false, SF_TP_NONE },
+		{ "mixtral", "mixtral.layers.0.block_sparse_moe.experts.0.w1.weight", 2, 64, 2, false, SF_TP_COL },
+		{ "mixtral", "mixtral.layers.0.block_sparse_moe.experts.17.w2.weight", 2, 64, 2, false, SF_TP_ROW },
+		{ "mixtral", "mixtral.layers.0.block_sparse_moe.experts.x.w2.weight", 2, 64, 2, false, SF_TP_NONE },
+		{ "mixtral", "mixtral.layers.0.block_sparse_moe.experts..w3.weight", 2, 64, 2, false, SF_TP_NONE },
+		{ "mixtral", "block_sparse_moe.experts.3.w3.weight", 2, 64, 2, false, SF_TP_COL },
+		{ "mixtral", "mixtral.layers.0.xblock_sparse_moe.experts.3.w3.weight", 2, 64, 2, false, SF_TP_NONE },
+		{ "mixtral", "mixtral.layers.0.block_sparse_moe.gate.weight", 2, 64, 2, false, SF_TP_NONE },
+		{ "mixtral", "lm_head.weight", 2, 63, 2, false, SF_TP_NONE },
+		{ "qwen", "qwen.h.11.attn.c_attn.weight", 2, 64, 4, false, SF_TP_COL3 },
+		{ "qwen", "qwen.h.0.attn.c_attn.bias", 2, 64, 4, false, SF_TP_COL3 },
+		{ "qwen", "qwen.h.0.mlp.c_proj.weight", 2, 64, 4, false, SF_TP_ROW },
+		{ "qwen", "qwen.h.0.mlp.w2.weight", 2, 64, 4, false, SF_TP_COL },
+		{ "qwen", "qwen.wte.weight", 2, 63, 4, false, SF_TP_ROW },
+		{ "qwen", "lm_head.weight", 2, 63, 4, false, SF_TP_COL },
+		{ "qwen", "qwen.h.0.ln_1.weight", 2, 64, 4, false, SF_TP_NONE },
+		{ "qwen", "qwen.h.a.attn.c_attn.weight", 2, 64, 4, false, SF_TP_NONE },
+	};
+
+	CHECK(!sf_tp_model_find("gpt"));
+	CHECK(!sf_tp_model_find(NULL));
+	CHECK(!sf_tp_model_find("llam"));
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const struct sf_tp_model *m = sf_tp_model_find(cases[i].mt);
+		struct sf_tp_cfg c = { cases[i].T, cases[i].vocab, cases[i].kv, cases[i].tied };
+
+		if (!CHECK(m) || !CHECK_EQ(sf_tp_axis_of(m, &c, cases[i].param), cases[i].want))
+			fprintf(stderr, "  case %zu: %s %s\n", i, cases[i].mt, cases[i].param);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
@@ -216,6 +281,7 @@ int main(int argc, char **argv)
 	}
 	test_probe();
 	test_probe_hp();
+	test_tp_rules();
 	test_open(argv[1]);
 	return sf_test_done("test_paddlenlp");
 }
