@@ -130,3 +130,85 @@ void fuzz_adapter_run(const struct sf_format *f, int dfd, const char *dir,
 		look(&res);
 	fuzz_adapter_check_model(&res, fd_of, ctx, what);
 }
+
+void fuzz_parts_write(struct fuzz_parts *pt, const uint8_t *data, size_t size, int max,
+		      fuzz_part_name_fn name)
+{
+	char next[FUZZ_MAX_PARTS][FUZZ_PART_NAME];
+	size_t offs[FUZZ_MAX_PARTS], lens[FUZZ_MAX_PARTS], at = 0;
+	int n = 0;
+
+	if (max > FUZZ_MAX_PARTS)
+		max = FUZZ_MAX_PARTS;
+	while (n < max && size - at >= 4) {
+		size_t len = (size_t)fuzz_le(data + at, 4);
+
+		at += 4;
+		if (len > size - at)
+			len = size - at;
+		offs[n] = at;
+		lens[n++] = len;
+		at += len;
+	}
+	for (int i = 0; i < n; i++)
+		name(i, n, next[i], sizeof(next[i]));
+	/* the previous input's files this one does not write again go */
+	for (int k = 0; k < pt->n; k++) {
+		int again = 0;
+
+		for (int i = 0; i < n && !again; i++)
+			again = strcmp(pt->names[k], next[i]) == 0;
+		if (!again && unlinkat(pt->dfd, pt->names[k], 0) != 0)
+			fuzz_die("cannot remove a part", pt->names[k]);
+	}
+	for (int i = 0; i < n; i++) {
+		int fd;
+
+		memcpy(pt->names[i], next[i], sizeof(next[i]));
+		fd = openat(pt->dfd, next[i], O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		if (fd < 0 || (lens[i] && write(fd, data + offs[i], lens[i]) != (ssize_t)lens[i]))
+			fuzz_die("cannot write a part", next[i]);
+		pt->fds[i] = fd;
+	}
+	pt->n = n;
+}
+
+void fuzz_parts_close(struct fuzz_parts *pt)
+{
+	for (int i = 0; i < pt->n; i++) {
+		close(pt->fds[i]);
+		pt->fds[i] = -1;
+	}
+}
+
+static struct fuzz_parts *exit_parts; /* fuzz_parts_begin's, removed at exit */
+static const char *exit_dir;
+
+static void parts_remove(void)
+{
+	for (int i = 0; i < exit_parts->n; i++)
+		unlinkat(exit_parts->dfd, exit_parts->names[i], 0);
+	close(exit_parts->dfd);
+	rmdir(exit_dir);
+}
+
+void fuzz_parts_begin(struct fuzz_parts *pt, char *dir, size_t size)
+{
+	if (dir[0])
+		return;
+	pt->dfd = fuzz_scratch_dir(dir, size);
+	exit_parts = pt;
+	exit_dir = dir;
+	atexit(parts_remove);
+}
+
+int fuzz_parts_fd_of(void *ctx, const char *file)
+{
+	const struct fuzz_parts *pt = ctx;
+
+	for (int i = 0; i < pt->n; i++)
+		if (strcmp(file, pt->names[i]) == 0)
+			return pt->fds[i];
+	fuzz_die("a shard names a file not written", file);
+	return -1;
+}

@@ -10,6 +10,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "sf_format.h"
 
@@ -55,5 +56,45 @@ typedef void (*fuzz_result_fn)(const struct sf_format_result *res);
 void fuzz_adapter_run(const struct sf_format *f, int dfd, const char *dir,
 		      const char *format, fuzz_result_fn look,
 		      fuzz_fd_of_fn fd_of, void *ctx, const char *what);
+
+/*
+ * An input's parts, as the file-writing targets read them: each a 4-byte
+ * little-endian length, then that many bytes (a length past the end
+ * takes what is left), at most max (<= FUZZ_MAX_PARTS) of them; part i is
+ * written as the file name(i, n) of the scratch directory and kept open.
+ * Before the files of an input are written, the previous input's that it
+ * does not write again are removed, so the directory holds exactly this
+ * input's parts.
+ */
+#define FUZZ_MAX_PARTS 32
+#define FUZZ_PART_NAME 64
+
+/* Part i's file name of an input of n parts, into name (size bytes). */
+typedef void (*fuzz_part_name_fn)(int i, int n, char *name, size_t size);
+
+struct fuzz_parts {
+	int dfd;                                       /* the scratch directory (the target's) */
+	char names[FUZZ_MAX_PARTS][FUZZ_PART_NAME];    /* names[0..n): this input's files */
+	int fds[FUZZ_MAX_PARTS];                       /* fds[i]: names[i], open; until fuzz_parts_close */
+	int n;                                         /* parts of this input */
+};
+
+/* Once per process (when dir[0] is still '\0'): make the scratch
+ * directory into dir (fuzz_scratch_dir) as pt->dfd, and at exit remove
+ * the parts written there and the directory (a target that writes other
+ * files there removes them in its own atexit handler, registered after
+ * this call). One struct fuzz_parts per process. */
+void fuzz_parts_begin(struct fuzz_parts *pt, char *dir, size_t size);
+
+/* Write data's parts into pt->dfd as above (fuzz_die on failure). */
+void fuzz_parts_write(struct fuzz_parts *pt, const uint8_t *data, size_t size, int max,
+		      fuzz_part_name_fn name);
+
+/* Close this input's descriptors (the files stay for the next input). */
+void fuzz_parts_close(struct fuzz_parts *pt);
+
+/* fuzz_fd_of_fn over a struct fuzz_parts: the part named file, or
+ * fuzz_die when this input wrote none of that name. */
+int fuzz_parts_fd_of(void *ctx, const char *file);
 
 #endif

@@ -107,105 +107,62 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 const char fuzz_target[] = "fuzz_deepspeed";
 
 #define MAX_PARTS 9
-#define MAX_NAMES (MAX_PARTS + 1) /* part 0 twice */
+#define MODEL_STATES "mp_rank_00_model_states.pt"
+#define MODEL_STATES_Z3 "zero_pp_rank_0_mp_rank_00_model_states.pt" /* part 0 again */
 
 static char dir[512];
-static char names[MAX_NAMES][64];
-static int dfd = -1;             /* dir, open for the process's life */
-static int nwritten;             /* parts 0..nwritten-1 are in dir */
+static struct fuzz_parts parts = { .dfd = -1 }; /* dfd: dir, open for the process's life */
 
 static void cleanup(void)
 {
-	for (int i = 0; i < MAX_NAMES; i++)
-		unlinkat(dfd, names[i], 0);
-	close(dfd);
-	rmdir(dir);
+	unlinkat(parts.dfd, MODEL_STATES_Z3, 0);
 }
 
-static void setup(void)
+/* fuzz_part_name_fn: the model states, then each rank's optimizer states. */
+static void part_name(int i, int n, char *name, size_t size)
 {
-	dfd = fuzz_scratch_dir(dir, sizeof(dir));
-	snprintf(names[0], sizeof(names[0]), "mp_rank_00_model_states.pt");
-	for (int i = 1; i < MAX_PARTS; i++)
-		snprintf(names[i], sizeof(names[i]),
-			 "zero_pp_rank_%d_mp_rank_00_optim_states.pt", i - 1);
-	snprintf(names[MAX_PARTS], sizeof(names[0]),
-		 "zero_pp_rank_0_mp_rank_00_model_states.pt");
-	atexit(cleanup);
-}
-
-/* Part i's file, written (in place when it is there), kept open for the
- * checks: its descriptor. */
-static int write_name(int i, const uint8_t *p, size_t n)
-{
-	int fd = openat(dfd, names[i], O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-
-	if (fd < 0 || (n && write(fd, p, n) != (ssize_t)n))
-		fuzz_die("cannot write a part", names[i]);
-	return fd;
-}
-
-/* Part 0 is written under both model-state names. */
-static int write_part(int i, const uint8_t *p, size_t n)
-{
+	(void)n;
 	if (i == 0)
-		close(write_name(MAX_PARTS, p, n));
-	return write_name(i, p, n);
+		snprintf(name, size, MODEL_STATES);
+	else
+		snprintf(name, size, "zero_pp_rank_%d_mp_rank_00_optim_states.pt", i - 1);
 }
-
-/* The parts written for this input: fds[i] is names[i], open (n of them). */
-struct parts {
-	const int *fds;
-	int n;
-};
 
 /* fuzz_fd_of_fn: the part a shard names (part 0 has a second name). */
 static int fd_of(void *ctx, const char *file)
 {
-	const struct parts *pt = ctx;
-	int k = 0;
+	return fuzz_parts_fd_of(ctx, strcmp(file, MODEL_STATES_Z3) == 0 ? MODEL_STATES : file);
+}
 
-	while (k < MAX_NAMES && strcmp(file, names[k]) != 0)
-		k++;
-	if (k == MAX_PARTS)
-		k = 0; /* part 0's other name: the same bytes */
-	if (k == MAX_NAMES)
-		fuzz_die("a shard names a file not written", file);
-	if (k >= pt->n)
-		fuzz_die("a shard's file is missing", file);
-	return pt->fds[k];
+/* Part 0 is written under both model-state names (ZeRO 1/2's and 3's). */
+static void write_z3_name(const uint8_t *data, size_t size)
+{
+	size_t n = size >= 4 ? (size_t)fuzz_le(data, 4) : 0;
+	int fd;
+
+	if (size < 4) {
+		if (unlinkat(parts.dfd, MODEL_STATES_Z3, 0) != 0 && errno != ENOENT)
+			fuzz_die("cannot remove a part", MODEL_STATES_Z3);
+		return;
+	}
+	if (n > size - 4)
+		n = size - 4;
+	fd = openat(parts.dfd, MODEL_STATES_Z3, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0 || (n && write(fd, data + 4, n) != (ssize_t)n))
+		fuzz_die("cannot write a part", MODEL_STATES_Z3);
+	close(fd);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	int fds[MAX_PARTS];
-	size_t at = 0;
-	int nparts = 0;
-
-	if (!dir[0])
-		setup();
-	while (nparts < MAX_PARTS && size - at >= 4) {
-		size_t n = (size_t)fuzz_le(data + at, 4);
-
-		at += 4;
-		if (n > size - at)
-			n = size - at;
-		fds[nparts] = write_part(nparts, data + at, n);
-		nparts++;
-		at += n;
+	if (!dir[0]) {
+		fuzz_parts_begin(&parts, dir, sizeof(dir));
+		atexit(cleanup); /* runs before the parts' removal */
 	}
-	/* the previous input's parts past these are not this input's */
-	for (int i = nparts; i < nwritten; i++)
-		if (unlinkat(dfd, names[i], 0) != 0)
-			fuzz_die("cannot remove a part", names[i]);
-	nwritten = nparts;
-	{
-		struct parts pt = { fds, nparts };
-
-		fuzz_adapter_run(&sf_format_deepspeed, dfd, dir, SF_DEEPSPEED_FORMAT,
-				 look_extra, fd_of, &pt, "deepspeed");
-	}
-	for (int i = 0; i < nparts; i++)
-		close(fds[i]);
+	fuzz_parts_write(&parts, data, size, MAX_PARTS, part_name);
+	write_z3_name(data, size);
+	fuzz_adapter_run(&sf_format_deepspeed, parts.dfd, dir, SF_DEEPSPEED_FORMAT,
+			 look_extra, fd_of, &parts, "deepspeed");
+	fuzz_parts_close(&parts);
 	return 0;
 }

@@ -43,81 +43,21 @@ const char fuzz_target[] = "fuzz_dtensor";
 #define MAX_PARTS 8
 
 static char dir[512];
-static char names[MAX_PARTS][64]; /* this input's (or the last one's) */
-static int dfd = -1;              /* dir, open for the process's life */
-static int nwritten;              /* names[0..nwritten) are in dir */
+static struct fuzz_parts parts = { .dfd = -1 }; /* dfd: dir, open for the process's life */
 
-static void cleanup(void)
+/* fuzz_part_name_fn: rank i's file of a world of n (the previous input's
+ * files go when n changes). */
+static void part_name(int i, int n, char *name, size_t size)
 {
-	for (int i = 0; i < nwritten; i++)
-		unlinkat(dfd, names[i], 0);
-	close(dfd);
-	rmdir(dir);
-}
-
-static void setup(void)
-{
-	dfd = fuzz_scratch_dir(dir, sizeof(dir));
-	atexit(cleanup);
-}
-
-/* The parts written for this input: fds[i] is names[i], open (n of them). */
-struct parts {
-	const int *fds;
-	int n;
-};
-
-/* fuzz_fd_of_fn: the part a shard names. */
-static int fd_of(void *ctx, const char *file)
-{
-	const struct parts *pt = ctx;
-	int k = 0;
-
-	while (k < pt->n && strcmp(file, names[k]) != 0)
-		k++;
-	if (k == pt->n)
-		fuzz_die("a shard names a file not written", file);
-	return pt->fds[k];
+	snprintf(name, size, "model_world_size_%d_rank_%d.pt", n, i);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	int fds[MAX_PARTS];
-	size_t lens[MAX_PARTS], offs[MAX_PARTS], at = 0;
-	int nparts = 0;
-
-	if (!dir[0])
-		setup();
-	while (nparts < MAX_PARTS && size - at >= 4) {
-		size_t n = (size_t)fuzz_le(data + at, 4);
-
-		at += 4;
-		if (n > size - at)
-			n = size - at;
-		offs[nparts] = at;
-		lens[nparts++] = n;
-		at += n;
-	}
-	/* the previous input's files go: their names carry its world size */
-	for (int i = 0; i < nwritten; i++)
-		if (unlinkat(dfd, names[i], 0) != 0)
-			fuzz_die("cannot remove a part", names[i]);
-	for (int i = 0; i < nparts; i++) {
-		snprintf(names[i], sizeof(names[i]), "model_world_size_%d_rank_%d.pt",
-			 nparts, i);
-		fds[i] = openat(dfd, names[i], O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-		if (fds[i] < 0 || (lens[i] && write(fds[i], data + offs[i], lens[i]) !=
-						(ssize_t)lens[i]))
-			fuzz_die("cannot write a part", names[i]);
-	}
-	nwritten = nparts;
-	{
-		struct parts pt = { fds, nparts };
-
-		fuzz_adapter_run(&sf_format_dtensor, dfd, dir, SF_DTENSOR_FORMAT, NULL, fd_of, &pt,
-				 "dtensor");
-	}
-	for (int i = 0; i < nparts; i++)
-		close(fds[i]);
+	fuzz_parts_begin(&parts, dir, sizeof(dir));
+	fuzz_parts_write(&parts, data, size, MAX_PARTS, part_name);
+	fuzz_adapter_run(&sf_format_dtensor, parts.dfd, dir, SF_DTENSOR_FORMAT, NULL,
+			 fuzz_parts_fd_of, &parts, "dtensor");
+	fuzz_parts_close(&parts);
 	return 0;
 }

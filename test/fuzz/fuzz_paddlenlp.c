@@ -44,17 +44,7 @@ const char fuzz_target[] = "fuzz_paddlenlp";
 #define MAX_PARTS 8
 
 static char dir[512];
-static char names[MAX_PARTS][48];
-static int dfd = -1;             /* dir, open for the process's life */
-static int nwritten;             /* parts 0..nwritten-1 are in dir */
-
-static void cleanup(void)
-{
-	for (int i = 0; i < MAX_PARTS; i++)
-		unlinkat(dfd, names[i], 0);
-	close(dfd);
-	rmdir(dir);
-}
+static struct fuzz_parts parts = { .dfd = -1 }; /* dfd: dir, open for the process's life */
 
 static const char *const part_names[MAX_PARTS] = {
 	"model.safetensors.index.json", "optimizer.safetensors.index.json",
@@ -64,76 +54,19 @@ static const char *const part_names[MAX_PARTS] = {
 	"model-00002-of-00002.safetensors",
 };
 
-static void setup(void)
+/* fuzz_part_name_fn: the fixed names above. */
+static void part_name(int i, int n, char *name, size_t size)
 {
-	dfd = fuzz_scratch_dir(dir, sizeof(dir));
-	for (int i = 0; i < MAX_PARTS; i++)
-		snprintf(names[i], sizeof(names[i]), "%s", part_names[i]);
-	atexit(cleanup);
-}
-
-/* Part i's file, written (in place when it is there), kept open for the
- * checks: its descriptor. */
-static int write_part(int i, const uint8_t *p, size_t n)
-{
-	int fd = openat(dfd, names[i], O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-
-	if (fd < 0 || (n && write(fd, p, n) != (ssize_t)n))
-		fuzz_die("cannot write a part", names[i]);
-	return fd;
-}
-
-/* The parts written for this input: fds[i] is names[i], open (n of them). */
-struct parts {
-	const int *fds;
-	int n;
-};
-
-/* fuzz_fd_of_fn: the part a shard names. */
-static int fd_of(void *ctx, const char *file)
-{
-	const struct parts *pt = ctx;
-	int k = 0;
-
-	while (k < MAX_PARTS && strcmp(file, names[k]) != 0)
-		k++;
-	if (k == MAX_PARTS)
-		fuzz_die("a shard names a file not written", file);
-	if (k >= pt->n)
-		fuzz_die("a shard's file is missing", file);
-	return pt->fds[k];
+	(void)n;
+	snprintf(name, size, "%s", part_names[i]);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	int fds[MAX_PARTS];
-	size_t at = 0;
-	int nparts = 0;
-
-	if (!dir[0])
-		setup();
-	while (nparts < MAX_PARTS && size - at >= 4) {
-		size_t n = (size_t)fuzz_le(data + at, 4);
-
-		at += 4;
-		if (n > size - at)
-			n = size - at;
-		fds[nparts] = write_part(nparts, data + at, n);
-		nparts++;
-		at += n;
-	}
-	/* the previous input's parts past these are not this input's */
-	for (int i = nparts; i < nwritten; i++)
-		if (unlinkat(dfd, names[i], 0) != 0)
-			fuzz_die("cannot remove a part", names[i]);
-	nwritten = nparts;
-	{
-		struct parts pt = { fds, nparts };
-
-		fuzz_adapter_run(&sf_format_paddlenlp, dfd, dir, SF_PADDLENLP_FORMAT, NULL, fd_of,
-				 &pt, "paddlenlp");
-	}
-	for (int i = 0; i < nparts; i++)
-		close(fds[i]);
+	fuzz_parts_begin(&parts, dir, sizeof(dir));
+	fuzz_parts_write(&parts, data, size, MAX_PARTS, part_name);
+	fuzz_adapter_run(&sf_format_paddlenlp, parts.dfd, dir, SF_PADDLENLP_FORMAT, NULL,
+			 fuzz_parts_fd_of, &parts, "paddlenlp");
+	fuzz_parts_close(&parts);
 	return 0;
 }
