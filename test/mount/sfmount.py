@@ -24,6 +24,7 @@ import atexit
 import errno
 import hashlib
 import json
+import mmap
 import os
 import random
 import shutil
@@ -470,6 +471,41 @@ class Checker:
 def read_file(path):
     with open(path, "rb") as f:
         return f.read()
+
+
+def mmap_bytes(path, off=0, length=None):
+    """Bytes [off, off + length) of path (to its end without length) read
+    through a shared read-only mapping of the whole file."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            return b""
+        with mmap.mmap(f.fileno(), size, mmap.MAP_SHARED, mmap.PROT_READ) as m:
+            end = size if length is None else min(size, off + length)
+            return m[off:end]
+
+
+def write_commit_tensor(env, ck, mnt, label):
+    """Write a F32 [300, 257] tensor x into a new checkpoint MNT/w in
+    64 KiB pwrites through the mount and commit it with shardctl (the
+    commit's success checked, label in the message); returns the tensor's
+    path and the bytes written, for the caller to read back its way."""
+    root = os.path.join(mnt, "w")
+    os.makedirs(os.path.join(root, "tensors"), exist_ok=True)
+    data = np.arange(300 * 257, dtype=np.float32).reshape(300, 257)
+    p = tensor_path(root, "x")
+    fd = os.open(p, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        os.setxattr(p, "user.shardfs.dtype", b"F32")
+        os.setxattr(p, "user.shardfs.shape", b"[300,257]")
+        raw = data.tobytes()
+        for off in range(0, len(raw), 65536):
+            os.pwrite(fd, raw[off:off + 65536], off)
+    finally:
+        os.close(fd)
+    r = env.shardctl_run("commit", root, check=False)
+    ck.eq(r.returncode, 0, "%s: %s" % (label, r.stderr.decode()[-300:]))
+    return p, raw
 
 
 def pread_all(path, off, length):

@@ -71,15 +71,6 @@ def cached_pages(path):
         os.close(fd)
 
 
-def mmap_bytes(path, off=0, length=None):
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        if size == 0:
-            return b""
-        with mmap.mmap(f.fileno(), size, mmap.MAP_SHARED, mmap.PROT_READ) as m:
-            end = size if length is None else min(size, off + length)
-            return m[off:end]
-
 
 def check_page_cache(ck, mnt_direct, mnt_cached, name):
     """read() leaves nothing in the page cache under --direct-io; a mapping
@@ -90,7 +81,7 @@ def check_page_cache(ck, mnt_direct, mnt_cached, name):
         return
     sm.read_file(p)
     ck.eq(cached_pages(p), 0, "--direct-io: no page of tensors/%s cached after read()" % name)
-    mmap_bytes(p)
+    sm.mmap_bytes(p)
     ck.ok(cached_pages(p) > 0, "--direct-io: a mapping's pages of tensors/%s are cached" % name)
     q = sm.tensor_path(os.path.join(mnt_cached, "a"), name)
     sm.read_file(q)
@@ -105,8 +96,8 @@ def check_bytes(env, ck, root, ref, st_want, label):
         want = ref.tensor_bytes(name)
         try:
             ck.bytes_eq(sm.read_file(p), want, "%s: read tensors/%s" % (label, name))
-            ck.bytes_eq(mmap_bytes(p), want, "%s: mmap tensors/%s" % (label, name))
-            ck.bytes_eq(mmap_bytes(p), want, "%s: mmap tensors/%s again" % (label, name))
+            ck.bytes_eq(sm.mmap_bytes(p), want, "%s: mmap tensors/%s" % (label, name))
+            ck.bytes_eq(sm.mmap_bytes(p), want, "%s: mmap tensors/%s again" % (label, name))
         except OSError as e:
             ck.ok(False, "%s: tensors/%s: %s" % (label, name, e))
     for _ in range(80):
@@ -127,7 +118,7 @@ def check_bytes(env, ck, root, ref, st_want, label):
     # model.safetensors: read, preads, mapped, and read + mmap on one handle
     stp = os.path.join(root, "model.safetensors")
     ck.bytes_eq(sm.read_file(stp), st_want, "%s: read model.safetensors" % label)
-    ck.bytes_eq(mmap_bytes(stp), st_want, "%s: mmap model.safetensors" % label)
+    ck.bytes_eq(sm.mmap_bytes(stp), st_want, "%s: mmap model.safetensors" % label)
     with open(stp, "rb", buffering=0) as f:
         with mmap.mmap(f.fileno(), 0, mmap.MAP_SHARED, mmap.PROT_READ) as m:
             half = len(st_want) // 2
@@ -160,7 +151,7 @@ def check_bytes(env, ck, root, ref, st_want, label):
         p = sm.tensor_path(root, name, "%d:%d,%d:%d" % (r0, r1, c0, c1))
         box = np.ascontiguousarray(want[r0:r1, c0:c1]).tobytes()
         ck.bytes_eq(sm.read_file(p), box, "%s: slice of %s" % (label, name))
-        ck.bytes_eq(mmap_bytes(p), box, "%s: mapped slice of %s" % (label, name))
+        ck.bytes_eq(sm.mmap_bytes(p), box, "%s: mapped slice of %s" % (label, name))
         nslices += 1
     ck.ok(nslices > 0, "%s: slices read" % label)
 
@@ -241,23 +232,9 @@ def check_flip(env, ck, m, store, ref):
 
 
 def check_write(env, ck, m, store):
-    root = os.path.join(m.mnt, "w")
-    os.makedirs(os.path.join(root, "tensors"), exist_ok=True)
-    data = np.arange(300 * 257, dtype=np.float32).reshape(300, 257)
-    p = sm.tensor_path(root, "x")
-    fd = os.open(p, os.O_WRONLY | os.O_CREAT, 0o644)
-    try:
-        os.setxattr(p, "user.shardfs.dtype", b"F32")
-        os.setxattr(p, "user.shardfs.shape", b"[300,257]")
-        raw = data.tobytes()
-        for off in range(0, len(raw), 65536):
-            os.pwrite(fd, raw[off:off + 65536], off)
-    finally:
-        os.close(fd)
-    r = env.shardctl_run("commit", root, check=False)
-    ck.eq(r.returncode, 0, "commit through a --direct-io mount: %s" % r.stderr.decode()[-300:])
-    ck.bytes_eq(sm.read_file(p), data.tobytes(), "written tensor reads back (read)")
-    ck.bytes_eq(mmap_bytes(p), data.tobytes(), "written tensor reads back (mmap)")
+    p, raw = sm.write_commit_tensor(env, ck, m.mnt, "commit through a --direct-io mount")
+    ck.bytes_eq(sm.read_file(p), raw, "written tensor reads back (read)")
+    ck.bytes_eq(sm.mmap_bytes(p), raw, "written tensor reads back (mmap)")
 
 
 def mount_opts(mnt):
@@ -280,7 +257,7 @@ def check_single(env, ck, ckpt_dir, ref, st_want):
                 ck.bytes_eq(sm.read_file(p), ref.tensor_bytes(name),
                             "single: read tensors/%s (round %d)" % (name, rnd))
                 if rnd == 1 and ref.nbytes(name):
-                    ck.bytes_eq(mmap_bytes(p), ref.tensor_bytes(name),
+                    ck.bytes_eq(sm.mmap_bytes(p), ref.tensor_bytes(name),
                                 "single: mmap tensors/%s" % name)
         big = sm.tensor_path(m.mnt, names[0])
         n = cached_pages(big)

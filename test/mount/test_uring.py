@@ -53,14 +53,6 @@ def write_param(v):
         f.write(v)
 
 
-def mmap_bytes(path):
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        if size == 0:
-            return b""
-        with mmap.mmap(f.fileno(), size, mmap.MAP_SHARED, mmap.PROT_READ) as m:
-            return m[:]
-
 
 def files_under(root):
     out = []
@@ -133,14 +125,14 @@ def check_gen(env, ck, mu, md, ref, st_want):
         got = sm.read_file(pu)
         ck.bytes_eq(got, want, "uring: tensors/%s vs the reference" % name)
         ck.bytes_eq(got, sm.read_file(pd), "uring: tensors/%s vs /dev/fuse" % name)
-        ck.bytes_eq(mmap_bytes(pu), want, "uring: mmap tensors/%s" % name)
+        ck.bytes_eq(sm.mmap_bytes(pu), want, "uring: mmap tensors/%s" % name)
         npy = sm.npy_path(ru, name)
         if os.path.exists(npy):
             ck.bytes_eq(sm.read_file(npy), sm.read_file(sm.npy_path(rd, name)),
                         "uring: npy/%s vs /dev/fuse" % name)
     stp = os.path.join(ru, "model.safetensors")
     ck.bytes_eq(sm.read_file(stp), st_want, "uring: model.safetensors")
-    ck.bytes_eq(mmap_bytes(stp), st_want, "uring: mmap model.safetensors")
+    ck.bytes_eq(sm.mmap_bytes(stp), st_want, "uring: mmap model.safetensors")
     names = sorted(ref.tensors)
     for _ in range(60):
         name = env.rng.choice(names)
@@ -211,23 +203,8 @@ def check_flip(ck, m, flip, ref, label):
 
 
 def check_write(env, ck, m):
-    import numpy as np
-    root = os.path.join(m.mnt, "w")
-    os.makedirs(os.path.join(root, "tensors"), exist_ok=True)
-    data = np.arange(300 * 257, dtype=np.float32).reshape(300, 257)
-    p = sm.tensor_path(root, "x")
-    fd = os.open(p, os.O_WRONLY | os.O_CREAT, 0o644)
-    try:
-        os.setxattr(p, "user.shardfs.dtype", b"F32")
-        os.setxattr(p, "user.shardfs.shape", b"[300,257]")
-        raw = data.tobytes()
-        for off in range(0, len(raw), 65536):
-            os.pwrite(fd, raw[off:off + 65536], off)
-    finally:
-        os.close(fd)
-    r = env.shardctl_run("commit", root, check=False)
-    ck.eq(r.returncode, 0, "uring: commit through the mount: %s" % r.stderr.decode()[-300:])
-    ck.bytes_eq(sm.read_file(p), data.tobytes(), "uring: the written tensor reads back")
+    p, raw = sm.write_commit_tensor(env, ck, m.mnt, "uring: commit through the mount")
+    ck.bytes_eq(sm.read_file(p), raw, "uring: the written tensor reads back")
 
 
 def check_killed_readers(ck, m, st_want):
