@@ -508,6 +508,15 @@ def write_commit_tensor(env, ck, mnt, label):
     return p, raw
 
 
+def index_then_verify(env, ck, d, label):
+    """`shardctl index D` (its success checked, label in the message), then
+    `shardctl verify D`: verify's exit status and its output."""
+    r = env.shardctl_run("index", d, check=False)
+    ck.eq(r.returncode, 0, "%s: shardctl index: %r" % (label, r.stderr[-500:]))
+    r = env.shardctl_run("verify", d, check=False)
+    return r.returncode, r.stdout.decode(errors="replace")
+
+
 def pread_all(path, off, length):
     fd = os.open(path, os.O_RDONLY)
     try:

@@ -183,11 +183,8 @@ def test(env, ck):
     for name, src, info in cases:
         d = os.path.join(vstore, name)
         shutil.copytree(src, d)
-        r = env.shardctl_run("index", d, check=False)
-        ck.eq(r.returncode, 0, "%s: shardctl index: %r" % (name, r.stderr[-500:]))
-        r = env.shardctl_run("verify", d, check=False)
-        outv = r.stdout.decode(errors="replace")
-        ck.eq(r.returncode, 0, "%s: verify passes: %s" % (name, outv))
+        rc, outv = sm.index_then_verify(env, ck, d, name)
+        ck.eq(rc, 0, "%s: verify passes: %s" % (name, outv))
         if info["tp"] > 1:  # replicated parameters: every tp writer's copy
             ck.ok("replicas equal" in outv and " 0 replicas" not in outv,
                   "%s: verify compared its replicas: %s" % (name, outv))

@@ -177,18 +177,15 @@ def test(env, ck):
                                ("pd-replicas", False, "rep"), ("pd-repdiff", True, "rep"),
                                ("pd-repread", True, "rep")):
         d = os.path.join(vstore, v)
-        r = env.shardctl_run("index", d, check=False)
-        ck.eq(r.returncode, 0, "%s: shardctl index: %r" % (v, r.stderr[-500:]))
-        r = env.shardctl_run("verify", d, check=False)
-        outv = r.stdout.decode(errors="replace")
+        rc, outv = sm.index_then_verify(env, ck, d, v)
         lines = [l for l in outv.splitlines() if l.startswith("verify: REPLICA DIFFERS")]
         if differs:
-            ck.eq(r.returncode, 1, "%s: verify fails: %s" % (v, outv))
+            ck.eq(rc, 1, "%s: verify fails: %s" % (v, outv))
             ck.eq(len(lines), 1, "%s: one replica reported: %s" % (v, outv))
             ck.ok(lines and ("tensor %s:" % tensor) in lines[0],
                   "%s: the line names %s: %s" % (v, tensor, outv))
         else:
-            ck.eq(r.returncode, 0, "%s: verify passes: %s" % (v, outv))
+            ck.eq(rc, 0, "%s: verify passes: %s" % (v, outv))
             ck.eq(lines, [], "%s: no replica reported" % v)
             ck.ok("replicas equal" in outv and " 0 replicas" not in outv,
                   "%s: verify compared its replicas: %s" % (v, outv))
