@@ -139,17 +139,6 @@ end_daemon() {
 	stop_daemon
 }
 
-# keep_row WHAT BYTES SECONDS: remember the fastest run of a table row
-keep_row() {
-	local what=$1 bytes=$2 secs=$3
-	if [[ -z ${BEST[$what]+set} ]]; then
-		ROWS+=("$what")
-	elif [[ $(echo "$secs >= ${BEST[$what]#*|}" | bc) == 1 ]]; then
-		return
-	fi
-	BEST[$what]="$bytes|$secs"
-}
-
 # keep_mount WHAT MS RSS_KB CPU_S: smallest start-up and CPU time, largest
 # peak RSS
 keep_mount() {
@@ -171,7 +160,7 @@ timed_read() {
 	local what=$1 list=$2 res
 	if [[ ${3:-} == dd ]]; then res=$(bench_dd_list "$list"); else res=$(bench_cat_list "$list"); fi ||
 		{ echo "bench.sh: reading $what failed" >&2; exit 1; }
-	keep_row "$what" "${res% *}" "${res#* }"
+	bench_keep_row "$what" "${res% *}" "${res#* }"
 }
 
 # ceiling_read LABEL ROW PATHS LIST [-x EXP]...: one timed first read of
@@ -233,7 +222,7 @@ subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, check=True)
 print("%.3f" % resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime)' \
 		"$SHARDCTL" verify "$CKPT") || { echo "bench.sh: shardctl verify failed" >&2; exit 1; }
 	t1=$(now)
-	keep_row "$HASH_ROW" "$rawbytes" "$(echo "$t1 - $t0" | bc)"
+	bench_keep_row "$HASH_ROW" "$rawbytes" "$(echo "$t1 - $t0" | bc)"
 	[[ -z $HASH_CPU || $(echo "$u < $HASH_CPU" | bc) == 1 ]] && HASH_CPU=$u
 done
 
@@ -369,7 +358,7 @@ if [[ ${BENCH_COLD:-0} == 1 ]]; then
 			done <"$WORK/payloads"
 			wait "${pids[@]}"
 			t1=$(now)
-			keep_row "raw payload files (one dd bs=1M per file, all at once), cold" \
+			bench_keep_row "raw payload files (one dd bs=1M per file, all at once), cold" \
 				"$rawbytes" "$(echo "$t1 - $t0" | bc)"
 			for kind in tensors st slices; do
 				case $kind in

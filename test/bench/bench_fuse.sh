@@ -99,23 +99,6 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 bench_steady_memory "$ME"
 
-start_mount() {
-	mkdir -p "$MNT"
-	"$@" 2>>"$WORK/daemon.log" &
-	DPID=$!
-	wait_mounted "$MNT" "$DPID" 6 "$WORK/daemon.log" || exit 1
-}
-
-keep_row() {
-	local what=$1 bytes=$2 secs=$3
-	if [[ -z ${BEST[$what]+set} ]]; then
-		ROWS+=("$what")
-	elif [[ $(echo "$secs >= ${BEST[$what]#*|}" | bc) == 1 ]]; then
-		return
-	fi
-	BEST[$what]="$bytes|$secs"
-}
-
 # timed_read WHAT LISTFILE [READER OPTIONS]: one cat of the files, or
 # fuse_reader.py with the options given (dd: dd bs=1M file after file)
 timed_read() {
@@ -128,7 +111,7 @@ timed_read() {
 	else
 		res=$($READER "$@" <"$list")
 	fi || { echo "$ME: reading $what failed" >&2; exit 1; }
-	keep_row "$what" "${res% *}" "${res#* }"
+	bench_keep_row "$what" "${res% *}" "${res#* }"
 }
 
 # ceiling_row WHAT READER_OPTS -- CEILING_OPTS: a fresh fuse_ceiling of
@@ -150,7 +133,7 @@ ceiling_row() {
 		paths=$WORK/pt
 	fi
 	for _ in $(seq "$REPS"); do
-		start_mount "$CEILING" -f "${copts[@]}" "$list" "$MNT"
+		bench_start_mount "$CEILING" -f "${copts[@]}" "$list" "$MNT"
 		timed_read "$what" "$paths" ${ropts[@]+"${ropts[@]}"}
 		stop_daemon
 	done
@@ -162,7 +145,7 @@ small_rows() {
 	local what=$1
 	shift
 	for _ in $(seq "$REPS"); do
-		start_mount "$CEILING" -f "$@" "$WORK/small.list" "$MNT"
+		bench_start_mount "$CEILING" -f "$@" "$WORK/small.list" "$MNT"
 		timed_read "$what, fresh mount" "$WORK/small"
 		timed_read "$what, again" "$WORK/small"
 		stop_daemon
@@ -178,7 +161,7 @@ shardfs_rows() {
 	while [[ $# -gt 0 && $1 != -- ]]; do ropts+=("$1"); shift; done
 	[[ $# -gt 0 ]] && shift
 	for _ in $(seq "$REPS"); do
-		start_mount "$SHARDFS" -f "$@" "$CKPT" "$MNT"
+		bench_start_mount "$SHARDFS" -f "$@" "$CKPT" "$MNT"
 		timed_read "$what, fresh mount" "$list" ${ropts[@]+"${ropts[@]}"}
 		timed_read "$what, again" "$list" ${ropts[@]+"${ropts[@]}"}
 		stop_daemon
@@ -190,7 +173,7 @@ shardfs_rows() {
 mmap_refused() {
 	local what=$1
 	shift
-	start_mount "$CEILING" -f "$@" "$WORK/ceiling.list" "$MNT"
+	bench_start_mount "$CEILING" -f "$@" "$WORK/ceiling.list" "$MNT"
 	if ! head -1 "$WORK/ceiling" | $READER --mmap >/dev/null 2>"$WORK/mmap.err"; then
 		ROWS+=("$what")
 		NOTE[$what]="refused: $(sed 's/^[^]]*\] //' "$WORK/mmap.err" | head -1)"
@@ -369,7 +352,7 @@ for i in range(4096):
 	done
 	small_rows "ceiling, 4096 files of 64 KiB (OPEN, RELEASE, GETATTR each)"
 	small_rows "ceiling, 4096 files of 64 KiB, read-only + no_open" -x noopen
-	start_mount "$SHARDFS" -f "$CKPT" "$MNT"
+	bench_start_mount "$SHARDFS" -f "$CKPT" "$MNT"
 	$READER <"$WORK/tensors" >/dev/null
 	for _ in $(seq "$REPS"); do
 		timed_read "shardfs tensors/, again (mount's page cache)" "$WORK/tensors"
@@ -380,7 +363,7 @@ for i in range(4096):
 	# the same checkpoint mounted as a store of checkpoints (writable:
 	# every open is an OPEN, RELEASE and GETATTRs round trip)
 	sed "s|^$MNT/|$MNT/ckpt/|" "$WORK/tensors" >"$WORK/tensors.store"
-	start_mount "$SHARDFS" -f "$STORE" "$MNT"
+	bench_start_mount "$SHARDFS" -f "$STORE" "$MNT"
 	$READER <"$WORK/tensors.store" >/dev/null
 	for _ in $(seq "$REPS"); do
 		timed_read "shardfs tensors/, again, STORE a directory of checkpoints" \

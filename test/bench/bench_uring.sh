@@ -73,30 +73,13 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 echo 1 >"$PARAM"
 
-start_mount() {
-	mkdir -p "$MNT"
-	"$@" 2>>"$WORK/daemon.log" &
-	DPID=$!
-	wait_mounted "$MNT" "$DPID" 6 "$WORK/daemon.log" || exit 1
-}
-
-keep_row() {
-	local what=$1 bytes=$2 secs=$3
-	if [[ -z ${BEST[$what]+set} ]]; then
-		ROWS+=("$what")
-	elif [[ $(echo "$secs >= ${BEST[$what]#*|}" | bc) == 1 ]]; then
-		return
-	fi
-	BEST[$what]="$bytes|$secs"
-}
-
 # read_rows WHAT READERS LIST: one cat of LIST's files (READERS 1) or four
 # cats of LIST.0 .. LIST.3 at once (READERS 4); a table row
 read_rows() {
 	local what=$1 n=$2 list=$3 res t0 t1 bytes=0 f i pids=()
 	if [[ $n == 1 ]]; then
 		res=$(bench_cat_list "$list") || { echo "$ME: reading $what failed" >&2; exit 1; }
-		keep_row "$what" "${res% *}" "${res#* }"
+		bench_keep_row "$what" "${res% *}" "${res#* }"
 		return
 	fi
 	t0=$(now)
@@ -107,7 +90,7 @@ read_rows() {
 	for i in "${pids[@]}"; do wait "$i" || { echo "$ME: reading $what failed" >&2; exit 1; }; done
 	t1=$(now)
 	while IFS= read -r f; do bytes=$((bytes + $(stat -c %s "$f"))); done <"$list"
-	keep_row "$what" "$bytes" "$(echo "$t1 - $t0" | bc)"
+	bench_keep_row "$what" "$bytes" "$(echo "$t1 - $t0" | bc)"
 }
 
 drop_caches() {
@@ -152,7 +135,7 @@ $PY "$HERE/bench_plan.py" "$CKPT" "$MNT" tensors >"$WORK/tensors"
 
 # the tensor files' sizes, for the ceiling, from one untimed mount; the
 # four readers' shares of the tensors and of the ceiling's files
-start_mount "$SHARDFS" -f -o transport=dev "$CKPT" "$MNT"
+bench_start_mount "$SHARDFS" -f -o transport=dev "$CKPT" "$MNT"
 deal "$WORK/tensors"
 $PY -c 'import os, sys
 with open(sys.argv[2], "w") as o:
@@ -171,10 +154,10 @@ COLD_RAW="raw payload files (dd bs=1M), cold"
 for _ in $(seq "$REPS"); do
 	rewarm
 	res=$(bench_dd_list "$WORK/payloads")
-	keep_row "$RAW" "${res% *}" "${res#* }"
+	bench_keep_row "$RAW" "${res% *}" "${res#* }"
 	drop_caches
 	res=$(bench_dd_list "$WORK/payloads")
-	keep_row "$COLD_RAW" "${res% *}" "${res#* }"
+	bench_keep_row "$COLD_RAW" "${res% *}" "${res#* }"
 done
 
 for _ in $(seq "$REPS"); do
@@ -185,17 +168,17 @@ for _ in $(seq "$REPS"); do
 			r="reader"; [[ $n == 1 ]] || r="readers"
 			if [[ -z $CEILING_SKIP ]]; then
 				rewarm
-				start_mount "$CEILING" -f ${x[@]+"${x[@]}"} "$WORK/ceiling.list" "$MNT"
+				bench_start_mount "$CEILING" -f ${x[@]+"${x[@]}"} "$WORK/ceiling.list" "$MNT"
 				read_rows "FUSE ceiling, first read, $n $r|$tr" $n "$WORK/ceiling"
 				stop_daemon
 			fi
 			rewarm
-			start_mount "$SHARDFS" -f -o "transport=$tr" "$CKPT" "$MNT"
+			bench_start_mount "$SHARDFS" -f -o "transport=$tr" "$CKPT" "$MNT"
 			read_rows "tensors/, first read, $n $r|$tr" $n "$WORK/tensors"
 			read_rows "tensors/, again (page cache), $n $r|$tr" $n "$WORK/tensors"
 			stop_daemon
 			drop_caches
-			start_mount "$SHARDFS" -f -o "transport=$tr" "$CKPT" "$MNT"
+			bench_start_mount "$SHARDFS" -f -o "transport=$tr" "$CKPT" "$MNT"
 			read_rows "tensors/, first read, $n $r, cold|$tr" $n "$WORK/tensors"
 			stop_daemon
 		done

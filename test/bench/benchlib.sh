@@ -264,3 +264,26 @@ bench_restore_memory() {
 	[[ -z $PRO_OLD ]] || echo "$PRO_OLD" >"$PRO" || true
 	PRO_OLD=""
 }
+
+# bench_keep_row WHAT BYTES SECONDS: remember the fastest run of a table
+# row in the caller's BEST (declare -A: what -> "bytes|seconds"), adding
+# WHAT to the caller's ROWS (first-seen order) the first time.
+bench_keep_row() {
+	local what=$1 bytes=$2 secs=$3
+	if [[ -z ${BEST[$what]+set} ]]; then
+		ROWS+=("$what")
+	elif [[ $(echo "$secs >= ${BEST[$what]#*|}" | bc) == 1 ]]; then
+		return
+	fi
+	BEST[$what]="$bytes|$secs"
+}
+
+# bench_start_mount CMD...: run the daemon CMD (its stderr to
+# $WORK/daemon.log) in the background as DPID and wait up to 6 s for $MNT
+# to be mounted (exit 1 otherwise).
+bench_start_mount() {
+	mkdir -p "$MNT"
+	"$@" 2>>"$WORK/daemon.log" &
+	DPID=$!
+	wait_mounted "$MNT" "$DPID" 6 "$WORK/daemon.log" || exit 1
+}
