@@ -146,6 +146,7 @@ int sf_mpi_init(int *argc, char ***argv, struct sf_mpi **out)
 	pthread_mutex_init(&mp->reg_lock, NULL);
 	pthread_mutex_init(&mp->src_lock, NULL);
 	pthread_rwlock_init(&mp->inv_lock, NULL);
+	pthread_mutex_init(&mp->own_lock, NULL);
 	atomic_init(&mp->next_tag, 0);
 	atomic_init(&mp->leaving, false);
 	atomic_init(&mp->read_timeout_ms, SF_MPI_READ_TIMEOUT_MS);
@@ -181,9 +182,28 @@ int sf_mpi_allreduce_single(struct sf_mpi *mp, int vote, int *single)
 	return 0;
 }
 
+/* SHARDFS_INV_CACHE: the (file, holder) pairs of fetched lists kept. */
+static size_t inv_cache_max(void)
+{
+	const char *v = getenv("SHARDFS_INV_CACHE");
+	char *end;
+	unsigned long long n;
+
+	if (!v || !*v)
+		return SF_MPI_INV_CACHE_MAX;
+	errno = 0;
+	n = strtoull(v, &end, 10);
+	if (errno || *end || n > SIZE_MAX / 2) {
+		sf_warn("mpi: SHARDFS_INV_CACHE=%s is not a count: %u kept", v,
+			SF_MPI_INV_CACHE_MAX);
+		return SF_MPI_INV_CACHE_MAX;
+	}
+	return (size_t)n;
+}
+
 int sf_mpi_start(struct sf_mpi *mp, const char *store, int single)
 {
-	struct sf_mpi_wire_inv_buf ib = { 0 };
+	struct sf_mpi_wire_inv_buf ib = { 0 }, sum = { 0 };
 	int *counts = NULL, *displs = NULL;
 	unsigned char *all = NULL;
 	int mine, rc, ret, anybad;
@@ -205,9 +225,21 @@ int sf_mpi_start(struct sf_mpi *mp, const char *store, int single)
 	if (ret)
 		goto out_close_store;
 
+	mp->inv_cache_max = inv_cache_max();
 	ret = sf_mpi_build_inventory(store, mp->single, &ib);
 	if (ret)
 		sf_err("mpi: cannot index store %s: %s", store, sf_strerror(ret));
+	else {
+		/* the peers learn how many files of what this rank holds; the
+		 * lists stay here until asked for */
+		sf_mpi_inv_summarize(&ib, &sum);
+		ret = sum.ret;
+		if (!ret)
+			sf_mpi_live_seed(mp, &ib); /* what INV_LIST answers */
+		if (ret)
+			sf_err("mpi: cannot summarize store %s: %s", store,
+			       sf_strerror(ret));
+	}
 	/* Everyone learns whether anyone failed, so all fail together. */
 	rc = MPI_Allreduce(&(int){ ret ? 1 : 0 }, &anybad, 1, MPI_INT, MPI_MAX,
 			   mp->comm);
@@ -227,7 +259,7 @@ int sf_mpi_start(struct sf_mpi *mp, const char *store, int single)
 		MPI_Abort(MPI_COMM_WORLD, 1);
 		goto out_free_counts;
 	}
-	mine = (int)ib.len;
+	mine = (int)sum.len;
 	rc = MPI_Allgather(&mine, 1, MPI_INT, counts, 1, MPI_INT, mp->comm);
 	if (rc != MPI_SUCCESS) {
 		ret = sf_mpi_fail("MPI_Allgather", rc);
@@ -256,14 +288,15 @@ int sf_mpi_start(struct sf_mpi *mp, const char *store, int single)
 		ret = -ENOMEM;
 		goto out_free_counts;
 	}
-	rc = MPI_Allgatherv(ib.p ? ib.p : (unsigned char *)"", mine, MPI_BYTE,
+	rc = MPI_Allgatherv(sum.p ? sum.p : (unsigned char *)"", mine, MPI_BYTE,
 			    all, counts, displs, MPI_BYTE, mp->comm);
 	if (rc != MPI_SUCCESS) {
 		ret = sf_mpi_fail("MPI_Allgatherv", rc);
 		goto out_free_all;
 	}
 	for (int i = 0; i < mp->size && !ret; i++)
-		ret = sf_mpi_inv_parse(mp, i, all + displs[i], (size_t)counts[i]);
+		ret = sf_mpi_inv_sum_parse(mp, i, all + displs[i],
+					   (size_t)counts[i]);
 	if (ret)
 		goto out_free_inv;
 
@@ -276,10 +309,10 @@ int sf_mpi_start(struct sf_mpi *mp, const char *store, int single)
 		goto out_free_inv;
 	}
 	mp->started = true;
-	sf_info("mpi: %zu local payload files indexed, %lld inventory bytes from %d ranks",
+	sf_info("mpi: %zu local payload files indexed, %lld summary bytes from %d ranks",
 		ib.nfiles, total, mp->size);
 	(void)sf_mpi_hb_start(mp); /* logs why not */
-	(void)sf_mpi_live_start(mp, &ib); /* logs why not */
+	(void)sf_mpi_live_start(mp); /* logs why not */
 	goto out_free_all;
 
 out_free_inv:
@@ -291,8 +324,10 @@ out_free_counts:
 	free(displs);
 out_free_ib:
 	sf_mpi_wire_inv_release(&ib);
+	sf_mpi_wire_inv_release(&sum);
 	if (mp->started)
 		return 0;
+	sf_mpi_live_free(mp); /* what the seeding kept */
 	sf_source_destroy(mp->local);
 	mp->local = NULL;
 out_close_store:
@@ -775,8 +810,14 @@ int sf_mpi_finalize(struct sf_mpi *mp)
 		return 0;
 	if (mp->started) {
 		struct sf_mpi_src_stats st;
+		size_t pairs = 0, names = 0;
+		uint64_t fetched = 0;
 
 		sf_mpi_pf_drain(mp, SF_MPI_SEND_DRAIN_MS);
+		(void)sf_mpi_inv_cache(mp, NULL, &pairs, &names, &fetched);
+		sf_info("mpi: inventory: %zu checkpoint names known, %zu (file, holder) pairs cached (at most %zu), %llu lists fetched",
+			names, pairs, mp->inv_cache_max,
+			(unsigned long long)fetched);
 		sf_mpi_source_stats(mp, &st);
 		if (st.claims + st.demand)
 			sf_info("mpi: remote reads: %llu asked ahead and claimed "
@@ -799,6 +840,7 @@ int sf_mpi_finalize(struct sf_mpi *mp)
 			sf_err("mpi: cannot tell the peers that this rank leaves: %s",
 			       sf_strerror(ret));
 		pthread_join(mp->thread, NULL);
+		sf_mpi_live_free(mp); /* no INV_LIST is answered now */
 		/* every peer left (or is gone): no one needs heartbeats now */
 		sf_mpi_hb_stop(mp);
 		sf_mpi_pend_drain(mp, SF_MPI_SEND_DRAIN_MS);
@@ -831,6 +873,7 @@ int sf_mpi_finalize(struct sf_mpi *mp)
 	pthread_mutex_destroy(&mp->reg_lock);
 	pthread_mutex_destroy(&mp->src_lock);
 	pthread_rwlock_destroy(&mp->inv_lock);
+	pthread_mutex_destroy(&mp->own_lock);
 	free(mp->sync_want);
 	free(mp->synced);
 	free(mp->hosts);

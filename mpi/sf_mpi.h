@@ -172,9 +172,10 @@ int sf_mpi_notify(struct sf_mpi *mp, const char *what, const char *ckpt);
 
 /*
  * The live union (sf_mpi_live.c). Every daemon scans its store again every
- * few hundred milliseconds and tells its peers, per checkpoint, what
- * changed; these say what the peers hold now. Any thread; none blocks on
- * a peer.
+ * few hundred milliseconds and tells its peers, per checkpoint, how many
+ * files it holds now; the file lists stay with their holders and are
+ * fetched when a daemon opens or reads the checkpoint. These say what the
+ * peers hold now. Any thread; none blocks on a peer.
  *
  * union_state: checkpoint name as the other ranks hold it: *stamp changes
  * whenever a peer's holding of it changed (0: never since start), *held is
@@ -183,14 +184,22 @@ int sf_mpi_notify(struct sf_mpi *mp, const char *what, const char *ckpt);
  * union_sync: ask every peer for one more scan of its store; returns the
  * number to pass to union_synced (0: nothing to wait for: one rank, or the
  * request could not be sent). union_synced: 1 once every peer answered
- * it after a scan that began after the request (its deltas applied here
+ * it after a scan that began after the request (its notices applied here
  * first) or is marked down, else 0. A caller waits for it with a bound of
  * its own (a peer killed and not yet marked down never answers).
+ *
+ * union_cache: what this daemon holds of the peers' file lists (tests,
+ * benchmarks): *pairs, the (file, holder) pairs cached of checkpoint name
+ * (of every checkpoint for NULL), *names, the checkpoint names known,
+ * *fetched, the lists fetched from peers since start (any may be NULL).
+ * 0, or -EINVAL (-SF_ENOMPI with MPI off).
  */
 int sf_mpi_union_state(struct sf_mpi *mp, const char *name, uint64_t *stamp,
 		       int *held);
 uint64_t sf_mpi_union_sync(struct sf_mpi *mp);
 int sf_mpi_union_synced(struct sf_mpi *mp, uint64_t seq);
+int sf_mpi_union_cache(struct sf_mpi *mp, const char *name, size_t *pairs,
+		       size_t *names, uint64_t *fetched);
 
 /*
  * COLLECTIVE in effect: called once by each daemon after its mount is gone.

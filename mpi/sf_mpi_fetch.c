@@ -72,12 +72,13 @@ static void probe_release(struct sf_mpi *mp, int peer)
  * store by up to a rescan: a file the writer grew since is asked of the
  * writer all the same (a commit right after its writers closed reads so),
  * and the writer's own answer says whether the bytes are there. */
-static int pick_peer(const struct sf_mpi *mp, const char *name,
+static int pick_peer(struct sf_mpi *mp, const char *name,
 		     const char *file, uint32_t writer, uint64_t end)
 {
 	const struct inv_ent *e;
 	int best = -1;
 
+	(void)sf_mpi_inv_ensure(mp, name); /* logs failures */
 	sf_mpi_inv_rdlock(mp);
 	e = sf_mpi_inv_find(mp, name, file);
 	if (!e) {

@@ -53,13 +53,19 @@
  *    were replaced by an anonymous copy at the same addresses;
  *  - the service thread never blocks on a peer: its replies are MPI_Isend
  *    whose buffers live on the pending list until the send completes;
- *  - the inventory is built in sf_mpi_start and changed afterwards only by
- *    the service thread applying a peer's delta (a checkpoint's files on
- *    that peer, replaced whole) under inv_lock held for writing; every
- *    reader holds it for reading and copies out what it keeps;
- *  - a peer's deltas and its SYNCED answers come in the order it sent them
- *    (one sender thread, one tag: MPI does not overtake), so a SYNCED
- *    says that every delta of the scan it closes was applied here;
+ *  - the inventory's names (how many files each rank holds of each
+ *    checkpoint) are built in sf_mpi_start from the ranks' summaries and
+ *    changed afterwards only by the service thread applying a peer's
+ *    notice; the file lists are fetched from their holders on demand
+ *    (sf_mpi_inv_ensure) and cached up to inv_cache_max pairs; all of it
+ *    under inv_lock held for writing; every reader holds it for reading
+ *    and copies out what it keeps;
+ *  - a rank answers INV_LIST from the records it last told of (own,
+ *    updated before its notice is sent), so a list fetched after a notice
+ *    came is at least as new as that notice;
+ *  - a peer's notices and its SYNCED answers come in the order it sent
+ *    them (one sender thread, one tag: MPI does not overtake), so a
+ *    SYNCED says that every notice of the scan it closes was applied here;
  *  - commit/commit-done rounds exist only on rank 0 and are touched only by
  *    its service thread;
  *  - a collective (commit, commit-done, a committed checkpoint's delete)
@@ -133,6 +139,9 @@
 #define SF_MPI_INV_BUCKETS 4096
 #define SF_MPI_LIVE_MS 250                /* this rank's store scanned again */
 #define SF_MPI_LIVE_MAX_CKPTS 100000      /* checkpoints a rank tells of */
+#define SF_MPI_INV_CACHE_MAX (1u << 20)   /* (file, holder) pairs of fetched
+					   * lists kept (SHARDFS_INV_CACHE) */
+#define SF_MPI_LIST_TIMEOUT_MS 2000       /* bound on fetching the lists */
 #define SF_MPI_HB_EVERY_MS 250            /* a heartbeat to every peer */
 #define SF_MPI_HB_SILENCE_MS 1500         /* a peer not heard this long is
 					   * marked down (a dead daemon's
@@ -171,10 +180,11 @@ struct pend {
 	struct pend *next;
 };
 
-/* Inventory entry: one file some ranks hold. */
+/* Inventory entry: one file some other ranks hold, of a checkpoint whose
+ * lists this rank fetched (sf_mpi_inv_ensure). */
 struct inv_holder {
 	int rank;
-	uint64_t size;        /* bytes, at start-up */
+	uint64_t size;        /* bytes, as the holder listed it */
 };
 struct inv_ent {
 	char *key;            /* "ckpt\0file" (owned) */
@@ -186,14 +196,32 @@ struct inv_ent {
 	struct inv_ent *nnext; /* the next file of the same checkpoint */
 };
 
-/* A checkpoint name of the inventory: its files (ents, through nnext),
- * how many (entry, holder) pairs name another rank (held), and stamp, the
- * inventory's change counter when a peer's delta last changed it. */
+/* What one rank holds of a checkpoint, as its last notice said, and the
+ * round of its list cached here. */
+struct inv_peer {
+	uint64_t files;       /* files it holds there (0: none) */
+	uint64_t round;       /* its scan round then (0: start-up) */
+	uint64_t lround;      /* the round its cached list answered with */
+	bool lhave;           /* its list is cached (ents) */
+};
+
+/* A checkpoint name: every rank knows every name and how many files each
+ * rank holds of it (peer, from the start-up summaries and the INV_NAME
+ * notices); the file lists themselves (ents, through nnext) only while
+ * cached here: fetched from their holders when asked for (lists_stamp is
+ * the stamp they were fetched at; only the holders whose round moved since
+ * are asked again), dropped when the cache is over its cap (least recently
+ * used first). */
 struct inv_name {
 	char *name;           /* owned */
+	struct inv_peer *peer; /* [world size]; owned */
+	unsigned held;        /* other ranks with files > 0 */
+	uint64_t stamp;       /* inv_stamp when a notice last changed it */
+	bool cached;          /* ents are the lists as of lists_stamp */
+	uint64_t lists_stamp;
+	size_t nrec;          /* (file, holder) pairs in ents */
+	atomic_uint_least64_t used; /* inv_tick at its last lookup */
 	struct inv_ent *ents;
-	uint64_t held;
-	uint64_t stamp;
 	struct inv_name *next;
 };
 
@@ -327,10 +355,17 @@ struct sf_mpi {
 					  * directory then; peers' reads are
 					  * opened beneath it, never by path */
 	int single;                      /* store is one checkpoint */
-	pthread_rwlock_t inv_lock;       /* protects inv, names, inv_stamp */
+	pthread_rwlock_t inv_lock;       /* protects inv, names, inv_stamp,
+					  * inv_cached */
 	struct inv_ent *inv[SF_MPI_INV_BUCKETS];
 	struct inv_name *names[SF_MPI_INV_BUCKETS];
-	uint64_t inv_stamp;              /* deltas applied, in all */
+	uint64_t inv_stamp;              /* notices applied, in all */
+	size_t inv_cached;               /* (file, holder) pairs cached, all
+					  * names; <= inv_cache_max, but for
+					  * the lists of one name */
+	size_t inv_cache_max;            /* set by start (SHARDFS_INV_CACHE) */
+	atomic_uint_least64_t inv_tick;  /* lookups, for the LRU */
+	atomic_uint_least64_t inv_fetched; /* lists fetched from peers */
 
 	/* the live union (sf_mpi_live.c) */
 	pthread_t live_thread;
@@ -338,8 +373,11 @@ struct sf_mpi {
 	atomic_bool live_stop;
 	atomic_bool live_on;             /* the live thread scans (a SYNC is
 					  * answered by it, else at once) */
-	struct live_own *own;            /* live thread (and start) only: what
-					  * the peers were last told */
+	pthread_mutex_t own_lock;        /* guards own/nown/capown against the
+					  * service thread's INV_LIST answers;
+					  * the live thread (and start) alone
+					  * change them, under it */
+	struct live_own *own;            /* what the peers were last told */
 	size_t nown, capown;
 	struct live_watch *watch;        /* live thread only: inotify, or NULL
 					  * (every checkpoint scanned each
@@ -484,36 +522,49 @@ int sf_mpi_post_probe(struct sf_mpi *mp, int peer, unsigned char **rbuf,
 /* --- sf_mpi_inv.c: the inventory --- */
 
 /* The entry of (name, file), or NULL; the caller holds inv_lock (either
- * way) while it uses it. */
+ * way) while it uses it, and called sf_mpi_inv_ensure(name) before. */
 struct inv_ent *sf_mpi_inv_find(const struct sf_mpi *mp, const char *name,
 				const char *file);
+/* Make the cached lists of checkpoint name current: when another rank
+ * holds files of it and they were not fetched since its last notice, ask
+ * each such rank for its list (INV_LIST; live ones only, bounded by
+ * SF_MPI_LIST_TIMEOUT_MS) and replace what is cached of it; a rank that
+ * does not answer keeps what was cached of it. Any thread; takes inv_lock
+ * itself. 0, or the first error (what could be fetched is kept). */
+int sf_mpi_inv_ensure(struct sf_mpi *mp, const char *name);
 void sf_mpi_inv_rdlock(const struct sf_mpi *mp);
 void sf_mpi_inv_unlock(const struct sf_mpi *mp);
 void sf_mpi_inv_free(struct sf_mpi *mp);
 int sf_mpi_build_inventory(const char *store, int single,
 			   struct sf_mpi_wire_inv_buf *ib);
-int sf_mpi_inv_parse(struct sf_mpi *mp, int r, const unsigned char *p,
-		     size_t len);
+/* sf_mpi_start: the summaries (sf_mpi_wire_sum_put) of ib's records,
+ * one per checkpoint, into *sum (released by the caller). */
+void sf_mpi_inv_summarize(const struct sf_mpi_wire_inv_buf *ib,
+			  struct sf_mpi_wire_inv_buf *sum);
+/* sf_mpi_start: rank r's summaries (len untrusted bytes) into the names. */
+int sf_mpi_inv_sum_parse(struct sf_mpi *mp, int r, const unsigned char *p,
+			 size_t len);
 /* What the other ranks hold, for the payload source's peer_files,
  * peer_size and peer_ckpts (sf_source.h): files of checkpoint name held by
  * another rank (name "" in a single-checkpoint store), with the largest
- * size; names of checkpoints of which another rank holds a file (a name
- * may come more than once). */
-int sf_mpi_inv_peer_files(const struct sf_mpi *mp, const char *name,
+ * size (the lists fetched first: sf_mpi_inv_ensure); names of checkpoints
+ * of which another rank holds a file (a name may come more than once). */
+int sf_mpi_inv_peer_files(struct sf_mpi *mp, const char *name,
 			  int (*fn)(void *arg, const char *file, uint64_t size),
 			  void *arg);
-int sf_mpi_inv_peer_size(const struct sf_mpi *mp, const char *name,
+int sf_mpi_inv_peer_size(struct sf_mpi *mp, const char *name,
 			 const char *file, uint64_t *size);
 int sf_mpi_inv_peer_ckpts(const struct sf_mpi *mp,
 			  int (*fn)(void *arg, const char *name), void *arg);
-/* Service thread: rank r's files of checkpoint name are now the records
- * in p (len bytes, untrusted; none: it holds none), replacing what r held
- * of it. 0, -SF_EPEER for malformed records (what r held of it is gone
- * then), -ENOMEM. */
-int sf_mpi_inv_apply(struct sf_mpi *mp, int r, const char *name,
-		     const unsigned char *p, size_t len);
+/* sf_mpi_union_cache (sf_mpi.h). */
+int sf_mpi_inv_cache(struct sf_mpi *mp, const char *name, size_t *pairs,
+		     size_t *names, uint64_t *fetched);
+/* Service thread: rank r says it holds `files` files of checkpoint name
+ * now (0: none), as of its round. 0 or -ENOMEM. */
+int sf_mpi_inv_note(struct sf_mpi *mp, int r, const char *name,
+		    uint64_t files, uint64_t round);
 /* Checkpoint name as the peers hold it: *stamp, the inventory's change
- * counter when a delta last touched it (0: none since start), *held 1
+ * counter when a notice last touched it (0: none since start), *held 1
  * when another rank holds a file of it. */
 int sf_mpi_inv_name_state(const struct sf_mpi *mp, const char *name,
 			  uint64_t *stamp, int *held);
@@ -529,17 +580,29 @@ struct live_own {
 	char *name;           /* owned */
 	uint64_t hash;        /* of its records */
 	size_t len;           /* bytes of its records */
+	unsigned char *recs;  /* its records (len bytes; owned; NULL when
+			       * len is 0): what an INV_LIST is answered */
+	uint64_t round;       /* the round they were told in (0: start) */
+	bool told;            /* the peers were told of these records */
 	bool mark;            /* seen by the current scan */
 	bool unwatched;       /* not every directory of it is watched:
 			       * scanned every round */
 };
 struct live_watch;    /* sf_mpi_live.c's alone */
-/* sf_mpi_start: remember the start-up inventory (ib, every rank has it)
- * as told, then start the live thread. 0 or a negative errno (the union
+/* sf_mpi_start, before the service thread starts: remember this rank's
+ * start-up records (ib; the peers get its summaries) as told. */
+void sf_mpi_live_seed(struct sf_mpi *mp, const struct sf_mpi_wire_inv_buf *ib);
+/* sf_mpi_start: start the live thread. 0 or a negative errno (the union
  * stays frozen at start then; logged). */
-int sf_mpi_live_start(struct sf_mpi *mp, const struct sf_mpi_wire_inv_buf *ib);
-/* Stop and join the live thread (no delta is sent after); frees own. */
+int sf_mpi_live_start(struct sf_mpi *mp);
+/* Stop and join the live thread (no notice is sent after). */
 void sf_mpi_live_stop(struct sf_mpi *mp);
+/* After the service thread ended: free what the peers were told. */
+void sf_mpi_live_free(struct sf_mpi *mp);
+/* Service thread: the reply to an INV_LIST of checkpoint name (round and
+ * this rank's records of it as last told; none: round 0, no records), or
+ * NULL (no memory). */
+struct sbuf *sf_mpi_live_list(struct sf_mpi *mp, const char *name);
 /* Service thread: peer src asked for a scan (SYNC seq), or answered ours
  * (SYNCED seq). */
 void sf_mpi_live_sync_in(struct sf_mpi *mp, int src, uint64_t seq);

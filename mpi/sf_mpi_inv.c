@@ -1,15 +1,28 @@
 /*
  * sf_mpi_inv.c - the inventory: which rank holds which file of which
- * checkpoint (and its size), built from the stores and exchanged in
- * sf_mpi_start, then kept live by the peers' deltas (sf_mpi_live.c): a
- * delta replaces what one rank holds of one checkpoint.
+ * checkpoint (and its size).
  *
- * Invariants: every record comes through sf_mpi_wire.c's decoder, which
- * checks it against what was received; names are bounded; inv, names and
- * inv_stamp change only under inv_lock held for writing (start-up, and
- * the service thread applying a delta), and every lookup holds it for
- * reading while it looks and copies; an entry with no holder left is
- * freed, and so is a name without entries.
+ * What every rank keeps is small: each checkpoint name any rank holds
+ * files of, and how many files each rank holds of it (a world-size array
+ * per name), from the start-up summaries and then the peers' INV_NAME
+ * notices (sf_mpi_live.c). The file lists themselves stay with their
+ * holders: a rank that opens a checkpoint, or reads from it, asks each
+ * rank that holds files of it for its list (INV_LIST, answered from what
+ * that rank last told of) and caches the lists, up to inv_cache_max
+ * (file, holder) pairs in all, dropping the least recently used
+ * checkpoint's lists first (never those of a checkpoint a down rank holds
+ * files of: its lists could not be fetched again). A notice makes a
+ * cached list stale (the name's stamp moved); the next lookup fetches it
+ * again. So C checkpoints of F files over D daemons cost every daemon
+ * C x (name + 16 D) bytes plus its cache, not C x F x D entries.
+ *
+ * Invariants: every record comes through sf_mpi_wire.c's decoders, which
+ * check it against what was received; names are bounded; inv, names,
+ * inv_stamp and inv_cached change only under inv_lock held for writing,
+ * and every lookup holds it for reading while it looks and copies; an
+ * entry with no holder left is freed; names are kept until exit (bounded
+ * by the names the ranks ever told of); no lock is held while a list is
+ * fetched.
  */
 #include "sf_mpi_int.h"
 #include "sf_array.h"
@@ -53,7 +66,10 @@ static struct inv_name *name_get(const struct sf_mpi *mp, const char *name,
 	if (!create || !(n = calloc(1, sizeof(*n))))
 		return NULL;
 	n->name = strndup(name, nl);
-	if (!n->name) {
+	n->peer = calloc((size_t)mp->size, sizeof(*n->peer));
+	if (!n->name || !n->peer) {
+		free(n->name);
+		free(n->peer);
 		free(n);
 		return NULL;
 	}
@@ -110,8 +126,8 @@ static int inv_add(struct sf_mpi *mp, const char *name, size_t nl,
 	e->h[e->nh].rank = rank;
 	e->h[e->nh].size = size;
 	e->nh++;
-	if (rank != mp->rank)
-		nm->held++;
+	nm->nrec++;
+	mp->inv_cached++;
 	return 0;
 }
 
@@ -142,8 +158,8 @@ static void name_drop_rank(struct sf_mpi *mp, struct inv_name *nm, int r)
 		for (unsigned i = 0; i < e->nh; i++)
 			if (e->h[i].rank == r) {
 				e->h[i] = e->h[--e->nh];
-				if (r != mp->rank)
-					nm->held--;
+				nm->nrec--;
+				mp->inv_cached--;
 				break;
 			}
 		if (e->nh) {
@@ -155,53 +171,329 @@ static void name_drop_rank(struct sf_mpi *mp, struct inv_name *nm, int r)
 	}
 }
 
-/* One delta's records, as sf_mpi_wire_inv_parse hands them over: each
- * must name the delta's checkpoint. */
-struct inv_delta {
+/* Recount the other ranks holding files of nm. Locked for writing. */
+static void name_recount(const struct sf_mpi *mp, struct inv_name *nm)
+{
+	nm->held = 0;
+	for (int r = 0; r < mp->size; r++)
+		if (r != mp->rank && nm->peer[r].files)
+			nm->held++;
+}
+
+int sf_mpi_inv_note(struct sf_mpi *mp, int r, const char *name,
+		    uint64_t files, uint64_t round)
+{
+	struct inv_name *nm;
+
+	if (r < 0 || r >= mp->size || r == mp->rank)
+		return -SF_EPEER;
+	pthread_rwlock_wrlock(&mp->inv_lock);
+	nm = name_get(mp, name, strlen(name), files > 0);
+	if (nm) {
+		nm->peer[r].files = files;
+		nm->peer[r].round = round;
+		if (!files) {
+			name_drop_rank(mp, nm, r);
+			nm->peer[r].lhave = false;
+		}
+		name_recount(mp, nm);
+		nm->stamp = ++mp->inv_stamp;
+	}
+	pthread_rwlock_unlock(&mp->inv_lock);
+	return nm || !files ? 0 : -ENOMEM;
+}
+
+/* Drop every cached list of nm. Locked for writing. */
+static void name_uncache(struct sf_mpi *mp, struct inv_name *nm)
+{
+	for (int r = 0; r < mp->size; r++) {
+		if (nm->nrec)
+			name_drop_rank(mp, nm, r);
+		nm->peer[r].lhave = false;
+	}
+	nm->cached = false;
+}
+
+/* Over the cap: drop the least recently used names' lists, never keep's
+ * and never one a down rank holds files of. Locked for writing. */
+static void cache_trim(struct sf_mpi *mp, const struct inv_name *keep)
+{
+	while (mp->inv_cached > mp->inv_cache_max) {
+		struct inv_name *lru = NULL;
+		uint64_t lru_used = UINT64_MAX;
+
+		for (unsigned b = 0; b < SF_MPI_INV_BUCKETS; b++)
+			for (struct inv_name *n = mp->names[b]; n; n = n->next) {
+				uint64_t u = atomic_load_explicit(
+					&n->used, memory_order_relaxed);
+				bool down = false;
+
+				if (n == keep || !n->nrec || u >= lru_used)
+					continue;
+				for (int r = 0; r < mp->size && !down; r++)
+					down = n->peer[r].files &&
+					       r != mp->rank &&
+					       sf_mpi_peer_down(mp, r);
+				if (!down) {
+					lru = n;
+					lru_used = u;
+				}
+			}
+		if (!lru)
+			return;
+		sf_debug("mpi: %s: its file lists leave the cache (%zu pairs)",
+			 lru->name[0] ? lru->name : "(store)", lru->nrec);
+		name_uncache(mp, lru);
+	}
+}
+
+/* One INV_LIST in flight. */
+struct list_call {
+	int rank;
+	int tag;
+	bool open;                 /* waiting for the reply */
+	unsigned downs0;           /* sf_mpi_peer_downs when asked */
+	unsigned char *buf;        /* the reply (owned), len bytes */
+	size_t len;
+	int ret;
+};
+
+static int list_post(struct sf_mpi *mp, struct list_call *c, const char *name)
+{
+	struct sf_mpi_wire_req h = { .kind = SF_MPI_MSG_INV_LIST };
+	struct sbuf *sb;
+	int ret;
+
+	h.reply_tag = c->tag = sf_mpi_new_tag(mp);
+	c->downs0 = sf_mpi_peer_downs(mp, c->rank);
+	sb = sf_mpi_req_build(&h, name, NULL);
+	if (!sb)
+		return -ENOMEM;
+	ret = sf_mpi_send_async(mp, c->rank, SF_TAG_REQ, sb);
+	if (ret) {
+		free(sb);
+		return ret;
+	}
+	c->open = true;
+	return 0;
+}
+
+/* Receive c's reply if it came: 1 done (c->ret says how), 0 not yet. */
+static int list_poll(struct sf_mpi *mp, struct list_call *c)
+{
+	MPI_Message msg;
+	MPI_Status st;
+	int flag = 0, count = 0;
+
+	if (MPI_Improbe(c->rank, c->tag, mp->comm, &flag, &msg, &st) !=
+	    MPI_SUCCESS) {
+		c->ret = -SF_EPEER;
+		return 1;
+	}
+	if (!flag)
+		return 0;
+	MPI_Get_count(&st, MPI_BYTE, &count);
+	/* Sized before it is received: drain anything out of bounds. */
+	if (count < SF_MPI_WIRE_REPLY_HDR ||
+	    (size_t)count > SF_MPI_WIRE_REPLY_HDR + SF_MPI_WIRE_MAX_INV_BYTES)
+		c->ret = -SF_EPEER;
+	else if (!(c->buf = malloc((size_t)count)))
+		c->ret = -ENOMEM;
+	if (!c->buf) {
+		unsigned char sink[SF_MPI_WIRE_REPLY_HDR];
+
+		MPI_Mrecv(sink, (int)sizeof(sink), MPI_BYTE, &msg,
+			  MPI_STATUS_IGNORE);
+		return 1;
+	}
+	if (MPI_Mrecv(c->buf, count, MPI_BYTE, &msg, MPI_STATUS_IGNORE) !=
+	    MPI_SUCCESS) {
+		free(c->buf);
+		c->buf = NULL;
+		c->ret = -SF_EPEER;
+		return 1;
+	}
+	c->len = (size_t)count;
+	c->ret = 0;
+	return 1;
+}
+
+/* Ask every live rank in calls for its list of name; wait for all until
+ * the deadline (or until one is marked down). */
+static void list_fetch(struct sf_mpi *mp, struct list_call *calls, int n,
+		       const char *name)
+{
+	uint64_t deadline = sf_mpi_now_ns() +
+			    (uint64_t)SF_MPI_LIST_TIMEOUT_MS * 1000000u;
+	unsigned us = 20;
+	int open = 0;
+
+	for (int i = 0; i < n; i++) {
+		calls[i].ret = sf_mpi_peer_down(mp, calls[i].rank) ?
+				       -SF_EPEER :
+				       list_post(mp, &calls[i], name);
+		open += calls[i].open;
+	}
+	while (open) {
+		for (int i = 0; i < n; i++) {
+			struct list_call *c = &calls[i];
+
+			if (!c->open)
+				continue;
+			if (!list_poll(mp, c)) {
+				if (sf_mpi_now_ns() < deadline &&
+				    sf_mpi_peer_downs(mp, c->rank) == c->downs0)
+					continue;
+				c->ret = -SF_EPEER; /* a late reply is never
+						     * received: its tag is not
+						     * used again */
+			}
+			c->open = false;
+			open--;
+		}
+		if (open)
+			sf_mpi_backoff(&us, 1000);
+	}
+}
+
+/* One holder's records, as sf_mpi_wire_inv_parse hands them over: each
+ * must name the checkpoint asked for. */
+struct inv_list {
 	struct sf_mpi *mp;
 	int rank;
 	const char *name;
 	size_t nl;
 };
 
-static int delta_rec(void *arg, const struct sf_mpi_wire_inv_rec *rec)
+static int list_rec(void *arg, const struct sf_mpi_wire_inv_rec *rec)
 {
-	struct inv_delta *d = arg;
+	struct inv_list *l = arg;
 
-	if (rec->name_len != d->nl || memcmp(rec->name, d->name, d->nl) != 0)
+	if (rec->name_len != l->nl || memcmp(rec->name, l->name, l->nl) != 0)
 		return -SF_EPEER;
-	return inv_add(d->mp, rec->name, rec->name_len, rec->file,
-		       rec->file_len, d->rank, rec->size);
+	return inv_add(l->mp, rec->name, rec->name_len, rec->file,
+		       rec->file_len, l->rank, rec->size);
 }
 
-int sf_mpi_inv_apply(struct sf_mpi *mp, int r, const char *name,
-		     const unsigned char *p, size_t len)
+/* Replace rank c->rank's cached list of nm by c's reply. Locked for
+ * writing. */
+static int list_apply(struct sf_mpi *mp, struct inv_name *nm,
+		      const struct list_call *c)
 {
-	struct inv_delta d = { mp, r, name, strlen(name) };
-	struct inv_name *nm;
+	struct inv_list l = { mp, c->rank, nm->name, strlen(nm->name) };
+	struct sf_mpi_wire_reply rp;
 	size_t bad_at = 0;
-	int ret = 0;
+	int ret;
 
-	if (r < 0 || r >= mp->size || r == mp->rank)
-		return -SF_EPEER;
-	pthread_rwlock_wrlock(&mp->inv_lock);
-	nm = name_get(mp, name, d.nl, len > 0);
-	if (nm)
-		name_drop_rank(mp, nm, r);
-	if (len)
-		ret = sf_mpi_wire_inv_parse(p, len, delta_rec, &d, &bad_at);
+	ret = sf_mpi_wire_list_decode(c->buf, c->len, &rp);
+	if (ret)
+		return ret;
+	name_drop_rank(mp, nm, c->rank);
+	ret = sf_mpi_wire_inv_parse(rp.data, rp.len, list_rec, &l, &bad_at);
 	if (ret) {
-		sf_err("mpi: rank %d sent a malformed delta of %s at byte %zu",
-		       r, name[0] ? name : "(store)", bad_at);
-		if (nm)
-			name_drop_rank(mp, nm, r);
+		sf_err("mpi: rank %d sent a malformed list of %s at byte %zu",
+		       c->rank, nm->name[0] ? nm->name : "(store)", bad_at);
+		name_drop_rank(mp, nm, c->rank);
+		nm->peer[c->rank].lhave = false;
+		return ret;
 	}
-	/* a name left without files is kept (its stamp says it changed)
-	 * until exit: bounded by the names the peers ever told of */
+	nm->peer[c->rank].lhave = true;
+	nm->peer[c->rank].lround = (uint64_t)rp.status;
+	atomic_fetch_add(&mp->inv_fetched, 1);
+	return 0;
+}
+
+int sf_mpi_inv_ensure(struct sf_mpi *mp, const char *name)
+{
+	size_t nl = strlen(name);
+	struct list_call *calls;
+	struct inv_name *nm;
+	uint64_t stamp;
+	int n = 0, ret = 0;
+
+	pthread_rwlock_rdlock(&mp->inv_lock);
+	nm = name_get(mp, name, nl, false);
 	if (nm)
-		nm->stamp = ++mp->inv_stamp;
+		atomic_store_explicit(&nm->used,
+				      atomic_fetch_add(&mp->inv_tick, 1) + 1,
+				      memory_order_relaxed);
+	if (!nm || (nm->cached && nm->lists_stamp == nm->stamp) ||
+	    (!nm->held && !nm->nrec)) {
+		pthread_rwlock_unlock(&mp->inv_lock);
+		return 0;
+	}
+	calls = calloc((size_t)mp->size, sizeof(*calls));
+	if (!calls) {
+		pthread_rwlock_unlock(&mp->inv_lock);
+		return -ENOMEM;
+	}
+	stamp = nm->stamp;
+	for (int r = 0; r < mp->size; r++) {
+		const struct inv_peer *pr = &nm->peer[r];
+
+		/* a list as new as the rank's last notice is kept */
+		if (r != mp->rank && pr->files &&
+		    (!pr->lhave || pr->lround < pr->round))
+			calls[n++].rank = r;
+	}
 	pthread_rwlock_unlock(&mp->inv_lock);
+
+	list_fetch(mp, calls, n, name);
+
+	pthread_rwlock_wrlock(&mp->inv_lock);
+	for (int r = 0; r < mp->size; r++)
+		if (r != mp->rank && !nm->peer[r].files) {
+			name_drop_rank(mp, nm, r); /* it left since */
+			nm->peer[r].lhave = false;
+		}
+	for (int i = 0; i < n; i++) {
+		int rc = calls[i].ret ? calls[i].ret :
+					list_apply(mp, nm, &calls[i]);
+
+		if (rc) {
+			/* what was cached of it stays: its last list */
+			if (sf_mpi_peer_down(mp, calls[i].rank))
+				sf_debug("mpi: %s: no file list from rank %d (down)",
+					 name[0] ? name : "(store)", calls[i].rank);
+			else
+				sf_warn("mpi: %s: no file list from rank %d (%s)",
+					name[0] ? name : "(store)", calls[i].rank,
+					sf_strerror(rc));
+			if (!ret)
+				ret = rc;
+		}
+		free(calls[i].buf);
+	}
+	if (!nm->cached || nm->lists_stamp < stamp) {
+		nm->cached = true;
+		nm->lists_stamp = stamp;
+	}
+	cache_trim(mp, nm);
+	pthread_rwlock_unlock(&mp->inv_lock);
+	free(calls);
 	return ret;
+}
+
+int sf_mpi_inv_cache(struct sf_mpi *mp, const char *name, size_t *pairs,
+		     size_t *names, uint64_t *fetched)
+{
+	size_t nn = 0;
+	struct inv_name *nm;
+
+	pthread_rwlock_rdlock(&mp->inv_lock);
+	if (pairs) {
+		nm = name ? name_get(mp, name, strlen(name), false) : NULL;
+		*pairs = name ? (nm ? nm->nrec : 0) : mp->inv_cached;
+	}
+	for (unsigned b = 0; names && b < SF_MPI_INV_BUCKETS; b++)
+		for (nm = mp->names[b]; nm; nm = nm->next)
+			nn++;
+	pthread_rwlock_unlock(&mp->inv_lock);
+	if (names)
+		*names = nn;
+	if (fetched)
+		*fetched = atomic_load(&mp->inv_fetched);
+	return 0;
 }
 
 int sf_mpi_inv_name_state(const struct sf_mpi *mp, const char *name,
@@ -241,10 +533,12 @@ void sf_mpi_inv_free(struct sf_mpi *mp)
 		for (struct inv_name *n = mp->names[b], *nx; n; n = nx) {
 			nx = n->next;
 			free(n->name);
+			free(n->peer);
 			free(n);
 		}
 		mp->names[b] = NULL;
 	}
+	mp->inv_cached = 0;
 }
 
 /* Walk dir (absolute) whose path relative to the checkpoint is rel, adding
@@ -324,30 +618,75 @@ int sf_mpi_build_inventory(const char *store, int single,
 	return ib->ret;
 }
 
-/* One rank's records, as sf_mpi_wire_inv_parse hands them over. */
-struct inv_from {
+/* The start-up records of one rank come grouped by checkpoint (one walk
+ * per directory): one summary per group. */
+struct summ {
+	struct sf_mpi_wire_inv_buf *sum;
+	const char *name;
+	size_t nl;
+	uint64_t files;
+};
+
+static void summ_flush(struct summ *s)
+{
+	if (s->files)
+		sf_mpi_wire_sum_put(s->sum, s->name, s->nl, s->files);
+	s->files = 0;
+}
+
+static int summ_rec(void *arg, const struct sf_mpi_wire_inv_rec *rec)
+{
+	struct summ *s = arg;
+
+	if (!s->files || rec->name_len != s->nl ||
+	    memcmp(rec->name, s->name, s->nl) != 0) {
+		summ_flush(s);
+		s->name = rec->name;
+		s->nl = rec->name_len;
+	}
+	s->files++;
+	return 0;
+}
+
+void sf_mpi_inv_summarize(const struct sf_mpi_wire_inv_buf *ib,
+			  struct sf_mpi_wire_inv_buf *sum)
+{
+	struct summ s = { .sum = sum };
+
+	if (ib->len && sf_mpi_wire_inv_parse(ib->p, ib->len, summ_rec, &s,
+					     NULL) && !sum->ret)
+		sum->ret = -SF_EPEER;
+	summ_flush(&s);
+}
+
+struct sum_from {
 	struct sf_mpi *mp;
 	int rank;
 };
 
-static int inv_add_rec(void *arg, const struct sf_mpi_wire_inv_rec *rec)
+static int sum_rec(void *arg, const char *name, size_t nl, uint64_t files)
 {
-	struct inv_from *from = arg;
+	struct sum_from *f = arg;
+	struct inv_name *nm = name_get(f->mp, name, nl, true);
 
-	return inv_add(from->mp, rec->name, rec->name_len, rec->file,
-		       rec->file_len, from->rank, rec->size);
+	if (!nm)
+		return -ENOMEM;
+	nm->peer[f->rank].files += files; /* a name told twice: both */
+	name_recount(f->mp, nm);
+	return 0;
 }
 
-/* Parse rank r's serialized inventory (untrusted bytes) into the map. */
-int sf_mpi_inv_parse(struct sf_mpi *mp, int r, const unsigned char *p,
-		     size_t len)
+int sf_mpi_inv_sum_parse(struct sf_mpi *mp, int r, const unsigned char *p,
+			 size_t len)
 {
-	struct inv_from from = { mp, r };
+	struct sum_from from = { mp, r };
 	size_t bad_at = 0;
 	int ret;
 
+	if (r == mp->rank)
+		return 0; /* its own store it knows */
 	pthread_rwlock_wrlock(&mp->inv_lock);
-	ret = sf_mpi_wire_inv_parse(p, len, inv_add_rec, &from, &bad_at);
+	ret = sf_mpi_wire_sum_parse(p, len, sum_rec, &from, &bad_at);
 	pthread_rwlock_unlock(&mp->inv_lock);
 	if (ret == -SF_EPEER)
 		sf_err("mpi: rank %d sent a malformed inventory at byte %zu", r,
@@ -376,7 +715,7 @@ static bool peer_max(const struct sf_mpi *mp, const struct inv_ent *e,
 	return any;
 }
 
-int sf_mpi_inv_peer_files(const struct sf_mpi *mp, const char *name,
+int sf_mpi_inv_peer_files(struct sf_mpi *mp, const char *name,
 			  int (*fn)(void *arg, const char *file, uint64_t size),
 			  void *arg)
 {
@@ -384,6 +723,7 @@ int sf_mpi_inv_peer_files(const struct sf_mpi *mp, const char *name,
 	const struct inv_name *nm;
 	int rc = 0;
 
+	(void)sf_mpi_inv_ensure(mp, name); /* what it could not fetch: logged */
 	pthread_rwlock_rdlock((pthread_rwlock_t *)&mp->inv_lock);
 	nm = name_get(mp, name, nl, false);
 	for (const struct inv_ent *e = nm ? nm->ents : NULL; e && !rc;
@@ -397,12 +737,13 @@ int sf_mpi_inv_peer_files(const struct sf_mpi *mp, const char *name,
 	return rc;
 }
 
-int sf_mpi_inv_peer_size(const struct sf_mpi *mp, const char *name,
+int sf_mpi_inv_peer_size(struct sf_mpi *mp, const char *name,
 			 const char *file, uint64_t *size)
 {
 	const struct inv_ent *e;
 	int ret;
 
+	(void)sf_mpi_inv_ensure(mp, name);
 	pthread_rwlock_rdlock((pthread_rwlock_t *)&mp->inv_lock);
 	e = sf_mpi_inv_find(mp, name, file);
 	ret = e && peer_max(mp, e, size) ? 0 : -ENOENT;

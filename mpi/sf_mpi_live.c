@@ -1,24 +1,31 @@
 /*
  * sf_mpi_live.c - the live union (issue 26, 1): every daemon scans its own
- * store again every SF_MPI_LIVE_MS and tells its peers, as deltas, the
- * checkpoints whose files changed there: one INV_DELTA per changed
- * checkpoint, carrying what this rank holds of it now (its records; none
- * when it left the store), which replaces what the peer knew of this rank
- * for that checkpoint (sf_mpi_inv_apply). Nothing is sent for a
- * checkpoint that did not change, so a quiet store costs its scan only.
+ * store again every SF_MPI_LIVE_MS and tells its peers the checkpoints
+ * whose files changed there: one INV_NAME notice per changed checkpoint
+ * and peer, carrying how many files this rank holds of it now (none when
+ * it left the store; sf_mpi_inv_note). The records themselves stay here
+ * (own[].recs) and are sent only to a peer that asks (INV_LIST,
+ * sf_mpi_live_list, answered by the service thread), so a save costs each
+ * peer a notice of about 60 bytes, not the checkpoint's file list.
+ * Nothing is sent for a checkpoint that did not change, so a quiet store
+ * costs its scan only.
  *
  * A daemon about to show a checkpoint asks every peer for one more scan
  * (sf_mpi_union_sync: a SYNC to each) and waits until each answered
  * (SYNCED) or is down: a scan that began after the SYNC came saw every file
  * that was in that peer's store when the asker looked, and its deltas are
- * applied before its SYNCED (one sender thread, one tag, MPI does not
+ * notices are applied before its SYNCED (one sender thread, one tag, MPI does not
  * overtake), so the checkpoint is judged over the whole union of that
  * moment. A SYNC that comes while this thread is not running (the daemon
  * is leaving) is answered at once by the service thread.
  *
  * Invariants:
- *  - own/nown (what the peers were told) belong to this thread once it
- *    runs (sf_mpi_live_start fills them before it starts it);
+ *  - own/nown (what the peers were told) are changed by this thread only
+ *    once it runs (sf_mpi_live_seed fills them before the service thread
+ *    starts), under own_lock, which the service thread holds while it
+ *    answers an INV_LIST from them; an entry's records are replaced
+ *    before its notice is sent, so a list asked for after a notice came
+ *    is at least that new;
  *  - sync_want and synced only grow (atomic max), written by the service
  *    thread; this thread reads sync_want and answers each peer's highest;
  *  - no lock is held while scanning or sending; the thread sends with
@@ -270,27 +277,45 @@ static struct live_own *own_find(struct sf_mpi *mp, const char *name)
 	return NULL;
 }
 
-/* Remember checkpoint name as told (hash, len of its records). NULL: no
- * memory (it is told again next round). */
+/* Remember checkpoint name as told: hash and len of its records, the
+ * records themselves (taken over: freed here, also on failure), the
+ * round. The live thread (or the seeding) only. NULL: no memory (it is
+ * told again next round). */
 static struct live_own *own_put(struct sf_mpi *mp, const char *name,
-				uint64_t hash, size_t len)
+				uint64_t hash, unsigned char *recs, size_t len,
+				uint64_t round)
 {
 	struct live_own *o = own_find(mp, name);
+	char *dup = NULL;
 
+	if (!o && !(dup = strdup(name))) {
+		free(recs);
+		return NULL;
+	}
+	pthread_mutex_lock(&mp->own_lock);
 	if (!o) {
 		if (sf_array_grow(&mp->own, mp->nown, &mp->capown,
-				  sizeof(*mp->own), 16, SF_MPI_LIVE_MAX_CKPTS))
+				  sizeof(*mp->own), 16, SF_MPI_LIVE_MAX_CKPTS)) {
+			pthread_mutex_unlock(&mp->own_lock);
+			free(dup);
+			free(recs);
 			return NULL;
+		}
 		o = &mp->own[mp->nown];
-		o->name = strdup(name);
-		if (!o->name)
-			return NULL;
+		memset(o, 0, sizeof(*o));
+		o->name = dup;
 		o->unwatched = true;
 		mp->nown++;
 	}
+	free(o->recs);
+	o->recs = len ? recs : NULL;
+	if (!len)
+		free(recs);
 	o->hash = hash;
 	o->len = len;
+	o->round = round;
 	o->mark = true;
+	pthread_mutex_unlock(&mp->own_lock);
 	return o;
 }
 
@@ -320,38 +345,44 @@ static int send_req(struct sf_mpi *mp, int to, enum sf_mpi_msg kind,
 	return ret;
 }
 
-/* Tell the peers checkpoint name's records now, when they changed. */
+/* Tell the peers that checkpoint name's records changed, when they did:
+ * the records (ib's, taken over) replace what own held, then a notice
+ * goes to every peer. */
 static void tell(struct sf_mpi *mp, const char *name,
-		 const struct sf_mpi_wire_inv_buf *ib, uint64_t round)
+		 struct sf_mpi_wire_inv_buf *ib, uint64_t round)
 {
 	uint64_t hash = sf_mpi_fnv64(ib->p ? ib->p : (unsigned char *)"",
 				     ib->len);
 	struct live_own *o = own_find(mp, name);
+	size_t nfiles = ib->nfiles;
 	int ret;
 
-	if (o && o->hash == hash && o->len == ib->len) {
+	if (o && o->told && o->hash == hash && o->len == ib->len) {
 		o->mark = true;
 		return;
 	}
 	if (!o && ib->len == 0) {
-		(void)own_put(mp, name, hash, 0); /* nothing of it here yet */
+		o = own_put(mp, name, hash, NULL, 0, round); /* nothing here yet */
+		if (o)
+			o->told = true;
 		return;
 	}
-	ret = send_req(mp, -1, SF_MPI_MSG_INV_DELTA, name, ib->p, ib->len,
-		       round);
+	o = own_put(mp, name, hash, ib->p, ib->len, round);
+	ib->p = NULL; /* own_put took it */
+	ib->len = ib->cap = 0;
+	if (!o)
+		return; /* not remembered: told next round */
+	ret = send_req(mp, -1, SF_MPI_MSG_INV_NAME, name, NULL, nfiles, round);
+	o->told = ret == 0;
 	if (ret) {
 		sf_warn("mpi: cannot tell the peers about %s: %s (again next round)",
 			name, sf_strerror(ret));
-		if (o)
-			o->mark = true; /* not forgotten: told again */
 		return;
 	}
-	sf_debug("mpi: told the peers: %s now has %zu files here", name,
-		 ib->nfiles);
-	(void)own_put(mp, name, hash, ib->len);
+	sf_debug("mpi: told the peers: %s now has %zu files here", name, nfiles);
 }
 
-/* One scan of the store: deltas for what changed. */
+/* One scan of the store: notices for what changed. */
 static void live_scan(struct sf_mpi *mp, uint64_t round)
 {
 	struct live_watch *w = mp->watch;
@@ -415,22 +446,25 @@ static void live_scan(struct sf_mpi *mp, uint64_t round)
 		dirty_clear(w);
 	if (atomic_load(&mp->live_stop))
 		return;
-	/* what left the store: an empty delta, then forgotten */
+	/* what left the store: a notice of none, then forgotten */
+	pthread_mutex_lock(&mp->own_lock);
 	for (size_t i = o = 0; i < mp->nown; i++) {
 		struct live_own *lo = &mp->own[i];
 
 		if (!lo->mark && lo->len &&
-		    send_req(mp, -1, SF_MPI_MSG_INV_DELTA, lo->name, NULL, 0,
+		    send_req(mp, -1, SF_MPI_MSG_INV_NAME, lo->name, NULL, 0,
 			     round)) {
 			lo->mark = true; /* told next round */
 		} else if (!lo->mark) {
 			sf_debug("mpi: told the peers: %s left this store", lo->name);
 			free(lo->name);
+			free(lo->recs);
 			continue;
 		}
 		mp->own[o++] = *lo;
 	}
 	mp->nown = o;
+	pthread_mutex_unlock(&mp->own_lock);
 }
 
 /* The SYNCs waiting for a scan: their numbers into snap, true if any. */
@@ -502,11 +536,17 @@ struct seed {
 
 static void seed_flush(struct seed *s)
 {
-	if (s->have && !s->cur.ret)
-		(void)own_put(s->mp, s->name,
-			      sf_mpi_fnv64(s->cur.p ? s->cur.p :
-					   (unsigned char *)"", s->cur.len),
-			      s->cur.len);
+	struct live_own *o;
+
+	if (s->have && !s->cur.ret) {
+		o = own_put(s->mp, s->name,
+			    sf_mpi_fnv64(s->cur.p ? s->cur.p :
+					 (unsigned char *)"", s->cur.len),
+			    s->cur.p, s->cur.len, 0);
+		s->cur.p = NULL; /* own_put took it */
+		if (o)
+			o->told = true;
+	}
 	sf_mpi_wire_inv_release(&s->cur);
 	s->have = false;
 }
@@ -527,16 +567,21 @@ static int seed_rec(void *arg, const struct sf_mpi_wire_inv_rec *rec)
 	return 0;
 }
 
-int sf_mpi_live_start(struct sf_mpi *mp, const struct sf_mpi_wire_inv_buf *ib)
+void sf_mpi_live_seed(struct sf_mpi *mp, const struct sf_mpi_wire_inv_buf *ib)
 {
 	struct seed s = { .mp = mp };
+
+	if (ib->len)
+		(void)sf_mpi_wire_inv_parse(ib->p, ib->len, seed_rec, &s, NULL);
+	seed_flush(&s);
+}
+
+int sf_mpi_live_start(struct sf_mpi *mp)
+{
 	int ret;
 
 	if (mp->single || mp->size < 2)
 		return 0; /* one checkpoint, or no peer: nothing to keep live */
-	if (ib->len)
-		(void)sf_mpi_wire_inv_parse(ib->p, ib->len, seed_rec, &s, NULL);
-	seed_flush(&s);
 	atomic_store(&mp->live_stop, false);
 	ret = pthread_create(&mp->live_thread, NULL, live_main, mp);
 	if (ret) {
@@ -557,11 +602,32 @@ void sf_mpi_live_stop(struct sf_mpi *mp)
 		pthread_join(mp->live_thread, NULL);
 		mp->live_running = false;
 	}
-	for (size_t i = 0; i < mp->nown; i++)
+}
+
+void sf_mpi_live_free(struct sf_mpi *mp)
+{
+	pthread_mutex_lock(&mp->own_lock);
+	for (size_t i = 0; i < mp->nown; i++) {
 		free(mp->own[i].name);
+		free(mp->own[i].recs);
+	}
 	free(mp->own);
 	mp->own = NULL;
 	mp->nown = mp->capown = 0;
+	pthread_mutex_unlock(&mp->own_lock);
+}
+
+struct sbuf *sf_mpi_live_list(struct sf_mpi *mp, const char *name)
+{
+	struct sbuf *sb;
+	struct live_own *o;
+
+	pthread_mutex_lock(&mp->own_lock);
+	o = own_find(mp, name);
+	sb = o && o->len ? sf_mpi_reply_build((int64_t)o->round, o->recs, o->len) :
+			   sf_mpi_reply_build(o ? (int64_t)o->round : 0, NULL, 0);
+	pthread_mutex_unlock(&mp->own_lock);
+	return sb;
 }
 
 /* ------------------------------------------------------------------ */
@@ -573,6 +639,14 @@ int sf_mpi_union_state(struct sf_mpi *mp, const char *name, uint64_t *stamp,
 	if (!mp || !mp->started || !name)
 		return -EINVAL;
 	return sf_mpi_inv_name_state(mp, name, stamp, held);
+}
+
+int sf_mpi_union_cache(struct sf_mpi *mp, const char *name, size_t *pairs,
+		       size_t *names, uint64_t *fetched)
+{
+	if (!mp || !mp->started)
+		return -EINVAL;
+	return sf_mpi_inv_cache(mp, name, pairs, names, fetched);
 }
 
 uint64_t sf_mpi_union_sync(struct sf_mpi *mp)

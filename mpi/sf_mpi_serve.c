@@ -514,9 +514,19 @@ static void serve_one(struct sf_mpi *mp, int src, const unsigned char *msg,
 	case SF_MPI_MSG_NOTICE:
 		serve_notice(mp, src, name, file);
 		break;
-	case SF_MPI_MSG_INV_DELTA:
-		(void)sf_mpi_inv_apply(mp, src, name, h.data, (size_t)h.len);
+	case SF_MPI_MSG_INV_NAME:
+		(void)sf_mpi_inv_note(mp, src, name, h.len, h.off);
 		break;
+	case SF_MPI_MSG_INV_LIST: {
+		struct sbuf *sb = sf_mpi_live_list(mp, name);
+
+		if (!sb || sf_mpi_send_async(mp, src, h.reply_tag, sb) < 0) {
+			sf_err("mpi: cannot answer rank %d's list of %s", src,
+			       name[0] ? name : "(store)");
+			free(sb);
+		}
+		break;
+	}
 	case SF_MPI_MSG_SYNC:
 		sf_mpi_live_sync_in(mp, src, h.off);
 		break;

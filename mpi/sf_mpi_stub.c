@@ -121,6 +121,12 @@ uint64_t sf_mpi_union_sync(struct sf_mpi *mp)
 	return 0;
 }
 
+int sf_mpi_union_cache(struct sf_mpi *mp, const char *name, size_t *pairs,
+		       size_t *names, uint64_t *fetched)
+{
+	return -SF_ENOMPI;
+}
+
 int sf_mpi_union_synced(struct sf_mpi *mp, uint64_t seq)
 {
 	return 1;

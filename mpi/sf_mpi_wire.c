@@ -66,26 +66,26 @@ bool sf_mpi_wire_what_ok(const char *s, size_t len)
 
 static bool kind_ok(uint32_t kind)
 {
-	return kind >= SF_MPI_MSG_READ && kind <= SF_MPI_MSG_SYNCED;
+	return kind >= SF_MPI_MSG_READ && kind <= SF_MPI_MSG_INV_LIST;
 }
 
 /* Kinds whose message ends with len bytes of data, and their cap. */
 static bool kind_data(uint32_t kind)
 {
-	return kind == SF_MPI_MSG_COMMIT_PART || kind == SF_MPI_MSG_INV_DELTA;
+	return kind == SF_MPI_MSG_COMMIT_PART;
 }
 
 static uint64_t data_cap(uint32_t kind)
 {
-	return kind == SF_MPI_MSG_INV_DELTA ? SF_MPI_WIRE_MAX_INV_BYTES :
-					      SF_MPI_MAX_PART;
+	(void)kind;
+	return SF_MPI_MAX_PART;
 }
 
 /* Kinds whose sender waits for a reply on reply_tag. */
 static bool kind_replies(uint32_t kind)
 {
 	return kind == SF_MPI_MSG_READ || kind == SF_MPI_MSG_COMMIT_PART ||
-	       kind == SF_MPI_MSG_COMMIT_DONE;
+	       kind == SF_MPI_MSG_COMMIT_DONE || kind == SF_MPI_MSG_INV_LIST;
 }
 
 int sf_mpi_wire_req_size(const struct sf_mpi_wire_req *r, size_t *size)
@@ -96,7 +96,9 @@ int sf_mpi_wire_req_size(const struct sf_mpi_wire_req *r, size_t *size)
 	    (!r->file && r->file_len) || (part && !r->data && r->len))
 		return -EINVAL;
 	if (r->name_len > SF_MAX_COMPONENT || r->file_len > SF_MAX_NAME ||
-	    (part && r->len > data_cap(r->kind)))
+	    (part && r->len > data_cap(r->kind)) ||
+	    (r->kind == SF_MPI_MSG_INV_NAME &&
+	     r->len > SF_MPI_WIRE_MAX_INV_FILES))
 		return -SF_ETOOBIG;
 	*size = sizeof(struct sf_mpi_wire_hdr) + r->name_len + r->file_len +
 		(part ? (size_t)r->len : 0);
@@ -188,9 +190,7 @@ int sf_mpi_wire_req_decode(const void *msg, size_t len, int32_t tag_ub,
 	if (kind_data(h.kind)) {
 		if (h.len > data_cap(h.kind))
 			return refuse(rej, h.kind, -SF_ETOOBIG, "part too big",
-				      "%s of %" PRIu64 " bytes",
-				      h.kind == SF_MPI_MSG_INV_DELTA ?
-					      "inventory delta" : "commit part",
+				      "commit part of %" PRIu64 " bytes",
 				      h.len);
 		want += (size_t)h.len;
 	}
@@ -214,6 +214,13 @@ int sf_mpi_wire_req_decode(const void *msg, size_t len, int32_t tag_ub,
 	if (h.kind == SF_MPI_MSG_NOTICE &&
 	    !sf_mpi_wire_what_ok(fname, h.file_len))
 		return refuse(rej, h.kind, 0, NULL, "bad notice");
+	if ((h.kind == SF_MPI_MSG_INV_NAME || h.kind == SF_MPI_MSG_INV_LIST) &&
+	    h.file_len != 0)
+		return refuse(rej, h.kind, -EINVAL, NULL,
+			      "inventory request with a file");
+	if (h.kind == SF_MPI_MSG_INV_NAME && h.len > SF_MPI_WIRE_MAX_INV_FILES)
+		return refuse(rej, h.kind, 0, NULL,
+			      "notice of %" PRIu64 " files", h.len);
 
 	*out = (struct sf_mpi_wire_req){
 		.kind = h.kind,
@@ -396,6 +403,105 @@ int sf_mpi_wire_inv_parse(const void *buf, size_t len, sf_mpi_wire_inv_fn fn,
 		if (ret)
 			return ret;
 		pos += SF_MPI_WIRE_INV_REC + (size_t)nl + fl;
+		nrec++;
+	}
+	return 0;
+out_bad:
+	if (bad_at)
+		*bad_at = pos;
+	return -SF_EPEER;
+}
+
+int sf_mpi_wire_list_decode(const void *msg, size_t len,
+			    struct sf_mpi_wire_reply *out)
+{
+	const unsigned char *p = msg;
+
+	if (!msg || len < SF_MPI_WIRE_REPLY_HDR ||
+	    len - SF_MPI_WIRE_REPLY_HDR > SF_MPI_WIRE_MAX_INV_BYTES)
+		return -SF_EPEER;
+	memcpy(&out->status, p, 8);
+	out->data = p + SF_MPI_WIRE_REPLY_HDR;
+	out->len = len - SF_MPI_WIRE_REPLY_HDR;
+	if (out->status >= 0)
+		return 0;
+	if (out->status <= -(int64_t)SF_ERR_LAST || out->len)
+		return -SF_EPEER;
+	return (int)out->status;
+}
+
+void sf_mpi_wire_sum_put(struct sf_mpi_wire_inv_buf *ib, const char *name,
+			 size_t name_len, uint64_t files)
+{
+	size_t need = SF_MPI_WIRE_SUM_REC + name_len;
+	uint16_t nl = (uint16_t)name_len, zero = 0;
+	unsigned char *p;
+
+	if (ib->ret)
+		return;
+	if (name_len > SF_MAX_COMPONENT || files == 0 ||
+	    files > SF_MPI_WIRE_MAX_INV_FILES) {
+		ib->ret = -EINVAL;
+		return;
+	}
+	if (ib->nfiles >= SF_MPI_WIRE_MAX_INV_FILES ||
+	    ib->len + need > SF_MPI_WIRE_MAX_INV_BYTES) {
+		ib->ret = -SF_ETOOBIG;
+		return;
+	}
+	if (ib->len + need > ib->cap) {
+		size_t cap = ib->cap ? ib->cap * 2 : 4096;
+
+		while (cap < ib->len + need)
+			cap *= 2;
+		p = realloc(ib->p, cap);
+		if (!p) {
+			ib->ret = -ENOMEM;
+			return;
+		}
+		ib->p = p;
+		ib->cap = cap;
+	}
+	p = ib->p + ib->len;
+	memcpy(p, &nl, 2);
+	memcpy(p + 2, &zero, 2);
+	memcpy(p + 4, &files, 8);
+	if (name_len)
+		memcpy(p + SF_MPI_WIRE_SUM_REC, name, name_len);
+	ib->len += need;
+	ib->nfiles++;
+}
+
+int sf_mpi_wire_sum_parse(const void *buf, size_t len, sf_mpi_wire_sum_fn fn,
+			  void *arg, size_t *bad_at)
+{
+	const unsigned char *p = buf;
+	size_t pos = 0, nrec = 0;
+
+	if (len > SF_MPI_WIRE_MAX_INV_BYTES)
+		goto out_bad;
+	while (pos < len) {
+		uint16_t nl, zero;
+		uint64_t files;
+		const char *name;
+		int ret;
+
+		if (nrec >= SF_MPI_WIRE_MAX_INV_FILES ||
+		    len - pos < SF_MPI_WIRE_SUM_REC)
+			goto out_bad;
+		memcpy(&nl, p + pos, 2);
+		memcpy(&zero, p + pos + 2, 2);
+		memcpy(&files, p + pos + 4, 8);
+		name = (const char *)p + pos + SF_MPI_WIRE_SUM_REC;
+		if (zero || nl > SF_MAX_COMPONENT || files == 0 ||
+		    files > SF_MPI_WIRE_MAX_INV_FILES ||
+		    len - pos - SF_MPI_WIRE_SUM_REC < nl ||
+		    memchr(name, '\0', nl) || !sf_mpi_wire_ckpt_name_ok(name, nl))
+			goto out_bad;
+		ret = fn(arg, name, nl, files);
+		if (ret)
+			return ret;
+		pos += SF_MPI_WIRE_SUM_REC + (size_t)nl;
 		nrec++;
 	}
 	return 0;

@@ -12,13 +12,16 @@
  * alignment.
  *
  *   request   [struct sf_mpi_wire_hdr][name][file][data: COMMIT_PART's
- *             part, INV_DELTA's inventory records]
+ *             part]
  *   reply     [int64 status][payload]   (verdict text/manifest)
  *   read reply  two messages on its reply tag: the head, a reply without
  *             payload ([int64 status]), then, for status 0 only, the body:
  *             exactly the bytes asked for, nothing else (so that the
  *             requester receives it straight into its own buffer)
  *   inventory records [u16 name_len][u16 file_len][u64 size][name][file]
+ *             (INV_LIST's reply: [int64 round][records])
+ *   summary records [u16 name_len][u16 0][u64 files][name] (start-up:
+ *             how many files of each checkpoint a rank holds)
  *   heartbeat [u32 SF_MPI_WIRE_HB_MAGIC][u32 0][u64 seq], alone on its own
  *             tag (sf_mpi_hb.c): "this rank is alive", nothing else
  *
@@ -59,13 +62,19 @@ enum sf_mpi_msg {
 	SF_MPI_MSG_COMMIT_DONE,  /* to rank 0: publish result in status */
 	SF_MPI_MSG_NOTICE,       /* "what" (in file) happened to name */
 	SF_MPI_MSG_LEAVE,        /* this rank leaves; no names */
-	SF_MPI_MSG_INV_DELTA,    /* the sender's files of checkpoint name now:
-				  * len bytes of inventory records (none: it
-				  * left the sender's store); off: its round */
+	SF_MPI_MSG_INV_NAME,     /* the sender's files of checkpoint name
+				  * changed: len, how many it holds now (0:
+				  * it left the sender's store); off: the
+				  * sender's round; no data (the list is
+				  * asked for with INV_LIST) */
 	SF_MPI_MSG_SYNC,         /* "scan your store once more and answer":
 				  * off: the asker's sequence number */
-	SF_MPI_MSG_SYNCED,       /* answer to SYNC off, sent after the deltas
-				  * of a scan that began after it came */
+	SF_MPI_MSG_SYNCED,       /* answer to SYNC off, sent after the
+				  * notices of a scan that began after it
+				  * came */
+	SF_MPI_MSG_INV_LIST,     /* "your files of checkpoint name": the
+				  * reply is [int64 round][inventory
+				  * records] (sf_mpi_wire_list_decode) */
 };
 
 /* The request header as it travels (48 bytes). */
@@ -76,7 +85,7 @@ struct sf_mpi_wire_hdr {
 	int32_t status;          /* COMMIT_DONE: publish result */
 	uint64_t off;            /* READ: byte offset */
 	uint64_t len;            /* READ: bytes wanted; COMMIT_PART: part
-				  * bytes; INV_DELTA: record bytes */
+				  * bytes; INV_NAME: files held */
 	uint32_t name_len;       /* checkpoint name, <= SF_MAX_COMPONENT */
 	uint32_t file_len;       /* file (READ) or what (NOTICE), <= SF_MAX_NAME */
 	uint32_t timeout_ms;     /* COMMIT_*: the round's bound */
@@ -96,9 +105,9 @@ struct sf_mpi_wire_hdr {
  * data are not NUL-terminated; NULL is allowed with a zero length. After a
  * successful decode they point into the message and contain no NUL byte,
  * name is a valid checkpoint name (sf_mpi_wire_ckpt_name_ok), and data is
- * non-NULL exactly for COMMIT_PART and INV_DELTA (len bytes; the message
- * ends there; INV_DELTA's at most SF_MPI_WIRE_MAX_INV_BYTES, its records
- * not checked here: sf_mpi_wire_inv_parse does).
+ * non-NULL exactly for COMMIT_PART (len bytes; the message ends there); an
+ * INV_NAME has no file and len <= SF_MPI_WIRE_MAX_INV_FILES; an INV_LIST
+ * has no file.
  */
 struct sf_mpi_wire_req {
 	uint32_t kind;           /* enum sf_mpi_msg */
@@ -144,9 +153,9 @@ bool sf_mpi_wire_what_ok(const char *s, size_t len);
 
 /*
  * Size of the encoded request r into *size. -EINVAL for an unknown kind or
- * a NULL string/data with a non-zero length, -SF_ETOOBIG for a name, file or
- * part over its cap. Encode r into buf (cap bytes, at least that size):
- * 0, the same errors, or -ENOSPC. The magic, name_len and file_len of the
+ * a NULL string/data with a non-zero length, -SF_ETOOBIG for a name, file,
+ * part or INV_NAME's file count over its cap. Encode r into buf (cap bytes,
+ * at least that size): 0, the same errors, or -ENOSPC. The magic, name_len and file_len of the
  * header come from r; everything else is copied as it is.
  */
 int sf_mpi_wire_req_size(const struct sf_mpi_wire_req *r, size_t *size);
@@ -258,6 +267,32 @@ struct sf_mpi_wire_inv_rec {
 typedef int (*sf_mpi_wire_inv_fn)(void *arg,
 				  const struct sf_mpi_wire_inv_rec *rec);
 int sf_mpi_wire_inv_parse(const void *p, size_t len, sf_mpi_wire_inv_fn fn,
+			  void *arg, size_t *bad_at);
+
+/*
+ * INV_LIST's reply (len bytes, untrusted): 0 with *out (status: the
+ * holder's round, >= 0; data/len: its inventory records, at most
+ * SF_MPI_WIRE_MAX_INV_BYTES, not checked here: sf_mpi_wire_inv_parse
+ * does); the peer's own error (status in (-SF_ERR_LAST, 0), no payload);
+ * or -SF_EPEER for anything else.
+ */
+int sf_mpi_wire_list_decode(const void *msg, size_t len,
+			    struct sf_mpi_wire_reply *out);
+
+/*
+ * Summaries (start-up): how many files of each checkpoint a rank holds, in
+ * an inventory builder (nfiles counts summaries). sum_put appends one
+ * (files 1..SF_MPI_WIRE_MAX_INV_FILES; errors stick in ret as for
+ * inv_put); sum_parse calls fn for each summary of len untrusted bytes
+ * (name valid as in a record, not NUL-terminated): 0, fn's first non-zero
+ * return, or -SF_EPEER with *bad_at (if not NULL) the bad one's offset.
+ */
+#define SF_MPI_WIRE_SUM_REC 12                /* fixed part of a summary */
+void sf_mpi_wire_sum_put(struct sf_mpi_wire_inv_buf *ib, const char *name,
+			 size_t name_len, uint64_t files);
+typedef int (*sf_mpi_wire_sum_fn)(void *arg, const char *name,
+				  size_t name_len, uint64_t files);
+int sf_mpi_wire_sum_parse(const void *p, size_t len, sf_mpi_wire_sum_fn fn,
 			  void *arg, size_t *bad_at);
 
 /*

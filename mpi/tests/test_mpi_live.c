@@ -11,7 +11,14 @@
  *  3. rank 1 grows a.bin: rank 0 reads the new bytes at once (before the
  *     delta: the writer is asked although the inventory says shorter),
  *     and the others see the new size and a new stamp;
- *  4. rank 1 removes live1: within 2 s no other rank holds any of it.
+ *  4. rank 1 removes live1: within 2 s no other rank holds any of it;
+ *  5. the file lists stay with their holders: ranks 1-3 each write files
+ *     of checkpoint lst (same.bin on ranks 1 and 2); rank 0 learns of it
+ *     by notices without a list; its first lookup fetches one list from
+ *     each holder (5 pairs); after rank 1 adds a file only rank 1 is
+ *     asked again; with the cache capped at 4 pairs (SHARDFS_INV_CACHE),
+ *     a lookup of live2 drops lst's lists, and lst is fetched again and
+ *     read byte for byte.
  * Every process exits 0 after finalize.
  */
 #include "mpi_testutil.h"
@@ -63,6 +70,34 @@ static int wait_state(struct sf_mpi *mp, const char *name, int held,
 	return -1;
 }
 
+static int count_file(void *arg, const char *file, uint64_t size)
+{
+	(void)file;
+	(void)size;
+	++*(int *)arg;
+	return 0;
+}
+
+/* Rank 0: how many files of name the peers hold (fetching their lists). */
+static int peer_file_count(struct sf_mpi *mp, const char *name)
+{
+	struct sf_ckpt_ref ref = { .dir = "/nonexistent", .name = name };
+	struct sf_source *src = sf_mpi_source(mp);
+	int n = 0;
+
+	CHECK_EQ(src->ops->peer_files(src->ctx, &ref, count_file, &n), 0);
+	return n;
+}
+
+static size_t cached_pairs(struct sf_mpi *mp, const char *name,
+			   uint64_t *fetched)
+{
+	size_t pairs = 99;
+
+	CHECK_EQ(sf_mpi_union_cache(mp, name, &pairs, NULL, fetched), 0);
+	return pairs;
+}
+
 /* Rank 0: read live1/a.bin bytes [off, off+100) of rank 1 through the
  * source and check them. */
 static void read_a_bin(struct sf_mpi *mp, uint64_t off)
@@ -94,6 +129,7 @@ int main(int argc, char **argv)
 	snprintf(store, sizeof(store), "%s/store-%d", base, rank);
 	CHECK_EQ(sf_mkdir_p(store), 0);
 	MPI_Barrier(MPI_COMM_WORLD);
+	setenv("SHARDFS_INV_CACHE", "4", 1); /* step 5 */
 	ret = sf_mpi_start(mp, store, 0);
 	if (!CHECK_EQ(ret, 0))
 		goto out_finalize;
@@ -165,6 +201,71 @@ int main(int argc, char **argv)
 		CHECK(ms >= 0 && ms <= WITHIN_MS);
 		printf("rank %d: live1 gone after %d ms\n", rank, ms);
 		CHECK(st != stamp2);
+	}
+
+	/* 5. lists stay with their holders, fetched on demand, capped */
+	MPI_Barrier(MPI_COMM_WORLD);
+	if (rank > 0) {
+		snprintf(path, sizeof(path), "%s/lst", store);
+		CHECK_EQ(sf_mkdir_p(path), 0);
+		snprintf(path, sizeof(path), "%s/lst/r%d.bin", store, rank);
+		write_file(path, 64);
+		if (rank <= 2) {
+			snprintf(path, sizeof(path), "%s/lst/same.bin", store);
+			write_file(path, 64);
+		}
+	}
+	MPI_Barrier(MPI_COMM_WORLD);
+	if (rank == 0) {
+		uint64_t seq = sf_mpi_union_sync(mp), f0 = 0, f1 = 0, f2 = 0;
+		double t0 = now_s();
+		int h = 0;
+
+		while (!sf_mpi_union_synced(mp, seq) && now_s() - t0 < 5.0)
+			sleep_ms(1);
+		CHECK_EQ(sf_mpi_union_state(mp, "lst", &st, &h), 0);
+		CHECK_EQ(h, 1);
+		CHECK_EQ(cached_pairs(mp, "lst", &f0), 0); /* notices only */
+		CHECK_EQ(peer_file_count(mp, "lst"), 4);
+		CHECK_EQ(cached_pairs(mp, "lst", &f1), 5);
+		CHECK_EQ(f1 - f0, 3); /* one list from each holder */
+		CHECK_EQ(peer_file_count(mp, "lst"), 4);
+		CHECK_EQ(cached_pairs(mp, "lst", &f2), 5);
+		CHECK_EQ(f2, f1); /* nothing changed: nothing asked */
+	}
+	MPI_Barrier(MPI_COMM_WORLD);
+	if (rank == 1) {
+		snprintf(path, sizeof(path), "%s/lst/extra.bin", store);
+		write_file(path, 64);
+	}
+	MPI_Barrier(MPI_COMM_WORLD);
+	if (rank == 0) {
+		uint64_t seq = sf_mpi_union_sync(mp), f1 = 0, f2 = 0;
+		struct sf_ckpt_ref ref = { .dir = "/nonexistent", .name = "lst" };
+		struct sf_source *src = sf_mpi_source(mp);
+		unsigned char buf[64];
+		double t0 = now_s();
+		bool same = true;
+
+		while (!sf_mpi_union_synced(mp, seq) && now_s() - t0 < 5.0)
+			sleep_ms(1);
+		(void)cached_pairs(mp, NULL, &f1);
+		CHECK_EQ(peer_file_count(mp, "lst"), 5);
+		CHECK_EQ(cached_pairs(mp, "lst", &f2), 6);
+		CHECK_EQ(f2 - f1, 1); /* only rank 1's list moved */
+		/* over the cap: live2's lookup drops lst's lists */
+		CHECK_EQ(peer_file_count(mp, "live2"), 1);
+		CHECK_EQ(cached_pairs(mp, "lst", NULL), 0);
+		CHECK(cached_pairs(mp, NULL, NULL) <= 4);
+		/* and a read of lst fetches them again */
+		CHECK_EQ(src->ops->read(src->ctx, &ref, 2, "r2.bin", 0, buf,
+					sizeof(buf)), 0);
+		for (size_t i = 0; i < sizeof(buf); i++)
+			same = same && buf[i] == tensor_byte("a", i);
+		CHECK(same);
+		CHECK_EQ(cached_pairs(mp, "lst", NULL), 6);
+		if (src->ops->forget)
+			src->ops->forget(src->ctx, &ref);
 	}
 	MPI_Barrier(MPI_COMM_WORLD);
 

@@ -43,8 +43,8 @@
 /* samples                                                             */
 
 static const char part_text[] = "{\"format\":\"shardfs/1\",\"tensors\":[]}";
-/* one inventory record of step-3000: .metadata, 4096 bytes */
-static const char delta_recs[] =
+/* one inventory record of step-3000: .metadata, 4096 bytes (a list) */
+static const char list_recs[] =
 	"\x09\x00\x09\x00\x00\x10\x00\x00\x00\x00\x00\x00"
 	"step-3000.metadata";
 
@@ -70,19 +70,22 @@ static const struct sf_mpi_wire_req samples[] = {
 	{ .kind = SF_MPI_MSG_NOTICE, .name = "", .name_len = 0,
 	  .file = "deleted", .file_len = 7 },
 	{ .kind = SF_MPI_MSG_LEAVE },
-	{ .kind = SF_MPI_MSG_INV_DELTA, .off = 7, .name = "step-3000",
-	  .name_len = 9, .len = sizeof(delta_recs) - 1,
-	  .data = (const unsigned char *)delta_recs },
-	{ .kind = SF_MPI_MSG_INV_DELTA, .off = 8, .name = "step-3000",
+	{ .kind = SF_MPI_MSG_INV_NAME, .off = 7, .name = "step-3000",
+	  .name_len = 9, .len = 3 },
+	{ .kind = SF_MPI_MSG_INV_NAME, .off = 8, .name = "step-3000",
 	  .name_len = 9, .len = 0 },
+	{ .kind = SF_MPI_MSG_INV_LIST, .reply_tag = 99, .name = "step-3000",
+	  .name_len = 9 },
+	{ .kind = SF_MPI_MSG_INV_LIST, .reply_tag = 16 },
 	{ .kind = SF_MPI_MSG_SYNC, .off = 3 },
 	{ .kind = SF_MPI_MSG_SYNCED, .off = 3 },
 };
 static const char *const sample_names[] = {
 	"req-read", "req-read-single-max", "req-commit-part",
 	"req-commit-part-empty", "req-commit-done", "req-notice",
-	"req-notice-single", "req-leave", "req-inv-delta",
-	"req-inv-delta-gone", "req-sync", "req-synced",
+	"req-notice-single", "req-leave", "req-inv-name",
+	"req-inv-name-gone", "req-inv-list", "req-inv-list-store", "req-sync",
+	"req-synced",
 };
 #define NSAMPLES (sizeof(samples) / sizeof(samples[0]))
 
@@ -229,16 +232,15 @@ static int model_req(const unsigned char *m, size_t n, int32_t tag_ub,
 	len = rd(m, OFF_LEN, 8);
 	off = rd(m, OFF_OFF, 8);
 	tag = (int32_t)rd(m, OFF_TAG, 4);
-	if (rd(m, OFF_MAGIC, 4) != 0x53464d31u || kind < 1 || kind > 8 ||
+	if (rd(m, OFF_MAGIC, 4) != 0x53464d31u || kind < 1 || kind > 9 ||
 	    nl > 255 || fl > 1024)
 		return -1;
-	replies = kind <= 3;
+	replies = kind <= 3 || kind == 9;
 	if (replies && (tag < 16 || tag > tag_ub))
 		return -1;
 	total = 48 + nl + fl;
-	if (kind == SF_MPI_MSG_COMMIT_PART || kind == SF_MPI_MSG_INV_DELTA) {
-		if (len > (kind == SF_MPI_MSG_INV_DELTA ? (64u << 20) :
-							  (256u << 20))) {
+	if (kind == SF_MPI_MSG_COMMIT_PART) {
+		if (len > (256u << 20)) {
 			*answer = replies ? -SF_ETOOBIG : 0;
 			return -1;
 		}
@@ -259,6 +261,12 @@ static int model_req(const unsigned char *m, size_t n, int32_t tag_ub,
 		return -1;
 	}
 	if (kind == SF_MPI_MSG_NOTICE && !model_what(m + 48 + nl, fl))
+		return -1;
+	if ((kind == 6 || kind == 9) && fl) { /* INV_NAME, INV_LIST */
+		*answer = replies ? -EINVAL : 0;
+		return -1;
+	}
+	if (kind == 6 && len > (1u << 22))
 		return -1;
 	return 0;
 }
@@ -320,7 +328,7 @@ static int check_req(const unsigned char *m, size_t n, int32_t tag_ub)
 	/* Every view inside the message, in order, to its end. */
 	CHECK((const unsigned char *)r.name == m + HDR);
 	CHECK((const unsigned char *)r.file == m + HDR + r.name_len);
-	if (r.kind == SF_MPI_MSG_COMMIT_PART || r.kind == SF_MPI_MSG_INV_DELTA) {
+	if (r.kind == SF_MPI_MSG_COMMIT_PART) {
 		CHECK(r.data == m + HDR + r.name_len + r.file_len);
 		CHECK_EQ(HDR + r.name_len + r.file_len + r.len, n);
 	} else {
@@ -365,8 +373,7 @@ static void test_req_roundtrip(void)
 		CHECK_EQ(r.pad, 0);
 		CHECK(same_bytes(r.name, r.name_len, s->name, s->name_len));
 		CHECK(same_bytes(r.file, r.file_len, s->file, s->file_len));
-		if (s->kind == SF_MPI_MSG_COMMIT_PART ||
-		    s->kind == SF_MPI_MSG_INV_DELTA)
+		if (s->kind == SF_MPI_MSG_COMMIT_PART)
 			CHECK(same_bytes(r.data, r.len, s->data, s->len));
 		CHECK_EQ(check_req(m, n, TAG_UB), 0);
 		free(m);
@@ -574,7 +581,7 @@ static void test_req_encode_caps(void)
 	r = samples[0];
 	r.kind = 0;
 	CHECK_EQ(sf_mpi_wire_req_size(&r, &n), -EINVAL);
-	r.kind = SF_MPI_MSG_SYNCED + 1;
+	r.kind = SF_MPI_MSG_INV_LIST + 1;
 	CHECK_EQ(sf_mpi_wire_req_encode(&r, buf, sizeof(buf)), -EINVAL);
 	r = samples[0];
 	r.name = NULL;
@@ -592,7 +599,8 @@ static void test_req_encode_caps(void)
 	r.data = NULL;
 	CHECK_EQ(sf_mpi_wire_req_size(&r, &n), -EINVAL);
 	r = samples[8];
-	r.len = (uint64_t)SF_MPI_WIRE_MAX_INV_BYTES + 1;
+	CHECK_EQ(r.kind, SF_MPI_MSG_INV_NAME);
+	r.len = (uint64_t)SF_MPI_WIRE_MAX_INV_FILES + 1;
 	CHECK_EQ(sf_mpi_wire_req_size(&r, &n), -SF_ETOOBIG);
 	r = samples[0];
 	CHECK_EQ(sf_mpi_wire_req_size(&r, &n), 0);
@@ -629,7 +637,7 @@ static void test_req_random(void)
 	for (int iter = 0; iter < 3000; iter++) {
 		struct sf_mpi_wire_req r = {
 			.kind = (uint32_t)sf_rand_range(SF_MPI_MSG_READ,
-							SF_MPI_MSG_SYNCED),
+							SF_MPI_MSG_INV_LIST),
 			.reply_tag = (int32_t)sf_rand_range(16, TAG_UB),
 			.status = (int32_t)sf_rand(),
 			.off = sf_rand() >> sf_rand_below(64),
@@ -651,8 +659,15 @@ static void test_req_random(void)
 			r.len = sf_rand_range(1, SF_MPI_MAX_MSG);
 			r.off = sf_rand_below(UINT64_MAX - r.len);
 			break;
+		case SF_MPI_MSG_INV_NAME:
+			r.len = sf_rand_below((1u << 22) + 1);
+			r.file_len = 0;
+			break;
+		case SF_MPI_MSG_INV_LIST:
+			r.len = sf_rand();
+			r.file_len = 0;
+			break;
 		case SF_MPI_MSG_COMMIT_PART:
-		case SF_MPI_MSG_INV_DELTA:
 			r.len = sf_rand_below(sizeof(part) + 1);
 			sf_rand_fill(part, (size_t)r.len);
 			r.data = part;
@@ -1105,6 +1120,86 @@ static void test_hb(void)
 	}
 }
 
+static int sum_count(void *arg, const char *name, size_t nl, uint64_t files)
+{
+	(void)name;
+	CHECK(files >= 1 && files <= SF_MPI_WIRE_MAX_INV_FILES);
+	CHECK(nl <= SF_MAX_COMPONENT);
+	++*(size_t *)arg;
+	return 0;
+}
+
+/* INV_LIST's replies and the start-up summaries. */
+static void test_lists(void)
+{
+	unsigned char m[8 + sizeof(list_recs)], *p;
+	size_t nrec = sizeof(list_recs) - 1;
+	struct sf_mpi_wire_inv_buf sb = { 0 };
+	struct sf_mpi_wire_reply rp;
+	struct inv_seen s;
+	int64_t st;
+
+	sf_mpi_wire_reply_encode(m, 41, list_recs, nrec);
+	CHECK_EQ(sf_mpi_wire_list_decode(m, 8 + nrec, &rp), 0);
+	CHECK_EQ(rp.status, 41);
+	CHECK(rp.data == m + 8 && rp.len == nrec);
+	s = (struct inv_seen){ .base = rp.data, .len = rp.len, .stop_at = -1 };
+	CHECK_EQ(sf_mpi_wire_inv_parse(rp.data, rp.len, inv_collect, &s, NULL), 0);
+	CHECK_EQ(s.n, 1);
+	sf_mpi_wire_inv_release(&s.again);
+	/* nothing held: round, no records */
+	sf_mpi_wire_reply_encode(m, 0, NULL, 0);
+	CHECK_EQ(sf_mpi_wire_list_decode(m, 8, &rp), 0);
+	CHECK_EQ(rp.len, 0);
+	/* the peer's own error, without payload only */
+	sf_mpi_wire_reply_encode(m, -ENOENT, NULL, 0);
+	CHECK_EQ(sf_mpi_wire_list_decode(m, 8, &rp), -ENOENT);
+	sf_mpi_wire_reply_encode(m, -ENOENT, list_recs, nrec);
+	CHECK_EQ(sf_mpi_wire_list_decode(m, 8 + nrec, &rp), -SF_EPEER);
+	st = -(int64_t)SF_ERR_LAST - 5;
+	memcpy(m, &st, 8);
+	CHECK_EQ(sf_mpi_wire_list_decode(m, 8, &rp), -SF_EPEER);
+	for (size_t k = 0; k < 8; k++)
+		CHECK_EQ(sf_mpi_wire_list_decode(m, k, &rp), -SF_EPEER);
+	CHECK_EQ(sf_mpi_wire_list_decode(m, 8 + (size_t)SF_MPI_WIRE_MAX_INV_BYTES + 1,
+					 &rp), -SF_EPEER);
+
+	/* summaries round-trip; each field's edge refused */
+	sf_mpi_wire_sum_put(&sb, "step-1", 6, 3);
+	sf_mpi_wire_sum_put(&sb, "", 0, SF_MPI_WIRE_MAX_INV_FILES);
+	CHECK_EQ(sb.ret, 0);
+	CHECK_EQ(sb.nfiles, 2);
+	CHECK_EQ(sb.len, 2 * SF_MPI_WIRE_SUM_REC + 6);
+	CHECK_EQ(sf_mpi_wire_sum_parse(sb.p, sb.len, sum_count, &(size_t){ 0 },
+				       NULL), 0);
+	p = sb.p;
+	p[2] = 1; /* the reserved zero */
+	CHECK_EQ(sf_mpi_wire_sum_parse(sb.p, sb.len, sum_count, &(size_t){ 0 },
+				       NULL), -SF_EPEER);
+	p[2] = 0;
+	memset(p + 4, 0, 8); /* no files */
+	CHECK_EQ(sf_mpi_wire_sum_parse(sb.p, sb.len, sum_count, &(size_t){ 0 },
+				       NULL), -SF_EPEER);
+	for (size_t k = 1; k < SF_MPI_WIRE_SUM_REC + 6; k++) {
+		size_t bad_at = 99;
+
+		CHECK_EQ(sf_mpi_wire_sum_parse(sb.p + SF_MPI_WIRE_SUM_REC + 6,
+					       k < SF_MPI_WIRE_SUM_REC ? k : SF_MPI_WIRE_SUM_REC - 1,
+					       sum_count, &(size_t){ 0 }, &bad_at),
+			 -SF_EPEER);
+		CHECK_EQ(bad_at, 0);
+	}
+	sf_mpi_wire_inv_release(&sb);
+	sf_mpi_wire_sum_put(&sb, "a/b", 3, 1);
+	CHECK_EQ(sb.ret, 0); /* the encoder caps lengths, the parser names */
+	CHECK_EQ(sf_mpi_wire_sum_parse(sb.p, sb.len, sum_count, &(size_t){ 0 },
+				       NULL), -SF_EPEER);
+	sf_mpi_wire_inv_release(&sb);
+	sf_mpi_wire_sum_put(&sb, "a", 1, 0);
+	CHECK_EQ(sb.ret, -EINVAL);
+	sf_mpi_wire_inv_release(&sb);
+}
+
 static int write_seeds(const char *dir)
 {
 	static const char manifest[] = "{\"format\":\"shardfs/1\",\"name\":\"s\"}";
@@ -1144,6 +1239,21 @@ static int write_seeds(const char *dir)
 	m = encode_inv(&n);
 	ret |= !m || write_file(dir, "inventory.bin", m, n);
 	free(m);
+	m = malloc(8 + sizeof(list_recs));
+	if (m) {
+		sf_mpi_wire_reply_encode(m, 3, list_recs, sizeof(list_recs) - 1);
+		ret |= write_file(dir, "reply-list.bin", m,
+				  8 + sizeof(list_recs) - 1);
+		free(m);
+	}
+	{
+		struct sf_mpi_wire_inv_buf sb = { 0 };
+
+		sf_mpi_wire_sum_put(&sb, "step-1", 6, 3);
+		sf_mpi_wire_sum_put(&sb, "", 0, 1);
+		ret |= sb.ret || write_file(dir, "summaries.bin", sb.p, sb.len);
+		sf_mpi_wire_inv_release(&sb);
+	}
 	sf_mpi_wire_hb_encode(buf, 7);
 	ret |= write_file(dir, "heartbeat.bin", buf, SF_MPI_WIRE_HB_LEN);
 	if (ret)
@@ -1170,6 +1280,7 @@ int main(int argc, char **argv)
 	test_verdicts();
 	test_inv();
 	test_inv_caps();
+	test_lists();
 	test_hb();
 	return sf_test_done("test_mpi_wire");
 }

@@ -60,7 +60,7 @@ static void check_req(const uint8_t *data, size_t size, int32_t tag_ub)
 			fuzz_die("request", "text without a reason for it");
 		return;
 	}
-	if (r.kind < SF_MPI_MSG_READ || r.kind > SF_MPI_MSG_SYNCED ||
+	if (r.kind < SF_MPI_MSG_READ || r.kind > SF_MPI_MSG_INV_LIST ||
 	    r.name_len > SF_MAX_COMPONENT || r.file_len > SF_MAX_NAME)
 		fuzz_die("request", "field over its cap");
 	if ((const uint8_t *)r.name != data + sizeof(struct sf_mpi_wire_hdr) ||
@@ -71,10 +71,14 @@ static void check_req(const uint8_t *data, size_t size, int32_t tag_ub)
 	if (memchr(r.name, '\0', r.name_len) || memchr(r.file, '\0', r.file_len) ||
 	    !sf_mpi_wire_ckpt_name_ok(r.name, r.name_len))
 		fuzz_die("request", "bad name accepted");
-	if (r.kind == SF_MPI_MSG_COMMIT_PART || r.kind == SF_MPI_MSG_INV_DELTA) {
+	if ((r.kind == SF_MPI_MSG_INV_NAME || r.kind == SF_MPI_MSG_INV_LIST) &&
+	    r.file_len)
+		fuzz_die("request", "inventory request with a file accepted");
+	if (r.kind == SF_MPI_MSG_INV_NAME && r.len > SF_MPI_WIRE_MAX_INV_FILES)
+		fuzz_die("request", "notice over the file cap accepted");
+	if (r.kind == SF_MPI_MSG_COMMIT_PART) {
 		if (r.data != (const unsigned char *)r.file + r.file_len ||
-		    r.len > (r.kind == SF_MPI_MSG_INV_DELTA ?
-				     SF_MPI_WIRE_MAX_INV_BYTES : SF_MPI_MAX_PART) || !inside(r.data, r.len, data, size) ||
+		    r.len > SF_MPI_MAX_PART || !inside(r.data, r.len, data, size) ||
 		    r.data + r.len != data + size)
 			fuzz_die("request", "part outside the input");
 	} else if (r.data || (const uint8_t *)r.file + r.file_len != data + size) {
@@ -223,6 +227,69 @@ static void check_inventory(const uint8_t *data, size_t size)
 	sf_mpi_wire_inv_release(&c.again);
 }
 
+struct sum_check {
+	const uint8_t *data;
+	size_t size;
+	size_t next;             /* where the next summary must start */
+	struct sf_mpi_wire_inv_buf again;
+};
+
+static int sum_rec(void *arg, const char *name, size_t nl, uint64_t files)
+{
+	struct sum_check *c = arg;
+
+	if ((const uint8_t *)name != c->data + c->next + SF_MPI_WIRE_SUM_REC ||
+	    !inside(name, nl, c->data, c->size))
+		fuzz_die("summary", "name outside the input");
+	if (nl > SF_MAX_COMPONENT || !sf_mpi_wire_ckpt_name_ok(name, nl) ||
+	    memchr(name, '\0', nl) || files == 0 ||
+	    files > SF_MPI_WIRE_MAX_INV_FILES)
+		fuzz_die("summary", "bad summary accepted");
+	c->next += SF_MPI_WIRE_SUM_REC + nl;
+	sf_mpi_wire_sum_put(&c->again, name, nl, files);
+	return 0;
+}
+
+/* Start-up summaries: refused at the first bad one, or re-encoded to the
+ * input byte for byte. */
+static void check_summary(const uint8_t *data, size_t size)
+{
+	struct sum_check c = { .data = data, .size = size };
+	size_t bad_at = SIZE_MAX;
+	int ret = sf_mpi_wire_sum_parse(data, size, sum_rec, &c, &bad_at);
+
+	if (ret < 0) {
+		if (ret != -SF_EPEER || bad_at != c.next || bad_at >= size)
+			fuzz_die("summary", "bad refusal");
+	} else if (ret != 0 || c.next != size || c.again.ret ||
+		   c.again.len != size ||
+		   (size && memcmp(c.again.p, data, size))) {
+		fuzz_die("summary", "re-encoding differs");
+	}
+	sf_mpi_wire_inv_release(&c.again);
+}
+
+/* INV_LIST's reply: a framed round and records, a peer's own error
+ * without payload, or -SF_EPEER; its records then parse as an
+ * inventory. */
+static void check_list_reply(const uint8_t *data, size_t size)
+{
+	struct sf_mpi_wire_reply rp;
+	int ret = sf_mpi_wire_list_decode(data, size, &rp);
+
+	if (ret < 0) {
+		if (ret != -SF_EPEER && (ret <= -(int)SF_ERR_LAST ||
+					 rp.status != ret || rp.len))
+			fuzz_die("list reply", "undocumented error");
+		return;
+	}
+	if (ret != 0 || rp.status < 0 || size < SF_MPI_WIRE_REPLY_HDR ||
+	    rp.data != data + SF_MPI_WIRE_REPLY_HDR ||
+	    rp.len != size - SF_MPI_WIRE_REPLY_HDR)
+		fuzz_die("list reply", "payload not the rest of the input");
+	check_inventory(rp.data, rp.len);
+}
+
 /* A heartbeat: refused with -SF_EPEER, or exactly HB_LEN bytes that
  * re-encode to the input. */
 static void check_hb(const uint8_t *data, size_t size)
@@ -253,5 +320,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		check_read_reply(data, size, size - 8);
 	check_verdict(data, size);
 	check_inventory(data, size);
+	check_summary(data, size);
+	check_list_reply(data, size);
 	return 0;
 }
