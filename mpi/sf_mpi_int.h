@@ -136,7 +136,7 @@
 					   * served by copy */
 #define SF_MPI_MAX_DEPTH 16               /* directory depth walked */
 #define SF_MPI_MAX_TEXT 1024              /* error text in a verdict */
-#define SF_MPI_INV_BUCKETS 4096
+#define SF_MPI_INV_BUCKETS 65536          /* hash buckets of files and of names */
 #define SF_MPI_LIVE_MS 250                /* this rank's store scanned again */
 #define SF_MPI_LIVE_MAX_CKPTS 100000      /* checkpoints a rank tells of */
 #define SF_MPI_INV_CACHE_MAX (1u << 20)   /* (file, holder) pairs of fetched

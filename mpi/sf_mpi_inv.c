@@ -206,11 +206,17 @@ int sf_mpi_inv_note(struct sf_mpi *mp, int r, const char *name,
 /* Drop every cached list of nm. Locked for writing. */
 static void name_uncache(struct sf_mpi *mp, struct inv_name *nm)
 {
-	for (int r = 0; r < mp->size; r++) {
-		if (nm->nrec)
-			name_drop_rank(mp, nm, r);
-		nm->peer[r].lhave = false;
+	struct inv_ent *e, *next;
+
+	for (e = nm->ents; e; e = next) {
+		next = e->nnext;
+		mp->inv_cached -= e->nh;
+		ent_free(mp, e);
 	}
+	nm->ents = NULL;
+	nm->nrec = 0;
+	for (int r = 0; r < mp->size; r++)
+		nm->peer[r].lhave = false;
 	nm->cached = false;
 }
 
