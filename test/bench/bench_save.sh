@@ -32,7 +32,9 @@
 #   save, mounts     the same, rank r through daemon r's mount (its files
 #                    go to store r, hashed as written); ratio stores/mounts
 #   dd, stores       the FUSE write path without torch: 2 dd bs=1M
-#                    conv=fsync at once, MIB/2 MiB each, into the stores
+#                    conv=fsync at once, MIB/2 MiB each, into the stores;
+#                    and again without fsync (into the page cache: the
+#                    write path alone, the disk not waited for)
 #   dd, mounts       the same through the mounts (a directory each, made
 #                    through the mount, removed after)
 #   shown            seconds from the save's return until daemon 0 AND
@@ -46,6 +48,9 @@
 #                    checked against its write-time hash); ratio
 #                    store/mount. Cold (sync + drop_caches before each,
 #                    root only) and warm (again right after).
+#   dd, cold         the reference reader on the same files, cold: dd bs=1M
+#                    of each from store 1, through daemon 0's mount, and
+#                    through daemon 1's (its own store: FUSE without MPI)
 # Each rank makes its directory before the clock (bench_save_worker.py);
 # `sync` before each timed save and dd. The disk needs about 2 x MIB free
 # (checked), memory about 2 x MIB for the load process.

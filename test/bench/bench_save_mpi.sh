@@ -175,7 +175,8 @@ fi
 (cd "$WORK/store1/L" && find . -maxdepth 1 -type f \( -name '*.distcp' -o -name .metadata \) | sort) >"$WORK/L.names"
 sed "s|^\.|$WORK/store1/L|" "$WORK/L.names" >"$WORK/L.store"
 sed "s|^\.|$WORK/mnt0/L|" "$WORK/L.names" >"$WORK/L.mount"
-lsc="" lmc="" lsw="" lmw="" dsc="" dmc="" ldb=0
+sed "s|^\.|$WORK/mnt1/L|" "$WORK/L.names" >"$WORK/L.mount1"
+lsc="" lmc="" lsw="" lmw="" dsc="" dmc="" d1c="" ldb=0
 for i in $(seq "$REPS"); do
 	if [[ $COLD == 1 ]]; then
 		drop_caches
@@ -186,6 +187,8 @@ for i in $(seq "$REPS"); do
 		read -r ldb l < <(bench_dd_list "$WORK/L.store"); dsc=$(min "$l" "$dsc")
 		drop_caches
 		read -r _ l < <(bench_dd_list "$WORK/L.mount"); dmc=$(min "$l" "$dmc")
+		drop_caches
+		read -r _ l < <(bench_dd_list "$WORK/L.mount1"); d1c=$(min "$l" "$d1c")
 	fi
 	l=$($PY "$WORKER" load "$WORK/store1/L" "$MIB"); lsw=$(min "$l" "$lsw")
 	l=$($PY "$WORKER" load "$WORK/mnt0/L" "$MIB"); lmw=$(min "$l" "$lmw")
@@ -202,7 +205,7 @@ echo "| row | GB/s | ratio | seconds |"
 echo "|---|---:|---:|---:|"
 awk -v n=$((MIB << 20)) -v nd=$((((MIB + 1) / 2) * 2 << 20)) -v ss="$ss" -v sm="$sm" -v ds="$ds" -v dm="$dm" -v dsn="$dsn" -v dmn="$dmn" \
 	-v shm="$(median "${shs[@]}")" -v shw="$(worst "${shs[@]}")" -v reps="$REPS" \
-	-v lsc="$lsc" -v lmc="$lmc" -v dsc="$dsc" -v dmc="$dmc" -v ldb="${ldb:-0}" -v lsw="$lsw" -v lmw="$lmw" 'BEGIN {
+	-v lsc="$lsc" -v lmc="$lmc" -v dsc="$dsc" -v dmc="$dmc" -v d1c="$d1c" -v ldb="${ldb:-0}" -v lsw="$lsw" -v lmw="$lmw" 'BEGIN {
 	printf "| save, 2 ranks, rank r straight to disk beside store r | %.2f | 1.00 | %.2f |\n", n / ss / 1e9, ss
 	printf "| save, 2 ranks, rank r through daemon r'"'"'s mount | %.2f | %.2fx | %.2f |\n", n / sm / 1e9, ss / sm, sm
 	printf "| dd bs=1M conv=fsync, 2 at once, into the stores | %.2f | 1.00 | %.2f |\n", nd / ds / 1e9, ds
@@ -215,6 +218,7 @@ awk -v n=$((MIB << 20)) -v nd=$((((MIB + 1) / 2) * 2 << 20)) -v ss="$ss" -v sm="
 		printf "| load, cold, daemon 0'"'"'s mount (files in store 1 only) | %.2f | %.2fx | %.2f |\n", n / lmc / 1e9, lsc / lmc, lmc
 		printf "| dd bs=1M of its files, cold, store 1 directly | %.2f | 1.00 | %.2f |\n", ldb / dsc / 1e9, dsc
 		printf "| dd bs=1M of its files, cold, daemon 0'"'"'s mount | %.2f | %.2fx | %.2f |\n", ldb / dmc / 1e9, dsc / dmc, dmc
+		printf "| dd bs=1M of its files, cold, daemon 1'"'"'s mount (its own store: no MPI) | %.2f | %.2fx | %.2f |\n", ldb / d1c / 1e9, dsc / d1c, d1c
 	}
 	printf "| load, warm, store 1 directly | %.2f | 1.00 | %.2f |\n", n / lsw / 1e9, lsw
 	printf "| load, warm, daemon 0'"'"'s mount (files in store 1 only) | %.2f | %.2fx | %.2f |\n", n / lmw / 1e9, lsw / lmw, lmw
