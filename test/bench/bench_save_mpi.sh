@@ -22,8 +22,8 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 mkdir -p "$WORK"/store0 "$WORK"/store1 "$WORK"/mnt0 "$WORK"/mnt1 "$WORK"/direct0 "$WORK"/direct1
 
-# Room: the load's checkpoint stays in store 1 while one save (or the dd
-# files) of the same size lies beside it; 10% and 512 MiB to spare.
+# Room: one checkpoint (or dd pair) of MIB MiB lies on the disk at a time
+# (each is removed before the next); twice that, 10% and 512 MiB to spare.
 avail=$(df -m --output=avail "$WORK" | tail -1 | tr -d ' ')
 need=$((MIB * 2 + MIB / 5 + 512))
 [[ $avail -ge $need ]] || { echo "$ME: $WORK has $avail MiB free; $MIB MiB needs $need" >&2; exit 1; }
@@ -180,16 +180,18 @@ lsc="" lmc="" lsw="" lmw="" dsc="" dmc="" d1c="" ldb=0
 for i in $(seq "$REPS"); do
 	if [[ $COLD == 1 ]]; then
 		drop_caches
-		l=$($PY "$WORKER" load "$WORK/store1/L" "$MIB"); lsc=$(min "$l" "$lsc")
-		drop_caches
-		l=$($PY "$WORKER" load "$WORK/mnt0/L" "$MIB"); lmc=$(min "$l" "$lmc")
-		drop_caches
 		read -r ldb l < <(bench_dd_list "$WORK/L.store"); dsc=$(min "$l" "$dsc")
 		drop_caches
 		read -r _ l < <(bench_dd_list "$WORK/L.mount"); dmc=$(min "$l" "$dmc")
 		drop_caches
 		read -r _ l < <(bench_dd_list "$WORK/L.mount1"); d1c=$(min "$l" "$d1c")
+		drop_caches
+		l=$($PY "$WORKER" load "$WORK/store1/L" "$MIB"); lsc=$(min "$l" "$lsc")
+		drop_caches
+		l=$($PY "$WORKER" load "$WORK/mnt0/L" "$MIB"); lmc=$(min "$l" "$lmc")
 	fi
+	# warm: right after the cold load through mount 0 (its page cache and
+	# store 1's hold the files)
 	l=$($PY "$WORKER" load "$WORK/store1/L" "$MIB"); lsw=$(min "$l" "$lsw")
 	l=$($PY "$WORKER" load "$WORK/mnt0/L" "$MIB"); lmw=$(min "$l" "$lmw")
 done
