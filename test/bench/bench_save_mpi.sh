@@ -142,8 +142,9 @@ mount_side() { # I: the save s$I and the dd pairs through the mounts
 	gone "$WORK/store0/s$i" "$WORK/store1/s$i"
 
 	# a fresh name each time, removed once through mount 0 (on every
-	# node): an rm of the same name through mount 1 right after can fail
-	# with EPERM (the report of this script's commit)
+	# node): on f76697e an `rm -rf` of the same name through mount 1 right
+	# after failed with EPERM, and a lookup there could join the removed
+	# save again (so that a new mkdir of the name failed with EEXIST)
 	for conv in fsync ""; do
 		d=dd$i${conv:--nofsync}
 		mkdir "$WORK/mnt0/$d" "$WORK/mnt1/$d"
