@@ -4,6 +4,12 @@
     python3 bench_save_worker.py save RANK WORLD INITFILE PATH MIB
     python3 bench_save_worker.py load PATH MIB
 
+PATH with %r: rank r saves into PATH with %r replaced by r (its own
+node's directory: the mount of daemon r, or store r) and makes that
+directory before the clock starts (torch 1.13's writer makes it on the
+coordinator only, which on node-local stores leaves the other ranks
+without one; torch 2.x's makes it on every rank).
+
 save: 8 F32 ShardedTensors of MIB MiB in all, split by rows over WORLD
 ranks, saved with save_state_dict and the stock FileSystemWriter (which
 fsyncs every file); rank 0 prints the seconds from the barrier before the
@@ -37,6 +43,9 @@ def save(rank, world, initfile, path, mib):
 
     dist.init_process_group("gloo", init_method="file://" + initfile,
                             rank=rank, world_size=world)
+    if "%r" in path:
+        path = path.replace("%r", str(rank))
+        os.makedirs(path, exist_ok=True)
     spec = ChunkShardingSpec(dim=0, placements=["rank:%d/cpu" % r for r in range(world)])
     sd = {}
     for i in range(NT):
