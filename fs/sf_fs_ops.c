@@ -931,7 +931,9 @@ static bool sv_unlink(fuse_req_t req, struct sf_node *p, const char *name,
 			return false;
 		bool answered = false;
 
-		rc = c->ck && c->ck->sv ? 1 : 0;
+		/* a save, or a directory made here with nothing declared */
+		rc = c->ck && (c->ck->sv || (c->ck->w && c->kind == SF_NODE_CKPT)) ?
+			     1 : 0;
 		if (rc)
 			rc = sf_fs_sv_target(req, c, ".", SF_SV_RMDIR, &d);
 		if (rc == 1) {

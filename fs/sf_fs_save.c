@@ -199,12 +199,21 @@ int sf_fs_sv_target(fuse_req_t req, struct sf_node *dir, const char *name,
 	}
 	if (c->w && dir->kind == SF_NODE_CKPT &&
 	    ((op == SF_SV_CREATE && strcmp(name, "tensors") != 0) ||
-	     (op == SF_SV_MKDIR && strcmp(name, "tensors") != 0))) {
+	     (op == SF_SV_MKDIR && strcmp(name, "tensors") != 0) ||
+	     op == SF_SV_RMDIR)) {
 		const struct fuse_ctx *ctx = fuse_req_ctx(req);
 
-		if ((rc = sf_fs_may_change(req, fs, "create", name)) != 0)
+		/* an rmdir of a directory made through the mount with nothing
+		 * declared in it (itself, or its empty tensors/ as rm -rf
+		 * walks it) removes it as on a local disk: it becomes an
+		 * empty save of its maker's, removed as one */
+		if (op == SF_SV_RMDIR && ctx->uid != 0 && ctx->uid != c->uid)
+			return -EPERM;
+		if ((rc = sf_fs_may_change(req, fs, op == SF_SV_RMDIR ?
+					   "rmdir" : "create", name)) != 0)
 			return rc;
-		rc = sf_fs_sv_convert(fs, c, ctx->uid, ctx->gid);
+		rc = sf_fs_sv_convert(fs, c, op == SF_SV_RMDIR ? c->uid : ctx->uid,
+				      op == SF_SV_RMDIR ? c->gid : ctx->gid);
 		if (rc == -EINVAL)
 			return 0; /* shardfs/1 (section 4) */
 		if (rc)

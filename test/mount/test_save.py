@@ -307,6 +307,24 @@ def run_user(env, ck):
               p.stdout.decode(errors="replace")[-300:])
         ck.ok(not os.path.exists(os.path.join(store, "u-1")), "u-1 gone from the store")
 
+        # 9. an empty directory made through the mount goes as on a local
+        # disk: rm -rf (it walks the empty tensors/ view first) or rmdir,
+        # by its maker; not by another user; one with a shardfs/1
+        # declaration in it stays (shardctl rm discards those)
+        for how in (["rm", "-rf"], ["rmdir"]):
+            d = os.path.join(m.mnt, "empty-" + how[0])
+            p = as_user(sm.NOBODY, ["mkdir", d])
+            ck.eq(p.returncode, 0, "nobody makes %s" % d)
+            p = as_user(1234, how + [d])
+            ck.ok(p.returncode != 0 and os.path.isdir(os.path.join(store, os.path.basename(d))),
+                  "another user cannot remove the empty %s with %s" % (d, how[0]))
+            p = as_user(sm.NOBODY, how + [d])
+            ck.eq(p.returncode, 0, "%s of an empty directory made through the mount: %s" %
+                  (" ".join(how), p.stdout.decode(errors="replace")[-300:]))
+            ck.ok(not os.path.exists(os.path.join(store, os.path.basename(d))),
+                  "%s: gone from the store" % how[0])
+            ck.ok(not os.path.exists(d), "%s: gone from the mount" % how[0])
+
 
 if __name__ == "__main__":
     sys.exit(sm.main(run))
