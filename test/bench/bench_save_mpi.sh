@@ -177,7 +177,7 @@ fi
 sed "s|^\.|$WORK/store1/L|" "$WORK/L.names" >"$WORK/L.store"
 sed "s|^\.|$WORK/mnt0/L|" "$WORK/L.names" >"$WORK/L.mount"
 sed "s|^\.|$WORK/mnt1/L|" "$WORK/L.names" >"$WORK/L.mount1"
-lsc="" lmc="" lsw="" lmw="" dsc="" dmc="" d1c="" ldb=0
+lsc="" lmc="" l1c="" lsw="" lmw="" dsc="" dmc="" d1c="" ldb=0
 for i in $(seq "$REPS"); do
 	if [[ $COLD == 1 ]]; then
 		drop_caches
@@ -188,6 +188,8 @@ for i in $(seq "$REPS"); do
 		read -r _ l < <(bench_dd_list "$WORK/L.mount1"); d1c=$(min "$l" "$d1c")
 		drop_caches
 		l=$($PY "$WORKER" load "$WORK/store1/L" "$MIB"); lsc=$(min "$l" "$lsc")
+		drop_caches
+		l=$($PY "$WORKER" load "$WORK/mnt1/L" "$MIB"); l1c=$(min "$l" "$l1c")
 		drop_caches
 		l=$($PY "$WORKER" load "$WORK/mnt0/L" "$MIB"); lmc=$(min "$l" "$lmc")
 	fi
@@ -208,7 +210,7 @@ echo "| row | GB/s | ratio | seconds |"
 echo "|---|---:|---:|---:|"
 awk -v n=$((MIB << 20)) -v nd=$((((MIB + 1) / 2) * 2 << 20)) -v ss="$ss" -v sm="$sm" -v ds="$ds" -v dm="$dm" -v dsn="$dsn" -v dmn="$dmn" \
 	-v shm="$(median "${shs[@]}")" -v shw="$(worst "${shs[@]}")" -v reps="$REPS" \
-	-v lsc="$lsc" -v lmc="$lmc" -v dsc="$dsc" -v dmc="$dmc" -v d1c="$d1c" -v ldb="${ldb:-0}" -v lsw="$lsw" -v lmw="$lmw" 'BEGIN {
+	-v lsc="$lsc" -v lmc="$lmc" -v l1c="$l1c" -v dsc="$dsc" -v dmc="$dmc" -v d1c="$d1c" -v ldb="${ldb:-0}" -v lsw="$lsw" -v lmw="$lmw" 'BEGIN {
 	printf "| save, 2 ranks, rank r straight to disk beside store r | %.2f | 1.00 | %.2f |\n", n / ss / 1e9, ss
 	printf "| save, 2 ranks, rank r through daemon r'"'"'s mount | %.2f | %.2fx | %.2f |\n", n / sm / 1e9, ss / sm, sm
 	printf "| dd bs=1M conv=fsync, 2 at once, into the stores | %.2f | 1.00 | %.2f |\n", nd / ds / 1e9, ds
@@ -219,6 +221,8 @@ awk -v n=$((MIB << 20)) -v nd=$((((MIB + 1) / 2) * 2 << 20)) -v ss="$ss" -v sm="
 	if (lsc != "") {
 		printf "| load, cold, store 1 directly | %.2f | 1.00 | %.2f |\n", n / lsc / 1e9, lsc
 		printf "| load, cold, daemon 0'"'"'s mount (files in store 1 only) | %.2f | %.2fx | %.2f |\n", n / lmc / 1e9, lsc / lmc, lmc
+		printf "| load, cold, daemon 1'"'"'s mount (its own store: the same FUSE path, no MPI) | %.2f | %.2fx | %.2f |\n", n / l1c / 1e9, lsc / l1c, l1c
+		printf "| load, cold, the other node'"'"'s files vs its own (daemon 0'"'"'s mount vs daemon 1'"'"'s) | | %.2fx | |\n", l1c / lmc
 		printf "| dd bs=1M of its files, cold, store 1 directly | %.2f | 1.00 | %.2f |\n", ldb / dsc / 1e9, dsc
 		printf "| dd bs=1M of its files, cold, daemon 0'"'"'s mount | %.2f | %.2fx | %.2f |\n", ldb / dmc / 1e9, dsc / dmc, dmc
 		printf "| dd bs=1M of its files, cold, daemon 1'"'"'s mount (its own store: no MPI) | %.2f | %.2fx | %.2f |\n", ldb / d1c / 1e9, dsc / d1c, d1c
