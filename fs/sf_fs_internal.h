@@ -126,6 +126,10 @@ struct sf_fsave {
 				       * that changes */
 };
 
+/* The marker file of a directory a lookup made when it joined a peer's
+ * save (hidden: a `.shardfs` name); gone when anything is made in it. */
+#define SF_FS_JOIN_MARKER ".shardfs-joined"
+
 struct sf_fs_ckpt {
 	char *name;                   /* immutable; owned */
 	char *dir;                    /* immutable; owned; absolute store path */
@@ -150,7 +154,9 @@ struct sf_fs_ckpt {
 	                               * used in it (its tensors/ looked up):
 	                               * never a framework's save */
 	bool joined;                  /* tree_lock: made by a lookup that
-	                               * joined a peer's save (sf_fs_w_join) */
+	                               * joined a peer's save (sf_fs_w_join);
+	                               * kept in the store as SF_FS_JOIN_MARKER
+	                               * for a restart (sf_fs_resume) */
 	uint64_t ref;                 /* tree_lock: 1 per node of it + 1 while listed */
 	struct sf_fs_ckpt *next;      /* tree_lock: sf_fs.ckpts list */
 	/* immutable: who may see it, from its directory in the store
@@ -516,6 +522,21 @@ void sf_fs_sv_close(struct sf_fs_handle *h);
  * of its directory a view or a root file does not already show. Nothing
  * for any other checkpoint. */
 void sf_fs_sv_show_raw(struct sf_fs *fs, struct sf_fsave *sv, const char *name);
+/* Under MPI, complete checkpoint ck shown from peers' files only (no
+ * directory here): whether a peer holds its SF_SAVE_MARKER (saved through
+ * that peer's mount), and then its saver from the marker's body: *uid,
+ * and *gid ((gid_t)-1 when a marker of an older daemon does not say).
+ * Reads the marker through the cluster's source (at most
+ * SF_FS_SV_MARKER_MAX bytes); call it with no daemon lock held. */
+#define SF_FS_SV_MARKER_MAX 128
+bool sf_fs_sv_peer_saver(struct sf_fs *fs, const struct sf_ckpt *ck, uid_t *uid,
+			 gid_t *gid);
+/* Is c a complete checkpoint this store holds nothing of (shown from
+ * peers' files only, under MPI)? */
+static inline bool sf_fs_ck_peer_only(const struct sf_fs_ckpt *c)
+{
+	return c->ck && c->ck->dirfd < 0;
+}
 /* RAW node n's file open for reading, checked block by block against the
  * write-time hashes as it is read (sf_fs_sv_raw_read): *out (the caller
  * frees it with sf_fs_sv_raw_free, before n's reference goes), or -EIO
@@ -703,12 +724,14 @@ void sf_fs_sv_rename(fuse_req_t req, struct sf_node *dir, const char *name,
 /* fsync of a saving handle (0 for any other). */
 int sf_fs_sv_fsync(struct sf_fs_handle *h, int datasync);
 /* Remove saved checkpoint c (saving or complete) from the store and the
- * mount; rmdir of it: only once its directory holds nothing of the
- * framework's (-ENOTEMPTY). */
+ * mount (one shown from peers' files only: from the mount). */
 int sf_fs_sv_remove(struct sf_fs *fs, struct sf_fs_ckpt *c);
 /* sf_fs_sv_remove, then (MPI) the peers are told to remove their files
  * of it (the cluster's removed(); sf_fs_remove on each). A user's rm. */
 int sf_fs_sv_remove_all(struct sf_fs *fs, struct sf_fs_ckpt *c);
+/* rmdir of saved checkpoint c at the root: sf_fs_sv_remove_all once its
+ * directory here holds nothing of the framework's (-ENOTEMPTY); one this
+ * store holds nothing of (sf_fs_ck_peer_only) goes at once. */
 int sf_fs_sv_rmdir_ckpt(struct sf_fs *fs, struct sf_fs_ckpt *c);
 /* Seal the saving checkpoints that are complete (the live store's thread,
  * every round). */

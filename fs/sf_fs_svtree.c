@@ -445,6 +445,50 @@ static bool peer_saved(struct sf_fs *fs, const struct sf_ckpt *ck)
 	return src && src->ops->peer_size(src->ctx, &ck->ref, SF_SAVE_MARKER, &size) == 0;
 }
 
+/* The unsigned number after key in body (NUL-terminated), or false. */
+static bool marker_num(const char *body, const char *key, unsigned *out)
+{
+	const char *p = strstr(body, key);
+	unsigned long v;
+	char *end;
+
+	if (!p)
+		return false;
+	p += strlen(key);
+	while (*p == ' ')
+		p++;
+	if (*p < '0' || *p > '9')
+		return false;
+	errno = 0;
+	v = strtoul(p, &end, 10);
+	if (errno || end == p || v > UINT32_MAX - 1)
+		return false;
+	*out = (unsigned)v;
+	return true;
+}
+
+bool sf_fs_sv_peer_saver(struct sf_fs *fs, const struct sf_ckpt *ck, uid_t *uid,
+			 gid_t *gid)
+{
+	struct sf_source *src = src_of(fs);
+	char body[SF_FS_SV_MARKER_MAX + 1];
+	uint64_t size;
+	unsigned u, g;
+
+	if (!src || ck->dirfd >= 0 ||
+	    src->ops->peer_size(src->ctx, &ck->ref, SF_SAVE_MARKER, &size) != 0 ||
+	    size == 0 || size > SF_FS_SV_MARKER_MAX ||
+	    src->ops->read(src->ctx, &ck->ref, 0, SF_SAVE_MARKER, 0, body,
+			   (size_t)size) != 0)
+		return false;
+	body[size] = '\0';
+	if (!marker_num(body, "\"saved_by_uid\":", &u))
+		return false;
+	*uid = (uid_t)u;
+	*gid = marker_num(body, "\"saved_by_gid\":", &g) ? (gid_t)g : (gid_t)-1;
+	return true;
+}
+
 void sf_fs_sv_show_raw(struct sf_fs *fs, struct sf_fsave *sv, const char *name)
 {
 	struct sf_node *cd = NULL, *n;
@@ -940,16 +984,18 @@ static void count_entry(void *arg, const char *name,
 	++*(size_t *)arg;
 }
 
-/* Write SF_SAVE_MARKER (who saves it) into dir. */
-static int write_marker(const char *dir, uid_t uid)
+/* Write SF_SAVE_MARKER (who saves it) into dir: the body names the saver
+ * for the daemons that hold none of its files (sf_fs_sv_peer_saver). */
+static int write_marker(const char *dir, uid_t uid, gid_t gid)
 {
-	char path[PATH_MAX], body[64];
+	char path[PATH_MAX], body[SF_FS_SV_MARKER_MAX];
 	int fd, len, rc = 0;
 
 	if ((size_t)snprintf(path, sizeof(path), "%s/" SF_SAVE_MARKER, dir) >=
 	    sizeof(path))
 		return -ENAMETOOLONG;
-	len = snprintf(body, sizeof(body), "{\"saved_by_uid\": %u}\n", (unsigned)uid);
+	len = snprintf(body, sizeof(body), "{\"saved_by_uid\": %u, \"saved_by_gid\": %u}\n",
+		       (unsigned)uid, (unsigned)gid);
 	fd = sf_c_open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd < 0)
 		return -errno;
@@ -1017,7 +1063,10 @@ int sf_fs_sv_convert(struct sf_fs *fs, struct sf_fs_ckpt *c, uid_t uid,
 	if ((size_t)snprintf(path, sizeof(path), "%s/" SF_SHARDFS_MARKER, c->dir) <
 	    sizeof(path))
 		(void)sf_c_unlink(path);
-	rc = write_marker(c->dir, uid);
+	if ((size_t)snprintf(path, sizeof(path), "%s/" SF_FS_JOIN_MARKER, c->dir) <
+	    sizeof(path))
+		(void)sf_c_unlink(path); /* joined, now saved through here too */
+	rc = write_marker(c->dir, uid, gid);
 	if (rc)
 		sf_warn("checkpoint %s: cannot write " SF_SAVE_MARKER ": %s",
 			SF_QSTR(c->name), sf_strerror(rc));

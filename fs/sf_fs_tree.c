@@ -729,8 +729,15 @@ static int add_committed(struct sf_fs *fs, struct sf_ckpt *ck,
 	struct sf_node *cd, *dir = NULL;
 	struct sf_fs_ckpt *c;
 	const char *leaf;
+	uid_t pu = 0;
+	gid_t pg = 0;
+	bool peer_saved = false;
 	int rc;
 
+	/* under MPI, shown from peers' files only: saved through a peer's
+	 * mount? (read from that peer, so before any lock) */
+	if (!replace && !fs->single && !ck->fmt->writable && ck->dirfd < 0)
+		peer_saved = sf_fs_sv_peer_saver(fs, ck, &pu, &pg);
 	c = calloc(1, sizeof(*c));
 	if (!c) {
 		sf_ckpt_close(ck);
@@ -758,8 +765,19 @@ static int add_committed(struct sf_fs *fs, struct sf_ckpt *ck,
 		uid_t u;
 		gid_t g;
 
-		if (sf_save_marked(ck->dirfd, &u, &g) &&
-		    (c->sv = calloc(1, sizeof(*c->sv))) != NULL) {
+		bool marked = sf_save_marked(ck->dirfd, &u, &g);
+
+		if (!marked && peer_saved) {
+			/* nothing of it here: its saver as the peer's marker
+			 * says, who may remove it through this mount too (the
+			 * holders remove their files, sf_fs_sv_remove_all) */
+			u = pu;
+			g = pg == (gid_t)-1 ? c->gid : pg;
+			c->uid = u;
+			c->gid = g;
+			marked = true;
+		}
+		if (marked && (c->sv = calloc(1, sizeof(*c->sv))) != NULL) {
 			pthread_mutex_init(&c->sv->lock, NULL);
 			c->sv->uid = u;
 			c->sv->gid = g;
