@@ -410,9 +410,9 @@ static bool named_elsewhere(struct sf_index *const *ix, const struct part_names 
  * Do two daemons' files parts of ref name one file with different bytes
  * (size or write-time hashes)? -SF_ECONFLICT (the file and the ranks in
  * *clash and why) when they do; -ENOENT when a file of this daemon's
- * (files[0..n)) is held by a peer too and no other daemon's part names it
- * yet (the same name on two nodes is one file only once their hashes
- * agree); else 0. A part that cannot be read now (being rewritten, gone)
+ * (files[0..n)) is held by a peer that is up too and no other daemon's
+ * part names it yet (the same name on two nodes is one file only once
+ * their hashes agree; a peer marked down is not waited for); else 0. A part that cannot be read now (being rewritten, gone)
  * is left out. Every part is held at once (each capped as part_read caps
  * it), its shards sorted by file.
  */
@@ -464,9 +464,15 @@ static int files_clash(struct sf_source *src, const struct sf_ckpt_ref *ref,
 		qsort(peers.v, peers.n, sizeof(*peers.v), str_cmp);
 	for (size_t i = 0; !rc && peers.n && i < n; i++) {
 		const char *f = files[i].path;
+		uint64_t size;
 
 		if (bsearch(&f, peers.v, peers.n, sizeof(*peers.v), str_cmp) &&
-		    !named_elsewhere(ix, &pn, rank, f)) {
+		    !named_elsewhere(ix, &pn, rank, f) &&
+		    /* a daemon killed mid-save never sends its hashes: only
+		     * the peers that are up are waited for (a re-save through
+		     * the survivors, SPEC 8) */
+		    (!src->ops->peer_size_live ||
+		     src->ops->peer_size_live(src->ctx, ref, f, &size) == 0)) {
 			snprintf(why, whylen, "file %s: another node holds it too: waiting for its write-time hashes",
 				 f);
 			rc = -ENOENT;
