@@ -7,7 +7,8 @@ FileSystemWriter, no_dist) into rank 0's mount only.
 
   1. rotation through the other mount: `shutil.rmtree` of the save
      through rank 1's mount (store 1 holds nothing of it) by a user who
-     did not save it (the store's owner) fails and removes nothing; by its
+     did not save it (the store's owner) fails and removes nothing (so
+     does its `shardctl rm`); by its
      saver, and by root, it removes the save from store 0 and its name
      from both mounts within 2 s; so does `shardctl rm` through rank 1;
   2. a checkpoint found in store 0 (torch saved into the store directly)
@@ -104,9 +105,12 @@ def run_rotation(ck, c):
     err = rmtree(sm.NOBODY, os.path.join(c.mnt(1), "rot-r"))
     ck.ok(err and "Permission denied" in err,
           "rot-r: its store's owner (not its saver) cannot remove it through rank 1: %r" % err)
+    p = as_uid(sm.NOBODY, [c.env.shardctl, "rm", os.path.join(c.mnt(1), "rot-r")])
+    ck.ok(p.returncode != 0 and b"Permission denied" in p.stdout,
+          "rot-r: nor with shardctl rm through rank 1: %r" % p.stdout[-300:])
     ck.ok(os.path.exists(os.path.join(c.store(0), "rot-r", ".metadata")) and
           state(os.path.join(c.mnt(1), "rot-r")) == "committed",
-          "rot-r: nothing removed by the refused rmtree")
+          "rot-r: nothing removed by the refused rmtree and shardctl rm")
     for name, who in (("rot-u", sm.NOBODY), ("rot-r", 0)):
         err = rmtree(who, os.path.join(c.mnt(1), name))
         ck.eq(err, "", "%s: rmtree through rank 1 by uid %d" % (name, who))
