@@ -583,6 +583,13 @@ int sf_fs_sv_move(struct sf_fs *fs, struct sf_node *from, const char *name,
  * replace is no longer the one shown. */
 int sf_fs_add_saving(struct sf_fs *fs, struct sf_fs_ckpt *replace,
 		     struct sf_fsave *sv, bool from_store);
+/* Store directory name, saved through the mount in an earlier life (its
+ * SF_SAVE_MARKER) and not complete (a save killed midway, then the daemon
+ * restarted): shown as saving again, its files as the store holds them,
+ * so its saver saves it again or removes it through the mount. 0, or
+ * -ENOENT (no marker), -EEXIST (the root shows that name) or another
+ * negative errno. */
+int sf_fs_sv_resume(struct sf_fs *fs, const char *name);
 /* Writing checkpoint c, with nothing declared or written, becomes a
  * framework's save by user uid (0 also when another request did it). */
 int sf_fs_sv_convert(struct sf_fs *fs, struct sf_fs_ckpt *c, uid_t uid,

@@ -909,8 +909,11 @@ static int read_back(struct sf_fs *fs, struct sf_node *d, const char *dirpath,
 	return rc;
 }
 
-int sf_fs_add_saving(struct sf_fs *fs, struct sf_fs_ckpt *replace,
-		     struct sf_fsave *sv, bool from_store)
+/* sf_fs_add_saving; with replace NULL, a new name (dir its store
+ * directory): -EEXIST when the root shows that name. */
+static int add_saving(struct sf_fs *fs, struct sf_fs_ckpt *replace,
+		      const char *name, const char *dir, struct sf_fsave *sv,
+		      bool from_store)
 {
 	struct sf_fs_ckpt *c;
 	struct sf_node *cd;
@@ -922,8 +925,8 @@ int sf_fs_add_saving(struct sf_fs *fs, struct sf_fs_ckpt *replace,
 		return -ENOMEM;
 	c->state = SF_CK_SAVING;
 	clock_gettime(CLOCK_REALTIME, &c->mtime);
-	c->name = strdup(replace->name);
-	c->dir = strdup(replace->dir);
+	c->name = strdup(name);
+	c->dir = strdup(dir);
 	if (!c->name || !c->dir) {
 		free(c->name);
 		free(c->dir);
@@ -934,9 +937,10 @@ int sf_fs_add_saving(struct sf_fs *fs, struct sf_fs_ckpt *replace,
 
 	pthread_mutex_lock(&fs->tree_lock);
 	i = sf_fs_child_find(fs->root, c->name, strlen(c->name));
-	if (i < 0 || fs->root->children[i]->ck != replace ||
-	    replace->state == SF_CK_GONE || replace->state == SF_CK_REPLACED) {
-		rc = -EAGAIN; /* someone else changed it meanwhile */
+	if (replace ? i < 0 || fs->root->children[i]->ck != replace ||
+		      replace->state == SF_CK_GONE || replace->state == SF_CK_REPLACED :
+		      i >= 0) {
+		rc = replace ? -EAGAIN : -EEXIST; /* someone else changed it meanwhile */
 		pthread_mutex_unlock(&fs->tree_lock);
 		free(c->name);
 		free(c->dir);
@@ -959,7 +963,8 @@ int sf_fs_add_saving(struct sf_fs *fs, struct sf_fs_ckpt *replace,
 		sf_fs_subtree_unlink(fs, cd);
 		goto out_unlist;
 	}
-	sf_fs_retire_locked(fs, replace, replace->ck ? SF_CK_REPLACED : SF_CK_GONE);
+	if (replace)
+		sf_fs_retire_locked(fs, replace, replace->ck ? SF_CK_REPLACED : SF_CK_GONE);
 	rc = sf_fs_child_link(fs->root, cd, true);
 	if (rc) {
 		sf_fs_subtree_unlink(fs, cd);
@@ -972,6 +977,48 @@ int sf_fs_add_saving(struct sf_fs *fs, struct sf_fs_ckpt *replace,
 out_unlist:
 	sf_fs_ckpt_unref(fs, c);
 	pthread_mutex_unlock(&fs->tree_lock);
+	return rc;
+}
+
+int sf_fs_add_saving(struct sf_fs *fs, struct sf_fs_ckpt *replace,
+		     struct sf_fsave *sv, bool from_store)
+{
+	return add_saving(fs, replace, replace->name, replace->dir, sv, from_store);
+}
+
+int sf_fs_sv_resume(struct sf_fs *fs, const char *name)
+{
+	struct sf_fsave *sv;
+	char *dir = NULL;
+	uid_t u;
+	gid_t g;
+	int dfd, rc;
+
+	if (fs->single || asprintf(&dir, "%s/%s", fs->store_abs, name) < 0)
+		return -ENOENT;
+	dfd = sf_c_open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0);
+	rc = dfd >= 0 && sf_save_marked(dfd, &u, &g) ? 0 : -ENOENT;
+	if (dfd >= 0)
+		close(dfd);
+	if (!rc && !(sv = calloc(1, sizeof(*sv))))
+		rc = -ENOMEM;
+	if (rc) {
+		free(dir);
+		return rc;
+	}
+	pthread_mutex_init(&sv->lock, NULL);
+	sv->uid = u;
+	sv->gid = g;
+	sv->ref = 1; /* ours, until the saving checkpoint holds it */
+	sv->changed_ns = sf_fs_mono_ns();
+	rc = add_saving(fs, NULL, name, dir, sv, true);
+	pthread_mutex_lock(&fs->tree_lock);
+	sf_fs_sv_put(sv);
+	pthread_mutex_unlock(&fs->tree_lock);
+	if (!rc)
+		sf_warn("checkpoint %s: saved through the mount in an earlier life and never complete: shown as saving (its saver, uid %u, saves it again or removes it)",
+			SF_QSTR(name), (unsigned)u);
+	free(dir);
 	return rc;
 }
 

@@ -14,14 +14,16 @@ FileSystemWriter, no_dist) into rank 0's mount only.
   2. a checkpoint found in store 0 (torch saved into the store directly)
      stays read-only through rank 1's mount: rmtree and `shardctl rm`
      fail, nothing goes;
-  3. a daemon restarted with the empty directory a lookup left when it
-     joined a save (the save killed before DCP's .metadata, then every
-     daemon restarted): once the save leaves store 0, rank 1 lets go of that directory too (gone from store 1 and from its
-     mount within 2 s), as it does when it was not restarted.
+  3. a save killed before DCP's .metadata while a lookup on rank 1 had
+     joined it (an empty directory in store 1), then both daemons
+     restarted: rank 0 shows it as saving; saved again through rank 0 it
+     is complete and verified on both with the new bytes, and rank 1 lets
+     go of its joined directory (gone from store 1 within 2 s) as it does
+     when it was not restarted; rmtree through rank 1 removes it from
+     every store and mount within 2 s.
 """
 
 import os
-import shutil
 import subprocess
 import sys
 
@@ -85,8 +87,22 @@ def gone_within(ck, c, name, label):
           % (label, WITHIN_S, everywhere(c, name)))
 
 
-def saved_on_both(ck, c, uid, name):
-    rc, out = save(uid, os.path.join(c.mnt(0), name))
+def xattr(path, name):
+    try:
+        return os.getxattr(path, name)
+    except OSError as e:
+        return str(e).encode()
+
+
+def read(path):
+    try:
+        return sm.read_file(path)
+    except OSError as e:
+        return str(e).encode()
+
+
+def saved_on_both(ck, c, uid, name, seed=5):
+    rc, out = save(uid, os.path.join(c.mnt(0), name), seed=seed)
     if not ck.eq(rc, 0, "%s: saved through rank 0 as uid %d: %s" % (name, uid, out[-500:])):
         return False
     return ck.ok(savelib.wait_until(lambda: all(
@@ -158,11 +174,25 @@ def run(env, ck):
     with sfmpi.Cluster(env, pattern, OPTS, nranks=NR, name="life2") as c:
         ck.ok(os.path.isdir(os.path.join(c.store(1), "j")),
               "j: the joined directory is still in store 1 after the restart")
-        ck.ok(state(os.path.join(c.mnt(0), "j")) != "committed",
-              "j: never complete on rank 0 (%s)" % state(os.path.join(c.mnt(0), "j")))
-        # the killed save leaves store 0 (its only other store)
-        shutil.rmtree(os.path.join(c.store(0), "j"))
-        gone_within(ck, c, "j", "j (rank 1 restarted with its joined directory)")
+        ck.eq(savelib.wait_until(lambda: state(os.path.join(c.mnt(0), "j")) == "saving",
+                                 WITHIN_S) is not None, True,
+              "j: rank 0 shows the killed save as saving after the restart (%s)" %
+              state(os.path.join(c.mnt(0), "j")))
+        # saved again through rank 0: complete on both, rank 1 lets go
+        if saved_on_both(ck, c, 0, "j", seed=9):
+            ck.ok(savelib.wait_until(lambda: not os.path.exists(
+                os.path.join(c.store(1), "j")), WITHIN_S) is not None,
+                "j: rank 1's joined directory left store 1 within %.0f s" % WITHIN_S)
+            want = savelib.expected(9)
+            for r in range(NR):
+                root = os.path.join(c.mnt(r), "j")
+                ck.eq(xattr(root, "user.shardfs.verified"), b"yes", "j: rank %d verified" % r)
+                ck.bytes_eq(read(sm.tensor_path(root, "rows")), want["rows"],
+                            "j: rank %d tensors/rows has the re-save's bytes" % r)
+        # removed through rank 1 (nothing of it there)
+        err = rmtree(0, os.path.join(c.mnt(1), "j"))
+        ck.eq(err, "", "j: rmtree through rank 1")
+        gone_within(ck, c, "j", "j (re-saved after the restart, removed through rank 1)")
         if everywhere(c, "j"):
             print("rank 1 shows j as %r" % state(os.path.join(c.mnt(1), "j")))
             print("\n".join(ln for ln in c.log_text().splitlines() if '"j"' in ln)[-3000:])
