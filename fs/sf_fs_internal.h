@@ -522,15 +522,9 @@ void sf_fs_sv_close(struct sf_fs_handle *h);
  * of its directory a view or a root file does not already show. Nothing
  * for any other checkpoint. */
 void sf_fs_sv_show_raw(struct sf_fs *fs, struct sf_fsave *sv, const char *name);
-/* Under MPI, complete checkpoint ck shown from peers' files only (no
- * directory here): whether a peer holds its SF_SAVE_MARKER (saved through
- * that peer's mount), and then its saver from the marker's body: *uid,
- * and *gid ((gid_t)-1 when a marker of an older daemon does not say).
- * Reads the marker through the cluster's source (at most
- * SF_FS_SV_MARKER_MAX bytes); call it with no daemon lock held. */
+/* Bytes of SF_SAVE_MARKER's body, at most (written by sf_fs_svtree.c,
+ * read from a peer by sf_fs_tree.c). */
 #define SF_FS_SV_MARKER_MAX 128
-bool sf_fs_sv_peer_saver(struct sf_fs *fs, const struct sf_ckpt *ck, uid_t *uid,
-			 gid_t *gid);
 /* Is c a complete checkpoint this store holds nothing of (shown from
  * peers' files only, under MPI)? */
 static inline bool sf_fs_ck_peer_only(const struct sf_fs_ckpt *c)

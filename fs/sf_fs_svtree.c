@@ -445,50 +445,6 @@ static bool peer_saved(struct sf_fs *fs, const struct sf_ckpt *ck)
 	return src && src->ops->peer_size(src->ctx, &ck->ref, SF_SAVE_MARKER, &size) == 0;
 }
 
-/* The unsigned number after key in body (NUL-terminated), or false. */
-static bool marker_num(const char *body, const char *key, unsigned *out)
-{
-	const char *p = strstr(body, key);
-	unsigned long v;
-	char *end;
-
-	if (!p)
-		return false;
-	p += strlen(key);
-	while (*p == ' ')
-		p++;
-	if (*p < '0' || *p > '9')
-		return false;
-	errno = 0;
-	v = strtoul(p, &end, 10);
-	if (errno || end == p || v > UINT32_MAX - 1)
-		return false;
-	*out = (unsigned)v;
-	return true;
-}
-
-bool sf_fs_sv_peer_saver(struct sf_fs *fs, const struct sf_ckpt *ck, uid_t *uid,
-			 gid_t *gid)
-{
-	struct sf_source *src = src_of(fs);
-	char body[SF_FS_SV_MARKER_MAX + 1];
-	uint64_t size;
-	unsigned u, g;
-
-	if (!src || ck->dirfd >= 0 ||
-	    src->ops->peer_size(src->ctx, &ck->ref, SF_SAVE_MARKER, &size) != 0 ||
-	    size == 0 || size > SF_FS_SV_MARKER_MAX ||
-	    src->ops->read(src->ctx, &ck->ref, 0, SF_SAVE_MARKER, 0, body,
-			   (size_t)size) != 0)
-		return false;
-	body[size] = '\0';
-	if (!marker_num(body, "\"saved_by_uid\":", &u))
-		return false;
-	*uid = (uid_t)u;
-	*gid = marker_num(body, "\"saved_by_gid\":", &g) ? (gid_t)g : (gid_t)-1;
-	return true;
-}
-
 void sf_fs_sv_show_raw(struct sf_fs *fs, struct sf_fsave *sv, const char *name)
 {
 	struct sf_node *cd = NULL, *n;
@@ -1032,7 +988,7 @@ static void count_entry(void *arg, const char *name,
 }
 
 /* Write SF_SAVE_MARKER (who saves it) into dir: the body names the saver
- * for the daemons that hold none of its files (sf_fs_sv_peer_saver). */
+ * for the daemons that hold none of its files (sf_fs_tree.c). */
 static int write_marker(const char *dir, uid_t uid, gid_t gid)
 {
 	char path[PATH_MAX], body[SF_FS_SV_MARKER_MAX];
