@@ -84,6 +84,52 @@ out_free:
 	return rc;
 }
 
+size_t sf_save_marker_body(uid_t uid, gid_t gid, char *buf, size_t size)
+{
+	int n = snprintf(buf, size, "{\"saved_by_uid\": %u, \"saved_by_gid\": %u}\n",
+			 (unsigned)uid, (unsigned)gid);
+
+	return n < 0 ? 0 : (size_t)n < size ? (size_t)n : size - 1;
+}
+
+/* The number after key in NUL-terminated body: 1 and *out, 0 when key is
+ * absent, -1 when what follows it is not a number below UINT32_MAX. */
+static int marker_num(const char *body, const char *key, unsigned *out)
+{
+	const char *p = strstr(body, key);
+	uint64_t v = 0;
+	size_t digits = 0;
+
+	if (!p)
+		return 0;
+	for (p += strlen(key); *p == ' '; p++)
+		;
+	for (; *p >= '0' && *p <= '9' && digits < 11; p++, digits++)
+		v = v * 10 + (uint64_t)(*p - '0');
+	if (!digits || digits > 10 || v >= UINT32_MAX)
+		return -1;
+	*out = (unsigned)v;
+	return 1;
+}
+
+int sf_save_marker_parse(const char *body, size_t len, uid_t *uid, gid_t *gid)
+{
+	char buf[SF_SAVE_MARKER_MAX + 1];
+	unsigned u, g;
+	int k;
+
+	if (len > SF_SAVE_MARKER_MAX || memchr(body, '\0', len))
+		return -SF_EFORMAT;
+	memcpy(buf, body, len);
+	buf[len] = '\0';
+	if (marker_num(buf, "\"saved_by_uid\":", &u) != 1 ||
+	    (k = marker_num(buf, "\"saved_by_gid\":", &g)) < 0)
+		return -SF_EFORMAT;
+	*uid = (uid_t)u;
+	*gid = k ? (gid_t)g : (gid_t)-1;
+	return 0;
+}
+
 bool sf_save_marked(int dirfd, uid_t *uid, gid_t *gid)
 {
 	struct stat sb;

@@ -522,9 +522,6 @@ void sf_fs_sv_close(struct sf_fs_handle *h);
  * of its directory a view or a root file does not already show. Nothing
  * for any other checkpoint. */
 void sf_fs_sv_show_raw(struct sf_fs *fs, struct sf_fsave *sv, const char *name);
-/* Bytes of SF_SAVE_MARKER's body, at most (written by sf_fs_svtree.c,
- * read from a peer by sf_fs_tree.c). */
-#define SF_FS_SV_MARKER_MAX 128
 /* Is c a complete checkpoint this store holds nothing of (shown from
  * peers' files only, under MPI)? */
 static inline bool sf_fs_ck_peer_only(const struct sf_fs_ckpt *c)

@@ -991,14 +991,13 @@ static void count_entry(void *arg, const char *name,
  * for the daemons that hold none of its files (sf_fs_tree.c). */
 static int write_marker(const char *dir, uid_t uid, gid_t gid)
 {
-	char path[PATH_MAX], body[SF_FS_SV_MARKER_MAX];
+	char path[PATH_MAX], body[SF_SAVE_MARKER_MAX];
 	int fd, len, rc = 0;
 
 	if ((size_t)snprintf(path, sizeof(path), "%s/" SF_SAVE_MARKER, dir) >=
 	    sizeof(path))
 		return -ENAMETOOLONG;
-	len = snprintf(body, sizeof(body), "{\"saved_by_uid\": %u, \"saved_by_gid\": %u}\n",
-		       (unsigned)uid, (unsigned)gid);
+	len = (int)sf_save_marker_body(uid, gid, body, sizeof(body));
 	fd = sf_c_open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd < 0)
 		return -errno;

@@ -17,7 +17,7 @@
  * sf_fsave): from its marker here, or, under MPI when this store holds
  * none of its files, from the marker's body a peer holds (read through
  * the cluster's source before the tree lock is taken, capped at
- * SF_FS_SV_MARKER_MAX bytes).
+ * SF_SAVE_MARKER_MAX bytes).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -729,57 +729,28 @@ bool sf_fs_drop_vanished(struct sf_fs *fs, const char *name, const char *dir)
 	return dropped;
 }
 
-/* The unsigned number after key in body (NUL-terminated), or false. */
-static bool marker_num(const char *body, const char *key, unsigned *out)
-{
-	const char *p = strstr(body, key);
-	unsigned long v;
-	char *end;
-
-	if (!p)
-		return false;
-	p += strlen(key);
-	while (*p == ' ')
-		p++;
-	if (*p < '0' || *p > '9')
-		return false;
-	errno = 0;
-	v = strtoul(p, &end, 10);
-	if (errno || end == p || v > UINT32_MAX - 1)
-		return false;
-	*out = (unsigned)v;
-	return true;
-}
-
 /* Under MPI, complete checkpoint ck shown from peers' files only (no
  * directory here): whether a peer holds its SF_SAVE_MARKER (saved through
  * that peer's mount), and then its saver from the marker's body (as
- * sf_fs_svtree.c's write_marker wrote it): *uid, and *gid ((gid_t)-1
- * when a marker of an older daemon does not say). Reads the marker
- * through the cluster's source (at most SF_FS_SV_MARKER_MAX bytes); call
- * it with no daemon lock held. */
+ * sf_save_marker_parse): *uid, and *gid ((gid_t)-1 when a marker of an
+ * older daemon does not say). Reads the marker through the cluster's
+ * source (at most SF_SAVE_MARKER_MAX bytes); call it with no daemon lock
+ * held. */
 static bool peer_saver(struct sf_fs *fs, const struct sf_ckpt *ck, uid_t *uid,
 		       gid_t *gid)
 {
 	const struct sf_fs_cluster *cl = fs->cfg->cluster;
 	struct sf_source *src = cl && cl->source && cl->source->ops->peer_size ?
 				cl->source : NULL;
-	char body[SF_FS_SV_MARKER_MAX + 1];
+	char body[SF_SAVE_MARKER_MAX];
 	uint64_t size;
-	unsigned u, g;
 
-	if (!src || ck->dirfd >= 0 ||
-	    src->ops->peer_size(src->ctx, &ck->ref, SF_SAVE_MARKER, &size) != 0 ||
-	    size == 0 || size > SF_FS_SV_MARKER_MAX ||
-	    src->ops->read(src->ctx, &ck->ref, 0, SF_SAVE_MARKER, 0, body,
-			   (size_t)size) != 0)
-		return false;
-	body[size] = '\0';
-	if (!marker_num(body, "\"saved_by_uid\":", &u))
-		return false;
-	*uid = (uid_t)u;
-	*gid = marker_num(body, "\"saved_by_gid\":", &g) ? (gid_t)g : (gid_t)-1;
-	return true;
+	return src && ck->dirfd < 0 &&
+	       src->ops->peer_size(src->ctx, &ck->ref, SF_SAVE_MARKER, &size) == 0 &&
+	       size > 0 && size <= SF_SAVE_MARKER_MAX &&
+	       src->ops->read(src->ctx, &ck->ref, 0, SF_SAVE_MARKER, 0, body,
+			      (size_t)size) == 0 &&
+	       sf_save_marker_parse(body, (size_t)size, uid, gid) == 0;
 }
 
 static int add_committed(struct sf_fs *fs, struct sf_ckpt *ck,
