@@ -588,7 +588,9 @@ int sf_fs_sv_convert(struct sf_fs *fs, struct sf_fs_ckpt *c, uid_t uid,
 /* A root daemon gives what it made at path (fd >= 0: open on it) to the
  * saver of sv, as a local disk would; otherwise nothing. */
 void sf_fs_sv_own(const struct sf_fsave *sv, const char *path, int fd);
-/* Complete saved checkpoint c goes back to saving (its saver changes it). */
+/* Complete saved checkpoint c goes back to saving (its saver changes it);
+ * one this store holds nothing of (sf_fs_ck_peer_only) gets its directory
+ * here first, so what is saved through this mount goes to this store. */
 int sf_fs_sv_reopen(struct sf_fs *fs, struct sf_fs_ckpt *c);
 
 /* --- sf_fs_declare.c --- */

@@ -230,19 +230,19 @@ int sf_fs_sv_target(fuse_req_t req, struct sf_node *dir, const char *name,
 		rc = may_change_sv(req, fs, c->sv, "change", name);
 		if (rc)
 			return rc;
-		if (sf_fs_ck_peer_only(c)) {
+		if (sf_fs_ck_peer_only(c) && (op == SF_SV_UNLINK || op == SF_SV_RMDIR)) {
 			/* saved through a peer's mount, nothing of it here:
 			 * its root's rmdir removes it on every node; every
 			 * file below answers unlink with success (it goes
-			 * then); nothing else changes it through this mount */
+			 * then). A change saves it again (sf_fs_sv_reopen
+			 * makes its directory here). */
 			if (op == SF_SV_RMDIR && dir->kind == SF_NODE_CKPT &&
 			    strcmp(name, ".") == 0) {
 				sf_fs_ref(fs, dir);
 				*out = dir;
 				return 1;
 			}
-			return op == SF_SV_UNLINK || op == SF_SV_RMDIR ? 2 :
-			       -SF_ECOMMITTED;
+			return 2;
 		}
 		if ((op == SF_SV_UNLINK || op == SF_SV_RMDIR) && remote_file(fs, c, dir, name))
 			return 2; /* a peer's file: gone with the checkpoint (rmdir) */

@@ -1131,6 +1131,17 @@ int sf_fs_sv_reopen(struct sf_fs *fs, struct sf_fs_ckpt *c)
 
 	if (!c->sv || !c->ck)
 		return -EINVAL;
+	if (sf_fs_ck_peer_only(c)) {
+		/* saved through a peer's mount, nothing of it here: saved
+		 * again through this one too, its files go to this store */
+		if (sf_c_mkdir(c->dir, 0755) != 0 && errno != EEXIST)
+			return -errno;
+		sf_fs_sv_own(c->sv, c->dir, -1);
+		rc = write_marker(c->dir, c->sv->uid, c->sv->gid);
+		if (rc)
+			sf_warn("checkpoint %s: cannot write " SF_SAVE_MARKER ": %s",
+				SF_QSTR(c->name), sf_strerror(rc));
+	}
 	mark_stale(c);
 	if ((size_t)snprintf(path, sizeof(path), "%s/shardfs.index.json", c->dir) <
 	    sizeof(path))

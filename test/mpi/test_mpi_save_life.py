@@ -14,7 +14,10 @@ FileSystemWriter, no_dist) into rank 0's mount only.
   2. a checkpoint found in store 0 (torch saved into the store directly)
      stays read-only through rank 1's mount: rmtree and `shardctl rm`
      fail, nothing goes;
-  3. a save killed before DCP's .metadata while a lookup on rank 1 had
+  3. a save through rank 0 only saved again by 2 ranks, each through
+     its own mount (rank 1's held nothing of it): complete and verified on
+     both with the new bytes, rank 1's file in store 1;
+  4. a save killed before DCP's .metadata while a lookup on rank 1 had
      joined it (an empty directory in store 1), then both daemons
      restarted: rank 0 shows it as saving; saved again through rank 0 it
      is complete and verified on both with the new bytes, and rank 1 lets
@@ -156,6 +159,30 @@ def run_rotation(ck, c):
           "found: its files stay in store 0")
 
 
+def run_resave(ck, env, c):
+    """A save through rank 0 only, saved again by 2 ranks through both
+    mounts: rank 1's mount held none of the first save's files."""
+    if not saved_on_both(ck, c, 0, "re"):
+        return
+    procs = savelib.start_ranks(env.path("init-re"),
+                                [os.path.join(c.mnt(r), "re") for r in range(NR)], seed=10)
+    if not ck.ok(savelib.wait_ranks(procs, 120),
+                 "re: saved again by 2 ranks, each through its own mount"):
+        return
+    ck.ok(savelib.wait_until(lambda: all(
+        state(os.path.join(c.mnt(r), "re")) == "committed" for r in range(NR)), SEAL_S)
+        is not None, "re: complete on both daemons within %.0f s" % SEAL_S)
+    want = savelib.expected(10)
+    for r in range(NR):
+        root = os.path.join(c.mnt(r), "re")
+        ck.eq(xattr(root, "user.shardfs.verified"), b"yes", "re: rank %d verified" % r)
+        for t in sorted(want):
+            ck.bytes_eq(read(sm.tensor_path(root, t)), want[t],
+                        "re: rank %d tensors/%s has the re-save's bytes" % (r, t))
+    ck.ok(any(f.startswith("__1_") for f in os.listdir(os.path.join(c.store(1), "re"))),
+          "re: rank 1's file of the re-save is in store 1")
+
+
 def run(env, ck):
     pattern = env.path("store%r")
     for r in range(NR):
@@ -164,7 +191,8 @@ def run(env, ck):
     os.chmod(env.tmp, 0o755)
     with sfmpi.Cluster(env, pattern, OPTS, nranks=NR, name="life") as c:
         run_rotation(ck, c)
-        # 3. a join, the save killed before .metadata
+        run_resave(ck, env, c)
+        # 4. a join, the save killed before .metadata
         rc, out = save(0, os.path.join(c.mnt(0), "j"), join=os.path.join(c.mnt(1), "j"),
                        die=True)
         ck.ok(rc == 3 and "joined: [" in out, "j: the lookup on rank 1 joined, then the "
