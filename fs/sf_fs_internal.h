@@ -153,6 +153,10 @@ struct sf_fs_ckpt {
 	bool s1;                      /* tree_lock: shardfs/1's protocol was
 	                               * used in it (its tensors/ looked up):
 	                               * never a framework's save */
+	bool unlinked;                /* tree_lock: shown from peers' files
+	                               * only, and an entry below was unlinked
+	                               * through this mount since (rm -rf ran:
+	                               * the rmdir of its root removes it) */
 	bool joined;                  /* tree_lock: made by a lookup that
 	                               * joined a peer's save (sf_fs_w_join);
 	                               * kept in the store as SF_FS_JOIN_MARKER

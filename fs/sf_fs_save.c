@@ -18,8 +18,9 @@
  * `shutil.rmtree` go through. Under MPI, a complete save this store holds
  * nothing of (shown from the peers' files, its saver from the marker a
  * peer holds) is removed the same way through this mount: every entry
- * answers unlink with 0, the rmdir of its root drops it here and tells
- * the peers, which remove their files (sf_fs_sv_remove_all).
+ * answers unlink with 0, the rmdir of its root (ENOTEMPTY until an entry
+ * was unlinked) drops it here and tells the peers, which remove their
+ * files (sf_fs_sv_remove_all).
  *
  * Completion (sf_fs_sv_tick, from the live store's thread every round):
  * a saving checkpoint is sealed once no file of it is open for writing,
@@ -236,8 +237,16 @@ int sf_fs_sv_target(fuse_req_t req, struct sf_node *dir, const char *name,
 			 * file below answers unlink with success (it goes
 			 * then). A change saves it again (sf_fs_sv_reopen
 			 * makes its directory here). */
-			if (op == SF_SV_RMDIR && dir->kind == SF_NODE_CKPT &&
-			    strcmp(name, ".") == 0) {
+			bool root = op == SF_SV_RMDIR && dir->kind == SF_NODE_CKPT &&
+				    strcmp(name, ".") == 0, emptied;
+
+			pthread_mutex_lock(&fs->tree_lock);
+			emptied = c->unlinked;
+			c->unlinked = c->unlinked || !root;
+			pthread_mutex_unlock(&fs->tree_lock);
+			if (root) {
+				if (!emptied)
+					return -ENOTEMPTY; /* a plain rmdir, as on a disk */
 				sf_fs_ref(fs, dir);
 				*out = dir;
 				return 1;

@@ -130,6 +130,12 @@ def run_rotation(ck, c):
     ck.ok(os.path.exists(os.path.join(c.store(0), "rot-r", ".metadata")) and
           state(os.path.join(c.mnt(1), "rot-r")) == "committed",
           "rot-r: nothing removed by the refused rmtree and shardctl rm")
+    import errno
+    for k in range(2):
+        ck.raises(errno.ENOTEMPTY, lambda: os.rmdir(os.path.join(c.mnt(1), "rot-r")),
+                  "rot-r: a plain rmdir through rank 1 (nothing unlinked first), try %d" % k)
+    ck.ok(os.path.exists(os.path.join(c.store(0), "rot-r", ".metadata")),
+          "rot-r: nothing removed by the plain rmdir")
     for name, who in (("rot-u", sm.NOBODY), ("rot-r", 0)):
         err = rmtree(who, os.path.join(c.mnt(1), name))
         ck.eq(err, "", "%s: rmtree through rank 1 by uid %d" % (name, who))
