@@ -84,6 +84,52 @@ out_free:
 	return rc;
 }
 
+size_t sf_save_marker_body(uid_t uid, gid_t gid, char *buf, size_t size)
+{
+	int n = snprintf(buf, size, "{\"saved_by_uid\": %u, \"saved_by_gid\": %u}\n",
+			 (unsigned)uid, (unsigned)gid);
+
+	return n < 0 ? 0 : (size_t)n < size ? (size_t)n : size - 1;
+}
+
+/* The number after key in NUL-terminated body: 1 and *out, 0 when key is
+ * absent, -1 when what follows it is not a number below UINT32_MAX. */
+static int marker_num(const char *body, const char *key, unsigned *out)
+{
+	const char *p = strstr(body, key);
+	uint64_t v = 0;
+	size_t digits = 0;
+
+	if (!p)
+		return 0;
+	for (p += strlen(key); *p == ' '; p++)
+		;
+	for (; *p >= '0' && *p <= '9' && digits < 11; p++, digits++)
+		v = v * 10 + (uint64_t)(*p - '0');
+	if (!digits || digits > 10 || v >= UINT32_MAX)
+		return -1;
+	*out = (unsigned)v;
+	return 1;
+}
+
+int sf_save_marker_parse(const char *body, size_t len, uid_t *uid, gid_t *gid)
+{
+	char buf[SF_SAVE_MARKER_MAX + 1];
+	unsigned u, g;
+	int k;
+
+	if (len > SF_SAVE_MARKER_MAX || memchr(body, '\0', len))
+		return -SF_EFORMAT;
+	memcpy(buf, body, len);
+	buf[len] = '\0';
+	if (marker_num(buf, "\"saved_by_uid\":", &u) != 1 ||
+	    (k = marker_num(buf, "\"saved_by_gid\":", &g)) < 0)
+		return -SF_EFORMAT;
+	*uid = (uid_t)u;
+	*gid = k ? (gid_t)g : (gid_t)-1;
+	return 0;
+}
+
 bool sf_save_marked(int dirfd, uid_t *uid, gid_t *gid)
 {
 	struct stat sb;
@@ -410,9 +456,9 @@ static bool named_elsewhere(struct sf_index *const *ix, const struct part_names 
  * Do two daemons' files parts of ref name one file with different bytes
  * (size or write-time hashes)? -SF_ECONFLICT (the file and the ranks in
  * *clash and why) when they do; -ENOENT when a file of this daemon's
- * (files[0..n)) is held by a peer too and no other daemon's part names it
- * yet (the same name on two nodes is one file only once their hashes
- * agree); else 0. A part that cannot be read now (being rewritten, gone)
+ * (files[0..n)) is held by a peer that is up too and no other daemon's
+ * part names it yet (the same name on two nodes is one file only once
+ * their hashes agree; a peer marked down is not waited for); else 0. A part that cannot be read now (being rewritten, gone)
  * is left out. Every part is held at once (each capped as part_read caps
  * it), its shards sorted by file.
  */
@@ -464,9 +510,15 @@ static int files_clash(struct sf_source *src, const struct sf_ckpt_ref *ref,
 		qsort(peers.v, peers.n, sizeof(*peers.v), str_cmp);
 	for (size_t i = 0; !rc && peers.n && i < n; i++) {
 		const char *f = files[i].path;
+		uint64_t size;
 
 		if (bsearch(&f, peers.v, peers.n, sizeof(*peers.v), str_cmp) &&
-		    !named_elsewhere(ix, &pn, rank, f)) {
+		    !named_elsewhere(ix, &pn, rank, f) &&
+		    /* a daemon killed mid-save never sends its hashes: only
+		     * the peers that are up are waited for (a re-save through
+		     * the survivors, SPEC 8) */
+		    (!src->ops->peer_size_live ||
+		     src->ops->peer_size_live(src->ctx, ref, f, &size) == 0)) {
 			snprintf(why, whylen, "file %s: another node holds it too: waiting for its write-time hashes",
 				 f);
 			rc = -ENOENT;

@@ -102,6 +102,18 @@ int sf_save_file_hashes(struct sf_source *src, const struct sf_ckpt_ref *ref,
  * owner, as the daemon gave it). */
 bool sf_save_marked(int dirfd, uid_t *uid, gid_t *gid);
 
+/* SF_SAVE_MARKER's body names the saver for the daemons that hold none of
+ * the checkpoint's files (under MPI they read it from a peer):
+ * {"saved_by_uid": N, "saved_by_gid": G}. At most SF_SAVE_MARKER_MAX
+ * bytes. sf_save_marker_body writes it into buf (size bytes, at least
+ * SF_SAVE_MARKER_MAX) and returns its length. sf_save_marker_parse reads
+ * body[0..len) (untrusted, not NUL-terminated): 0 with *uid and *gid
+ * ((gid_t)-1 when it does not say: an older daemon's marker), or
+ * -SF_EFORMAT (no uid, a number out of range, too long). */
+#define SF_SAVE_MARKER_MAX 128
+size_t sf_save_marker_body(uid_t uid, gid_t gid, char *buf, size_t size);
+int sf_save_marker_parse(const char *body, size_t len, uid_t *uid, gid_t *gid);
+
 /* Hash the file open as fd (block_size blocks): *sums (malloc'd, caller
  * frees), *nsums, *size. 0 or a negative errno. */
 int sf_save_hash_fd(int fd, uint64_t block_size, uint64_t **sums,

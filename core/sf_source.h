@@ -61,6 +61,11 @@ struct sf_source_ops {
 	 * copy: 0, -ENOENT when no peer holds it. NULL as above. */
 	int (*peer_size)(void *ctx, const struct sf_ckpt_ref *ck,
 			 const char *file, uint64_t *size);
+	/* As peer_size, over the peers that are up only (a daemon killed
+	 * while its last word on its store stands is not counted): -ENOENT
+	 * when only peers marked down hold it. NULL: as peer_size. */
+	int (*peer_size_live)(void *ctx, const struct sf_ckpt_ref *ck,
+			      const char *file, uint64_t *size);
 	/*
 	 * The checkpoint names (top-level directories of a store) of which
 	 * other daemons hold files: fn(arg, name) once per name. Same returns;

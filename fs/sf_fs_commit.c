@@ -371,8 +371,19 @@ int sf_fs_remove(struct sf_fs *fs, const char *name)
 /* user.shardfs.delete=NAME on the store root: delete checkpoint NAME as
  * `shardctl rm` asks; its name goes to gone[] for the entry invalidation
  * after the reply. */
-static int delete_by_name(struct sf_fs *fs, const char *value, size_t size,
-			  char *gone, size_t gonelen)
+/* A user's delete of a checkpoint saved through a mount: only its saver
+ * or root (SPEC 8), as rm -rf through the mount. */
+static int may_rm_saved(const struct sf_fs_ckpt *c, uid_t uid)
+{
+	if (!c->sv || uid == 0 || uid == c->sv->uid)
+		return 0;
+	sf_warn_limited("delete %s: refused for uid %u: saved through the mount by uid %u",
+			SF_QSTR(c->name), (unsigned)uid, (unsigned)c->sv->uid);
+	return -EACCES;
+}
+
+static int delete_by_name(struct sf_fs *fs, uid_t uid, const char *value,
+			  size_t size, char *gone, size_t gonelen)
 {
 	char name[SF_MAX_COMPONENT + 1];
 	struct sf_node *n;
@@ -391,7 +402,7 @@ static int delete_by_name(struct sf_fs *fs, const char *value, size_t size,
 		return rc;
 	if (n->kind != SF_NODE_CKPT) {
 		rc = -ENOENT;
-	} else {
+	} else if (!(rc = may_rm_saved(n->ck, uid))) {
 		snprintf(gone, gonelen, "%s", name);
 		rc = do_delete(fs, n->ck, RM_USER);
 	}
@@ -413,7 +424,8 @@ void sf_fs_w_setxattr(fuse_req_t req, struct sf_node *n, const char *name,
 		/* `shardctl rm MOUNT/CKPT` asks the store root, which only the
 		 * store's owner may change, even though a committed checkpoint's
 		 * directory is read-only (0555) */
-		rc = delete_by_name(fs, value, size, gone, sizeof(gone));
+		rc = delete_by_name(fs, fuse_req_ctx(req)->uid, value, size, gone,
+				    sizeof(gone));
 	} else if (strcmp(name, XA_COMMIT) == 0 || strcmp(name, XA_DELETE) == 0) {
 		/* a delete on the checkpoint itself says "1" (setfattr -v 1):
 		 * any other value is a name, meant for the store root */
@@ -425,7 +437,9 @@ void sf_fs_w_setxattr(fuse_req_t req, struct sf_node *n, const char *name,
 		} else {
 			/* n may be forgotten once we reply: copy the name. */
 			snprintf(gone, sizeof(gone), "%s", n->ck->name);
-			rc = do_delete(fs, n->ck, RM_USER);
+			rc = may_rm_saved(n->ck, fuse_req_ctx(req)->uid);
+			if (!rc)
+				rc = do_delete(fs, n->ck, RM_USER);
 		}
 	} else if (!sf_node_is_w(n)) {
 		rc = -SF_ECOMMITTED;

@@ -126,6 +126,10 @@ struct sf_fsave {
 				       * that changes */
 };
 
+/* The marker file of a directory a lookup made when it joined a peer's
+ * save (hidden: a `.shardfs` name); gone when anything is made in it. */
+#define SF_FS_JOIN_MARKER ".shardfs-joined"
+
 struct sf_fs_ckpt {
 	char *name;                   /* immutable; owned */
 	char *dir;                    /* immutable; owned; absolute store path */
@@ -149,8 +153,14 @@ struct sf_fs_ckpt {
 	bool s1;                      /* tree_lock: shardfs/1's protocol was
 	                               * used in it (its tensors/ looked up):
 	                               * never a framework's save */
+	bool unlinked;                /* tree_lock: shown from peers' files
+	                               * only, and an entry below was unlinked
+	                               * through this mount since (rm -rf ran:
+	                               * the rmdir of its root removes it) */
 	bool joined;                  /* tree_lock: made by a lookup that
-	                               * joined a peer's save (sf_fs_w_join) */
+	                               * joined a peer's save (sf_fs_w_join);
+	                               * kept in the store as SF_FS_JOIN_MARKER
+	                               * for a restart (sf_fs_resume) */
 	uint64_t ref;                 /* tree_lock: 1 per node of it + 1 while listed */
 	struct sf_fs_ckpt *next;      /* tree_lock: sf_fs.ckpts list */
 	/* immutable: who may see it, from its directory in the store
@@ -516,6 +526,12 @@ void sf_fs_sv_close(struct sf_fs_handle *h);
  * of its directory a view or a root file does not already show. Nothing
  * for any other checkpoint. */
 void sf_fs_sv_show_raw(struct sf_fs *fs, struct sf_fsave *sv, const char *name);
+/* Is c a complete checkpoint this store holds nothing of (shown from
+ * peers' files only, under MPI)? */
+static inline bool sf_fs_ck_peer_only(const struct sf_fs_ckpt *c)
+{
+	return c->ck && c->ck->dirfd < 0;
+}
 /* RAW node n's file open for reading, checked block by block against the
  * write-time hashes as it is read (sf_fs_sv_raw_read): *out (the caller
  * frees it with sf_fs_sv_raw_free, before n's reference goes), or -EIO
@@ -562,6 +578,13 @@ int sf_fs_sv_move(struct sf_fs *fs, struct sf_node *from, const char *name,
  * replace is no longer the one shown. */
 int sf_fs_add_saving(struct sf_fs *fs, struct sf_fs_ckpt *replace,
 		     struct sf_fsave *sv, bool from_store);
+/* Store directory name, saved through the mount in an earlier life (its
+ * SF_SAVE_MARKER) and not complete (a save killed midway, then the daemon
+ * restarted): shown as saving again, its files as the store holds them,
+ * so its saver saves it again or removes it through the mount. 0, or
+ * -ENOENT (no marker), -EEXIST (the root shows that name) or another
+ * negative errno. */
+int sf_fs_sv_resume(struct sf_fs *fs, const char *name);
 /* Writing checkpoint c, with nothing declared or written, becomes a
  * framework's save by user uid (0 also when another request did it). */
 int sf_fs_sv_convert(struct sf_fs *fs, struct sf_fs_ckpt *c, uid_t uid,
@@ -569,7 +592,9 @@ int sf_fs_sv_convert(struct sf_fs *fs, struct sf_fs_ckpt *c, uid_t uid,
 /* A root daemon gives what it made at path (fd >= 0: open on it) to the
  * saver of sv, as a local disk would; otherwise nothing. */
 void sf_fs_sv_own(const struct sf_fsave *sv, const char *path, int fd);
-/* Complete saved checkpoint c goes back to saving (its saver changes it). */
+/* Complete saved checkpoint c goes back to saving (its saver changes it);
+ * one this store holds nothing of (sf_fs_ck_peer_only) gets its directory
+ * here first, so what is saved through this mount goes to this store. */
 int sf_fs_sv_reopen(struct sf_fs *fs, struct sf_fs_ckpt *c);
 
 /* --- sf_fs_declare.c --- */
@@ -703,12 +728,14 @@ void sf_fs_sv_rename(fuse_req_t req, struct sf_node *dir, const char *name,
 /* fsync of a saving handle (0 for any other). */
 int sf_fs_sv_fsync(struct sf_fs_handle *h, int datasync);
 /* Remove saved checkpoint c (saving or complete) from the store and the
- * mount; rmdir of it: only once its directory holds nothing of the
- * framework's (-ENOTEMPTY). */
+ * mount (one shown from peers' files only: from the mount). */
 int sf_fs_sv_remove(struct sf_fs *fs, struct sf_fs_ckpt *c);
 /* sf_fs_sv_remove, then (MPI) the peers are told to remove their files
  * of it (the cluster's removed(); sf_fs_remove on each). A user's rm. */
 int sf_fs_sv_remove_all(struct sf_fs *fs, struct sf_fs_ckpt *c);
+/* rmdir of saved checkpoint c at the root: sf_fs_sv_remove_all once its
+ * directory here holds nothing of the framework's (-ENOTEMPTY); one this
+ * store holds nothing of (sf_fs_ck_peer_only) goes at once. */
 int sf_fs_sv_rmdir_ckpt(struct sf_fs *fs, struct sf_fs_ckpt *c);
 /* Seal the saving checkpoints that are complete (the live store's thread,
  * every round). */

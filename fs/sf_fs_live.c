@@ -30,6 +30,10 @@
  *    checkpoint's name with the directory it was opened from (device and
  *    inode, not following a symlink): one whose directory was replaced is
  *    dropped with one warning and its name looked at anew;
+ *  - a directory that does not open but carries the marker of a save
+ *    through the mount (a save killed midway, the daemon restarted since)
+ *    is shown as saving again (sf_fs_sv_resume): its saver saves it again
+ *    or removes it through the mount;
  *  - under MPI (the cluster's union_* hooks) the store is one union: the
  *    names the peers hold files of (peer_ckpts) are candidates too, a
  *    left-out one is looked at again when its directory here or what the
@@ -210,6 +214,8 @@ static void cand_opened(void *arg, size_t i, struct sf_ckpt *ck, int err,
 	const char *name = c->names[i];
 	int rc;
 
+	if (!ck && sf_fs_sv_resume(fs, name) == 0)
+		return; /* a save through the mount killed in an earlier life */
 	if (!ck) {
 		/* Refused: once per state of its directory (seen). Not
 		 * complete yet, or no format's: a save still running would

@@ -15,7 +15,12 @@
  * saver (or root) changes it. The derived views of a complete one
  * (tensors/, npy/, objects/, model.safetensors, manifest.json) hold no
  * file of the store: unlinking them answers 0, so `rm -rf` and
- * `shutil.rmtree` go through.
+ * `shutil.rmtree` go through. Under MPI, a complete save this store holds
+ * nothing of (shown from the peers' files, its saver from the marker a
+ * peer holds) is removed the same way through this mount: every entry
+ * answers unlink with 0, the rmdir of its root (ENOTEMPTY until an entry
+ * was unlinked) drops it here and tells the peers, which remove their
+ * files (sf_fs_sv_remove_all).
  *
  * Completion (sf_fs_sv_tick, from the live store's thread every round):
  * a saving checkpoint is sealed once no file of it is open for writing,
@@ -235,6 +240,28 @@ int sf_fs_sv_target(fuse_req_t req, struct sf_node *dir, const char *name,
 		rc = may_change_sv(req, fs, c->sv, "change", name);
 		if (rc)
 			return rc;
+		if (sf_fs_ck_peer_only(c) && (op == SF_SV_UNLINK || op == SF_SV_RMDIR)) {
+			/* saved through a peer's mount, nothing of it here:
+			 * its root's rmdir removes it on every node; every
+			 * file below answers unlink with success (it goes
+			 * then). A change saves it again (sf_fs_sv_reopen
+			 * makes its directory here). */
+			bool root = op == SF_SV_RMDIR && dir->kind == SF_NODE_CKPT &&
+				    strcmp(name, ".") == 0, emptied;
+
+			pthread_mutex_lock(&fs->tree_lock);
+			emptied = c->unlinked;
+			c->unlinked = c->unlinked || !root;
+			pthread_mutex_unlock(&fs->tree_lock);
+			if (root) {
+				if (!emptied)
+					return -ENOTEMPTY; /* a plain rmdir, as on a disk */
+				sf_fs_ref(fs, dir);
+				*out = dir;
+				return 1;
+			}
+			return 2;
+		}
 		if ((op == SF_SV_UNLINK || op == SF_SV_RMDIR) && remote_file(fs, c, dir, name))
 			return 2; /* a peer's file: gone with the checkpoint (rmdir) */
 		/* the kernel keeps the old entries below it (rm -rf unlinks
@@ -636,6 +663,15 @@ int sf_fs_sv_remove(struct sf_fs *fs, struct sf_fs_ckpt *c)
 	char gone[PATH_MAX];
 	int rc = 0;
 
+	if (sf_fs_ck_peer_only(c)) {
+		/* nothing of it in this store: its holders remove theirs */
+		pthread_mutex_lock(&fs->commit_lock);
+		sf_fs_drop_ckpt(fs, c);
+		pthread_mutex_unlock(&fs->commit_lock);
+		sf_info("checkpoint %s: removed here (saved through a peer's mount; this store held none of its files)",
+			SF_QSTR(c->name));
+		return 0;
+	}
 	if ((size_t)snprintf(gone, sizeof(gone), "%s/.deleted-%s-%d-%u",
 			     fs->store_abs, c->name, (int)getpid(), seq++) >= sizeof(gone))
 		return -ENAMETOOLONG;
@@ -660,9 +696,12 @@ int sf_fs_sv_remove(struct sf_fs *fs, struct sf_fs_ckpt *c)
 int sf_fs_sv_rmdir_ckpt(struct sf_fs *fs, struct sf_fs_ckpt *c)
 {
 	struct dirent *de;
-	DIR *d = sf_c_opendir(c->dir);
+	DIR *d;
 	int rc = 0;
 
+	if (sf_fs_ck_peer_only(c))
+		return sf_fs_sv_remove_all(fs, c); /* nothing of it here */
+	d = sf_c_opendir(c->dir);
 	if (!d)
 		return -errno;
 	while (!rc && (de = readdir(d)))

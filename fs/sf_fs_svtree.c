@@ -865,8 +865,11 @@ static int read_back(struct sf_fs *fs, struct sf_node *d, const char *dirpath,
 	return rc;
 }
 
-int sf_fs_add_saving(struct sf_fs *fs, struct sf_fs_ckpt *replace,
-		     struct sf_fsave *sv, bool from_store)
+/* sf_fs_add_saving; with replace NULL, a new name (dir its store
+ * directory): -EEXIST when the root shows that name. */
+static int add_saving(struct sf_fs *fs, struct sf_fs_ckpt *replace,
+		      const char *name, const char *dir, struct sf_fsave *sv,
+		      bool from_store)
 {
 	struct sf_fs_ckpt *c;
 	struct sf_node *cd;
@@ -878,8 +881,8 @@ int sf_fs_add_saving(struct sf_fs *fs, struct sf_fs_ckpt *replace,
 		return -ENOMEM;
 	c->state = SF_CK_SAVING;
 	clock_gettime(CLOCK_REALTIME, &c->mtime);
-	c->name = strdup(replace->name);
-	c->dir = strdup(replace->dir);
+	c->name = strdup(name);
+	c->dir = strdup(dir);
 	if (!c->name || !c->dir) {
 		free(c->name);
 		free(c->dir);
@@ -890,9 +893,10 @@ int sf_fs_add_saving(struct sf_fs *fs, struct sf_fs_ckpt *replace,
 
 	pthread_mutex_lock(&fs->tree_lock);
 	i = sf_fs_child_find(fs->root, c->name, strlen(c->name));
-	if (i < 0 || fs->root->children[i]->ck != replace ||
-	    replace->state == SF_CK_GONE || replace->state == SF_CK_REPLACED) {
-		rc = -EAGAIN; /* someone else changed it meanwhile */
+	if (replace ? i < 0 || fs->root->children[i]->ck != replace ||
+		      replace->state == SF_CK_GONE || replace->state == SF_CK_REPLACED :
+		      i >= 0) {
+		rc = replace ? -EAGAIN : -EEXIST; /* someone else changed it meanwhile */
 		pthread_mutex_unlock(&fs->tree_lock);
 		free(c->name);
 		free(c->dir);
@@ -915,7 +919,8 @@ int sf_fs_add_saving(struct sf_fs *fs, struct sf_fs_ckpt *replace,
 		sf_fs_subtree_unlink(fs, cd);
 		goto out_unlist;
 	}
-	sf_fs_retire_locked(fs, replace, replace->ck ? SF_CK_REPLACED : SF_CK_GONE);
+	if (replace)
+		sf_fs_retire_locked(fs, replace, replace->ck ? SF_CK_REPLACED : SF_CK_GONE);
 	rc = sf_fs_child_link(fs->root, cd, true);
 	if (rc) {
 		sf_fs_subtree_unlink(fs, cd);
@@ -931,6 +936,48 @@ out_unlist:
 	return rc;
 }
 
+int sf_fs_add_saving(struct sf_fs *fs, struct sf_fs_ckpt *replace,
+		     struct sf_fsave *sv, bool from_store)
+{
+	return add_saving(fs, replace, replace->name, replace->dir, sv, from_store);
+}
+
+int sf_fs_sv_resume(struct sf_fs *fs, const char *name)
+{
+	struct sf_fsave *sv;
+	char *dir = NULL;
+	uid_t u;
+	gid_t g;
+	int dfd, rc;
+
+	if (fs->single || asprintf(&dir, "%s/%s", fs->store_abs, name) < 0)
+		return -ENOENT;
+	dfd = sf_c_open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0);
+	rc = dfd >= 0 && sf_save_marked(dfd, &u, &g) ? 0 : -ENOENT;
+	if (dfd >= 0)
+		close(dfd);
+	if (!rc && !(sv = calloc(1, sizeof(*sv))))
+		rc = -ENOMEM;
+	if (rc) {
+		free(dir);
+		return rc;
+	}
+	pthread_mutex_init(&sv->lock, NULL);
+	sv->uid = u;
+	sv->gid = g;
+	sv->ref = 1; /* ours, until the saving checkpoint holds it */
+	sv->changed_ns = sf_fs_mono_ns();
+	rc = add_saving(fs, NULL, name, dir, sv, true);
+	pthread_mutex_lock(&fs->tree_lock);
+	sf_fs_sv_put(sv);
+	pthread_mutex_unlock(&fs->tree_lock);
+	if (!rc)
+		sf_warn("checkpoint %s: saved through the mount in an earlier life and never complete: shown as saving (its saver, uid %u, saves it again or removes it)",
+			SF_QSTR(name), (unsigned)u);
+	free(dir);
+	return rc;
+}
+
 /* Count the entries of a writing checkpoint. */
 static void count_entry(void *arg, const char *name,
 			const struct sf_wentry_info *info)
@@ -940,16 +987,17 @@ static void count_entry(void *arg, const char *name,
 	++*(size_t *)arg;
 }
 
-/* Write SF_SAVE_MARKER (who saves it) into dir. */
-static int write_marker(const char *dir, uid_t uid)
+/* Write SF_SAVE_MARKER (who saves it) into dir: the body names the saver
+ * for the daemons that hold none of its files (sf_fs_tree.c). */
+static int write_marker(const char *dir, uid_t uid, gid_t gid)
 {
-	char path[PATH_MAX], body[64];
+	char path[PATH_MAX], body[SF_SAVE_MARKER_MAX];
 	int fd, len, rc = 0;
 
 	if ((size_t)snprintf(path, sizeof(path), "%s/" SF_SAVE_MARKER, dir) >=
 	    sizeof(path))
 		return -ENAMETOOLONG;
-	len = snprintf(body, sizeof(body), "{\"saved_by_uid\": %u}\n", (unsigned)uid);
+	len = (int)sf_save_marker_body(uid, gid, body, sizeof(body));
 	fd = sf_c_open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd < 0)
 		return -errno;
@@ -1017,7 +1065,10 @@ int sf_fs_sv_convert(struct sf_fs *fs, struct sf_fs_ckpt *c, uid_t uid,
 	if ((size_t)snprintf(path, sizeof(path), "%s/" SF_SHARDFS_MARKER, c->dir) <
 	    sizeof(path))
 		(void)sf_c_unlink(path);
-	rc = write_marker(c->dir, uid);
+	if ((size_t)snprintf(path, sizeof(path), "%s/" SF_FS_JOIN_MARKER, c->dir) <
+	    sizeof(path))
+		(void)sf_c_unlink(path); /* joined, now saved through here too */
+	rc = write_marker(c->dir, uid, gid);
 	if (rc)
 		sf_warn("checkpoint %s: cannot write " SF_SAVE_MARKER ": %s",
 			SF_QSTR(c->name), sf_strerror(rc));
@@ -1080,6 +1131,17 @@ int sf_fs_sv_reopen(struct sf_fs *fs, struct sf_fs_ckpt *c)
 
 	if (!c->sv || !c->ck)
 		return -EINVAL;
+	if (sf_fs_ck_peer_only(c)) {
+		/* saved through a peer's mount, nothing of it here: saved
+		 * again through this one too, its files go to this store */
+		if (sf_c_mkdir(c->dir, 0755) != 0 && errno != EEXIST)
+			return -errno;
+		sf_fs_sv_own(c->sv, c->dir, -1);
+		rc = write_marker(c->dir, c->sv->uid, c->sv->gid);
+		if (rc)
+			sf_warn("checkpoint %s: cannot write " SF_SAVE_MARKER ": %s",
+				SF_QSTR(c->name), sf_strerror(rc));
+	}
 	mark_stale(c);
 	if ((size_t)snprintf(path, sizeof(path), "%s/shardfs.index.json", c->dir) <
 	    sizeof(path))

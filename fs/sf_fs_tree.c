@@ -12,6 +12,12 @@
  * The nodes of checkpoints being written are sf_fs_wtree.c's, made through
  * the helpers this file shares with it (sf_fs_internal.h); a commit swaps
  * the whole checkpoint for its committed tree at once (here).
+ *
+ * A complete checkpoint saved through a mount keeps its saver (struct
+ * sf_fsave): from its marker here, or, under MPI when this store holds
+ * none of its files, from the marker's body a peer holds (read through
+ * the cluster's source before the tree lock is taken, capped at
+ * SF_SAVE_MARKER_MAX bytes).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -723,14 +729,45 @@ bool sf_fs_drop_vanished(struct sf_fs *fs, const char *name, const char *dir)
 	return dropped;
 }
 
+/* Under MPI, complete checkpoint ck shown from peers' files only (no
+ * directory here): whether a peer holds its SF_SAVE_MARKER (saved through
+ * that peer's mount), and then its saver from the marker's body (as
+ * sf_save_marker_parse): *uid, and *gid ((gid_t)-1 when a marker of an
+ * older daemon does not say). Reads the marker through the cluster's
+ * source (at most SF_SAVE_MARKER_MAX bytes); call it with no daemon lock
+ * held. */
+static bool peer_saver(struct sf_fs *fs, const struct sf_ckpt *ck, uid_t *uid,
+		       gid_t *gid)
+{
+	const struct sf_fs_cluster *cl = fs->cfg->cluster;
+	struct sf_source *src = cl && cl->source && cl->source->ops->peer_size ?
+				cl->source : NULL;
+	char body[SF_SAVE_MARKER_MAX];
+	uint64_t size;
+
+	return src && ck->dirfd < 0 &&
+	       src->ops->peer_size(src->ctx, &ck->ref, SF_SAVE_MARKER, &size) == 0 &&
+	       size > 0 && size <= SF_SAVE_MARKER_MAX &&
+	       src->ops->read(src->ctx, &ck->ref, 0, SF_SAVE_MARKER, 0, body,
+			      (size_t)size) == 0 &&
+	       sf_save_marker_parse(body, (size_t)size, uid, gid) == 0;
+}
+
 static int add_committed(struct sf_fs *fs, struct sf_ckpt *ck,
 			 struct sf_fs_ckpt *replace)
 {
 	struct sf_node *cd, *dir = NULL;
 	struct sf_fs_ckpt *c;
 	const char *leaf;
+	uid_t pu = 0;
+	gid_t pg = 0;
+	bool peer_saved = false;
 	int rc;
 
+	/* under MPI, shown from peers' files only: saved through a peer's
+	 * mount? (read from that peer, so before any lock) */
+	if (!replace && !fs->single && !ck->fmt->writable && ck->dirfd < 0)
+		peer_saved = peer_saver(fs, ck, &pu, &pg);
 	c = calloc(1, sizeof(*c));
 	if (!c) {
 		sf_ckpt_close(ck);
@@ -758,8 +795,19 @@ static int add_committed(struct sf_fs *fs, struct sf_ckpt *ck,
 		uid_t u;
 		gid_t g;
 
-		if (sf_save_marked(ck->dirfd, &u, &g) &&
-		    (c->sv = calloc(1, sizeof(*c->sv))) != NULL) {
+		bool marked = sf_save_marked(ck->dirfd, &u, &g);
+
+		if (!marked && peer_saved) {
+			/* nothing of it here: its saver as the peer's marker
+			 * says, who may remove it through this mount too (the
+			 * holders remove their files, sf_fs_sv_remove_all) */
+			u = pu;
+			g = pg == (gid_t)-1 ? c->gid : pg;
+			c->uid = u;
+			c->gid = g;
+			marked = true;
+		}
+		if (marked && (c->sv = calloc(1, sizeof(*c->sv))) != NULL) {
 			pthread_mutex_init(&c->sv->lock, NULL);
 			c->sv->uid = u;
 			c->sv->gid = g;

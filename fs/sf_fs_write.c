@@ -5,7 +5,8 @@
  * box shards through slice paths, flat shards through pwrite, root files,
  * resuming a checkpoint that a killed daemon left unfinished, and (MPI) a
  * peer's save joined by a lookup, let go of once the peer sealed it if
- * nothing was made in it here. Commit,
+ * nothing was made in it here (the join is kept in the store,
+ * SF_FS_JOIN_MARKER, so a restarted daemon lets go of it too). Commit,
  * delete and the setxattr entry point are sf_fs_commit.c's, above this.
  *
  * Invariants:
@@ -107,10 +108,30 @@ bool sf_fs_component_ok(const char *name)
 
 /* --- resume --- */
 
+/* Does store directory dir hold SF_FS_JOIN_MARKER (a lookup made it when
+ * it joined a peer's save)? */
+static bool join_marked(const char *dir)
+{
+	char path[PATH_MAX];
+
+	return (size_t)snprintf(path, sizeof(path), "%s/" SF_FS_JOIN_MARKER, dir) <
+	       sizeof(path) && sf_c_exists(path);
+}
+
+static void count_entry(void *arg, const char *name,
+			const struct sf_wentry_info *info)
+{
+	(void)name;
+	(void)info;
+	++*(size_t *)arg;
+}
+
 int sf_fs_resume(struct sf_fs *fs, const char *name, const char *dir)
 {
 	struct sf_wckpt *w = NULL;
-	size_t resumed = 0;
+	struct sf_node *n = NULL;
+	size_t resumed = 0, entries = 0;
+	bool joined;
 	int rc;
 
 	if (fs->single)
@@ -127,11 +148,25 @@ int sf_fs_resume(struct sf_fs *fs, const char *name, const char *dir)
 		       SF_QSTR(name), sf_strerror(rc));
 		return rc;
 	}
-	rc = sf_fs_add_writing(fs, name, dir, w, NULL);
+	/* the empty directory a lookup made when it joined a peer's save in
+	 * an earlier life: joined again, let go of as then */
+	if (fs->cfg->cluster && join_marked(dir))
+		sf_wckpt_foreach(w, count_entry, &entries);
+	joined = fs->cfg->cluster && join_marked(dir) && !entries;
+	rc = sf_fs_add_writing(fs, name, dir, w, joined ? &n : NULL);
 	if (rc) {
 		sf_err("checkpoint %s: cannot show the unfinished checkpoint: %s",
 		       SF_QSTR(name), sf_strerror(rc));
 		return rc;
+	}
+	if (joined) {
+		pthread_mutex_lock(&fs->tree_lock);
+		n->ck->joined = true;
+		pthread_mutex_unlock(&fs->tree_lock);
+		sf_fs_unref(fs, n, 1);
+		sf_info("checkpoint %s: a peer's save that a lookup joined here: let go of once the peer sealed it, or it left the other stores",
+			SF_QSTR(name));
+		return 0;
 	}
 	sf_warn("checkpoint %s: not committed; resumed for writing with %zu intact shard%s",
 		SF_QSTR(name), resumed, resumed == 1 ? "" : "s");
@@ -247,6 +282,18 @@ int sf_fs_w_join(fuse_req_t req, const char *name, struct sf_node **out)
 		return -ENOENT;
 	rc = new_ckpt(fs, name, ctx->uid, ctx->gid, out);
 	if (rc == 0) {
+		char path[PATH_MAX];
+		int fd = -1;
+
+		/* kept where a restarted daemon finds it (sf_fs_resume) */
+		if ((size_t)snprintf(path, sizeof(path), "%s/" SF_FS_JOIN_MARKER,
+				     (*out)->ck->dir) < sizeof(path))
+			fd = sf_c_open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		if (fd < 0)
+			sf_warn("checkpoint %s: cannot write " SF_FS_JOIN_MARKER ": %s",
+				SF_QSTR(name), strerror(errno));
+		else
+			close(fd);
 		pthread_mutex_lock(&fs->tree_lock);
 		(*out)->ck->joined = true;
 		pthread_mutex_unlock(&fs->tree_lock);
@@ -254,14 +301,6 @@ int sf_fs_w_join(fuse_req_t req, const char *name, struct sf_node **out)
 			SF_QSTR(name));
 	}
 	return rc == -EEXIST ? -ENOENT : rc;
-}
-
-static void count_entry(void *arg, const char *name,
-			const struct sf_wentry_info *info)
-{
-	(void)name;
-	(void)info;
-	++*(size_t *)arg;
 }
 
 /* Joined checkpoint c holds nothing here and no peer saves its name any
@@ -286,9 +325,14 @@ static void unjoin(struct sf_fs *fs, struct sf_fs_ckpt *c)
 	/* a shardfs/1 declaration or file made here since: this daemon's */
 	sf_wckpt_foreach(c->w, count_entry, &entries);
 	if (entries) {
+		char path[PATH_MAX];
+
 		pthread_mutex_lock(&fs->tree_lock);
 		c->joined = false;
 		pthread_mutex_unlock(&fs->tree_lock);
+		if ((size_t)snprintf(path, sizeof(path), "%s/" SF_FS_JOIN_MARKER, c->dir) <
+		    sizeof(path))
+			(void)sf_c_unlink(path);
 		goto out_unbusy;
 	}
 	rc = sf_wckpt_retire(fs->store_abs, c->dir, c->name, &gone, why, sizeof(why));

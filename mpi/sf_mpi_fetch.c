@@ -770,6 +770,31 @@ static int mpi_src_peer_size(void *ctx, const struct sf_ckpt_ref *ck,
 	return sf_mpi_inv_peer_size(mp, mp->single ? "" : ck->name, file, size);
 }
 
+/* peer_size over the holders not marked down (pick_peer's view). */
+static int mpi_src_peer_size_live(void *ctx, const struct sf_ckpt_ref *ck,
+				  const char *file, uint64_t *size)
+{
+	struct sf_mpi *mp = ctx;
+	const char *name = mp->single ? "" : ck->name;
+	const struct inv_ent *e;
+	int ret = -ENOENT;
+
+	(void)sf_mpi_inv_ensure(mp, name); /* logs what it could not fetch */
+	sf_mpi_inv_rdlock(mp);
+	e = sf_mpi_inv_find(mp, name, file);
+	for (unsigned i = 0; e && i < e->nh; i++) {
+		int r = e->h[i].rank;
+
+		if (r == mp->rank || sf_mpi_peer_down(mp, r))
+			continue;
+		if (ret || e->h[i].size > *size)
+			*size = e->h[i].size;
+		ret = 0;
+	}
+	sf_mpi_inv_unlock(mp);
+	return ret;
+}
+
 static int mpi_src_peer_ckpts(void *ctx, int (*fn)(void *arg, const char *name),
 			      void *arg)
 {
@@ -783,6 +808,7 @@ const struct sf_source_ops sf_mpi_src_ops = {
 	.forget = mpi_src_forget,
 	.peer_files = mpi_src_peer_files,
 	.peer_size = mpi_src_peer_size,
+	.peer_size_live = mpi_src_peer_size_live,
 	.peer_ckpts = mpi_src_peer_ckpts,
 	.advise = mpi_src_advise,
 	.map = mpi_src_map,

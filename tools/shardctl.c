@@ -798,16 +798,6 @@ static int xattr_cmd(const char *cmd, const char *usage, const char *attr,
 			path);
 		return 1;
 	}
-	/* a checkpoint another framework wrote is read-only, always; the
-	 * daemon refuses too (EROFS), this says why */
-	n = get_text_xattr(path, "user.shardfs.format", state, sizeof(state));
-	if (n > 0) {
-		if (strncmp(state, "shardfs/", 8) != 0) {
-			fprintf(stderr, "shardctl %s: %s: a %s checkpoint: shardfs only reads checkpoints other frameworks wrote, and never changes or deletes them (delete its directory in the store yourself)\n",
-				cmd, path, state);
-			return 1;
-		}
-	}
 	if (strcmp(attr, "user.shardfs.delete") == 0)
 		err = ask_store_root(path, attr);
 	else
@@ -819,6 +809,15 @@ static int xattr_cmd(const char *cmd, const char *usage, const char *attr,
 	if (err == EISDIR) {
 		fprintf(stderr, "shardctl %s: %s: is the mount of a store; name one of its checkpoints (MOUNT/CKPT)\n",
 			cmd, path);
+		return 1;
+	}
+	/* a checkpoint another framework wrote is read-only, always (one a
+	 * framework saved through a mount is not: the daemon decides) */
+	if (err == EROFS &&
+	    get_text_xattr(path, "user.shardfs.format", state, sizeof(state)) > 0 &&
+	    strncmp(state, "shardfs/", 8) != 0) {
+		fprintf(stderr, "shardctl %s: %s: a %s checkpoint: shardfs only reads checkpoints other frameworks wrote, and never changes or deletes them (delete its directory in the store yourself)\n",
+			cmd, path, state);
 		return 1;
 	}
 	/* a delete the daemon refused says why (MPI: a rank is down) */

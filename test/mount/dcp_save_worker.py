@@ -8,7 +8,8 @@ save: ShardedTensors split over WORLD ranks (rows by dim 0, cols by dim
 1) and a plain tensor and an int, saved with save_state_dict and the
 stock FileSystemWriter (SF_SAVE_BIG_MIB=N in the environment: a plain
 N MiB tensor "big" too, so one rank's file spans several 4 MiB blocks). STALL (a rank number): that rank stops before
-writing its data (the test kills it there). load: load_state_dict
+writing its data (the test kills it there; SF_SAVE_STALL_AFTER=1: right
+after its data files were written and closed). load: load_state_dict
 (no_dist) into whole tensors, written to OUT as .npy files.
 """
 
@@ -61,12 +62,19 @@ def save(rank, world, initfile, path, stall, seed, big_mib=0):
     if big_mib:
         sd["big"] = big_tensor(big_mib, seed)
 
+    after = os.environ.get("SF_SAVE_STALL_AFTER") == "1"
+
     class Writer(dcp.FileSystemWriter):
         def write_data(self, plan, planner):
-            if stall == rank:
+            if stall == rank and not after:
                 print("stalled", flush=True)
                 time.sleep(3600)
-            return super().write_data(plan, planner)
+            fut = super().write_data(plan, planner)
+            if stall == rank:  # after: its files written and closed
+                fut.wait()
+                print("stalled", flush=True)
+                time.sleep(3600)
+            return fut
 
     dcp.save_state_dict(sd, Writer(path))
     dist.barrier()

@@ -24,13 +24,15 @@ def state(path):
         return "error %s" % errno.errorcode.get(e.errno, e.errno)
 
 
-def start_ranks(init, paths, stall=-1, seed=5, big_mib=0):
+def start_ranks(init, paths, stall=-1, seed=5, big_mib=0, stall_after=False):
     """One torch 1.13 save_state_dict process per path (rank r saves into
     paths[r]), sharing the rendezvous file init; rank stall stops before
-    its data; big_mib: a plain tensor of that many MiB besides. The Popen
-    objects, stdout piped."""
+    its data (stall_after: right after its data files were written);
+    big_mib: a plain tensor of that many MiB besides. The Popen objects,
+    stdout piped."""
     n = len(paths)
-    env = dict(os.environ, SF_SAVE_BIG_MIB=str(big_mib))
+    env = dict(os.environ, SF_SAVE_BIG_MIB=str(big_mib),
+               SF_SAVE_STALL_AFTER="1" if stall_after else "0")
     return [subprocess.Popen(
         [PY, WORKER, "save", str(r), str(n), init, p, str(stall), str(seed)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)

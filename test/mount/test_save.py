@@ -26,6 +26,8 @@ bf16 tensor, an int) saves into MOUNT/step-N:
   7. a DCP checkpoint found in the store (written there directly) stays
      read-only: unlink, create and rmdir in it fail;
   9. a daemon started again shows step-3 verified, rm -rf removes it;
+     a save killed midway before the restart is shown saving, and rm -rf
+     removes it;
   8. a user who is not root saves (into a store they own): the files are
      theirs; another user cannot rm -rf it, they can.
 """
@@ -257,6 +259,8 @@ def run(env, ck):
                   lambda: os.rmdir(os.path.join(froot, "tensors")), "found: rmdir refused")
         ck.ok(os.path.exists(os.path.join(found, ".metadata")),
               "found: its files untouched")
+        # a save killed midway, left for the next daemon
+        killed_save(env, ck, os.path.join(m.mnt, "step-4"), "step-4")
     # 9. a daemon started again finds step-3 verified and removable
     with sm.Mount(env, store, ["-o", "allow_other"], name="again") as m:
         root3 = os.path.join(m.mnt, "step-3")
@@ -267,6 +271,16 @@ def run(env, ck):
         shutil.rmtree(root3)
         ck.ok(not os.path.exists(os.path.join(store, "step-3")),
               "restarted: shutil.rmtree removed step-3 from the store")
+        # the killed save: saving again, so its saver removes it
+        root4 = os.path.join(m.mnt, "step-4")
+        ck.ok(wait_state(root4, "saving", BOUND_S) is not None,
+              "restarted: the killed save step-4 is shown saving (%s)" % state(root4))
+        try:
+            shutil.rmtree(root4)
+        except OSError as e:
+            ck.ok(False, "restarted: shutil.rmtree of step-4: %s" % e)
+        ck.ok(not os.path.exists(os.path.join(store, "step-4")),
+              "restarted: shutil.rmtree removed the killed save step-4 from the store")
         ck.raises((errno.EROFS, errno.EPERM),
                   lambda: os.unlink(os.path.join(m.mnt, "found", "manifest.json")),
                   "restarted: found still read-only")

@@ -2,15 +2,18 @@
 """MPI, a daemon killed (SIGKILL) while a framework saves through the
 mounts (issue 26 item 5, SPEC 8): `mpirun --enable-recovery` with 2
 daemons (node-local stores), torch 1.13's save_state_dict from 2 gloo
-processes, rank r through daemon r's mount; rank 1 stops before its
-data, then daemon 1 is killed with SIGKILL:
+processes, rank r through daemon r's mount; rank 1 stops right after
+its data file went to store 1, then daemon 1 is killed with SIGKILL:
 
   1. rank 1's process (its mount gone) and rank 0 (left in torch's
      collective) end once rank 1 is killed: no daemon holds them;
   2. daemon 0 never shows the save complete (4 s later), keeps its own
      files of it in store 0, answers at once (state, listing) and still
      serves its other checkpoints;
-  3. daemon 0 leaves at unmount with daemon 1 dead.
+  3. the job saves that name again, both ranks through the surviving
+     mount (rank 0's files of the killed save are overwritten): daemon 0
+     shows it complete within 4 s, verified, with the new bytes;
+  4. daemon 0 leaves at unmount with daemon 1 dead.
 """
 
 import hashlib
@@ -30,6 +33,7 @@ from savelib import state  # noqa: E402
 NR = 2
 PEER_TIMEOUT_S = 3
 ANSWER_S = 2.0                       # a daemon's answer with a dead peer
+SEAL_S = 4.0                         # a re-save's end to complete
 EXIT_BOUND_S = PEER_TIMEOUT_S + 15   # unmount to mpirun's exit
 
 
@@ -53,10 +57,12 @@ def run(env, ck):
         if not ck.ok(pid is not None, "found daemon 1"):
             return
         paths = [os.path.join(c.mnt(r), "dk") for r in range(NR)]
-        procs = savelib.start_ranks(env.path("init-dk"), paths, stall=1)
+        procs = savelib.start_ranks(env.path("init-dk"), paths, stall=1, stall_after=True)
         line = procs[1].stdout.readline()
-        ck.eq(line.strip(), b"stalled", "dk: rank 1 reached its data")
-        time.sleep(1.5)  # rank 0 writes its file meanwhile
+        ck.eq(line.strip(), b"stalled", "dk: rank 1 wrote its data")
+        ck.ok(os.path.exists(os.path.join(c.store(1), "dk", "__1_0.distcp")),
+              "dk: rank 1's file is in store 1 before daemon 1 is killed")
+        time.sleep(1.5)  # rank 0 writes its file, daemon 1 tells daemon 0
         os.kill(pid, signal.SIGKILL)
         procs[1].send_signal(signal.SIGKILL)
         t0 = time.monotonic()
@@ -89,7 +95,28 @@ def run(env, ck):
         ck.eq(res, ("ok", hashlib.sha256(sm.read_file(meta)).hexdigest()),
               "before: daemon 0 still serves torch's .metadata it holds")
 
-        # 3. unmount the live one; the dead one's mount is stale
+        # 3. a re-save of that name through the surviving mount
+        procs = savelib.start_ranks(env.path("init-dk2"), [root, root], seed=8)
+        ck.ok(savelib.wait_ranks(procs, 120), "dk again: saved by 2 ranks through daemon 0")
+        dt = savelib.wait_until(lambda: state(root) == "committed", SEAL_S)
+        ck.ok(dt is not None, "dk again: complete on daemon 0 within %.0f s (%s)" % (
+            SEAL_S, state(root)))
+        if dt is None:
+            print("\n".join(ln for ln in c.log_text().splitlines() if '"dk"' in ln)[-3000:])
+        try:
+            v = os.getxattr(root, "user.shardfs.verified")
+        except OSError as e:
+            v = str(e).encode()
+        ck.eq(v, b"yes", "dk again: verified from the write-time hashes")
+        want = savelib.expected(8)
+        for t in sorted(want):
+            try:
+                got = sm.read_file(sm.tensor_path(root, t))
+            except OSError as e:
+                got = str(e).encode()
+            ck.bytes_eq(got, want[t], "dk again: tensors/%s has the re-save's bytes" % t)
+
+        # 4. unmount the live one; the dead one's mount is stale
         t0 = time.monotonic()
         sm.subprocess.run(["fusermount3", "-u", c.mnt(0)], timeout=30)
         sm.subprocess.run(["umount", "-l", c.mnt(1)], timeout=30)

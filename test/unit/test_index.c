@@ -23,6 +23,7 @@
 #include "sf_index.h"
 #include "sf_io.h"
 #include "sf_log.h"
+#include "sf_save.h"
 #include "sf_test.h"
 
 #define BS 4096u
@@ -569,6 +570,36 @@ out:
 	sf_index_free(m);
 }
 
+/* The save marker's body (a peer's, under MPI): what it names, what is
+ * refused. */
+#define MARKER_PARSE(lit) sf_save_marker_parse(lit, sizeof(lit) - 1, &u, &g)
+
+static void test_save_marker(void)
+{
+	char body[SF_SAVE_MARKER_MAX], big[SF_SAVE_MARKER_MAX + 8];
+	size_t n = sf_save_marker_body(65534, 100, body, sizeof(body));
+	uid_t u = 1;
+	gid_t g = 1;
+
+	CHECK(n > 0 && n < sizeof(body));
+	CHECK_EQ(sf_save_marker_parse(body, n, &u, &g), 0);
+	CHECK(u == 65534 && g == 100);
+	/* an older daemon's marker: no gid */
+	CHECK_EQ(MARKER_PARSE("{\"saved_by_uid\": 0}\n"), 0);
+	CHECK(u == 0 && g == (gid_t)-1);
+	CHECK_EQ(MARKER_PARSE("{}"), -SF_EFORMAT);
+	CHECK_EQ(MARKER_PARSE("{\"saved_by_uid\": x}"), -SF_EFORMAT);
+	CHECK_EQ(MARKER_PARSE("{\"saved_by_uid\": 4294967295}"),
+		 -SF_EFORMAT);
+	CHECK_EQ(MARKER_PARSE("{\"saved_by_uid\": 12345678901}"),
+		 -SF_EFORMAT);
+	CHECK_EQ(MARKER_PARSE("{\"saved_by_uid\": 5, \"saved_by_gid\": -1}"), -SF_EFORMAT);
+	CHECK_EQ(MARKER_PARSE("{\"saved_by_uid\":\0 5}"), -SF_EFORMAT);
+	memset(big, ' ', sizeof(big));
+	memcpy(big, body, n);
+	CHECK_EQ(sf_save_marker_parse(big, sizeof(big), &u, &g), -SF_EFORMAT);
+}
+
 int main(void)
 {
 	sf_log_setup("test_index: ", SF_LOG_ERROR);
@@ -577,5 +608,6 @@ int main(void)
 	test_parse_bad();
 	test_build_apply();
 	test_merge();
+	test_save_marker();
 	return sf_test_done("test_index");
 }
