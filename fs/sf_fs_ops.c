@@ -971,6 +971,18 @@ static void remove_entry(fuse_req_t req, fuse_ino_t parent, const char *name,
 
 	if (sv_unlink(req, p, name, dir))
 		return;
+	if (p == fs->root && !fs->single) {
+		struct sf_node *c;
+
+		/* a name removed meanwhile (through a peer's mount, whose
+		 * rmdir returned before this daemon dropped it): gone, as on
+		 * a disk, so rm -rf through the next mount succeeds */
+		if (sf_fs_lookup(fs, p, name, &c) != 0) {
+			sf_fs_reply_err(req, -ENOENT);
+			return;
+		}
+		sf_fs_unref(fs, c, 1);
+	}
 	rc = sf_fs_may_change(req, fs, what, name);
 	if (!rc)
 		rc = sf_node_is_w(p) || (p == fs->root && !fs->single) ?

@@ -16,7 +16,8 @@ FileSystemWriter, no_dist) into rank 0's mount only.
      fail, nothing goes;
   3. a save through rank 0 only saved again by 2 ranks, each through
      its own mount (rank 1's held nothing of it): complete and verified on
-     both with the new bytes, rank 1's file in store 1;
+     both with the new bytes, rank 1's file in store 1; rm -rf through
+     rank 0 and at once through rank 1: both succeed, gone everywhere;
   4. a save killed before DCP's .metadata while a lookup on rank 1 had
      joined it (an empty directory in store 1), then both daemons
      restarted: rank 0 shows it as saving; saved again through rank 0 it
@@ -187,6 +188,14 @@ def run_resave(ck, env, c):
                         "re: rank %d tensors/%s has the re-save's bytes" % (r, t))
     ck.ok(any(f.startswith("__1_") for f in os.listdir(os.path.join(c.store(1), "re"))),
           "re: rank 1's file of the re-save is in store 1")
+    # rotation by two nodes' scripts, one after the other: rm -rf through
+    # rank 0, then at once through rank 1 (its daemon drops the name a
+    # moment after rank 0's rmdir returned): both succeed
+    p = as_uid(0, ["sh", "-c", 'rm -rf "$1" || exit 7; rm -rf "$2"', "sh",
+                   os.path.join(c.mnt(0), "re"), os.path.join(c.mnt(1), "re")])
+    ck.eq(p.returncode, 0, "re: rm -rf through rank 0, then at once through rank 1 "
+          "(nothing left to do): %s" % p.stdout.decode(errors="replace")[-300:])
+    gone_within(ck, c, "re", "re (rmtree through rank 0, then rank 1)")
 
 
 def run(env, ck):
