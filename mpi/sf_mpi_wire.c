@@ -316,6 +316,34 @@ void sf_mpi_wire_text(char *dst, size_t cap, const void *src, size_t len)
 /* ------------------------------------------------------------------ */
 /* inventories                                                         */
 
+/* Room for one more record of need bytes at the end of ib (its first
+ * buffer first bytes): where it goes, or NULL with ib->ret set (over the
+ * caps: -SF_ETOOBIG; -ENOMEM). */
+static unsigned char *buf_room(struct sf_mpi_wire_inv_buf *ib, size_t need,
+			       size_t first)
+{
+	if (ib->nfiles >= SF_MPI_WIRE_MAX_INV_FILES ||
+	    ib->len + need > SF_MPI_WIRE_MAX_INV_BYTES) {
+		ib->ret = -SF_ETOOBIG;
+		return NULL;
+	}
+	if (ib->len + need > ib->cap) {
+		size_t cap = ib->cap ? ib->cap * 2 : first;
+		unsigned char *p;
+
+		while (cap < ib->len + need)
+			cap *= 2;
+		p = realloc(ib->p, cap);
+		if (!p) {
+			ib->ret = -ENOMEM;
+			return NULL;
+		}
+		ib->p = p;
+		ib->cap = cap;
+	}
+	return ib->p + ib->len;
+}
+
 void sf_mpi_wire_inv_put(struct sf_mpi_wire_inv_buf *ib, const char *name,
 			 size_t name_len, const char *file, size_t file_len,
 			 uint64_t size)
@@ -331,25 +359,9 @@ void sf_mpi_wire_inv_put(struct sf_mpi_wire_inv_buf *ib, const char *name,
 		ib->ret = -EINVAL;
 		return;
 	}
-	if (ib->nfiles >= SF_MPI_WIRE_MAX_INV_FILES ||
-	    ib->len + need > SF_MPI_WIRE_MAX_INV_BYTES) {
-		ib->ret = -SF_ETOOBIG;
+	p = buf_room(ib, need, 65536);
+	if (!p)
 		return;
-	}
-	if (ib->len + need > ib->cap) {
-		size_t cap = ib->cap ? ib->cap * 2 : 65536;
-
-		while (cap < ib->len + need)
-			cap *= 2;
-		p = realloc(ib->p, cap);
-		if (!p) {
-			ib->ret = -ENOMEM;
-			return;
-		}
-		ib->p = p;
-		ib->cap = cap;
-	}
-	p = ib->p + ib->len;
 	memcpy(p, &nl, 2);
 	memcpy(p + 2, &fl, 2);
 	memcpy(p + 4, &size, 8);
@@ -444,25 +456,9 @@ void sf_mpi_wire_sum_put(struct sf_mpi_wire_inv_buf *ib, const char *name,
 		ib->ret = -EINVAL;
 		return;
 	}
-	if (ib->nfiles >= SF_MPI_WIRE_MAX_INV_FILES ||
-	    ib->len + need > SF_MPI_WIRE_MAX_INV_BYTES) {
-		ib->ret = -SF_ETOOBIG;
+	p = buf_room(ib, need, 4096);
+	if (!p)
 		return;
-	}
-	if (ib->len + need > ib->cap) {
-		size_t cap = ib->cap ? ib->cap * 2 : 4096;
-
-		while (cap < ib->len + need)
-			cap *= 2;
-		p = realloc(ib->p, cap);
-		if (!p) {
-			ib->ret = -ENOMEM;
-			return;
-		}
-		ib->p = p;
-		ib->cap = cap;
-	}
-	p = ib->p + ib->len;
 	memcpy(p, &nl, 2);
 	memcpy(p + 2, &zero, 2);
 	memcpy(p + 4, &files, 8);

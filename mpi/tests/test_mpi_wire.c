@@ -1200,6 +1200,21 @@ static void test_lists(void)
 	sf_mpi_wire_inv_release(&sb);
 }
 
+/* A reply seed: status, then n bytes of data. 0 or 1. */
+static int write_reply(const char *dir, const char *name, int64_t status,
+		       const char *data, size_t n)
+{
+	unsigned char *m = malloc(8 + n);
+	int ret;
+
+	if (!m)
+		return 1;
+	sf_mpi_wire_reply_encode(m, status, data, n);
+	ret = write_file(dir, name, m, 8 + n);
+	free(m);
+	return ret;
+}
+
 static int write_seeds(const char *dir)
 {
 	static const char manifest[] = "{\"format\":\"shardfs/1\",\"name\":\"s\"}";
@@ -1221,31 +1236,15 @@ static int write_seeds(const char *dir)
 	ret |= write_file(dir, "reply-read.bin", buf, 8 + 16);
 	sf_mpi_wire_reply_encode(buf, -SF_ESHORT, NULL, 0);
 	ret |= write_file(dir, "reply-read-error.bin", buf, 8);
-	m = malloc(8 + sizeof(manifest));
-	if (m) {
-		sf_mpi_wire_reply_encode(m, 0, manifest, sizeof(manifest) - 1);
-		ret |= write_file(dir, "verdict-manifest.bin", m,
-				  8 + sizeof(manifest) - 1);
-		free(m);
-	}
-	m = malloc(8 + sizeof(reason));
-	if (m) {
-		sf_mpi_wire_reply_encode(m, -ETIMEDOUT, reason,
-					 sizeof(reason) - 1);
-		ret |= write_file(dir, "verdict-error.bin", m,
-				  8 + sizeof(reason) - 1);
-		free(m);
-	}
+	ret |= write_reply(dir, "verdict-manifest.bin", 0, manifest,
+			   sizeof(manifest) - 1);
+	ret |= write_reply(dir, "verdict-error.bin", -ETIMEDOUT, reason,
+			   sizeof(reason) - 1);
 	m = encode_inv(&n);
 	ret |= !m || write_file(dir, "inventory.bin", m, n);
 	free(m);
-	m = malloc(8 + sizeof(list_recs));
-	if (m) {
-		sf_mpi_wire_reply_encode(m, 3, list_recs, sizeof(list_recs) - 1);
-		ret |= write_file(dir, "reply-list.bin", m,
-				  8 + sizeof(list_recs) - 1);
-		free(m);
-	}
+	ret |= write_reply(dir, "reply-list.bin", 3, list_recs,
+			   sizeof(list_recs) - 1);
 	{
 		struct sf_mpi_wire_inv_buf sb = { 0 };
 

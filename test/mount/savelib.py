@@ -1,6 +1,7 @@
 """savelib - what the tests of saves through the mount share (test_save.py
 here, test/mpi/test_mpi_save.py): a checkpoint's state, ranks of
-dcp_save_worker.py started and awaited, and the bytes they save.
+dcp_save_worker.py started and awaited, the bytes they save, and reads
+that return an error's text instead of raising.
 Standard library only; torch is imported by expected() alone.
 """
 
@@ -22,6 +23,24 @@ def state(path):
         return os.getxattr(path, XA_STATE).decode()
     except OSError as e:
         return "error %s" % errno.errorcode.get(e.errno, e.errno)
+
+
+def xattr(path, name):
+    """Extended attribute name of path, or the error's text (bytes)."""
+    try:
+        return os.getxattr(path, name)
+    except OSError as e:
+        return str(e).encode()
+
+
+def read(path):
+    """The bytes of path, or the error's text (bytes): a failed read
+    compares unequal to any expected bytes and says why."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        return str(e).encode()
 
 
 def start_ranks(init, paths, stall=-1, seed=5, big_mib=0, stall_after=False):

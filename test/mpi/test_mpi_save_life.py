@@ -37,7 +37,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "mount"))
 import sfmpi  # noqa: E402
 from sfmpi import sm  # noqa: E402
 import savelib  # noqa: E402
-from savelib import PY, state  # noqa: E402
+from savelib import PY, read, state, xattr  # noqa: E402
 
 NR = 2
 WITHIN_S = 2.0
@@ -89,20 +89,6 @@ def gone_within(ck, c, name, label):
     dt = savelib.wait_until(lambda: not everywhere(c, name), WITHIN_S)
     ck.ok(dt is not None, "%s: gone from every mount and store within %.0f s (left: %s)"
           % (label, WITHIN_S, everywhere(c, name)))
-
-
-def xattr(path, name):
-    try:
-        return os.getxattr(path, name)
-    except OSError as e:
-        return str(e).encode()
-
-
-def read(path):
-    try:
-        return sm.read_file(path)
-    except OSError as e:
-        return str(e).encode()
 
 
 def saved_on_both(ck, c, uid, name, seed=5):
