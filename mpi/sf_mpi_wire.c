@@ -344,14 +344,33 @@ static unsigned char *buf_room(struct sf_mpi_wire_inv_buf *ib, size_t need,
 	return ib->p + ib->len;
 }
 
+/* Append [u16 name_len][u16 file_len][u64 v][name][file]: an inventory
+ * record, or with no file a summary (the parsers tell them apart). */
+static void rec_put(struct sf_mpi_wire_inv_buf *ib, const char *name,
+		    size_t name_len, const char *file, size_t file_len,
+		    uint64_t v, size_t first)
+{
+	size_t need = SF_MPI_WIRE_INV_REC + name_len + file_len;
+	uint16_t nl = (uint16_t)name_len, fl = (uint16_t)file_len;
+	unsigned char *p = buf_room(ib, need, first);
+
+	if (!p)
+		return;
+	memcpy(p, &nl, 2);
+	memcpy(p + 2, &fl, 2);
+	memcpy(p + 4, &v, 8);
+	if (name_len)
+		memcpy(p + SF_MPI_WIRE_INV_REC, name, name_len);
+	if (file_len)
+		memcpy(p + SF_MPI_WIRE_INV_REC + name_len, file, file_len);
+	ib->len += need;
+	ib->nfiles++;
+}
+
 void sf_mpi_wire_inv_put(struct sf_mpi_wire_inv_buf *ib, const char *name,
 			 size_t name_len, const char *file, size_t file_len,
 			 uint64_t size)
 {
-	size_t need = SF_MPI_WIRE_INV_REC + name_len + file_len;
-	uint16_t nl = (uint16_t)name_len, fl = (uint16_t)file_len;
-	unsigned char *p;
-
 	if (ib->ret)
 		return;
 	if (name_len > SF_MAX_COMPONENT || file_len == 0 ||
@@ -359,17 +378,7 @@ void sf_mpi_wire_inv_put(struct sf_mpi_wire_inv_buf *ib, const char *name,
 		ib->ret = -EINVAL;
 		return;
 	}
-	p = buf_room(ib, need, 65536);
-	if (!p)
-		return;
-	memcpy(p, &nl, 2);
-	memcpy(p + 2, &fl, 2);
-	memcpy(p + 4, &size, 8);
-	if (name_len)
-		memcpy(p + SF_MPI_WIRE_INV_REC, name, name_len);
-	memcpy(p + SF_MPI_WIRE_INV_REC + name_len, file, file_len);
-	ib->len += need;
-	ib->nfiles++;
+	rec_put(ib, name, name_len, file, file_len, size, 65536);
 }
 
 void sf_mpi_wire_inv_release(struct sf_mpi_wire_inv_buf *ib)
@@ -445,10 +454,6 @@ int sf_mpi_wire_list_decode(const void *msg, size_t len,
 void sf_mpi_wire_sum_put(struct sf_mpi_wire_inv_buf *ib, const char *name,
 			 size_t name_len, uint64_t files)
 {
-	size_t need = SF_MPI_WIRE_SUM_REC + name_len;
-	uint16_t nl = (uint16_t)name_len, zero = 0;
-	unsigned char *p;
-
 	if (ib->ret)
 		return;
 	if (name_len > SF_MAX_COMPONENT || files == 0 ||
@@ -456,16 +461,7 @@ void sf_mpi_wire_sum_put(struct sf_mpi_wire_inv_buf *ib, const char *name,
 		ib->ret = -EINVAL;
 		return;
 	}
-	p = buf_room(ib, need, 4096);
-	if (!p)
-		return;
-	memcpy(p, &nl, 2);
-	memcpy(p + 2, &zero, 2);
-	memcpy(p + 4, &files, 8);
-	if (name_len)
-		memcpy(p + SF_MPI_WIRE_SUM_REC, name, name_len);
-	ib->len += need;
-	ib->nfiles++;
+	rec_put(ib, name, name_len, NULL, 0, files, 4096);
 }
 
 int sf_mpi_wire_sum_parse(const void *buf, size_t len, sf_mpi_wire_sum_fn fn,
