@@ -8,6 +8,8 @@
  * sf_xxh3() hashes inputs of SF_XXH3_WIDE bytes or more with the AVX2 build
  * of XXH3 (sf_checksum_avx2.c) where this CPU and OS support AVX2, else
  * with libxxhash; both compute the same XXH3-64, only faster or slower.
+ * The streaming hasher picks its build once, at create (avx2), and keeps
+ * to it: a state is only ever touched by the build that made it.
  */
 #include "sf_checksum.h"
 #include "sf_array.h"
@@ -87,7 +89,10 @@ uint64_t sf_nblocks(uint64_t nbytes, uint64_t block_size)
 }
 
 struct sf_blockhash {
-	XXH3_state_t *st;      /* state of the block being filled */
+	void *st;              /* state of the block being filled: an
+				* XXH3_state_t of libxxhash's, or of
+				* sf_checksum_avx2.c's when avx2 */
+	bool avx2;
 	uint64_t block_size;   /* bytes */
 	uint64_t fill;         /* bytes in the current block, < block_size */
 	uint64_t total;        /* bytes fed */
@@ -105,12 +110,18 @@ struct sf_blockhash *sf_blockhash_create(uint64_t block_size)
 	bh = calloc(1, sizeof(*bh));
 	if (!bh)
 		return NULL;
-	bh->st = XXH3_createState();
+#ifdef SF_XXH3_AVX2
+	bh->avx2 = have_avx2();
+	if (bh->avx2)
+		bh->st = sf_xxh3s_avx2_new();
+	else
+#endif
+	if ((bh->st = XXH3_createState()) != NULL)
+		XXH3_64bits_reset(bh->st);
 	if (!bh->st) {
 		free(bh);
 		return NULL;
 	}
-	XXH3_64bits_reset(bh->st);
 	bh->block_size = block_size;
 	return bh;
 }
@@ -119,7 +130,12 @@ void sf_blockhash_destroy(struct sf_blockhash *bh)
 {
 	if (!bh)
 		return;
-	XXH3_freeState(bh->st);
+#ifdef SF_XXH3_AVX2
+	if (bh->avx2)
+		sf_xxh3s_avx2_free(bh->st);
+	else
+#endif
+		XXH3_freeState(bh->st);
 	free(bh->sums);
 	free(bh);
 }
@@ -131,8 +147,15 @@ static int push_sum(struct sf_blockhash *bh)
 
 	if (rc < 0)
 		return rc;
-	bh->sums[bh->nsums++] = XXH3_64bits_digest(bh->st);
-	XXH3_64bits_reset(bh->st);
+#ifdef SF_XXH3_AVX2
+	if (bh->avx2)
+		bh->sums[bh->nsums++] = sf_xxh3s_avx2_take(bh->st);
+	else
+#endif
+	{
+		bh->sums[bh->nsums++] = XXH3_64bits_digest(bh->st);
+		XXH3_64bits_reset(bh->st);
+	}
 	bh->fill = 0;
 	return 0;
 }
@@ -147,7 +170,12 @@ int sf_blockhash_update(struct sf_blockhash *bh, const void *data, size_t len)
 		uint64_t n = bh->block_size - bh->fill;
 		if (n > len)
 			n = len;
-		XXH3_64bits_update(bh->st, p, (size_t)n);
+#ifdef SF_XXH3_AVX2
+		if (bh->avx2)
+			sf_xxh3s_avx2_update(bh->st, p, (size_t)n);
+		else
+#endif
+			XXH3_64bits_update(bh->st, p, (size_t)n);
 		bh->fill += n;
 		bh->total += n;
 		p += n;

@@ -24,8 +24,14 @@ uint64_t sf_xxh3(const void *data, size_t len);
 const char *sf_xxh3_impl(void);
 
 #if defined(SF_XXH3_AVX2)
-/* sf_checksum_avx2.c: call only where the CPU supports AVX2. */
+/* sf_checksum_avx2.c: call only where the CPU supports AVX2. The
+ * streaming ones (for sf_blockhash): new (reset; NULL: no memory), free
+ * (NULL ok), update, take (the digest, then reset). */
 uint64_t sf_xxh3_avx2(const void *data, size_t len);
+void *sf_xxh3s_avx2_new(void);
+void sf_xxh3s_avx2_free(void *st);
+void sf_xxh3s_avx2_update(void *st, const void *data, size_t len);
+uint64_t sf_xxh3s_avx2_take(void *st);
 #endif
 
 /* Write 16 hex digits and a NUL into out[17]. */
