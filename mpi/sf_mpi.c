@@ -231,11 +231,9 @@ int sf_mpi_start(struct sf_mpi *mp, const char *store, int single)
 		sf_err("mpi: cannot index store %s: %s", store, sf_strerror(ret));
 	else {
 		/* the peers learn how many files of what this rank holds; the
-		 * lists stay here until asked for */
-		sf_mpi_inv_summarize(&ib, &sum);
+		 * lists stay here (what INV_LIST answers) until asked for */
+		sf_mpi_live_seed(mp, &ib, &sum);
 		ret = sum.ret;
-		if (!ret)
-			sf_mpi_live_seed(mp, &ib); /* what INV_LIST answers */
 		if (ret)
 			sf_err("mpi: cannot summarize store %s: %s", store,
 			       sf_strerror(ret));

@@ -767,7 +767,8 @@ static int mpi_src_peer_size(void *ctx, const struct sf_ckpt_ref *ck,
 {
 	struct sf_mpi *mp = ctx;
 
-	return sf_mpi_inv_peer_size(mp, mp->single ? "" : ck->name, file, size);
+	return sf_mpi_inv_peer_size(mp, mp->single ? "" : ck->name, file, false,
+				    size);
 }
 
 /* peer_size over the holders not marked down (pick_peer's view). */
@@ -775,24 +776,9 @@ static int mpi_src_peer_size_live(void *ctx, const struct sf_ckpt_ref *ck,
 				  const char *file, uint64_t *size)
 {
 	struct sf_mpi *mp = ctx;
-	const char *name = mp->single ? "" : ck->name;
-	const struct inv_ent *e;
-	int ret = -ENOENT;
 
-	(void)sf_mpi_inv_ensure(mp, name); /* logs what it could not fetch */
-	sf_mpi_inv_rdlock(mp);
-	e = sf_mpi_inv_find(mp, name, file);
-	for (unsigned i = 0; e && i < e->nh; i++) {
-		int r = e->h[i].rank;
-
-		if (r == mp->rank || sf_mpi_peer_down(mp, r))
-			continue;
-		if (ret || e->h[i].size > *size)
-			*size = e->h[i].size;
-		ret = 0;
-	}
-	sf_mpi_inv_unlock(mp);
-	return ret;
+	return sf_mpi_inv_peer_size(mp, mp->single ? "" : ck->name, file, true,
+				    size);
 }
 
 static int mpi_src_peer_ckpts(void *ctx, int (*fn)(void *arg, const char *name),

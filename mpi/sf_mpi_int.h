@@ -537,10 +537,6 @@ void sf_mpi_inv_unlock(const struct sf_mpi *mp);
 void sf_mpi_inv_free(struct sf_mpi *mp);
 int sf_mpi_build_inventory(const char *store, int single,
 			   struct sf_mpi_wire_inv_buf *ib);
-/* sf_mpi_start: the summaries (sf_mpi_wire_sum_put) of ib's records,
- * one per checkpoint, into *sum (released by the caller). */
-void sf_mpi_inv_summarize(const struct sf_mpi_wire_inv_buf *ib,
-			  struct sf_mpi_wire_inv_buf *sum);
 /* sf_mpi_start: rank r's summaries (len untrusted bytes) into the names. */
 int sf_mpi_inv_sum_parse(struct sf_mpi *mp, int r, const unsigned char *p,
 			 size_t len);
@@ -548,12 +544,13 @@ int sf_mpi_inv_sum_parse(struct sf_mpi *mp, int r, const unsigned char *p,
  * peer_size and peer_ckpts (sf_source.h): files of checkpoint name held by
  * another rank (name "" in a single-checkpoint store), with the largest
  * size (the lists fetched first: sf_mpi_inv_ensure); names of checkpoints
- * of which another rank holds a file (a name may come more than once). */
+ * of which another rank holds a file (a name may come more than once).
+ * peer_size with live: only holders not marked down (peer_size_live). */
 int sf_mpi_inv_peer_files(struct sf_mpi *mp, const char *name,
 			  int (*fn)(void *arg, const char *file, uint64_t size),
 			  void *arg);
 int sf_mpi_inv_peer_size(struct sf_mpi *mp, const char *name,
-			 const char *file, uint64_t *size);
+			 const char *file, bool live, uint64_t *size);
 int sf_mpi_inv_peer_ckpts(const struct sf_mpi *mp,
 			  int (*fn)(void *arg, const char *name), void *arg);
 /* sf_mpi_union_cache (sf_mpi.h). */
@@ -590,8 +587,11 @@ struct live_own {
 };
 struct live_watch;    /* sf_mpi_live.c's alone */
 /* sf_mpi_start, before the service thread starts: remember this rank's
- * start-up records (ib; the peers get its summaries) as told. */
-void sf_mpi_live_seed(struct sf_mpi *mp, const struct sf_mpi_wire_inv_buf *ib);
+ * start-up records (ib) as told, and append one summary per checkpoint
+ * of them (sf_mpi_wire_sum_put: what the peers get) to *sum (released by
+ * the caller; an error sticks in sum->ret). */
+void sf_mpi_live_seed(struct sf_mpi *mp, const struct sf_mpi_wire_inv_buf *ib,
+		      struct sf_mpi_wire_inv_buf *sum);
 /* sf_mpi_start: start the live thread. 0 or a negative errno (the union
  * stays frozen at start then; logged). */
 int sf_mpi_live_start(struct sf_mpi *mp);

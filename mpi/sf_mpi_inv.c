@@ -14,7 +14,7 @@
  * files of: its lists could not be fetched again). A notice makes a
  * cached list stale (the name's stamp moved); the next lookup fetches it
  * again. So C checkpoints of F files over D daemons cost every daemon
- * C x (name + 16 D) bytes plus its cache, not C x F x D entries.
+ * C x (name + 32 D) bytes plus its cache, not C x F x D entries.
  *
  * Invariants: every record comes through sf_mpi_wire.c's decoders, which
  * check it against what was received; names are bounded; inv, names,
@@ -447,11 +447,6 @@ int sf_mpi_inv_ensure(struct sf_mpi *mp, const char *name)
 	list_fetch(mp, calls, n, name);
 
 	pthread_rwlock_wrlock(&mp->inv_lock);
-	for (int r = 0; r < mp->size; r++)
-		if (r != mp->rank && !nm->peer[r].files) {
-			name_drop_rank(mp, nm, r); /* it left since */
-			nm->peer[r].lhave = false;
-		}
 	for (int i = 0; i < n; i++) {
 		int rc = calls[i].ret ? calls[i].ret :
 					list_apply(mp, nm, &calls[i]);
@@ -470,6 +465,13 @@ int sf_mpi_inv_ensure(struct sf_mpi *mp, const char *name)
 		}
 		free(calls[i].buf);
 	}
+	/* a rank that left since it was asked (its notice of none came while
+	 * its list was on the way): nothing of it stays */
+	for (int r = 0; r < mp->size; r++)
+		if (r != mp->rank && !nm->peer[r].files) {
+			name_drop_rank(mp, nm, r);
+			nm->peer[r].lhave = false;
+		}
 	if (!nm->cached || nm->lists_stamp < stamp) {
 		nm->cached = true;
 		nm->lists_stamp = stamp;
@@ -624,47 +626,6 @@ int sf_mpi_build_inventory(const char *store, int single,
 	return ib->ret;
 }
 
-/* The start-up records of one rank come grouped by checkpoint (one walk
- * per directory): one summary per group. */
-struct summ {
-	struct sf_mpi_wire_inv_buf *sum;
-	const char *name;
-	size_t nl;
-	uint64_t files;
-};
-
-static void summ_flush(struct summ *s)
-{
-	if (s->files)
-		sf_mpi_wire_sum_put(s->sum, s->name, s->nl, s->files);
-	s->files = 0;
-}
-
-static int summ_rec(void *arg, const struct sf_mpi_wire_inv_rec *rec)
-{
-	struct summ *s = arg;
-
-	if (!s->files || rec->name_len != s->nl ||
-	    memcmp(rec->name, s->name, s->nl) != 0) {
-		summ_flush(s);
-		s->name = rec->name;
-		s->nl = rec->name_len;
-	}
-	s->files++;
-	return 0;
-}
-
-void sf_mpi_inv_summarize(const struct sf_mpi_wire_inv_buf *ib,
-			  struct sf_mpi_wire_inv_buf *sum)
-{
-	struct summ s = { .sum = sum };
-
-	if (ib->len && sf_mpi_wire_inv_parse(ib->p, ib->len, summ_rec, &s,
-					     NULL) && !sum->ret)
-		sum->ret = -SF_EPEER;
-	summ_flush(&s);
-}
-
 struct sum_from {
 	struct sf_mpi *mp;
 	int rank;
@@ -703,16 +664,17 @@ int sf_mpi_inv_sum_parse(struct sf_mpi *mp, int r, const unsigned char *p,
 /* ------------------------------------------------------------------ */
 /* what peers hold (the payload source's peer_* operations)            */
 
-/* The largest size of e among holders other than this rank; false when
- * only this rank holds it. */
+/* The largest size of e among holders other than this rank (only those
+ * not marked down when live); false when there is none. */
 static bool peer_max(const struct sf_mpi *mp, const struct inv_ent *e,
-		     uint64_t *size)
+		     bool live, uint64_t *size)
 {
 	bool any = false;
 
 	*size = 0;
 	for (unsigned i = 0; i < e->nh; i++) {
-		if (e->h[i].rank == mp->rank)
+		if (e->h[i].rank == mp->rank ||
+		    (live && sf_mpi_peer_down(mp, e->h[i].rank)))
 			continue;
 		any = true;
 		if (e->h[i].size > *size)
@@ -736,7 +698,7 @@ int sf_mpi_inv_peer_files(struct sf_mpi *mp, const char *name,
 	     e = e->nnext) {
 		uint64_t size;
 
-		if (peer_max(mp, e, &size))
+		if (peer_max(mp, e, false, &size))
 			rc = fn(arg, e->key + nl + 1, size);
 	}
 	pthread_rwlock_unlock((pthread_rwlock_t *)&mp->inv_lock);
@@ -744,7 +706,7 @@ int sf_mpi_inv_peer_files(struct sf_mpi *mp, const char *name,
 }
 
 int sf_mpi_inv_peer_size(struct sf_mpi *mp, const char *name,
-			 const char *file, uint64_t *size)
+			 const char *file, bool live, uint64_t *size)
 {
 	const struct inv_ent *e;
 	int ret;
@@ -752,7 +714,7 @@ int sf_mpi_inv_peer_size(struct sf_mpi *mp, const char *name,
 	(void)sf_mpi_inv_ensure(mp, name);
 	pthread_rwlock_rdlock((pthread_rwlock_t *)&mp->inv_lock);
 	e = sf_mpi_inv_find(mp, name, file);
-	ret = e && peer_max(mp, e, size) ? 0 : -ENOENT;
+	ret = e && peer_max(mp, e, live, size) ? 0 : -ENOENT;
 	pthread_rwlock_unlock((pthread_rwlock_t *)&mp->inv_lock);
 	return ret;
 }

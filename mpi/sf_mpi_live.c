@@ -526,10 +526,13 @@ out:
 }
 
 /* Seeding: the start-up records, grouped per checkpoint as a scan would
- * produce them, remembered as told. */
+ * produce them, remembered as told, and one summary per checkpoint (how
+ * many files) for the peers. */
 struct seed {
 	struct sf_mpi *mp;
+	struct sf_mpi_wire_inv_buf *sum;
 	struct sf_mpi_wire_inv_buf cur;
+	uint64_t files;                  /* records of the current group */
 	char name[SF_MAX_COMPONENT + 1];
 	bool have;
 };
@@ -538,6 +541,8 @@ static void seed_flush(struct seed *s)
 {
 	struct live_own *o;
 
+	if (s->have)
+		sf_mpi_wire_sum_put(s->sum, s->name, strlen(s->name), s->files);
 	if (s->have && !s->cur.ret) {
 		o = own_put(s->mp, s->name,
 			    sf_mpi_fnv64(s->cur.p ? s->cur.p :
@@ -549,6 +554,7 @@ static void seed_flush(struct seed *s)
 	}
 	sf_mpi_wire_inv_release(&s->cur);
 	s->have = false;
+	s->files = 0;
 }
 
 static int seed_rec(void *arg, const struct sf_mpi_wire_inv_rec *rec)
@@ -564,15 +570,18 @@ static int seed_rec(void *arg, const struct sf_mpi_wire_inv_rec *rec)
 	}
 	sf_mpi_wire_inv_put(&s->cur, rec->name, rec->name_len, rec->file,
 			    rec->file_len, rec->size);
+	s->files++;
 	return 0;
 }
 
-void sf_mpi_live_seed(struct sf_mpi *mp, const struct sf_mpi_wire_inv_buf *ib)
+void sf_mpi_live_seed(struct sf_mpi *mp, const struct sf_mpi_wire_inv_buf *ib,
+		      struct sf_mpi_wire_inv_buf *sum)
 {
-	struct seed s = { .mp = mp };
+	struct seed s = { .mp = mp, .sum = sum };
 
-	if (ib->len)
-		(void)sf_mpi_wire_inv_parse(ib->p, ib->len, seed_rec, &s, NULL);
+	if (ib->len && sf_mpi_wire_inv_parse(ib->p, ib->len, seed_rec, &s,
+					     NULL) && !sum->ret)
+		sum->ret = -SF_EPEER;
 	seed_flush(&s);
 }
 
