@@ -150,9 +150,11 @@ int sf_fs_resume(struct sf_fs *fs, const char *name, const char *dir)
 	}
 	/* the empty directory a lookup made when it joined a peer's save in
 	 * an earlier life: joined again, let go of as then */
-	if (fs->cfg->cluster && join_marked(dir))
+	joined = fs->cfg->cluster && join_marked(dir);
+	if (joined) {
 		sf_wckpt_foreach(w, count_entry, &entries);
-	joined = fs->cfg->cluster && join_marked(dir) && !entries;
+		joined = entries == 0;
+	}
 	rc = sf_fs_add_writing(fs, name, dir, w, joined ? &n : NULL);
 	if (rc) {
 		sf_err("checkpoint %s: cannot show the unfinished checkpoint: %s",
